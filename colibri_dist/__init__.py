@@ -1,0 +1,27 @@
+"""colibri-dist: Mixture-of-Experts inference across CPU servers.
+
+Public API (see docs/ and DESIGN): convert, open_model, Engine, Pool and the
+error classes. Heavy rooms load lazily so `import colibri_dist` stays cheap and
+never imports ray unless Pool is used.
+"""
+from .errors import (ColibriError, ConfigError, FormatError, InvalidArgument,
+                     NativeError, PoolError, StoreError)
+
+__all__ = ["convert", "open_model", "Engine", "Pool", "ColibriError", "FormatError",
+           "ConfigError", "NativeError", "InvalidArgument", "StoreError", "PoolError"]
+__version__ = "0.1.0"
+
+_LAZY = {
+    "convert": ("colibri_dist.format.convert", "convert"),
+    "open_model": ("colibri_dist.format.reader", "open_model"),
+    "Engine": ("colibri_dist.engine", "Engine"),
+    "Pool": ("colibri_dist.pool", "Pool"),
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'colibri_dist' has no attribute {name!r}")

@@ -1,0 +1,18 @@
+"""Dispatch `python -m colibri_dist.bench NAME ...` to colibri_dist.bench.NAME.main(argv)."""
+import importlib
+import sys
+
+NAMES = ["kernels", "store", "pool", "convert", "numa"]
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in NAMES:
+        print(f"usage: python -m colibri_dist.bench {{{','.join(NAMES)}}} [options]", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"colibri_dist.bench.{argv[0]}")
+    return module.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""`colibri` command-line entry point.
+
+Role: parse argv, dispatch to one subcommand module per area, map errors to
+exit codes (0 ok, 1 runtime failure, 2 usage or config error). Each module in
+SUBCOMMANDS defines `register(subparsers)` which adds its parser(s) and sets
+`func=callable(args) -> int` on them.
+"""
+import argparse
+import importlib
+import sys
+
+from ..errors import ColibriError, ConfigError, InvalidArgument
+
+# module name inside colibri_dist.cli, in help order
+SUBCOMMANDS = ["convert", "run", "pool", "experts", "numa", "stress", "bench"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="colibri", description="Mixture-of-Experts inference on CPU servers")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            continue  # area not built yet
+        module.register(sub)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse exits 2 on usage errors
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, InvalidArgument) as exc:
+        print(f"colibri: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ColibriError as exc:
+        print(f"colibri: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("colibri: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The .colibri container: spec, mmap reader, streaming writer, HF converter, quantizers."""

@@ -1,0 +1,1 @@
+"""Jobs room: batch inference runner, offload stress harness."""

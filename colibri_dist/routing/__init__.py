@@ -1,0 +1,1 @@
+"""Routing room: gating semantics per family, token-bucket balancer, placement planner (no ray)."""

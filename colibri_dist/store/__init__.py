@@ -1,0 +1,1 @@
+"""Expert store: RAM cache over the mmap'd container and an SSD offload tier."""

@@ -1,0 +1,167 @@
+/* colibri.h — the one public header of the colibri C11 core.
+ *
+ * Role in the data flow: everything numeric in one MoE layer lives behind this
+ * header (route -> group -> expert SwiGLU FFNs -> combine), plus the scratch
+ * arena, the thread pool, NUMA memory binding and a reader for .colibri files
+ * so C programs can embed the engine without Python.
+ *
+ * Rules: opaque handles; cb_<object>_<verb> names; every fallible call returns
+ * cb_status; cb_status_str() gives a static string, cb_*_last_error() a
+ * per-handle message (cb_last_error() a thread-local one for handle-less calls).
+ * The library never exits or aborts. The caller owns every tensor; no pointer
+ * is kept after a call returns. Matrices are row-major [rows=out, cols=in], the
+ * layout of torch.nn.Linear.weight.
+ *
+ * The block between CFFI-BEGIN and CFFI-END is fed verbatim to cffi's cdef:
+ * keep it free of preprocessor lines and macros.
+ */
+#ifndef COLIBRI_H
+#define COLIBRI_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CFFI-BEGIN */
+typedef enum {
+    CB_OK = 0,
+    CB_E_INVALID = 1,     /* bad argument: shape, dtype, null, out of range */
+    CB_E_NOMEM = 2,       /* allocation failed / arena exhausted */
+    CB_E_IO = 3,          /* open/read/mmap failed */
+    CB_E_FORMAT = 4,      /* container damaged: magic, version, bounds, checksum */
+    CB_E_UNSUPPORTED = 5, /* valid but not implemented (e.g. dtype on this path) */
+    CB_E_SYS = 6,         /* a system call failed (affinity, mbind, ...) */
+    CB_E_NONFINITE = 7    /* NaN/Inf found where the policy rejects it */
+} cb_status;
+
+/* Weight encodings of one matrix. Value of element (r, c):
+ *   CB_F32        ((float*)data)[r*cols+c]
+ *   CB_F16/BF16   raw 16-bit words, converted to f32
+ *   CB_I8_ROW     q[r,c] * scales[r]                       (symmetric per row)
+ *   CB_I8_G32/64/128  q[r,c] * scales[r*ngroups + c/g]     (symmetric per group
+ *                 of g along cols; ngroups = ceil(cols/g); last group may be short)
+ *   CB_I8_MINMAX  (q[r,c] - zero[0]) * scales[0]           (one scale, one int32
+ *                 zero point per matrix) */
+typedef enum {
+    CB_F32 = 0, CB_F16 = 1, CB_BF16 = 2, CB_I8_ROW = 3,
+    CB_I8_G32 = 4, CB_I8_G64 = 5, CB_I8_G128 = 6, CB_I8_MINMAX = 7
+} cb_dtype;
+
+typedef struct {
+    const void *data;      /* rows*cols elements of dtype */
+    const float *scales;   /* int8 kinds only, else NULL */
+    const int32_t *zero;   /* CB_I8_MINMAX only, else NULL */
+    int32_t dtype;         /* cb_dtype */
+    int32_t rows, cols;
+} cb_matrix;
+
+/* One SwiGLU expert: y = down( silu(gate x) * (up x) ).
+ * gate, up: [inter, hidden]; down: [hidden, inter]. */
+typedef struct {
+    cb_matrix gate, up, down;
+} cb_expert;
+
+typedef enum {
+    CB_GATE_SOFTMAX_TOPK_NORM = 0, /* softmax, top-k, renormalise (Mixtral, Qwen3-MoE norm_topk_prob) */
+    CB_GATE_SOFTMAX_TOPK = 1,      /* softmax, top-k, no renormalise (Qwen2-MoE, OLMoE) */
+    CB_GATE_SIGMOID_GROUP = 2      /* DeepSeek-V3: sigmoid, +bias for selection, group-limited top-k */
+} cb_gating_kind;
+
+typedef struct {
+    int32_t kind;                  /* cb_gating_kind */
+    int32_t n_experts, top_k;
+    int32_t n_group, topk_group;   /* SIGMOID_GROUP; 1,1 = no grouping */
+    int32_t norm_topk_prob;        /* SIGMOID_GROUP: renormalise the k weights */
+    float routed_scaling_factor;   /* SIGMOID_GROUP: final weights *= this; 1.0 otherwise */
+} cb_gating;
+
+/* One MoE layer as the kernels see it. experts[e] may be NULL for an expert no
+ * token of this call routes to; a routed NULL expert is CB_E_INVALID. */
+typedef struct {
+    int32_t hidden;
+    cb_gating gating;
+    const float *router;           /* [n_experts, hidden] f32 */
+    const float *bias;             /* [n_experts] e_score_correction_bias or NULL */
+    const cb_expert *const *experts; /* [n_experts] */
+    int32_t n_shared;              /* 0 or 1 shared MLP (DeepSeek's n_shared are fused into one) */
+    const cb_expert *shared;       /* NULL if n_shared == 0 */
+    const float *shared_gate;      /* [hidden] Qwen2-MoE sigmoid shared gate, or NULL */
+} cb_moe_layer;
+
+/* ---- status ---- */
+const char *cb_status_str(cb_status s);
+const char *cb_last_error(void);          /* thread-local message of the last failing handle-less call */
+int cb_simd_level(void);                  /* 0 scalar, 2 AVX2+FMA+F16C; honours COLIBRI_SIMD=scalar */
+const char *cb_simd_name(void);
+
+/* ---- arena: 64-byte aligned bump allocator ---- */
+typedef struct cb_arena cb_arena;
+cb_status cb_arena_create(size_t capacity, cb_arena **out);
+void *cb_arena_alloc(cb_arena *a, size_t bytes);   /* NULL when exhausted */
+void cb_arena_reset(cb_arena *a);
+size_t cb_arena_used(const cb_arena *a);
+size_t cb_arena_high_water(const cb_arena *a);
+size_t cb_arena_capacity(const cb_arena *a);
+void cb_arena_destroy(cb_arena *a);
+
+/* ---- engine: a thread pool + arena; one caller thread at a time ---- */
+typedef struct cb_engine cb_engine;
+cb_status cb_engine_create(int32_t n_threads, const int32_t *cpus, int32_t n_cpus, cb_engine **out);
+void cb_engine_destroy(cb_engine *e);
+const char *cb_engine_last_error(const cb_engine *e);
+int32_t cb_engine_threads(const cb_engine *e);
+size_t cb_engine_arena_high_water(const cb_engine *e);
+uint64_t cb_engine_mallocs(const cb_engine *e);  /* arena (re)allocations so far: flat after warm-up */
+
+/* Routing: idx[n,k] int32, w[n,k] f32. Ties go to the lower expert index. */
+cb_status cb_route(cb_engine *e, const cb_gating *g, const float *router, const float *bias,
+                   const float *x, int64_t n, int32_t hidden, int32_t *idx, float *w);
+
+/* One expert on gathered rows: out[i,:] = E(x[rows[i],:]) for i < n_rows.
+ * rows NULL means rows 0..n_rows-1. Batch invariant: out[i] bits depend only
+ * on x[rows[i]] and the weights. */
+cb_status cb_expert_forward(cb_engine *e, const cb_expert *ex, const float *x, int32_t hidden,
+                            const int32_t *rows, int64_t n_rows, float *out);
+
+/* Shared MLP with optional sigmoid gate: out[t] = sigmoid(g.x[t]) * S(x[t]) (gate NULL: S(x[t])). */
+cb_status cb_shared_forward(cb_engine *e, const cb_expert *shared, const float *shared_gate,
+                            const float *x, int64_t n, int32_t hidden, float *out);
+
+/* Combine in slot order: y[t] = shared[t] (or 0) + sum_{j<k} w[t,j] * slot_out[t,j,:],
+ * accumulated left to right, no fused multiply-add. */
+cb_status cb_combine(int64_t n, int32_t k, int32_t hidden, const float *w, const float *slot_out,
+                     const float *shared, float *y);
+
+/* Whole layer: route, group tokens by expert (each expert read once), run, combine.
+ * Bit-identical to cb_route + cb_expert_forward per expert + cb_shared_forward + cb_combine. */
+cb_status cb_moe_forward(cb_engine *e, const cb_moe_layer *layer, const float *x, int64_t n,
+                         float *y, int32_t *idx_out, float *w_out);
+
+/* ---- NUMA (Linux syscalls, no libnuma) ---- */
+typedef enum { CB_MPOL_NONE = 0, CB_MPOL_BIND = 1, CB_MPOL_INTERLEAVE = 2, CB_MPOL_PREFERRED = 3 } cb_mempolicy;
+cb_status cb_numa_bind(void *addr, size_t len, int32_t policy, const int32_t *nodes, int32_t n_nodes);
+cb_status cb_numa_set_policy(int32_t policy, const int32_t *nodes, int32_t n_nodes);
+cb_status cb_pin_thread(const int32_t *cpus, int32_t n_cpus);
+
+/* ---- .colibri container reader (docs/FORMAT.md) ---- */
+typedef struct cb_model cb_model;
+typedef struct {
+    int32_t hidden, inter, n_experts, top_k, n_layers, n_moe_layers;
+    int32_t shared_inter;   /* 0 when the model has no shared expert */
+    cb_gating gating;
+} cb_model_info;
+cb_status cb_model_open(const char *path, int32_t verify, cb_model **out);
+void cb_model_close(cb_model *m);
+const char *cb_model_last_error(const cb_model *m);
+cb_status cb_model_get_info(const cb_model *m, cb_model_info *out);
+/* layer index is the model's layer number (dense layers are not MoE: CB_E_INVALID). */
+cb_status cb_model_moe_layer(cb_model *m, int32_t layer, cb_moe_layer *out);
+/* Any stored tensor (f32 only) by name, e.g. "model.embed_tokens.weight". */
+cb_status cb_model_tensor_f32(cb_model *m, const char *name, const float **data, int64_t *shape, int32_t *ndim);
+/* CFFI-END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
