@@ -1,0 +1,183 @@
+"""Replica choice for the pool: which worker runs an expert's rows in one layer batch.
+
+Role in the data flow: after exact routing has grouped a layer batch per expert,
+the Router asks a balancer, expert by expert, which worker replica gets that
+expert's rows. Balancers only decide *where* an expert runs, never which experts
+a token uses, so outputs are unchanged whatever they pick.
+
+Strategies (pool.balancer.kind):
+  token-bucket  per worker, a ring buffer of the gate-score mass of its last
+                `window` assignments; pick the replica with the smallest sum,
+                skipping replicas whose sum exceeds `threshold` x the mean over
+                live workers; if every replica is skipped, fall back to the least
+                loaded live worker (every worker can serve every expert).
+  round-robin   cycle through an expert's replicas.
+  home          always the expert's home worker (first replica).
+"""
+from collections import defaultdict
+
+from ..errors import InvalidArgument
+
+KINDS = ("token-bucket", "round-robin", "home")
+
+
+class _Ring:
+    """Fixed-size ring buffer of floats with a running sum."""
+
+    def __init__(self, size):
+        self.values = [0.0] * size
+        self.pos = 0
+        self.total = 0.0
+
+    def push(self, value):
+        self.total += value - self.values[self.pos]
+        self.values[self.pos] = value
+        self.pos = (self.pos + 1) % len(self.values)
+        if self.pos == 0:  # re-sum once per lap so float drift cannot accumulate
+            self.total = sum(self.values)
+
+
+class _BaseBalancer:
+    """Common bookkeeping: live workers and per-worker assigned mass/tokens."""
+
+    kind = None
+
+    def __init__(self, n_workers):
+        if int(n_workers) < 1:
+            raise InvalidArgument(f"balancer needs at least one worker, got {n_workers}")
+        self.n_workers = int(n_workers)
+        self.dead = set()
+        self.assigned_mass = [0.0] * self.n_workers
+        self.assigned_rows = [0] * self.n_workers
+
+    def live(self):
+        return [w for w in range(self.n_workers) if w not in self.dead]
+
+    def mark_dead(self, worker):
+        self.dead.add(int(worker))
+
+    def mark_alive(self, worker):
+        self.dead.discard(int(worker))
+
+    def _live_replicas(self, replicas):
+        if not replicas:
+            raise InvalidArgument("an expert needs at least one replica")
+        alive = [w for w in replicas if w not in self.dead]
+        if alive:
+            return alive
+        live = self.live()
+        if not live:
+            raise InvalidArgument("no live worker left to run an expert")
+        return live  # every replica is down: any live worker can serve the expert
+
+    def choose(self, key, replicas, mass, rows=1):
+        """Pick a worker among `replicas` for expert `key` carrying `mass` gate score over `rows` rows."""
+        worker = self._pick(key, self._live_replicas(replicas), float(mass))
+        self.record(worker, float(mass), int(rows))
+        return worker
+
+    def record(self, worker, mass, rows=1):
+        self.assigned_mass[worker] += mass
+        self.assigned_rows[worker] += rows
+
+    def assign(self, loads, replicas_of):
+        """Assign a whole layer batch: loads = {key: (mass, rows)}; returns {key: worker}.
+
+        Heavier experts are placed first (ties by key) so the greedy sees the big
+        items while there is still room to spread them.
+        """
+        order = sorted(loads, key=lambda k: (-loads[k][0], k))
+        return {k: self.choose(k, replicas_of(k), loads[k][0], loads[k][1]) for k in order}
+
+    def state(self):
+        return {"kind": self.kind, "dead": sorted(self.dead),
+                "assigned_mass": list(self.assigned_mass), "assigned_rows": list(self.assigned_rows)}
+
+
+class TokenBucketBalancer(_BaseBalancer):
+    """Smallest recent gate-score mass among an expert's replicas, with a cap at threshold x mean."""
+
+    kind = "token-bucket"
+
+    def __init__(self, n_workers, window=64, threshold=1.8):
+        super().__init__(n_workers)
+        if int(window) < 1:
+            raise InvalidArgument(f"balancer window must be >= 1, got {window}")
+        if not float(threshold) > 0:
+            raise InvalidArgument(f"balancer threshold must be > 0, got {threshold}")
+        self.window = int(window)
+        self.threshold = float(threshold)
+        self.rings = [_Ring(self.window) for _ in range(self.n_workers)]
+        self.fallbacks = 0
+
+    def bucket(self, worker):
+        return self.rings[worker].total
+
+    def mean_bucket(self):
+        live = self.live()
+        return sum(self.rings[w].total for w in live) / len(live) if live else 0.0
+
+    def _pick(self, key, candidates, mass):
+        cap = self.threshold * self.mean_bucket()
+        under = [w for w in candidates if self.rings[w].total <= cap]
+        if under:
+            return min(under, key=lambda w: (self.rings[w].total, candidates.index(w)))
+        self.fallbacks += 1
+        return min(self.live(), key=lambda w: (self.rings[w].total, w))
+
+    def record(self, worker, mass, rows=1):
+        super().record(worker, mass, rows)
+        self.rings[worker].push(mass)
+
+    def state(self):
+        out = super().state()
+        out.update(window=self.window, threshold=self.threshold, fallbacks=self.fallbacks,
+                   buckets=[r.total for r in self.rings])
+        return out
+
+
+class RoundRobinBalancer(_BaseBalancer):
+    """Cycle through each expert's live replicas."""
+
+    kind = "round-robin"
+
+    def __init__(self, n_workers, **_ignored):
+        super().__init__(n_workers)
+        self.next = defaultdict(int)
+
+    def _pick(self, key, candidates, mass):
+        i = self.next[key] % len(candidates)
+        self.next[key] += 1
+        return candidates[i]
+
+
+class HomeBalancer(_BaseBalancer):
+    """Always the home worker (first live replica)."""
+
+    kind = "home"
+
+    def __init__(self, n_workers, **_ignored):
+        super().__init__(n_workers)
+
+    def _pick(self, key, candidates, mass):
+        return candidates[0]
+
+
+def make_balancer(spec, n_workers):
+    """Build a balancer from a kind string or a {kind, window, threshold} mapping."""
+    if spec is None:
+        spec = "token-bucket"
+    if isinstance(spec, str):
+        spec = {"kind": spec}
+    spec = dict(spec)
+    kind = spec.pop("kind", "token-bucket")
+    unknown = set(spec) - {"window", "threshold"}
+    if unknown:
+        raise InvalidArgument(f"pool.balancer: unknown key(s) {sorted(unknown)}; expected kind, window, threshold")
+    if kind == "token-bucket":
+        return TokenBucketBalancer(n_workers, **spec)
+    if kind == "round-robin":
+        return RoundRobinBalancer(n_workers)
+    if kind == "home":
+        return HomeBalancer(n_workers)
+    raise InvalidArgument(f"pool.balancer.kind: unknown balancer {kind!r}; expected one of {', '.join(KINDS)}")

@@ -1,0 +1,121 @@
+"""Opt-in `routing.policy: balanced`: a token bucket on the experts themselves.
+
+Role in the data flow: replaces the exact `route` step (x -> idx, w) when a
+config asks for it. Each expert keeps a ring buffer of the gate mass of its last
+`window` assignments; walking a token's candidates best-first, an expert whose
+bucket is above `threshold` x the mean bucket is skipped and the next-best
+candidate takes the slot (if too few remain, skipped ones fill in, best first).
+Weights follow the family gating over the experts actually chosen.
+
+THIS CHANGES OUTPUTS (unlike the pool's replica balancer). Its cost against
+exact routing is measured by `measure_cosine` and recorded in docs/POOL.md.
+Scores are computed here in numpy (float64), so even with a threshold that never
+triggers the weights match the exact kernel only to float rounding.
+"""
+import numpy as np
+
+from ..errors import InvalidArgument
+
+POLICIES = ("exact", "balanced")
+
+_KINDS = {0: "softmax_topk_norm", 1: "softmax_topk", 2: "sigmoid_group"}
+
+
+def _gating_kind(gating):
+    kind = getattr(gating, "kind", gating)
+    return _KINDS.get(kind, kind)
+
+
+def gate_scores(x, router, gating, bias=None):
+    """(selection scores, weight scores), both float64 [n, E], for the family gating."""
+    logits = np.asarray(x, np.float64) @ np.asarray(router, np.float64).T
+    kind = _gating_kind(gating)
+    if kind in ("softmax_topk_norm", "softmax_topk"):
+        z = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs = z / z.sum(axis=1, keepdims=True)
+        return probs, probs
+    if kind == "sigmoid_group":
+        s = 1.0 / (1.0 + np.exp(-logits))
+        sel = s + (0.0 if bias is None else np.asarray(bias, np.float64)[None, :])
+        return _group_limit(sel, int(gating.n_group), int(gating.topk_group)), s
+    raise InvalidArgument(f"routing.policy balanced: unknown gating kind {kind!r}")
+
+
+def _group_limit(sel, n_group, topk_group):
+    """DeepSeek-V3 group-limited selection: keep the topk_group groups by sum of their top-2 scores."""
+    if n_group <= 1:
+        return sel
+    n, n_exp = sel.shape
+    grouped = sel.reshape(n, n_group, n_exp // n_group)
+    group_score = np.sort(grouped, axis=2)[:, :, -2:].sum(axis=2)
+    keep = np.argsort(-group_score, axis=1, kind="stable")[:, :topk_group]
+    mask = np.zeros((n, n_group), dtype=bool)
+    np.put_along_axis(mask, keep, True, axis=1)
+    return np.where(np.repeat(mask, n_exp // n_group, axis=1), sel, -np.inf)
+
+
+def _final_weights(chosen_scores, gating):
+    kind = _gating_kind(gating)
+    w = np.asarray(chosen_scores, np.float64)
+    if kind == "softmax_topk_norm":
+        w = w / w.sum()
+    elif kind == "sigmoid_group":
+        if getattr(gating, "norm_topk_prob", True):
+            w = w / (w.sum() + 1e-20)
+        w = w * float(getattr(gating, "routed_scaling_factor", 1.0))
+    return w
+
+
+class BalancedRouting:
+    """Token-bucket expert selection over a stream of tokens (state carries across calls)."""
+
+    def __init__(self, window=64, threshold=1.8):
+        if int(window) < 1 or not float(threshold) > 0:
+            raise InvalidArgument(f"routing.policy balanced: need window >= 1 and threshold > 0, "
+                                  f"got {window}, {threshold}")
+        self.window, self.threshold = int(window), float(threshold)
+        self.rings = {}  # layer -> (values[E, window], pos[E])
+        self.replaced = 0
+
+    def _ring(self, layer, n_experts):
+        vals, pos = self.rings.get(layer, (None, None))
+        if vals is None or vals.shape[0] != n_experts:
+            old = vals
+            vals, pos = np.zeros((n_experts, self.window)), np.zeros(n_experts, dtype=np.int64)
+            if old is not None:  # hot-added experts start with an empty bucket
+                keep = min(len(old), n_experts)
+                vals[:keep] = old[:keep]
+            self.rings[layer] = (vals, pos)
+        return vals, pos
+
+    def route(self, layer, x, router, gating, bias=None):
+        """(idx int32[n,k], w float32[n,k]) with over-budget experts replaced by the next best."""
+        sel, score = gate_scores(x, router, gating, bias)
+        n, n_exp = sel.shape
+        k = int(gating.top_k)
+        vals, pos = self._ring(layer, n_exp)
+        sums = vals.sum(axis=1)
+        idx = np.zeros((n, k), np.int32)
+        w = np.zeros((n, k), np.float32)
+        for t in range(n):
+            order = [int(e) for e in np.argsort(-sel[t], kind="stable") if np.isfinite(sel[t, e])]
+            cap = self.threshold * sums.mean()
+            picked = [e for e in order if sums[e] <= cap or cap == 0.0][:k]
+            if len(picked) < k:
+                picked += [e for e in order if e not in picked][:k - len(picked)]
+            self.replaced += sum(1 for e in picked if e not in order[:k])
+            wt = _final_weights(score[t, picked], gating)
+            idx[t], w[t] = picked, wt
+            for e, m in zip(picked, wt):
+                sums[e] += m - vals[e, pos[e]]
+                vals[e, pos[e]] = m
+                pos[e] = (pos[e] + 1) % self.window
+        return idx, w
+
+
+def cosine(a, b):
+    """Mean per-token cosine similarity between two [n, h] outputs."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    num = (a * b).sum(axis=1)
+    den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return float(np.mean(num / np.maximum(den, 1e-30)))

@@ -1,0 +1,116 @@
+"""Replica balancers (no Ray): token-bucket window, threshold and fallback; round-robin; home."""
+import numpy as np
+import pytest
+
+from colibri_dist.errors import InvalidArgument
+from colibri_dist.routing.balancer import (HomeBalancer, RoundRobinBalancer, TokenBucketBalancer,
+                                           make_balancer)
+from colibri_dist.routing.placement import plan
+
+
+def test_token_bucket_picks_replica_with_smallest_recent_mass_ties_to_replica_order():
+    b = TokenBucketBalancer(3, window=8, threshold=100.0)
+    b.record(0, 5.0)
+    b.record(1, 2.0)
+    picks = [b.choose("e", [0, 1], 1.0) for _ in range(4)]
+    # bucket 1 grows 2->3->4->5; at 5 vs 5 the tie goes to the first replica (0)
+    assert picks == [1, 1, 1, 0]
+    assert b.bucket(0) == pytest.approx(6.0) and b.bucket(1) == pytest.approx(5.0)
+
+
+def test_token_bucket_window_forgets_old_assignments():
+    b = TokenBucketBalancer(2, window=2, threshold=100.0)
+    b.record(0, 10.0)
+    b.record(0, 1.0)
+    assert b.bucket(0) == pytest.approx(11.0)
+    b.record(0, 1.0)  # the 10.0 falls out of the 2-slot window
+    assert b.bucket(0) == pytest.approx(2.0)
+    for _ in range(1000):  # running sum stays exact over many laps
+        b.record(0, 0.1)
+    assert b.bucket(0) == pytest.approx(0.2)
+
+
+def test_token_bucket_skips_replicas_over_threshold_and_falls_back_to_least_loaded():
+    b = TokenBucketBalancer(3, window=4, threshold=1.8)
+    b.record(1, 9.0)
+    b.record(2, 3.0)  # mean = 4, cap = 7.2: worker 1 is over
+    assert b.choose("e", [1], 0.5) == 0  # only replica over the cap -> least loaded live worker
+    assert b.fallbacks == 1
+    loose = TokenBucketBalancer(3, window=4, threshold=3.0)
+    loose.record(1, 9.0)
+    loose.record(2, 3.0)  # cap = 12: worker 1 is allowed
+    assert loose.choose("e", [1], 0.5) == 1
+    assert loose.fallbacks == 0
+
+
+def test_dead_workers_are_skipped_and_any_live_worker_covers_an_expert_with_no_live_replica():
+    b = TokenBucketBalancer(3)
+    b.mark_dead(0)
+    assert b.choose("e", [0, 1], 1.0) == 1
+    b.mark_dead(1)
+    assert b.choose("e", [0, 1], 1.0) == 2
+    b.mark_alive(0)
+    assert b.choose("e", [0, 1], 1.0) == 0
+    b.mark_dead(0)
+    b.mark_dead(2)
+    with pytest.raises(InvalidArgument, match="no live worker"):
+        b.choose("e", [0], 1.0)
+
+
+def test_round_robin_cycles_through_replicas_and_home_sticks_to_the_first():
+    rr = RoundRobinBalancer(3)
+    assert [rr.choose("e", [0, 2], 1.0) for _ in range(3)] == [0, 2, 0]
+    home = HomeBalancer(3)
+    assert [home.choose("e", [2, 0], 1.0) for _ in range(3)] == [2, 2, 2]
+    home.mark_dead(2)
+    assert home.choose("e", [2, 0], 1.0) == 0
+
+
+def test_assign_places_heavier_experts_first_and_counts_rows():
+    b = TokenBucketBalancer(2, threshold=100.0)
+    out = b.assign({"a": (1.0, 3), "b": (5.0, 7)}, lambda k: [0, 1])
+    assert out == {"b": 0, "a": 1}
+    assert b.assigned_rows == [7, 3]
+
+
+def test_make_balancer_accepts_config_mapping_and_rejects_bad_options():
+    b = make_balancer({"kind": "token-bucket", "window": 16, "threshold": 2.5}, 4)
+    assert (b.window, b.threshold, b.n_workers) == (16, 2.5, 4)
+    assert make_balancer("round-robin", 2).kind == "round-robin"
+    assert make_balancer({"kind": "home"}, 2).kind == "home"
+    with pytest.raises(InvalidArgument, match="unknown balancer 'fastest'"):
+        make_balancer("fastest", 2)
+    with pytest.raises(InvalidArgument, match="windw"):
+        make_balancer({"kind": "token-bucket", "windw": 3}, 2)
+    with pytest.raises(InvalidArgument, match="window"):
+        make_balancer({"window": 0}, 2)
+    with pytest.raises(InvalidArgument, match="threshold"):
+        make_balancer({"threshold": -1}, 2)
+    with pytest.raises(InvalidArgument, match="at least one worker"):
+        make_balancer("home", 0)
+
+
+def _imbalance(kind, loads_per_batch, placement):
+    b = make_balancer(kind, placement.n_workers)
+    rows = np.zeros(placement.n_workers)
+    for batch in loads_per_batch:
+        for e, w in b.assign(batch, lambda e: placement.replicas_of((0, e))).items():
+            rows[w] += batch[e][1]
+    return rows.max() / rows.mean()
+
+
+def test_token_bucket_spreads_zipf_skewed_load_better_than_home_only():
+    rng = np.random.default_rng(0)
+    n_exp, n_workers = 16, 4
+    p = 1.0 / np.arange(1, n_exp + 1) ** 1.2
+    p /= p.sum()
+    batches = []
+    for _ in range(50):
+        counts = np.bincount(rng.choice(n_exp, size=256, p=p), minlength=n_exp)
+        batches.append({e: (float(c) / 2, int(c)) for e, c in enumerate(counts) if c})
+    placement = plan({0: range(n_exp)}, n_workers, replicas=8,
+                     loads={0: {e: float(p[e]) for e in range(n_exp)}})
+    tb = _imbalance("token-bucket", batches, placement)
+    home = _imbalance("home", batches, placement)
+    assert tb < home
+    assert tb < 1.25
