@@ -1,0 +1,141 @@
+"""The stress config file: `model`, `pool`, `routing`, `demo` (shared schema) plus `stress:`.
+
+Role in the data flow: `colibri stress CONFIG` -> `load_stress_config(path)` ->
+StressConfig, or a ConfigError naming file:line:column and the key path. The
+shared sections are validated by colibri_dist.config (same rules as jobs and the
+pool service); this module only adds the schema of the `stress:` section.
+"""
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ... import config as C
+from ...errors import ConfigError
+
+
+@dataclass
+class EventSpec:
+    """A recurring event: first at `first_s`, then every `every_s` (0 = once)."""
+    enabled: bool = True
+    first_s: float = 1.0
+    every_s: float = 0.0
+    duration_s: float = 0.0
+
+
+@dataclass
+class FaultsSection:
+    corrupt_spill: Optional[EventSpec] = None
+    enospc: Optional[EventSpec] = None
+    slow_source: Optional[EventSpec] = None
+    kill_worker: Optional[EventSpec] = None
+    remove_node: Optional[EventSpec] = None
+    truncate_segment: Optional[EventSpec] = None
+
+
+@dataclass
+class ClusterSection:
+    nodes: int = 1                  # 1 = one local Ray; >1 = that many raylets (ray.cluster_utils.Cluster)
+    cpus_per_node: int = 2
+
+
+@dataclass
+class StressSection:
+    duration_s: float = 60.0
+    max_batches: Optional[int] = None
+    streams: int = 3
+    batch_tokens: int = 64
+    zipf_s: float = 1.1
+    shift_every: int = 20           # batches of a stream between hot-set shifts
+    noise: float = 0.25
+    seed: int = 0
+    cache_fraction: float = 0.05    # total RAM budget over all workers / expert bytes (pool.cache_bytes null)
+    offload_fs: str = C._enum("auto", "loop", "tmpfs", "dir", default="auto")
+    offload_fs_bytes: C.Size = 256 * 1024 ** 2
+    slow_source_ms: float = 20.0
+    rss_period_s: float = 0.5
+    rss_slack: C.Size = 96 * 1024 ** 2
+    hot_add: Optional[EventSpec] = None
+    hot_remove: Optional[EventSpec] = None
+    faults: FaultsSection = field(default_factory=FaultsSection)
+    cluster: ClusterSection = field(default_factory=ClusterSection)
+
+
+@dataclass
+class StressConfig:
+    model: Optional[str] = None
+    pool: C.PoolConfig = field(default_factory=C.PoolConfig)
+    routing: C.RoutingConfig = field(default_factory=C.RoutingConfig)
+    demo: C.DemoConfig = field(default_factory=C.DemoConfig)
+    stress: StressSection = field(default_factory=StressSection)
+    source: Optional[str] = field(default=None, metadata={"internal": True})
+
+
+def default_config_path():
+    """configs/offload-stress.yaml shipped inside the package."""
+    return os.path.join(os.path.dirname(__file__), "..", "..", "configs", "offload-stress.yaml")
+
+
+def load_stress_config(path=None, text=None):
+    """Load and validate a stress config (default: the packaged offload-stress.yaml)."""
+    source = os.path.normpath(os.fspath(path or default_config_path()))
+    text = C._read(source) if text is None else text
+    node = C._compose(text, source)
+    cfg = C._build_dataclass(StressConfig, node, source, "")
+    at = C._Locator(source, node)
+    C._validate_pool(cfg.pool, at)
+    _validate_stress(cfg, at)
+    base = os.path.dirname(os.path.abspath(source))
+    C._resolve_common(cfg, base)
+    C._resolve_paths(cfg.demo, base, ["cache_dir"])
+    cfg.source = source
+    return cfg
+
+
+def _validate_stress(cfg, at):
+    s = cfg.stress
+    C._check_positive(s, ["streams", "batch_tokens", "shift_every", "max_batches"], at, "stress")
+    C._check_positive(s.cluster, ["nodes", "cpus_per_node"], at, "stress.cluster")
+    for name in ("duration_s", "rss_period_s"):
+        if getattr(s, name) <= 0:
+            C._fail(at(f"stress.{name}"), f"stress.{name}", f"expected a positive number, got {getattr(s, name)}")
+    if not 0 < s.cache_fraction <= 1:
+        C._fail(at("stress.cache_fraction"), "stress.cache_fraction",
+                f"expected a number in (0, 1], got {s.cache_fraction}")
+    for name in ("zipf_s", "noise", "slow_source_ms"):
+        if getattr(s, name) < 0:
+            C._fail(at(f"stress.{name}"), f"stress.{name}", f"expected a number >= 0, got {getattr(s, name)}")
+    for path, spec in _event_specs(s):
+        for name in ("first_s", "every_s", "duration_s"):
+            if getattr(spec, name) < 0:
+                C._fail(at(f"{path}.{name}"), f"{path}.{name}", f"expected seconds >= 0, got {getattr(spec, name)}")
+    if s.faults.remove_node and s.faults.remove_node.enabled and s.cluster.nodes < 2:
+        C._fail(at("stress.faults.remove_node"), "stress.faults.remove_node",
+                "needs stress.cluster.nodes >= 2 (a node can only be removed from a multi-raylet cluster)")
+    if cfg.pool.workers < 1:
+        C._fail(at("pool.workers"), "pool.workers", "the stress run drives a Ray pool: expected >= 1")
+
+
+def _event_specs(s):
+    for name in ("hot_add", "hot_remove"):
+        if getattr(s, name) is not None:
+            yield f"stress.{name}", getattr(s, name)
+    for name in FaultsSection.__dataclass_fields__:
+        if getattr(s.faults, name) is not None:
+            yield f"stress.faults.{name}", getattr(s.faults, name)
+
+
+def enabled_events(s):
+    """[(kind, EventSpec)] of every enabled fault and expert-table event of a StressSection."""
+    out = []
+    for path, spec in _event_specs(s):
+        if spec.enabled:
+            out.append((path.rsplit(".", 1)[1], spec))
+    return out
+
+
+def as_plain(cfg):
+    """StressConfig -> dict for the report."""
+    return C.as_dict(cfg)
+
+
+__all__ = ["StressConfig", "StressSection", "load_stress_config", "ConfigError", "enabled_events"]
