@@ -1,0 +1,109 @@
+"""Where a job's MoE layers run: the Ray Pool or the in-process Engine, behind one small interface.
+
+Role in the data flow: the runner opens an executor from the config
+(`pool.workers: 0` or `job.executor: engine` = in-process Engine, else a Pool),
+and the job kinds call `route(layer, x)` and `moe_forward(layer, x)` on it.
+`stats()` returns one normalized shape whatever runs underneath:
+    {"cache": {hits, misses, evictions, bytes_loaded},
+     "workers": [{"id", "tokens", "experts", "cpus", "node"}], "retries": int}
+"""
+import os
+
+CACHE_KEYS = ("hits", "misses", "evictions", "bytes_loaded")
+
+
+def uses_pool(cfg):
+    return cfg.job.executor == "pool" and cfg.pool.workers > 0
+
+
+def open_executor(cfg, model_path, offload_dir):
+    """An EngineExecutor or PoolExecutor for this job config (offload_dir already resolved)."""
+    if uses_pool(cfg):
+        return PoolExecutor(cfg, model_path, offload_dir)
+    return EngineExecutor(cfg, model_path, offload_dir)
+
+
+class EngineExecutor:
+    kind = "engine"
+
+    def __init__(self, cfg, model_path, offload_dir):
+        from ..engine import Engine
+        threads = cfg.job.threads or cfg.pool.threads_per_worker
+        self.engine = Engine(model_path, threads=threads, cache_bytes=cfg.pool.cache_bytes,
+                             offload_dir=offload_dir, policy=cfg.pool.policy)
+        self.cpus = threads or os.cpu_count() or 1
+        self.work = 0
+        self.experts_seen = set()
+
+    def route(self, layer, x):
+        return self.engine.route(layer, x)
+
+    def moe_forward(self, layer, x):
+        self.work += len(x)
+        return self.engine.moe_forward(layer, x)
+
+    def stats(self):
+        raw = self.engine.stats()
+        cache = _cache_of(raw)
+        worker = {"id": "engine", "tokens": self.work, "experts": _count_experts(raw),
+                  "cpus": self.cpus, "node": 0}
+        return {"cache": cache, "workers": [worker], "retries": 0, "raw": raw}
+
+    def close(self):
+        self.engine.close()
+
+
+class PoolExecutor:
+    kind = "pool"
+
+    def __init__(self, cfg, model_path, offload_dir):
+        from ..pool import Pool
+        p = cfg.pool
+        self.pool = Pool(model_path, workers=p.workers, ray_address=p.ray_address, cache_bytes=p.cache_bytes,
+                         offload_dir=offload_dir, replicas=p.replicas, balancer=p.balancer.kind,
+                         threads_per_worker=p.threads_per_worker, policy=p.policy,
+                         numa=p.numa if p.numa.enabled else None, name=p.name,
+                         routing_policy=cfg.routing.policy)
+
+    def route(self, layer, x):
+        return self.pool.route(layer, x)
+
+    def moe_forward(self, layer, x):
+        return self.pool.moe_forward(layer, x)
+
+    def stats(self):
+        raw = self.pool.stats()
+        workers = [_worker_of(i, w) for i, w in enumerate(_workers_list(raw))]
+        cache = _cache_of(raw) if "cache" in raw else _sum_caches(_workers_list(raw))
+        return {"cache": cache, "workers": workers, "retries": int(raw.get("retries", 0) or 0), "raw": raw}
+
+    def close(self):
+        self.pool.shutdown()
+
+
+def _cache_of(raw):
+    cache = raw.get("cache", raw) if isinstance(raw, dict) else {}
+    return {k: int(cache.get(k, 0) or 0) for k in CACHE_KEYS}
+
+
+def _sum_caches(workers):
+    total = dict.fromkeys(CACHE_KEYS, 0)
+    for w in workers:
+        for k, v in _cache_of(w).items():
+            total[k] += v
+    return total
+
+
+def _workers_list(raw):
+    workers = raw.get("workers", [])
+    return list(workers.values()) if isinstance(workers, dict) else list(workers)
+
+
+def _count_experts(raw):
+    value = raw.get("experts", raw.get("resident", 0)) if isinstance(raw, dict) else 0
+    return len(value) if isinstance(value, (list, tuple, set, dict)) else int(value or 0)
+
+
+def _worker_of(i, w):
+    return {"id": w.get("id", w.get("name", i)), "tokens": int(w.get("tokens", w.get("rows", 0)) or 0),
+            "experts": _count_experts(w), "cpus": w.get("cpus"), "node": w.get("node")}

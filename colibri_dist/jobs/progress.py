@@ -1,0 +1,67 @@
+"""Job progress: a tqdm bar on a terminal, plain timestamped log lines otherwise.
+
+Role in the data flow: the runner creates one `JobProgress(total_tokens, ...)`
+and calls `advance(tokens, hit_rate)` after each batch; it shows tokens,
+tokens/s, ETA and the cache hit rate. `report.progress` picks the mode:
+auto (bar on a tty, log lines when piped), bar, log or none.
+"""
+import sys
+import time
+
+
+def choose_mode(setting, stream=None):
+    stream = stream or sys.stderr
+    if setting != "auto":
+        return setting
+    return "bar" if hasattr(stream, "isatty") and stream.isatty() else "log"
+
+
+class JobProgress:
+    def __init__(self, total_tokens, done_tokens=0, mode="auto", log_every_s=5.0, stream=None):
+        self.stream = stream or sys.stderr
+        self.mode = choose_mode(mode, self.stream)
+        self.total = total_tokens
+        self.done = done_tokens
+        self.start_done = done_tokens
+        self.log_every_s = log_every_s
+        self.t0 = time.perf_counter()
+        self.last_log = self.t0
+        self.bar = None
+        if self.mode == "bar":
+            from tqdm import tqdm
+            self.bar = tqdm(total=total_tokens, initial=done_tokens, unit="tok", unit_scale=True,
+                            file=self.stream, dynamic_ncols=True, desc="colibri run")
+
+    def advance(self, tokens, hit_rate=None):
+        self.done += tokens
+        if self.bar is not None:
+            if hit_rate is not None:
+                self.bar.set_postfix_str(f"cache hit {hit_rate:.1%}", refresh=False)
+            self.bar.update(tokens)
+        elif self.mode == "log":
+            now = time.perf_counter()
+            if now - self.last_log >= self.log_every_s or self.done >= self.total:
+                self.last_log = now
+                self.log_line(hit_rate)
+
+    def log_line(self, hit_rate=None):
+        elapsed = time.perf_counter() - self.t0
+        rate = (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 else float("nan")
+        hit = "n/a" if hit_rate is None else f"{hit_rate:.1%}"
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        print(f"[{time.strftime('%H:%M:%S')}] {self.done}/{self.total} tokens ({pct:.0f}%), "
+              f"{rate:,.0f} tok/s, ETA {eta:.0f}s, cache hit {hit}", file=self.stream, flush=True)
+
+    def message(self, text):
+        if self.mode == "none":
+            return
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -1,0 +1,113 @@
+"""The batch-job runner behind `colibri run`: shards in, outputs + report.json + report.html out.
+
+Role in the data flow:
+    config -> (demo model/dataset if `model: null`) -> open model -> job kind -> plan shards
+    -> manifest (resume: skip shards already written) -> executor (Pool or Engine)
+    -> per shard: batches through the kind, atomic output write, manifest update
+    -> report (json, html, summary table)
+Re-running into the same output dir resumes at the first incomplete shard.
+"""
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from ..errors import InvalidArgument
+from . import report as report_mod
+from .executors import open_executor
+from .metrics import Meter
+from .moe_layer import MoeLayer
+from .progress import JobProgress
+from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
+from .token_classification import TokenClassification, find_tokenizer
+
+KINDS = {"token-classification": TokenClassification, "moe-layer": MoeLayer}
+DEFAULT_OUT = "colibri-out"
+
+
+def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, stream=None):
+    """Run (or resume) the job described by a JobConfig; returns the report dict."""
+    stream = stream or sys.stderr
+    out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
+    os.makedirs(out_dir, exist_ok=True)
+    log = _logger(cfg, stream)
+    model_path, input_spec, tokenizer = resolve_sources(cfg, log)
+    from ..format.reader import open_model
+    with open_model(model_path) as model:
+        kind = KINDS[cfg.job.kind](cfg, model, model_path, find_tokenizer(cfg.job, model_path) or tokenizer)
+        paths = discover_inputs(input_spec, kind.input_exts)
+        shards = plan_shards(paths, kind.count_rows, cfg.job.shard_rows)
+        signature = job_signature(cfg, model_path, paths, kind)
+        manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
+        clean_temp_files(out_dir)
+        pending = [s for s in shards if not manifest.is_done(s.name)]
+        if len(pending) < len(shards):
+            log(f"resuming in {out_dir}: {len(shards) - len(pending)} of {len(shards)} shards already written")
+        report = _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor_factory, stream)
+    return report
+
+
+def resolve_sources(cfg, log):
+    """-> (model path, input spec, tokenizer path or None); builds the demo when `model: null`."""
+    if cfg.model is not None:
+        if not os.path.exists(cfg.model):
+            raise InvalidArgument(f"model: {cfg.model}: no such file")
+        return cfg.model, cfg.job.input, None
+    from .demo_model import ensure_demo
+    art = ensure_demo(cfg.demo, log=log)
+    return art.model, cfg.job.input or art.data_dir, art.tokenizer
+
+
+def job_signature(cfg, model_path, paths, kind):
+    """What decides the outputs' content: changing it makes an old output dir unusable for resume."""
+    st = os.stat(model_path)
+    files = [[os.path.abspath(p), os.path.getsize(p)] for p in paths]
+    return {"kind": cfg.job.kind, "model": os.path.abspath(model_path), "model_bytes": st.st_size,
+            "model_mtime_ns": st.st_mtime_ns, "inputs": files, "shard_rows": cfg.job.shard_rows,
+            "kind_settings": kind.signature(),
+            "inputs_digest": hashlib.sha256(repr(files).encode()).hexdigest()[:16]}
+
+
+def _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor_factory, stream):
+    total_tokens = sum(info["tokens"] for info in manifest.done.values())
+    pending_tokens = sum(kind.count_tokens(s) for s in pending)
+    progress = JobProgress(total_tokens + pending_tokens, done_tokens=total_tokens,
+                           mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
+    offload_dir, made_offload = _offload_dir(cfg, out_dir)
+    t_start = time.perf_counter()
+    executor = executor_factory(cfg, model_path, offload_dir)
+    try:
+        startup_s = time.perf_counter() - t_start
+        meter = Meter(executor, kind.n_experts_by_layer(), heat=cfg.report.expert_heat)
+        for shard in pending:
+            name = kind.output_name(shard)
+            info = kind.run_shard(shard, meter, progress, os.path.join(out_dir, name))
+            manifest.mark_done(shard.name, dict(info, output=name))
+            meter.shards_written.append(shard.name)
+        final_stats = meter.finish()
+    finally:
+        progress.close()
+        executor.close()
+        if made_offload:
+            shutil.rmtree(offload_dir, ignore_errors=True)
+    rep = report_mod.build_report(cfg, meter, final_stats, manifest, executor.kind, startup_s, model_path)
+    report_mod.write_all(rep, meter, out_dir, cfg.report, stream)
+    return rep
+
+
+def _offload_dir(cfg, out_dir):
+    """pool.offload_dir, or a fresh temp dir inside the output dir (removed at the end) when a cache is set."""
+    if cfg.pool.offload_dir:
+        return cfg.pool.offload_dir, False
+    if cfg.pool.cache_bytes is None:
+        return None, False
+    return tempfile.mkdtemp(prefix=".offload-", dir=out_dir), True
+
+
+def _logger(cfg, stream):
+    def log(text):
+        if cfg.report.progress != "none":
+            print(f"colibri: {text}", file=stream, flush=True)
+    return log

@@ -1,0 +1,148 @@
+"""Input shards, atomic output writes and the resume manifest of a batch job.
+
+Role in the data flow: the runner asks `plan_shards` which units of work exist
+(an input file, or a row range of one when `job.shard_rows` is set), writes each
+unit's output with `atomic_write` (tmp file + fsync + rename + directory fsync,
+so a crash never leaves a partial output under its final name), and records it
+in the `Manifest` only after the rename. On a re-run, a shard counts as done only
+if the manifest says so AND its output file exists with the recorded size, so no
+row is lost or written twice.
+"""
+import glob
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+
+from ..errors import ConfigError, InvalidArgument
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Shard:
+    name: str          # output stem, unique in the job
+    path: str          # input file
+    start: int         # first row (inclusive)
+    stop: int          # last row (exclusive)
+
+    @property
+    def rows(self):
+        return self.stop - self.start
+
+
+def discover_inputs(spec, exts):
+    """A file, a directory (its files with one of `exts`, sorted) or a glob -> sorted list of files."""
+    if os.path.isdir(spec):
+        paths = [os.path.join(spec, n) for n in sorted(os.listdir(spec)) if n.endswith(exts)]
+    elif any(ch in spec for ch in "*?["):
+        paths = sorted(p for p in glob.glob(spec) if os.path.isfile(p))
+    elif os.path.isfile(spec):
+        paths = [spec]
+    else:
+        raise ConfigError(f"job.input: {spec}: no such file or directory")
+    if not paths:
+        raise ConfigError(f"job.input: {spec}: no input files ending in {' or '.join(exts)}")
+    return paths
+
+
+def plan_shards(paths, count_rows, shard_rows=None):
+    """Split every input into shards of at most `shard_rows` rows (None = one shard per file)."""
+    shards, stems = [], {}
+    for path in paths:
+        stem = os.path.splitext(os.path.basename(path))[0]
+        if stem in stems:
+            stem = f"{stem}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+        stems[stem] = path
+        n = count_rows(path)
+        step = shard_rows or max(n, 1)
+        for i, start in enumerate(range(0, max(n, 1), step)):
+            name = stem if shard_rows is None else f"{stem}.part{i:05d}"
+            shards.append(Shard(name, path, start, min(start + step, n)))
+    return shards
+
+
+def fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, write, mode="wb"):
+    """Call write(fileobj) on a temp file beside `path`, fsync it, then rename it into place."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, mode) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+
+
+def clean_temp_files(out_dir):
+    """Remove temp files a killed run left behind (they were never renamed, so never counted)."""
+    for name in os.listdir(out_dir):
+        path = os.path.join(out_dir, name)
+        if name.startswith(".") and ".tmp-" in name and os.path.isfile(path):
+            os.unlink(path)
+        elif name.startswith(".offload-") and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)   # a killed run's offload tier
+
+
+class Manifest:
+    """`manifest.json` in the output dir: the job's signature and the shards already written."""
+
+    def __init__(self, out_dir, signature, shard_names):
+        self.path = os.path.join(out_dir, MANIFEST)
+        self.signature = signature
+        self.shard_names = list(shard_names)
+        self.done = {}
+
+    @classmethod
+    def open(cls, out_dir, signature, shard_names, restart=False):
+        manifest = cls(out_dir, signature, shard_names)
+        if os.path.exists(manifest.path) and not restart:
+            manifest._load_existing(out_dir)
+        manifest.save()
+        return manifest
+
+    def _load_existing(self, out_dir):
+        try:
+            with open(self.path) as fh:
+                old = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise InvalidArgument(f"{self.path}: unreadable resume manifest ({exc}); "
+                                  f"use a new --out or pass --restart") from None
+        if old.get("signature") != self.signature or old.get("shards") != self.shard_names:
+            raise InvalidArgument(f"{out_dir} holds the output of a different job (config, model or inputs "
+                                  f"changed); use a new --out or pass --restart to overwrite it")
+        for name, info in old.get("done", {}).items():
+            out = os.path.join(out_dir, info.get("output", ""))
+            if os.path.isfile(out) and os.path.getsize(out) == info.get("bytes"):
+                self.done[name] = info
+
+    def is_done(self, name):
+        return name in self.done
+
+    def mark_done(self, name, info):
+        self.done[name] = info
+        self.save()
+
+    def save(self):
+        data = {"signature": self.signature, "shards": self.shard_names, "done": self.done,
+                "complete": len(self.done) == len(self.shard_names)}
+        atomic_write(self.path, lambda fh: fh.write(json.dumps(data, indent=1).encode()))

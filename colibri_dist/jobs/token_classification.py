@@ -1,0 +1,166 @@
+"""Job kind `token-classification`: JSONL token ids (or text) in, per-token class probabilities JSONL out.
+
+Role in the data flow: for each shard the runner calls `run_shard`; rows are
+parsed (token ids from `job.ids_field`, or `job.text_field` tokenized with the
+model's own tokenizer.json), flattened into batches of `job.batch_tokens`
+tokens, run through embeddings -> MoE layers (on the executor, with RMSNorm and
+residual here) -> class head, and written as one JSONL line per input row:
+    {"id": ..., "pred": [class per token], "probs": [[p per class] per token]}
+Tokens are independent in this model (no attention), so batches may split rows.
+"""
+import json
+import os
+
+import numpy as np
+
+from ..errors import ConfigError, FormatError, InvalidArgument
+from .dense import ClassifierHead, rmsnorm
+from .shards import atomic_write
+
+
+class TokenClassification:
+    input_exts = (".jsonl",)
+
+    def __init__(self, cfg, model, model_path, tokenizer_path=None):
+        self.job = cfg.job
+        self.model = model
+        eps = (getattr(model.config, "extra", None) or {}).get("rms_norm_eps", 1e-5)
+        self.head = ClassifierHead(model, model_path, eps)
+        self.tokenizer_path = tokenizer_path
+        self._tokenizer = None
+
+    def signature(self):
+        j = self.job
+        return {"input_format": j.input_format, "ids_field": j.ids_field, "text_field": j.text_field,
+                "id_field": j.id_field, "tokenizer": self.tokenizer_path}
+
+    def output_name(self, shard):
+        return f"{shard.name}.jsonl"
+
+    def n_experts_by_layer(self):
+        return {l: self.model.config.n_experts for l in self.model.moe_layers}
+
+    # ------------------------------------------------------------ reading
+
+    def count_rows(self, path):
+        with open(path, "rb") as fh:
+            return sum(1 for line in fh if line.strip())
+
+    def read_rows(self, shard):
+        """-> list of (row_id, ids int64[n], labels int64[n] | None) for the shard's row range."""
+        rows, index = [], -1
+        with open(shard.path, encoding="utf-8") as fh:
+            for line_no, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                index += 1
+                if index < shard.start:
+                    continue
+                if index >= shard.stop:
+                    break
+                rows.append(self._parse_row(line, f"{shard.path}:{line_no}", index))
+        return rows
+
+    def count_tokens(self, shard):
+        return sum(len(ids) for _, ids, _ in self.read_rows(shard))
+
+    def _parse_row(self, line, where, index):
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise FormatError(f"{where}: not valid JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise FormatError(f"{where}: expected a JSON object per line, got {type(obj).__name__}")
+        ids = self._ids_of(obj, where)
+        labels = obj.get("labels")
+        if labels is not None and (not isinstance(labels, list) or len(labels) != len(ids)):
+            raise FormatError(f"{where}: 'labels' must be a list as long as the tokens ({len(ids)})")
+        row_id = obj.get(self.job.id_field, index)
+        return row_id, ids, (np.asarray(labels, dtype=np.int64) if labels is not None else None)
+
+    def _ids_of(self, obj, where):
+        fmt, j = self.job.input_format, self.job
+        if fmt in ("auto", "ids") and j.ids_field in obj:
+            ids = obj[j.ids_field]
+            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise FormatError(f"{where}: '{j.ids_field}' must be a list of integer token ids")
+            arr = np.asarray(ids, dtype=np.int64)
+        elif fmt in ("auto", "text") and j.text_field in obj:
+            if not isinstance(obj[j.text_field], str):
+                raise FormatError(f"{where}: '{j.text_field}' must be a string")
+            arr = np.asarray(self.tokenizer().encode(obj[j.text_field]).ids, dtype=np.int64)
+        else:
+            wanted = {"auto": f"'{j.ids_field}' or '{j.text_field}'", "ids": f"'{j.ids_field}'",
+                      "text": f"'{j.text_field}'"}[fmt]
+            raise FormatError(f"{where}: row has no {wanted} field")
+        bad = (arr < 0) | (arr >= self.head.vocab_size)
+        if bad.any():
+            raise FormatError(f"{where}: token id {int(arr[bad][0])} out of range for vocab size "
+                              f"{self.head.vocab_size}")
+        return arr
+
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.tokenizer_path)
+        return self._tokenizer
+
+    # ------------------------------------------------------------ running
+
+    def run_shard(self, shard, meter, progress, out_path):
+        rows = self.read_rows(shard)
+        ids = np.concatenate([r[1] for r in rows]) if rows else np.zeros(0, dtype=np.int64)
+        probs = np.zeros((len(ids), self.head.classes), dtype=np.float32)
+        step = self.job.batch_tokens
+        for start in range(0, len(ids), step):
+            stop = min(start + step, len(ids))
+            with meter.batch(stop - start):
+                probs[start:stop] = self.forward(ids[start:stop], meter)
+            progress.advance(stop - start, meter.hit_rate())
+        nbytes = self._write(rows, probs, out_path, meter)
+        return {"rows": len(rows), "tokens": int(len(ids)), "bytes": nbytes}
+
+    def forward(self, ids, meter):
+        h = self.head.embed_ids(ids)
+        for layer in self.model.moe_layers:
+            x = rmsnorm(h, self.head.layer_norms[layer], self.head.eps)
+            h = h + meter.moe_forward(layer, x)
+        return self.head.probs(h)
+
+    def _write(self, rows, probs, out_path, meter):
+        lines, offset = [], 0
+        for row_id, ids, labels in rows:
+            p = probs[offset:offset + len(ids)]
+            offset += len(ids)
+            pred = p.argmax(axis=1)
+            if labels is not None:
+                meter.add_accuracy(np.sum(pred == labels), len(labels))
+            lines.append(json.dumps({"id": row_id, "pred": pred.tolist(),
+                                     "probs": [[float(v) for v in tok] for tok in p]}))
+        data = ("\n".join(lines) + ("\n" if lines else "")).encode()
+        atomic_write(out_path, lambda fh: fh.write(data))
+        return len(data)
+
+
+def load_tokenizer(path):
+    if path is None or not os.path.isfile(path):
+        raise ConfigError(f"job.tokenizer: text input needs the model's tokenizer.json, but "
+                          f"{path or 'none'} was found (set job.tokenizer, or put tokenizer.json beside the "
+                          f"model, or feed token ids in '{'input_ids'}')")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise InvalidArgument("text input needs the `tokenizers` package (pip install tokenizers), "
+                              "or feed token ids instead") from None
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as exc:   # the tokenizers library raises plain Exception subclasses
+        raise FormatError(f"{path}: cannot load tokenizer: {exc}") from None
+
+
+def find_tokenizer(job, model_path):
+    """job.tokenizer, else tokenizer.json beside the model file (or inside it, if the model is a directory)."""
+    if job.tokenizer:
+        return job.tokenizer
+    base = model_path if os.path.isdir(model_path) else os.path.dirname(os.path.abspath(model_path))
+    candidate = os.path.join(base, "tokenizer.json")
+    return candidate if os.path.isfile(candidate) else None
