@@ -1,0 +1,171 @@
+"""convert(src_dir, dst, experts="int8"): Hugging Face safetensors checkpoint -> .colibri.
+
+Role in the data flow: the way models enter colibri. It reads config.json,
+picks the family (families.py), checks up front that every MoE tensor exists
+with the right shape (so a bad checkpoint fails before a byte is written),
+then streams: per MoE layer the router (f32), the correction bias, the shared
+gate, the shared expert blob and each expert blob (pack_expert, one expert in
+memory at a time), and finally every other tensor copied as it comes in
+bounded chunks. The writer makes the file appear only when complete.
+"""
+import json
+import os
+
+import numpy as np
+
+from ..errors import FormatError, InvalidArgument
+from . import spec
+from .families import detect
+from .hf_source import SafetensorsSource, storage_dtype
+from .layout import SCHEMES
+from .progress import bar
+from .writer import ContainerWriter
+
+
+def convert(src_dir, dst, experts="int8", progress=True):
+    if experts not in SCHEMES:
+        raise InvalidArgument(f"unknown expert scheme {experts!r}; choose from {', '.join(SCHEMES)}")
+    src_dir, dst = os.fspath(src_dir), os.fspath(dst)
+    config_path = os.path.join(src_dir, "config.json")
+    try:
+        hf = json.load(open(config_path, encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"{config_path}: cannot read the model config ({exc})") from exc
+    family = detect(hf, config_path)
+    cfg = family.model_config(hf, experts)
+    source = SafetensorsSource(src_dir)
+    try:
+        plan = [plan_layer(family, cfg, source, layer) for layer in cfg.moe_layers]
+        with ContainerWriter(dst) as writer, \
+                bar(total=source.total_bytes(), desc="convert", enabled=progress) as pbar:
+            for lp in plan:
+                write_layer(writer, cfg, source, lp, pbar)
+            used = {n for lp in plan for n in lp.sources}
+            for name in sorted(set(source.refs) - used):
+                copy_dense(writer, source, name, pbar)
+            writer.finish(cfg.header_fields(), _meta(hf, src_dir, family, cfg))
+    finally:
+        source.close()
+    return dst
+
+
+class LayerPlan:
+    """Resolved source names for one MoE layer (per-expert or fused layout)."""
+
+    def __init__(self, layer, prefix):
+        self.layer, self.prefix = layer, prefix
+        self.router = self.bias = self.shared = self.shared_gate = None
+        self.per_expert = None     # list of (gate, up, down) names
+        self.fused = None          # (gate_up, down) names
+        self.sources = []
+
+
+def plan_layer(family, cfg, source, layer):
+    prefixes = [family.layer_prefix(layer, p) for p in family.prefixes]
+    p = next((q for q in prefixes if f"{q}.gate.weight" in source), None)
+    if p is None:
+        raise FormatError(f"{source.dir}: checkpoint is missing tensor {prefixes[0] + '.gate.weight'!r} "
+                          f"(router of MoE layer {layer})")
+    lp = LayerPlan(layer, p)
+    lp.router = f"{p}.gate.weight"
+    _check_shape(source, lp.router, (cfg.n_experts, cfg.hidden))
+    lp.bias = family.bias_name(p)
+    if lp.bias:
+        _check_shape(source, lp.bias, (cfg.n_experts,))
+    lp.shared, lp.shared_gate = family.shared_names(p), family.shared_gate_name(p)
+    if lp.shared:
+        _check_expert_shapes(source, lp.shared, cfg.shared_inter, cfg.hidden)
+    if lp.shared_gate:
+        _check_shape(source, lp.shared_gate, (1, cfg.hidden))
+    gate_up, down = family.fused_names(p)
+    if family.per_expert_names(p, 0)[0] in source or gate_up not in source:
+        lp.per_expert = [family.per_expert_names(p, e) for e in range(cfg.n_experts)]
+        for names in lp.per_expert:
+            _check_expert_shapes(source, names, cfg.inter, cfg.hidden)
+    else:
+        lp.fused = (gate_up, down)
+        _check_shape(source, gate_up, (cfg.n_experts, 2 * cfg.inter, cfg.hidden))
+        _check_shape(source, down, (cfg.n_experts, cfg.hidden, cfg.inter))
+    lp.sources = [n for n in (lp.router, lp.bias, lp.shared_gate) if n] + list(lp.shared or ()) \
+        + [n for names in (lp.per_expert or [lp.fused]) for n in names]
+    return lp
+
+
+def _check_shape(source, name, shape):
+    ref = source.ref(name)
+    if tuple(ref.shape) != tuple(shape):
+        raise FormatError(f"{ref.file}: tensor {name!r} has shape {list(ref.shape)}, expected {list(shape)}")
+
+
+def _check_expert_shapes(source, names, inter, hidden):
+    for name, shape in zip(names, ((inter, hidden), (inter, hidden), (hidden, inter))):
+        _check_shape(source, name, shape)
+
+
+def write_layer(writer, cfg, source, lp, pbar):
+    L, p = lp.layer, lp.prefix
+    _small(writer, source, lp.router, (cfg.n_experts, cfg.hidden), spec.KIND_ROUTER, L, pbar)
+    if lp.bias:
+        _small(writer, source, lp.bias, (cfg.n_experts,), spec.KIND_BIAS, L, pbar)
+    if lp.shared_gate:
+        _small(writer, source, lp.shared_gate, (cfg.hidden,), spec.KIND_SHARED_GATE, L, pbar, (1, cfg.hidden))
+    if lp.shared:
+        mats = _read_expert(source, lp.shared, cfg.shared_inter, cfg.hidden)
+        _blob(writer, f"{p}.shared_expert", mats, cfg.scheme, spec.KIND_SHARED, L, -1)
+        pbar.update(sum(source.ref(n).nbytes for n in lp.shared))
+    for e in range(cfg.n_experts):
+        if lp.per_expert:
+            mats = _read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden)
+            src_bytes = sum(source.ref(n).nbytes for n in lp.per_expert[e])
+        else:
+            mats = _read_fused(source, lp.fused, e, cfg.inter, cfg.hidden)
+            src_bytes = sum(source.ref(n).nbytes for n in lp.fused) // cfg.n_experts
+        _blob(writer, f"{p}.experts.{e}", mats, cfg.scheme, spec.KIND_EXPERT, L, e)
+        pbar.update(src_bytes)
+
+
+def _small(writer, source, name, shape, kind, layer, pbar, src_shape=None):
+    data = source.read_f32(name, src_shape or shape).reshape(shape)
+    writer.add_tensor(name, data, spec.DTYPE_CODES["float32"], shape, kind, layer)
+    pbar.update(source.ref(name).nbytes)
+
+
+def _read_expert(source, names, inter, hidden):
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    return [source.read_f32(n, s) for n, s in zip(names, shapes)]
+
+
+def _read_fused(source, fused, e, inter, hidden):
+    gate_up = source.read_f32(fused[0], (2 * inter, hidden), index=e)
+    down = source.read_f32(fused[1], (hidden, inter), index=e)
+    return [gate_up[:inter], gate_up[inter:], down]
+
+
+def _blob(writer, name, mats, scheme, kind, layer, expert):
+    blob, layout = pack(mats[0], mats[1], mats[2], scheme)
+    writer.add_blob(name, blob, layout, kind, layer, expert)
+
+
+def pack(gate, up, down, scheme):
+    try:
+        from .quantize import pack_expert
+    except ImportError:   # TEMPORARY until format/quantize.py lands: f32 only
+        from ._f32pack import pack_expert
+    return pack_expert(np.ascontiguousarray(gate), np.ascontiguousarray(up),
+                       np.ascontiguousarray(down), scheme)
+
+
+def copy_dense(writer, source, name, pbar):
+    ref = source.ref(name)
+    dtype = storage_dtype(ref)
+    if len(ref.shape) > spec.MAX_NDIM:
+        raise FormatError(f"{ref.file}: tensor {name!r} has {len(ref.shape)} dims; "
+                          f".colibri stores at most {spec.MAX_NDIM}")
+    writer.add_tensor_stream(name, source.chunks(ref), dtype, ref.shape)
+    pbar.update(ref.nbytes)
+
+
+def _meta(hf, src_dir, family, cfg):
+    dense = [i for i in range(cfg.n_layers) if i not in cfg.moe_layers]
+    return {"source_config": hf, "source_dir": os.path.abspath(src_dir), "family": family.name,
+            "expert_scheme": cfg.scheme, "dense_layers": dense, "converter": "colibri_dist 0.1.0"}

@@ -1,0 +1,72 @@
+"""ModelConfig: the MoE-relevant model description stored in a .colibri header.
+
+Role in the data flow: built by convert.py from a Hugging Face config.json
+(via families.py), packed into the header by the writer, rebuilt by the reader
+from the header, and handed to routing/engine code. `gating` is a
+colibri_dist.native.Gating so the kernels take it as is.
+"""
+from dataclasses import dataclass, field
+
+from . import spec
+from .layout import SCHEMES
+
+
+def make_gating(kind, n_experts, top_k, n_group=1, topk_group=1, norm_topk_prob=True,
+                routed_scaling_factor=1.0):
+    """A native.Gating (or, while the native room is absent, a same-field dataclass)."""
+    try:
+        from ..native import Gating
+    except ImportError:
+        Gating = _Gating
+    return Gating(kind, n_experts, top_k, n_group=n_group, topk_group=topk_group,
+                  norm_topk_prob=norm_topk_prob, routed_scaling_factor=routed_scaling_factor)
+
+
+@dataclass(frozen=True)
+class _Gating:
+    kind: str
+    n_experts: int
+    top_k: int
+    n_group: int = 1
+    topk_group: int = 1
+    norm_topk_prob: bool = True
+    routed_scaling_factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    family: str
+    hidden: int
+    inter: int
+    n_experts: int
+    top_k: int
+    gating: object
+    n_layers: int
+    moe_layers: tuple
+    shared_inter: int = 0
+    shared_gate: bool = False
+    scheme: str = "f32"
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def header_fields(self):
+        g = self.gating
+        return dict(family=self.family, scheme=self.scheme, scheme_code=SCHEMES[self.scheme],
+                    hidden=self.hidden, inter=self.inter, n_experts=self.n_experts, top_k=self.top_k,
+                    n_layers=self.n_layers, n_moe_layers=len(self.moe_layers),
+                    shared_inter=self.shared_inter, shared_gate=int(self.shared_gate),
+                    gating_kind=spec.GATING_KINDS[g.kind], n_group=g.n_group, topk_group=g.topk_group,
+                    norm_topk_prob=int(bool(g.norm_topk_prob)),
+                    routed_scaling_factor=float(g.routed_scaling_factor),
+                    moe_mask=spec.moe_mask_bytes(self.moe_layers))
+
+    @classmethod
+    def from_header(cls, h, extra=None):
+        gating = make_gating(spec.GATING_NAMES[h["gating_kind"]], h["n_experts"], h["top_k"],
+                             n_group=h["n_group"], topk_group=h["topk_group"],
+                             norm_topk_prob=bool(h["norm_topk_prob"]),
+                             routed_scaling_factor=h["routed_scaling_factor"])
+        return cls(family=h["family"], hidden=h["hidden"], inter=h["inter"], n_experts=h["n_experts"],
+                   top_k=h["top_k"], gating=gating, n_layers=h["n_layers"],
+                   moe_layers=tuple(spec.moe_mask_layers(h["moe_mask"], h["n_layers"])),
+                   shared_inter=h["shared_inter"], shared_gate=bool(h["shared_gate"]),
+                   scheme=h["scheme"], extra=extra or {})

@@ -1,0 +1,201 @@
+"""open_model(path): the lazy, zero-copy .colibri reader.
+
+Role in the data flow: the engine and the expert store get everything from a
+Model: config, router/bias/shared tensors as numpy views into one read-only
+mmap, expert blobs either as mmap views (zero copy, unverified) or through
+read_expert (exactly one pread into a fresh 64-byte aligned buffer, CRC32
+checked). Opening validates the header, the table and every entry's bounds;
+checksums of tensor data are checked on demand (read_expert, verify()).
+"""
+import json
+import mmap
+import os
+
+import numpy as np
+
+from ..errors import FormatError, InvalidArgument
+from . import spec
+from .layout import ExpertLayout, DTYPE_NAMES
+from .model_config import ModelConfig
+from .validate import check_entries, check_header
+
+_NP_DTYPES = {0: np.float32, 1: np.float16, 2: np.uint16, 3: np.int8, 4: np.uint8,
+              5: np.int16, 6: np.int32, 7: np.int64, 8: np.float64, 9: np.bool_}
+
+
+def open_model(path):
+    return Model(path)
+
+
+class Model:
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._fd = None
+        self._mm = None
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        except OSError as exc:
+            raise FormatError(f"{self.path}: cannot open: {exc.strerror or exc}") from exc
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self):
+        size = os.fstat(self._fd).st_size
+        header = spec.unpack_header(os.pread(self._fd, spec.HEADER_SIZE, 0)) \
+            if size >= spec.HEADER_SIZE else None
+        check_header(self.path, header, size)
+        self._mm = mmap.mmap(self._fd, size, prot=mmap.PROT_READ)
+        self._buf = np.frombuffer(self._mm, dtype=np.uint8)
+        table = self._buf[header["table_offset"]:header["table_offset"] + header["table_count"] * spec.ENTRY_SIZE]
+        if spec.crc32(table) != header["table_crc"]:
+            raise FormatError(f"{self.path}: tensor table is damaged (checksum mismatch)")
+        meta = self._buf[header["meta_offset"]:header["meta_offset"] + header["meta_bytes"]]
+        if spec.crc32(meta) != header["meta_crc"]:
+            raise FormatError(f"{self.path}: metadata block is damaged (checksum mismatch)")
+        self.meta = json.loads(bytes(meta).decode("utf-8")) if len(meta) else {}
+        self.entries = [spec.Entry.unpack(bytes(table[i:i + spec.ENTRY_SIZE]))
+                        for i in range(0, len(table), spec.ENTRY_SIZE)]
+        self.header = header
+        self.config = ModelConfig.from_header(header, extra=self.meta)
+        self._by_name = {e.name: e for e in self.entries}
+        self._by_slot = {(e.kind, e.layer, e.expert): e for e in self.entries if e.kind != spec.KIND_TENSOR}
+        check_entries(self.path, self.config, self.entries, self._by_slot, header["table_offset"])
+
+    # -- lifecycle ------------------------------------------------------------
+    def close(self):
+        self._buf = None
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # numpy views still alive; the mapping goes away with them
+            self._mm = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        c = self.config
+        return (f"<colibri Model {self.path!r} {c.family} {len(c.moe_layers)} MoE layers x "
+                f"{c.n_experts} experts, {c.scheme}>")
+
+    # -- lookups --------------------------------------------------------------
+    @property
+    def moe_layers(self):
+        return list(self.config.moe_layers)
+
+    def _slot(self, kind, layer, expert=-1, required=True):
+        entry = self._by_slot.get((kind, layer, expert))
+        if entry is None and required:
+            if layer not in self.config.moe_layers:
+                raise InvalidArgument(f"{self.path}: layer {layer} is not a MoE layer "
+                                      f"(MoE layers: {list(self.config.moe_layers)})")
+            raise InvalidArgument(f"{self.path}: layer {layer} has no expert {expert} "
+                                  f"(experts 0..{self.config.n_experts - 1})")
+        return entry
+
+    def _view(self, entry):
+        dtype = _NP_DTYPES[entry.dtype]
+        count = entry.nbytes // np.dtype(dtype).itemsize
+        arr = np.frombuffer(self._mm, dtype=dtype, count=count, offset=entry.offset)
+        return arr.reshape(entry.shape) if entry.kind not in spec.BLOB_KINDS else arr
+
+    def expert_layout(self, layer, expert=0):
+        return _layout(self._slot(spec.KIND_EXPERT, layer, expert))
+
+    def expert_blob(self, layer, expert):
+        return self._view(self._slot(spec.KIND_EXPERT, layer, expert))
+
+    def expert_location(self, layer, expert):
+        e = self._slot(spec.KIND_EXPERT, layer, expert)
+        return e.offset, e.nbytes, e.crc32
+
+    def read_expert(self, layer, expert):
+        """One pread of the blob into a fresh aligned buffer, checksum verified."""
+        entry = self._slot(spec.KIND_EXPERT, layer, expert)
+        return self._read_blob(entry, f"layer {layer} expert {expert}")
+
+    def _read_blob(self, entry, what):
+        out = aligned_empty(entry.nbytes)
+        got = os.preadv(self._fd, [out], entry.offset)
+        if got != entry.nbytes:
+            raise FormatError(f"{self.path}: {what}: short read ({got} of {entry.nbytes} bytes)")
+        if spec.crc32(out) != entry.crc32:
+            raise FormatError(f"{self.path}: {what} is damaged (checksum mismatch at "
+                              f"offset {entry.offset}, {entry.nbytes} bytes)")
+        return out
+
+    def router(self, layer):
+        return self._view(self._slot(spec.KIND_ROUTER, layer))
+
+    def correction_bias(self, layer):
+        entry = self._slot(spec.KIND_BIAS, layer, required=False)
+        return None if entry is None else self._view(entry)
+
+    def shared_expert(self, layer):
+        entry = self._slot(spec.KIND_SHARED, layer, required=False)
+        return None if entry is None else (self._view(entry), _layout(entry))
+
+    def shared_gate(self, layer):
+        entry = self._slot(spec.KIND_SHARED_GATE, layer, required=False)
+        return None if entry is None else self._view(entry)
+
+    def tensor(self, name):
+        entry = self._by_name.get(name)
+        if entry is None:
+            raise InvalidArgument(f"{self.path}: no tensor named {name!r}")
+        return self._view(entry)   # bfloat16 tensors come back as their raw uint16 words
+
+    def tensor_names(self):
+        return [e.name for e in self.entries]
+
+    def bytes_by_dtype(self):
+        totals = {}
+        for e in self.entries:
+            key = f"expert:{_layout(e).scheme}" if e.kind in spec.BLOB_KINDS else spec.DTYPES[e.dtype]
+            totals[key] = totals.get(key, 0) + e.nbytes
+        return totals
+
+    # -- integrity ------------------------------------------------------------
+    def verify(self, progress=True):
+        """Check every entry's CRC32; FormatError listing every damaged tensor/expert."""
+        from .progress import bar
+        damaged = []
+        with bar(total=sum(e.nbytes for e in self.entries), desc="verify", unit="B",
+                 enabled=progress) as pbar:
+            for e in self.entries:
+                if spec.crc32(self._buf[e.offset:e.offset + e.nbytes]) != e.crc32:
+                    damaged.append(describe(e))
+                pbar.update(e.nbytes)
+        if damaged:
+            raise FormatError(f"{self.path}: {len(damaged)} damaged: " + "; ".join(damaged))
+        return True
+
+
+def describe(entry):
+    if entry.kind == spec.KIND_EXPERT:
+        return f"layer {entry.layer} expert {entry.expert}"
+    if entry.kind == spec.KIND_TENSOR:
+        return f"tensor {entry.name}"
+    return f"layer {entry.layer} {spec.KIND_NAMES[entry.kind]} ({entry.name})"
+
+
+def _layout(entry):
+    gate, up, down = entry.matrices
+    return ExpertLayout(gate=gate, up=up, down=down, nbytes=entry.nbytes, scheme=DTYPE_NAMES[gate.dtype])
+
+
+def aligned_empty(nbytes, align=64):
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + nbytes]

@@ -1,0 +1,138 @@
+"""Structural checks a reader runs at open: header, bounds, shapes, completeness.
+
+Role in the data flow: reader.py calls these before handing out any view, so a
+truncated, foreign, newer or inconsistent file fails with a FormatError naming
+the file (and the layer/expert/tensor) instead of producing garbage later.
+native/src/model.c performs the same checks in C.
+"""
+from ..errors import FormatError
+from . import spec
+from .layout import BLOB_ALIGN, DTYPE_NAMES, GROUP_SIZE
+
+
+def check_header(path, h, size):
+    if h is None:
+        raise FormatError(f"{path}: truncated: {size} bytes, smaller than the {spec.HEADER_SIZE}-byte header")
+    if h["magic"] != spec.MAGIC:
+        raise FormatError(f"{path}: not a .colibri file (magic {h['magic']!r}, expected {spec.MAGIC!r})")
+    if h["version"] > spec.VERSION:
+        raise FormatError(f"{path}: format version {h['version']} is newer than this reader "
+                          f"supports ({spec.VERSION}); upgrade colibri-dist")
+    if h["version"] < 1:
+        raise FormatError(f"{path}: invalid format version {h['version']}")
+    if h["computed_crc"] != h["header_crc"]:
+        raise FormatError(f"{path}: header is damaged (checksum mismatch)")
+    if h["header_size"] != spec.HEADER_SIZE or h["entry_size"] != spec.ENTRY_SIZE:
+        raise FormatError(f"{path}: unexpected header/entry size {h['header_size']}/{h['entry_size']}")
+    if h["flags"] != 0:
+        raise FormatError(f"{path}: unknown header flags {h['flags']:#x}")
+    if size < h["file_size"]:
+        raise FormatError(f"{path}: truncated: {size} bytes on disk, header says {h['file_size']}")
+    table_end = h["table_offset"] + h["table_count"] * spec.ENTRY_SIZE
+    if not (spec.DATA_START <= h["table_offset"] <= table_end <= h["meta_offset"]
+            and h["meta_offset"] + h["meta_bytes"] <= h["file_size"]):
+        raise FormatError(f"{path}: table or metadata out of bounds")
+    _check_config(path, h)
+
+
+def _check_config(path, h):
+    bad = []
+    if h["hidden"] <= 0 or h["inter"] <= 0 or h["n_experts"] <= 0:
+        bad.append("hidden/inter/n_experts must be positive")
+    if not 1 <= h["top_k"] <= max(h["n_experts"], 1):
+        bad.append(f"top_k {h['top_k']} outside 1..n_experts")
+    if not 0 < h["n_layers"] <= spec.MAX_LAYERS:
+        bad.append(f"n_layers {h['n_layers']} outside 1..{spec.MAX_LAYERS}")
+    if h["gating_kind"] not in spec.GATING_NAMES:
+        bad.append(f"unknown gating kind {h['gating_kind']}")
+    if h["scheme_code"] not in DTYPE_NAMES or DTYPE_NAMES[h["scheme_code"]] != h["scheme"]:
+        bad.append(f"unknown expert scheme {h['scheme']!r}/{h['scheme_code']}")
+    if h["n_group"] < 1 or h["topk_group"] < 1 or h["n_experts"] % h["n_group"]:
+        bad.append(f"bad grouping n_group={h['n_group']} topk_group={h['topk_group']}")
+    if bad:
+        raise FormatError(f"{path}: invalid model config: " + "; ".join(bad))
+
+
+def check_entries(path, cfg, entries, by_slot, data_end):
+    for e in entries:
+        _check_entry(path, cfg, e, data_end)
+    for layer in cfg.moe_layers:
+        _require(path, by_slot, spec.KIND_ROUTER, layer, -1, "router")
+        for x in range(cfg.n_experts):
+            _require(path, by_slot, spec.KIND_EXPERT, layer, x, f"expert {x}")
+        if cfg.shared_inter:
+            _require(path, by_slot, spec.KIND_SHARED, layer, -1, "shared expert")
+        if cfg.shared_gate:
+            _require(path, by_slot, spec.KIND_SHARED_GATE, layer, -1, "shared expert gate")
+
+
+def _require(path, by_slot, kind, layer, expert, what):
+    if (kind, layer, expert) not in by_slot:
+        raise FormatError(f"{path}: layer {layer}: {what} missing from the tensor table")
+
+
+def _check_entry(path, cfg, e, data_end):
+    where = f"{path}: {_where(e)}"
+    if e.dtype not in spec.DTYPES or e.kind not in spec.KIND_NAMES:
+        raise FormatError(f"{where}: unknown dtype {e.dtype} or kind {e.kind}")
+    if e.offset < spec.DATA_START or e.offset + e.nbytes > data_end or e.offset % spec.TENSOR_ALIGN:
+        raise FormatError(f"{where}: data [{e.offset}, +{e.nbytes}) out of bounds or misaligned")
+    if e.kind != spec.KIND_TENSOR and (e.layer not in cfg.moe_layers):
+        raise FormatError(f"{where}: layer {e.layer} is not a MoE layer")
+    if e.kind in spec.BLOB_KINDS:
+        _check_blob(where, cfg, e)
+        return
+    count = 1
+    for s in e.shape:
+        count *= s
+    if min(e.shape, default=1) < 0 or count * spec.DTYPE_SIZES[e.dtype] != e.nbytes:
+        raise FormatError(f"{where}: shape {e.shape} x {spec.DTYPES[e.dtype]} does not match {e.nbytes} bytes")
+    want = {spec.KIND_ROUTER: (cfg.n_experts, cfg.hidden), spec.KIND_BIAS: (cfg.n_experts,),
+            spec.KIND_SHARED_GATE: (cfg.hidden,)}.get(e.kind)
+    if want is not None and (e.shape != want or e.dtype != 0):
+        raise FormatError(f"{where}: expected float32 {want}, found {spec.DTYPES[e.dtype]} {e.shape}")
+
+
+def _check_blob(where, cfg, e):
+    if e.offset % BLOB_ALIGN:
+        raise FormatError(f"{where}: blob not {BLOB_ALIGN}-aligned")
+    if e.kind == spec.KIND_EXPERT and not 0 <= e.expert < cfg.n_experts:
+        raise FormatError(f"{where}: expert index outside 0..{cfg.n_experts - 1}")
+    inter = cfg.inter if e.kind == spec.KIND_EXPERT else cfg.shared_inter
+    shapes = ((inter, cfg.hidden), (inter, cfg.hidden), (cfg.hidden, inter))
+    for part, m, (rows, cols) in zip(("gate", "up", "down"), e.matrices, shapes):
+        if m.dtype not in DTYPE_NAMES or (m.rows, m.cols) != (rows, cols):
+            raise FormatError(f"{where}: {part} is {DTYPE_NAMES.get(m.dtype, m.dtype)} [{m.rows},{m.cols}], "
+                              f"expected [{rows},{cols}]")
+        for off, size in ((m.data_offset, m.data_bytes), (m.scale_offset, 4 * m.scale_count),
+                          (m.zero_offset, 4)):
+            if off != -1 and not (0 <= off and off + size <= e.nbytes):
+                raise FormatError(f"{where}: {part} part [{off}, +{size}) outside the {e.nbytes}-byte blob")
+        if m.data_offset < 0 or m.data_bytes != rows * cols * _ELEM[m.dtype] \
+                or m.scale_count != expected_scales(m) or (m.dtype >= 3) != (m.scale_offset >= 0) \
+                or (m.dtype == 7) != (m.zero_offset >= 0):
+            raise FormatError(f"{where}: {part} data/scale sizes inconsistent with "
+                              f"{DTYPE_NAMES[m.dtype]} [{rows},{cols}]")
+
+
+_ELEM = {0: 4, 1: 2, 2: 2, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}
+
+
+def expected_scales(m):
+    """Scale count a matrix of this cb_dtype must carry (colibri.h encodings)."""
+    if m.dtype < 3:
+        return 0
+    if m.dtype == 3:
+        return m.rows
+    if m.dtype == 7:
+        return 1
+    g = GROUP_SIZE[m.dtype]
+    return m.rows * ((m.cols + g - 1) // g)
+
+
+def _where(e):
+    if e.kind == spec.KIND_EXPERT:
+        return f"layer {e.layer} expert {e.expert}"
+    if e.kind == spec.KIND_TENSOR:
+        return f"tensor {e.name}"
+    return f"layer {e.layer} {spec.KIND_NAMES[e.kind]}"
