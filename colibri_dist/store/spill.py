@@ -1,0 +1,210 @@
+"""SSD offload tier: evicted experts spill to local files and come back with one read.
+
+Role in the data flow: ExpertStore writes an entry here when it evicts it from
+RAM (if an offload_dir was given) and looks here before going back to the
+source. One file per expert in a private directory under offload_dir:
+
+    [0, 4096)        header: magic, codec, raw length, stored length, crc32, layer, expert
+    [4096, ...)      payload: the blob, raw or zstd-compressed
+
+Files are written to a temp name and renamed, so a reader never sees half a
+file. The store keeps (length, crc32) of every file it wrote in memory, so a
+load is one pread of the payload (O_DIRECT with an aligned buffer where the
+filesystem allows, else buffered) plus a checksum check. A mismatch discards the
+file and reports it; the store then refetches from the source.
+
+Failures to write (disk full, unwritable dir) disable spilling with one warning:
+the store keeps serving from the source.
+"""
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import warnings
+import zlib
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from .buffers import PAGE, aligned_empty
+
+MAGIC = b"CBSPILL1"
+HEADER = struct.Struct("<8sIIQQIii")     # magic, codec, level, raw_len, stored_len, crc32, layer, expert
+CODECS = {None: 0, "none": 0, "zstd": 1}
+
+
+def checksum(buf):
+    return zlib.crc32(buf) & 0xFFFFFFFF
+
+
+def round_up(n, align=PAGE):
+    return (n + align - 1) // align * align
+
+
+class SpillCorrupt(Exception):
+    """A spill file failed its checksum (internal; the store counts and refetches)."""
+
+
+class SpillTier:
+    def __init__(self, offload_dir, compression=None, zstd_level=3, direct_io=True):
+        if compression not in CODECS:
+            raise InvalidArgument(f"compression must be None, 'none' or 'zstd', got {compression!r}")
+        self.codec = CODECS[compression]
+        self.zstd_level = int(zstd_level)
+        self.direct_io = direct_io
+        self._index = {}            # key -> (raw_len, stored_len, crc32)
+        self._lock = threading.Lock()
+        self._warned = False
+        self.enabled = False
+        self.spill_bytes = 0        # payload bytes written
+        self.disabled_reason = None
+        self._local = threading.local()
+        self.dir = None
+        try:
+            os.makedirs(offload_dir, exist_ok=True)
+            self.dir = tempfile.mkdtemp(prefix="colibri-spill-", dir=offload_dir)
+            self.enabled = True
+        except OSError as exc:
+            self._disable(f"offload dir {offload_dir!r} is not writable ({exc})")
+
+    # ---- codecs (one compressor object per thread: zstd contexts are not thread safe)
+    def _zstd(self):
+        import zstandard
+        loc = self._local
+        if not hasattr(loc, "cctx"):
+            loc.cctx = zstandard.ZstdCompressor(level=self.zstd_level)
+            loc.dctx = zstandard.ZstdDecompressor()
+        return loc.cctx, loc.dctx
+
+    def _disable(self, reason):
+        self.enabled = False
+        self.disabled_reason = reason
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"colibri store: spilling to SSD disabled, serving from the source: {reason}",
+                          RuntimeWarning, stacklevel=3)
+
+    def path(self, key):
+        layer, expert = key
+        return os.path.join(self.dir, f"L{layer}-E{expert}.spill")
+
+    def has(self, key):
+        with self._lock:
+            return key in self._index
+
+    # ---- write
+    def write(self, key, blob):
+        """Spill one blob (uint8). Returns True if the file is in place."""
+        if not self.enabled or self.has(key):
+            return False
+        payload = blob if self.codec == 0 else self._zstd()[0].compress(blob)
+        crc = checksum(blob)
+        header = HEADER.pack(MAGIC, self.codec, self.zstd_level, blob.nbytes, len(payload), crc, *key)
+        try:
+            self._write_file(self.path(key), header.ljust(PAGE, b"\0"), payload)
+        except OSError as exc:
+            self._disable(f"writing {self.path(key)} failed ({exc})")
+            return False
+        with self._lock:
+            self._index[key] = (blob.nbytes, len(payload), crc)
+            self.spill_bytes += len(payload)
+        return True
+
+    def _write_file(self, path, header, payload):
+        """temp + rename so a reader never sees a partial file (tests patch this)."""
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(header)
+                f.write(memoryview(payload))
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    # ---- read
+    def read(self, key, take_buffer):
+        """Blob for key or None if not spilled. take_buffer(nbytes) gives an
+        aligned buffer of at least round_up(nbytes) bytes. Raises SpillCorrupt
+        (after discarding the file) on a checksum mismatch."""
+        with self._lock:
+            meta = self._index.get(key)
+        if meta is None:
+            return None
+        raw_len, stored_len, crc = meta
+        try:
+            if self.codec == 0:
+                buf = take_buffer(raw_len)
+                self._pread(self.path(key), buf, stored_len)
+                blob = buf[:raw_len]
+            else:
+                scratch = aligned_empty(round_up(stored_len))
+                self._pread(self.path(key), scratch, stored_len)
+                buf = take_buffer(raw_len)
+                self._decompress(scratch[:stored_len], buf[:raw_len])
+                blob = buf[:raw_len]
+        except (OSError, ValueError, RuntimeError) as exc:
+            self.discard(key)
+            raise SpillCorrupt(f"{self.path(key)}: {exc}") from exc
+        if checksum(blob) != crc:
+            self.discard(key)
+            raise SpillCorrupt(f"{self.path(key)}: checksum mismatch")
+        return blob, buf
+
+    def _pread(self, path, buf, nbytes):
+        """Read payload bytes [PAGE, PAGE + nbytes) into buf with one read call."""
+        want = round_up(nbytes)
+        fd = self._open_direct(path) if self.direct_io else None
+        if fd is not None:
+            try:
+                got = os.preadv(fd, [memoryview(buf)[:want]], PAGE)
+            except OSError:
+                got = None
+            finally:
+                os.close(fd)
+            if got is not None and got >= nbytes:
+                return
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            got = os.preadv(fd, [memoryview(buf)[:nbytes]], PAGE)
+        finally:
+            os.close(fd)
+        if got != nbytes:
+            raise OSError(f"short read: {got} of {nbytes} bytes")
+
+    def _open_direct(self, path):
+        flag = getattr(os, "O_DIRECT", 0)
+        if not flag:
+            return None
+        try:
+            return os.open(path, os.O_RDONLY | flag)
+        except OSError:          # filesystem without O_DIRECT (tmpfs): buffered read
+            return None
+
+    def _decompress(self, payload, out):
+        reader = self._zstd()[1].stream_reader(memoryview(payload))
+        view, done = memoryview(out), 0
+        while done < out.nbytes:
+            n = reader.readinto(view[done:])
+            if n == 0:
+                raise ValueError(f"zstd payload decoded to {done} of {out.nbytes} bytes")
+            done += n
+
+    def discard(self, key):
+        with self._lock:
+            self._index.pop(key, None)
+        try:
+            os.unlink(self.path(key))
+        except OSError:
+            pass
+
+    def close(self):
+        with self._lock:
+            self._index.clear()
+        if self.dir and os.path.isdir(self.dir):
+            shutil.rmtree(self.dir, ignore_errors=True)
+        self.enabled = False
