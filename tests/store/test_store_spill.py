@@ -1,0 +1,103 @@
+"""SSD spill tier: round trip (raw and zstd), corruption, disk full, unwritable dir."""
+import errno
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from colibri_dist.store import ExpertStore
+from colibri_dist.store.spill import SpillTier
+
+KEYS = [(0, e) for e in range(6)] + [(1, e) for e in range(3)]
+
+
+def cycle(store, model, rounds=2):
+    for _ in range(rounds):
+        for key in KEYS:
+            with store.get(*key) as h:
+                assert np.array_equal(h.blob, model.blobs[key])
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_store_spill_round_trip(fake_model, tmp_path, compression):
+    with ExpertStore(fake_model, cache_bytes=2 * fake_model.nbytes, offload_dir=tmp_path / "off",
+                     compression=compression) as store:
+        cycle(store, fake_model, rounds=3)
+        st = store.stats()
+        assert st["ssd"]["hits"] > 0 and st["spill_bytes"] > 0
+        # every key is read from the source once; later misses come back from the spill tier
+        assert st["mmap"]["hits"] == len(KEYS)
+        assert st["ssd"]["hits"] + st["ssd"]["misses"] == st["ram"]["misses"]
+        assert st["checksum_failures"] == 0
+        spill_dir = store.spill.dir
+        assert len([f for f in os.listdir(spill_dir) if f.endswith(".spill")]) == len(KEYS)
+    assert not os.path.exists(spill_dir)
+
+
+def test_store_spill_zstd_shrinks_compressible_blobs(tmp_path):
+    tier = SpillTier(tmp_path, compression="zstd")
+    blob = np.zeros(1 << 16, dtype=np.uint8)
+    assert tier.write((0, 0), blob)
+    assert tier.spill_bytes < blob.nbytes // 10
+    got, _ = tier.read((0, 0), lambda n: np.empty((n + 4095) // 4096 * 4096, dtype=np.uint8))
+    assert np.array_equal(got, blob)
+    tier.close()
+
+
+def test_store_spill_corruption_detected_and_refetched(fake_model, tmp_path):
+    with ExpertStore(fake_model, cache_bytes=fake_model.nbytes, offload_dir=tmp_path / "off") as store:
+        store.get(0, 1).release()
+        store.get(0, 2).release()          # evicts (0,1) -> spilled
+        path = store.spill.path((0, 1))
+        with open(path, "r+b") as f:
+            f.seek(4096 + 100)
+            byte = f.read(1)
+            f.seek(4096 + 100)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        with store.get(0, 1) as h:
+            assert np.array_equal(h.blob, fake_model.blobs[(0, 1)])
+        st = store.stats()
+        assert st["checksum_failures"] == 1
+        assert st["mmap"]["hits"] == 3      # (0,1) fetched again from the source
+        assert not store.spill.has((0, 1)) and not os.path.exists(path)   # discarded
+
+
+def test_store_spill_disk_full_warns_once_and_serves(fake_model, tmp_path, monkeypatch):
+    calls = []
+
+    def full(self, path, header, payload):
+        calls.append(path)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(SpillTier, "_write_file", full)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ExpertStore(fake_model, cache_bytes=fake_model.nbytes, offload_dir=tmp_path / "off") as store:
+            cycle(store, fake_model, rounds=2)
+            st = store.stats()
+    spill_warnings = [w for w in caught if "spilling to SSD disabled" in str(w.message)]
+    assert len(spill_warnings) == 1 and "No space left" in str(spill_warnings[0].message)
+    assert len(calls) == 1
+    assert st["spill_bytes"] == 0 and st["ssd"]["hits"] == 0
+    assert st["mmap"]["hits"] == st["misses"]
+
+
+def test_store_unwritable_offload_dir_warns_once_and_serves(fake_model, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ExpertStore(fake_model, cache_bytes=fake_model.nbytes, offload_dir=blocker / "off") as store:
+            cycle(store, fake_model, rounds=2)
+            assert store.stats()["spill_bytes"] == 0
+    assert len([w for w in caught if "spilling to SSD disabled" in str(w.message)]) == 1
+
+
+def test_store_spill_buffered_fallback_matches_direct(fake_model, tmp_path):
+    tier = SpillTier(tmp_path, direct_io=False)
+    blob = fake_model.blobs[(0, 0)]
+    tier.write((0, 0), blob)
+    got, _ = tier.read((0, 0), lambda n: np.empty((n + 4095) // 4096 * 4096, dtype=np.uint8))
+    assert np.array_equal(got, blob)
+    tier.close()
