@@ -19,6 +19,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
 from ..errors import InvalidArgument, StoreError
 from .buffers import PAGE, BufferPool
 from .handle import ExpertHandle
@@ -339,6 +341,29 @@ class ExpertStore:
                 ent = self._entries.get(self.check_key(layer, e))
                 if ent is not None:
                     ent.pinned = False
+
+    # ---- hot-add
+    def add_expert(self, layer, weights, router_row, bias=0.0):
+        """Quantize with the model's scheme, persist to the segment, return the new id."""
+        from .hot_add import pack_new_expert
+        if self.segments is None:
+            raise StoreError("hot-add needs a model opened from a path (no segment directory)")
+        self.check_key(layer, 0)
+        blob, layout = pack_new_expert(self.model, self.source.layout(layer, 0), layer, weights, router_row, bias)
+        new_id, _ = self.segments.add(layer, self.model.config.n_experts, blob, layout,
+                                      np.asarray(router_row, dtype=np.float32), bias)
+        return new_id
+
+    def remove_expert(self, layer, e):
+        key = self.check_key(layer, e)
+        if self.segments is None:
+            raise StoreError("remove_expert needs a model opened from a path (no segment directory)")
+        self.segments.remove(*key)
+
+    def refresh(self):
+        """Pick up experts another process added or removed since open."""
+        if self.segments is not None:
+            self.segments.refresh()
 
     # ---- introspection
     def resident(self):

@@ -1,0 +1,43 @@
+"""Checks and packing for a hot-added expert (ExpertStore.add_expert).
+
+Role in the data flow: user weights (float32 gate/up/down, router row, bias)
+are validated against the layer, packed with the model's scheme by the same
+packer the converter uses, and checked to have the layer's exact blob layout,
+so the kernels and every tier treat the new expert like a converted one.
+"""
+import numpy as np
+
+from ..errors import InvalidArgument, StoreError
+
+
+def _matrix(weights, name, shape, layer):
+    if not isinstance(weights, dict) or name not in weights:
+        raise InvalidArgument(f"add_expert(layer {layer}): weights must be a dict with 'gate', 'up', 'down'")
+    m = np.asarray(weights[name])
+    if m.shape != shape:
+        raise InvalidArgument(f"add_expert(layer {layer}): weights[{name!r}] has shape {m.shape}, expected {shape}")
+    if not np.issubdtype(m.dtype, np.floating):
+        raise InvalidArgument(f"add_expert(layer {layer}): weights[{name!r}] must be floating point, got {m.dtype}")
+    m = np.ascontiguousarray(m, dtype=np.float32)
+    if not np.isfinite(m).all():
+        raise InvalidArgument(f"add_expert(layer {layer}): weights[{name!r}] contains NaN or Inf")
+    return m
+
+
+def pack_new_expert(model, layout, layer, weights, router_row, bias):
+    hidden, inter = layout.hidden, layout.inter
+    gate = _matrix(weights, "gate", (inter, hidden), layer)
+    up = _matrix(weights, "up", (inter, hidden), layer)
+    down = _matrix(weights, "down", (hidden, inter), layer)
+    row = np.asarray(router_row)
+    if row.shape != (hidden,) or not np.isfinite(row).all():
+        raise InvalidArgument(f"add_expert(layer {layer}): router_row must be {hidden} finite floats, "
+                              f"got shape {row.shape}")
+    if not np.isfinite(float(bias)):
+        raise InvalidArgument(f"add_expert(layer {layer}): bias must be finite, got {bias!r}")
+    from ..format.convert import pack
+    blob, new_layout = pack(gate, up, down, model.config.scheme)
+    if new_layout != layout:
+        raise StoreError(f"add_expert(layer {layer}): packed layout differs from the layer's experts "
+                         f"({new_layout} vs {layout})")
+    return blob, new_layout
