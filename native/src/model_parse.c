@@ -1,0 +1,160 @@
+/* model_parse.c — decode and check a .colibri header and tensor table in C.
+ *
+ * Role: the C twin of colibri_dist/format/{spec,validate}.py. Every field is
+ * read byte by byte as little-endian (host order does not matter), every
+ * offset is bounds-checked against the file before model.c hands out a
+ * pointer, and a damaged or inconsistent file yields CB_E_FORMAT with a
+ * message naming the file and the layer/expert/tensor.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cb_internal.h"
+#include "model_internal.h"
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
+static int32_t rdi32(const uint8_t *p) { return (int32_t)rd32(p); }
+static float rdf32(const uint8_t *p) { uint32_t u = rd32(p); float f; memcpy(&f, &u, 4); return f; }
+
+static const int elem_size[8] = {4, 2, 2, 1, 1, 1, 1, 1};
+static const int dtype_size[10] = {4, 2, 2, 1, 1, 2, 4, 8, 8, 1};
+
+cb_status cbf_parse_header(cb_model *m, const uint8_t *h, uint64_t *table_off, uint64_t *table_count,
+                           uint32_t *table_crc) {
+    const char *p = m->path;
+    if (memcmp(h, "COLIBRI\0", 8) != 0) return cb_fail(CB_E_FORMAT, "%s: not a .colibri file (bad magic)", p);
+    uint32_t version = rd32(h + 8);
+    if (version > CBF_VERSION)
+        return cb_fail(CB_E_FORMAT, "%s: format version %u is newer than this reader supports (%d)", p,
+                       version, CBF_VERSION);
+    if (version < 1) return cb_fail(CB_E_FORMAT, "%s: invalid format version %u", p, version);
+    if (cb_crc32(h, CBF_HEADER_SIZE - 4) != rd32(h + 508))
+        return cb_fail(CB_E_FORMAT, "%s: header is damaged (checksum mismatch)", p);
+    if (rd32(h + 12) != CBF_HEADER_SIZE || rd32(h + 20) != CBF_ENTRY_SIZE || rd32(h + 16) != 0)
+        return cb_fail(CB_E_FORMAT, "%s: unexpected header/entry size or flags", p);
+    uint64_t file_size = rd64(h + 56);
+    if (m->size < file_size)
+        return cb_fail(CB_E_FORMAT, "%s: truncated: %zu bytes on disk, header says %llu", p, m->size,
+                       (unsigned long long)file_size);
+    *table_off = rd64(h + 24);
+    *table_count = rd64(h + 32);
+    *table_crc = rd32(h + 64);
+    uint64_t meta_off = rd64(h + 40), meta_bytes = rd64(h + 48);
+    if (*table_off < CBF_DATA_START || *table_count > (file_size - *table_off) / CBF_ENTRY_SIZE
+        || *table_off + *table_count * CBF_ENTRY_SIZE > meta_off || meta_off > file_size
+        || meta_bytes > file_size - meta_off)
+        return cb_fail(CB_E_FORMAT, "%s: table or metadata out of bounds", p);
+    cb_model_info *in = &m->info;
+    in->hidden = rdi32(h + 124); in->inter = rdi32(h + 128); in->n_experts = rdi32(h + 132);
+    in->top_k = rdi32(h + 136); in->n_layers = rdi32(h + 140); in->n_moe_layers = rdi32(h + 144);
+    in->shared_inter = rdi32(h + 148);
+    cb_gating *g = &in->gating;
+    g->kind = rdi32(h + 156); g->n_experts = in->n_experts; g->top_k = in->top_k;
+    g->n_group = rdi32(h + 160); g->topk_group = rdi32(h + 164); g->norm_topk_prob = rdi32(h + 168);
+    g->routed_scaling_factor = rdf32(h + 172);
+    memcpy(m->moe_mask, h + 176, sizeof m->moe_mask);
+    if (in->hidden <= 0 || in->inter <= 0 || in->n_experts <= 0 || in->top_k < 1 || in->top_k > in->n_experts
+        || in->n_layers <= 0 || in->n_layers > CBF_MAX_LAYERS || in->shared_inter < 0 || g->kind < 0
+        || g->kind > 2 || g->n_group < 1 || g->topk_group < 1 || in->n_experts % g->n_group
+        || !isfinite(g->routed_scaling_factor))
+        return cb_fail(CB_E_FORMAT, "%s: invalid model config in header", p);
+    return CB_OK;
+}
+
+static int is_moe(const cb_model *m, int32_t layer) {
+    return layer >= 0 && layer < m->info.n_layers && (m->moe_mask[layer / 8] >> (layer % 8) & 1);
+}
+
+static void decode_entry(const uint8_t *r, cbf_entry *e) {
+    memcpy(e->name, r, 128);
+    e->name[127] = 0;
+    e->kind = rd16(r + 128); e->dtype = rd16(r + 130);
+    e->layer = rdi32(r + 132); e->expert = rdi32(r + 136); e->ndim = rd32(r + 140);
+    for (int i = 0; i < CBF_MAX_NDIM; i++) e->shape[i] = (int64_t)rd64(r + 144 + 8 * i);
+    e->offset = rd64(r + 176); e->nbytes = rd64(r + 184); e->crc = rd32(r + 192);
+    for (int k = 0; k < 3; k++) {
+        const uint8_t *q = r + 200 + 48 * k;
+        cbf_matrix *x = &e->mats[k];
+        x->dtype = rdi32(q); x->rows = rdi32(q + 4); x->cols = rdi32(q + 8); x->scale_count = rdi32(q + 12);
+        x->data_off = (int64_t)rd64(q + 16); x->data_bytes = (int64_t)rd64(q + 24);
+        x->scale_off = (int64_t)rd64(q + 32); x->zero_off = (int64_t)rd64(q + 40);
+    }
+}
+
+static void describe(const cbf_entry *e, char *buf, size_t n) {
+    if (e->kind == CBF_EXPERT) snprintf(buf, n, "layer %d expert %d", e->layer, e->expert);
+    else if (e->kind == CBF_TENSOR) snprintf(buf, n, "tensor %s", e->name);
+    else snprintf(buf, n, "layer %d %s", e->layer, e->name);
+}
+
+static int64_t expected_scales(const cbf_matrix *x) {
+    static const int group[8] = {0, 0, 0, 0, 32, 64, 128, 0};
+    if (x->dtype < 3) return 0;
+    if (x->dtype == 3) return x->rows;
+    if (x->dtype == 7) return 1;
+    return (int64_t)x->rows * ((x->cols + group[x->dtype] - 1) / group[x->dtype]);
+}
+
+static int part_ok(int64_t off, int64_t size, uint64_t blob) {
+    return off == -1 || (off >= 0 && size >= 0 && (uint64_t)off <= blob && (uint64_t)size <= blob - (uint64_t)off);
+}
+
+static int blob_ok(const cb_model *m, const cbf_entry *e) {
+    int32_t inter = e->kind == CBF_EXPERT ? m->info.inter : m->info.shared_inter, h = m->info.hidden;
+    int32_t want[3][2] = {{inter, h}, {inter, h}, {h, inter}};
+    if (e->offset % 4096 || (e->kind == CBF_EXPERT && (e->expert < 0 || e->expert >= m->info.n_experts)))
+        return 0;
+    for (int k = 0; k < 3; k++) {
+        const cbf_matrix *x = &e->mats[k];
+        if (x->dtype < 0 || x->dtype > 7 || x->rows != want[k][0] || x->cols != want[k][1]) return 0;
+        if (x->data_off < 0 || x->data_bytes != (int64_t)x->rows * x->cols * elem_size[x->dtype]) return 0;
+        if (x->scale_count != expected_scales(x) || (x->dtype >= 3) != (x->scale_off >= 0)
+            || (x->dtype == 7) != (x->zero_off >= 0))
+            return 0;
+        if (!part_ok(x->data_off, x->data_bytes, e->nbytes) || !part_ok(x->scale_off, 4 * (int64_t)x->scale_count, e->nbytes)
+            || !part_ok(x->zero_off, 4, e->nbytes) || x->data_off % 4 || (x->scale_off > 0 && x->scale_off % 4))
+            return 0;
+    }
+    return 1;
+}
+
+static int entry_ok(const cb_model *m, const cbf_entry *e, uint64_t data_end) {
+    if (e->dtype > 9 || e->kind > CBF_SHARED_GATE || e->ndim > CBF_MAX_NDIM) return 0;
+    if (e->offset < CBF_DATA_START || e->offset > data_end || e->nbytes > data_end - e->offset || e->offset % 64)
+        return 0;
+    if (e->kind != CBF_TENSOR && !is_moe(m, e->layer)) return 0;
+    if (e->kind == CBF_EXPERT || e->kind == CBF_SHARED) return blob_ok(m, e);
+    uint64_t count = 1;
+    for (uint32_t i = 0; i < e->ndim; i++) {
+        if (e->shape[i] < 0) return 0;
+        count *= (uint64_t)e->shape[i];
+    }
+    if (count * (uint64_t)dtype_size[e->dtype] != e->nbytes) return 0;
+    int32_t E = m->info.n_experts, h = m->info.hidden;
+    if (e->kind == CBF_ROUTER) return e->dtype == CBF_F32 && e->ndim == 2 && e->shape[0] == E && e->shape[1] == h;
+    if (e->kind == CBF_BIAS) return e->dtype == CBF_F32 && e->ndim == 1 && e->shape[0] == E;
+    if (e->kind == CBF_SHARED_GATE) return e->dtype == CBF_F32 && e->ndim == 1 && e->shape[0] == h;
+    return 1;
+}
+
+cb_status cbf_parse_entries(cb_model *m, uint64_t table_off, uint64_t count, int32_t verify) {
+    char what[200];
+    m->entries = calloc(count ? count : 1, sizeof *m->entries);
+    if (!m->entries) return cb_fail(CB_E_NOMEM, "%s: cannot allocate the tensor table", m->path);
+    m->n_entries = count;
+    for (uint64_t i = 0; i < count; i++) {
+        cbf_entry *e = &m->entries[i];
+        decode_entry(m->map + table_off + i * CBF_ENTRY_SIZE, e);
+        describe(e, what, sizeof what);
+        if (!entry_ok(m, e, table_off))
+            return cb_fail(CB_E_FORMAT, "%s: %s: entry out of bounds or inconsistent", m->path, what);
+        if (verify && cb_crc32(m->map + e->offset, e->nbytes) != e->crc)
+            return cb_fail(CB_E_FORMAT, "%s: %s is damaged (checksum mismatch)", m->path, what);
+    }
+    return CB_OK;
+}
