@@ -27,15 +27,19 @@ KINDS = {"token-classification": TokenClassification, "moe-layer": MoeLayer}
 DEFAULT_OUT = "colibri-out"
 
 
-def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, stream=None):
-    """Run (or resume) the job described by a JobConfig; returns the report dict."""
+def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, stream=None, model_opener=None):
+    """Run (or resume) the job described by a JobConfig; returns the report dict.
+
+    executor_factory(cfg, model_path, offload_dir) and model_opener(path) are injectable for tests.
+    """
     stream = stream or sys.stderr
     out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
     os.makedirs(out_dir, exist_ok=True)
     log = _logger(cfg, stream)
     model_path, input_spec, tokenizer = resolve_sources(cfg, log)
-    from ..format.reader import open_model
-    with open_model(model_path) as model:
+    if model_opener is None:
+        from ..format.reader import open_model as model_opener
+    with model_opener(model_path) as model:
         kind = KINDS[cfg.job.kind](cfg, model, model_path, find_tokenizer(cfg.job, model_path) or tokenizer)
         paths = discover_inputs(input_spec, kind.input_exts)
         shards = plan_shards(paths, kind.count_rows, cfg.job.shard_rows)

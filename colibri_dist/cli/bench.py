@@ -1,0 +1,30 @@
+"""`colibri bench NAME [options]`: run one benchmark (same as `python -m colibri_dist.bench NAME`).
+
+Role in the data flow: a thin alias; each benchmark module in colibri_dist/bench
+parses its own options, prints ratios against a baseline measured in the same
+run and writes JSON.
+"""
+import argparse
+
+
+def register(subparsers):
+    from ..bench.__main__ import NAMES
+    p = subparsers.add_parser(
+        "bench", help="run a benchmark (kernels, store, pool, convert, numa)",
+        description="Run a benchmark; options after NAME go to it (try `colibri bench NAME --help`).")
+    p.add_argument("name", choices=NAMES, metavar="NAME", help=f"one of: {', '.join(NAMES)}")
+    p.add_argument("options", nargs=argparse.REMAINDER, help="options passed to the benchmark")
+    p.set_defaults(func=main)
+
+
+def main(args):
+    import importlib
+
+    from ..errors import InvalidArgument
+    try:
+        module = importlib.import_module(f"colibri_dist.bench.{args.name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"colibri_dist.bench.{args.name}":
+            raise
+        raise InvalidArgument(f"benchmark {args.name!r} is not built in this install") from None
+    return module.main(list(args.options))

@@ -1,0 +1,45 @@
+"""Fixtures of the jobs tests (helpers live in jobs_helpers.py, a uniquely named module)."""
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+import pytest
+
+from colibri_dist.config import load_config
+from colibri_dist.jobs.demo_model import demo_words, write_dataset
+from jobs_helpers import FakeExecutor, FakeModel, tiny_demo
+
+
+@pytest.fixture
+def fake_job(tmp_path):
+    """A token-classification job over a tiny generated dataset, runnable with FakeModel/FakeExecutor."""
+    demo = tiny_demo()
+    model = FakeModel(demo)
+    data = tmp_path / "data"
+    write_dataset(str(data), demo, model.class_of, model.token_probs, demo_words(demo.vocab_size))
+    model_file = tmp_path / "fake.colibri"
+    model_file.write_bytes(b"fake")
+    cfg_path = tmp_path / "job.yaml"
+    cfg_path.write_text(f"job:\n  kind: token-classification\n  input: {data}\n  batch_tokens: 8\n"
+                        f"model: {model_file}\nreport: {{progress: none, summary: false}}\n")
+    state = SimpleNamespace(model=model, executors=[], cfg_path=str(cfg_path), data=str(data), tmp=tmp_path)
+
+    def run(out, fail_after=None, restart=False, **overrides):
+        from colibri_dist.jobs.runner import run_job
+        cfg = load_config(state.cfg_path)
+        for key, value in overrides.items():
+            section, name = key.split("__")
+            setattr(getattr(cfg, section), name, value)
+
+        def factory(cfg, path, offload):
+            ex = FakeExecutor(model, fail_after)
+            state.executors.append(ex)
+            return ex
+
+        @contextmanager
+        def opener(path):
+            yield model
+        return run_job(cfg, out_dir=str(out), restart=restart, executor_factory=factory, model_opener=opener)
+
+    state.run = run
+    return state
+
