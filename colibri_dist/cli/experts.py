@@ -1,0 +1,114 @@
+"""`colibri experts add|list|remove --pool NAME`: change a running pool's experts without a restart.
+
+Role: CLI shell over Pool.attach(name).add_expert / list_experts / remove_expert.
+The weights file is a safetensors file with three tensors named gate, up, down
+(suffixes gate_proj/up_proj/down_proj or w1/w3/w2 are accepted too); the router
+row ([hidden] float32) comes from --router-row (.npy or .safetensors with one
+tensor) or from a `router_row` tensor inside the weights file.
+"""
+import numpy as np
+
+from ..errors import InvalidArgument
+
+_ALIASES = {"gate": ("gate", "gate_proj", "w1"), "up": ("up", "up_proj", "w3"), "down": ("down", "down_proj", "w2")}
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("experts", help="hot-add, list or remove experts of a running pool")
+    sub = parser.add_subparsers(dest="experts_command", metavar="{add,list,remove}")
+    sub.required = True
+    a = sub.add_parser("add", help="hot-add one expert to a layer of a running pool")
+    a.add_argument("--layer", type=int, required=True)
+    a.add_argument("--weights", required=True, metavar="FILE.safetensors")
+    a.add_argument("--router-row", default=None, metavar="FILE", help=".npy or .safetensors with the [hidden] router row")
+    a.add_argument("--bias", type=float, default=0.0, help="correction bias of the new expert (DeepSeek-V3)")
+    a.set_defaults(func=run_add)
+    l = sub.add_parser("list", help="experts per MoE layer")
+    l.set_defaults(func=run_list)
+    r = sub.add_parser("remove", help="stop routing to an expert")
+    r.add_argument("--layer", type=int, required=True)
+    r.add_argument("--expert", type=int, required=True)
+    r.set_defaults(func=run_remove)
+    for p in (a, l, r):
+        p.add_argument("--pool", required=True, metavar="NAME")
+        p.add_argument("--address", default=None, help="Ray address (default: the one recorded by `pool start`)")
+
+
+def _read_safetensors(path):
+    from safetensors.numpy import load_file
+    try:
+        return load_file(path)
+    except FileNotFoundError:
+        raise InvalidArgument(f"{path}: no such file") from None
+    except Exception as exc:
+        raise InvalidArgument(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def _pick(tensors, role, path):
+    for name, arr in tensors.items():
+        leaf = name.rsplit(".", 2)[-2] if name.endswith(".weight") else name.rsplit(".", 1)[-1]
+        if leaf in _ALIASES[role]:
+            return np.ascontiguousarray(arr, dtype=np.float32)
+    raise InvalidArgument(f"{path}: no {role} tensor (expected a name ending in one of "
+                          f"{', '.join(_ALIASES[role])}; found {', '.join(sorted(tensors)) or 'none'})")
+
+
+def load_expert(weights_path, router_row_path=None):
+    """(weights {"gate","up","down"} float32, router_row float32[h]) from files, with named errors."""
+    tensors = _read_safetensors(weights_path)
+    weights = {role: _pick(tensors, role, weights_path) for role in _ALIASES}
+    if router_row_path is None:
+        if "router_row" not in tensors:
+            raise InvalidArgument(f"{weights_path}: no router_row tensor and no --router-row file given")
+        row = tensors["router_row"]
+    elif router_row_path.endswith(".npy"):
+        try:
+            row = np.load(router_row_path)
+        except (OSError, ValueError) as exc:
+            raise InvalidArgument(f"{router_row_path}: cannot read router row ({exc})") from None
+    else:
+        rows = _read_safetensors(router_row_path)
+        if len(rows) != 1:
+            raise InvalidArgument(f"{router_row_path}: expected exactly one tensor, found {sorted(rows)}")
+        row = next(iter(rows.values()))
+    row = np.ascontiguousarray(np.asarray(row, dtype=np.float32).reshape(-1))
+    return weights, row
+
+
+def _attach(args):
+    from ..pool import Pool
+    from ..pool import service
+    address = service.resolve_address(args.pool, args.address)
+    return Pool.attach(args.pool, ray_address=address or "auto")
+
+
+def run_add(args):
+    weights, row = load_expert(args.weights, args.router_row)
+    pool = _attach(args)
+    try:
+        new_id = pool.add_expert(args.layer, weights, row, bias=args.bias)
+    finally:
+        pool.shutdown()
+    print(f"layer {args.layer}: added expert {new_id}")
+    return 0
+
+
+def run_list(args):
+    pool = _attach(args)
+    try:
+        experts = pool.list_experts()
+    finally:
+        pool.shutdown()
+    for layer, n in sorted(experts.items()):
+        print(f"layer {layer}: {n} experts")
+    return 0
+
+
+def run_remove(args):
+    pool = _attach(args)
+    try:
+        pool.remove_expert(args.layer, args.expert)
+    finally:
+        pool.shutdown()
+    print(f"layer {args.layer}: removed expert {args.expert}")
+    return 0

@@ -1,0 +1,122 @@
+"""`colibri pool start CONFIG | status | stop`: the long-lived, named Ray pool service.
+
+Role: CLI shell over colibri_dist.pool (Pool(name=...), Pool.attach) and
+colibri_dist.pool.service (where the pool's Ray lives). `start` returns once the
+named, detached actors are up; they keep serving after the command exits.
+"""
+import json
+import sys
+import time
+
+from ..errors import PoolError
+
+DEFAULT_NAME = "default"
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("pool", help="start, inspect and stop a named Ray worker pool")
+    sub = parser.add_subparsers(dest="pool_command", metavar="{start,status,stop}")
+    sub.required = True
+
+    p = sub.add_parser("start", help="start a named pool from a YAML config (model, pool, routing)")
+    p.add_argument("config", metavar="CONFIG")
+    p.add_argument("--name", default=None, help="pool name (default: pool.name in the config, else 'default')")
+    p.add_argument("--address", default=None,
+                   help="join this Ray (host:port or 'auto'); default pool.ray_address, else start a loopback head")
+    p.set_defaults(func=run_start)
+
+    for verb, helptext, func in (("status", "workers, experts, cache and load of a running pool", run_status),
+                                 ("stop", "stop a running pool (and the Ray head it started)", run_stop)):
+        q = sub.add_parser(verb, help=helptext)
+        q.add_argument("--name", default=DEFAULT_NAME)
+        q.add_argument("--address", default=None, help="Ray address (default: the one recorded at start)")
+        if verb == "status":
+            q.add_argument("--json", action="store_true", help="print the raw stats JSON")
+        else:
+            q.add_argument("--keep-ray", action="store_true", help="leave the Ray head running")
+        q.set_defaults(func=func)
+
+
+def load_config(path):
+    from ..config import load_service_config
+    return load_service_config(path)
+
+
+def pool_kwargs(cfg):
+    """PoolConfig + RoutingConfig -> Pool(...) keyword arguments."""
+    p = cfg.pool
+    balancer = {"kind": p.balancer.kind, "window": p.balancer.window, "threshold": p.balancer.threshold}
+    numa = {"enabled": p.numa.enabled, "workers_per_node": p.numa.workers_per_node,
+            "mem_policy": p.numa.mem_policy, "sysfs_root": p.numa.sysfs_root}
+    return dict(workers=p.workers, threads_per_worker=p.threads_per_worker, cache_bytes=p.cache_bytes,
+                offload_dir=p.offload_dir, policy=p.policy, replicas=p.replicas, balancer=balancer,
+                numa=numa, routing_policy=cfg.routing.policy)
+
+
+def run_start(args):
+    from ..pool import Pool
+    from ..pool import service
+    cfg = load_config(args.config)
+    if not cfg.model:
+        raise PoolError(f"{args.config}: no `model:` to serve")
+    name = args.name or cfg.pool.name or DEFAULT_NAME
+    address = args.address or cfg.pool.ray_address or service.resolve_address(name)
+    head_pid = None
+    if address is None:
+        address, head_pid = service.start_local_head(name)
+        print(f"started a loopback Ray head at {address} (pid {head_pid})")
+    try:
+        pool = Pool(cfg.model, name=name, ray_address=address, **pool_kwargs(cfg))
+    except BaseException:
+        if head_pid is not None:
+            service.stop_local_head(head_pid)
+        raise
+    service.write_state(name, {"name": name, "namespace": pool.namespace, "address": address,
+                               "head_pid": head_pid, "model": cfg.model, "started": time.time()})
+    print(f"pool {name!r} running: {cfg.pool.workers} workers, model {cfg.model}, Ray {address}")
+    pool.shutdown()  # detach; the named actors keep running
+    return 0
+
+
+def _attach(args):
+    from ..pool import Pool
+    from ..pool import service
+    address = service.resolve_address(args.name, args.address)
+    if address is None:
+        raise PoolError(f"no running pool named {args.name!r} is recorded and no --address/RAY_ADDRESS was given")
+    return Pool.attach(args.name, ray_address=address)
+
+
+def run_status(args):
+    pool = _attach(args)
+    stats = pool.stats()
+    pool.shutdown()
+    if args.json:
+        json.dump(stats, sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    print(f"pool {args.name!r}: {stats['batches']} batches, {stats['tokens']} token-slots, "
+          f"{stats['retries']} retries, table version {stats['version']}, routing {stats['routing_policy']}")
+    print("experts per layer: " + ", ".join(f"{l}: {n}" for l, n in stats["experts"].items()))
+    print(f"{'worker':>6} {'alive':>5} {'pid':>8} {'cpus':<12} {'experts':>7} {'tokens':>10} {'cache hit':>9}")
+    for w in stats["workers"]:
+        cache = w.get("cache") or {}
+        hits = cache.get("hit_rate", cache.get("hits", "-"))
+        cpus = ",".join(str(c) for c in (w.get("cpus") or [])) or "-"
+        print(f"{w['index']:>6} {str(w['alive']):>5} {w['pid']:>8} {cpus:<12} {w['experts']:>7} "
+              f"{w['tokens']:>10} {str(hits):>9}")
+    return 0
+
+
+def run_stop(args):
+    from ..pool import service
+    pool = _attach(args)
+    pool.shutdown(stop_service=True)
+    state = service.read_state(args.name)
+    if state and state.get("head_pid") and not args.keep_ray:
+        stopped = service.stop_local_head(state["head_pid"])
+        print(f"stopped the Ray head (pid {state['head_pid']})" if stopped else
+              f"Ray head pid {state['head_pid']} did not exit; stop it by hand")
+    service.remove_state(args.name)
+    print(f"pool {args.name!r} stopped")
+    return 0

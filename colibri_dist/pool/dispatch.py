@@ -1,0 +1,90 @@
+"""Pure-numpy plumbing of one pool layer batch (no Ray here, so it is unit-testable).
+
+Role in the data flow:
+    idx[n,k] --group_by_expert--> per expert: (tokens, slots)
+    + expert->worker assignment --build_requests--> one request per worker:
+        the rows it needs, once, plus per-expert local row lists (and a shared chunk)
+    worker replies --scatter--> slot_out[t, j, :] and shared[t, :]
+The router then calls native.combine(w, slot_out, shared), the same call the
+Engine makes, so the layer output is bit-identical to the Engine's.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def group_by_expert(idx):
+    """{expert: (tokens int64[], slots int64[])}, tokens ascending within each expert."""
+    idx = np.asarray(idx)
+    k = idx.shape[1]
+    flat = idx.ravel()
+    order = np.argsort(flat, kind="stable")  # stable: token order kept inside an expert
+    experts = flat[order]
+    cuts = np.flatnonzero(np.diff(experts)) + 1
+    out = {}
+    for part in np.split(order, cuts):
+        if len(part):
+            out[int(flat[part[0]])] = (part // k, part % k)
+    return out
+
+
+def shared_chunks(n_tokens, workers):
+    """Split tokens 0..n into contiguous chunks, one per worker in `workers` order: {worker: (start, stop)}."""
+    workers = list(workers)
+    bounds = np.linspace(0, n_tokens, len(workers) + 1).round().astype(np.int64)
+    return {w: (int(a), int(b)) for w, a, b in zip(workers, bounds[:-1], bounds[1:]) if b > a}
+
+
+@dataclass
+class WorkerBatch:
+    """What one worker computes for one micro-batch, and where its answers go back."""
+
+    worker: int
+    rows: np.ndarray                        # global token ids shipped, ascending
+    experts: list = field(default_factory=list)  # [(expert, global tokens, slots)]
+    shared: tuple = None                    # (start, stop) global token range or None
+
+    def request(self, x, layer, version):
+        """The message sent to the worker: needed rows once + local index lists."""
+        x_rows = np.ascontiguousarray(x[self.rows])
+        local = lambda tokens: np.searchsorted(self.rows, tokens).astype(np.int32)
+        experts = [(e, local(tokens)) for e, tokens, _ in self.experts]
+        shared = None
+        if self.shared is not None:
+            shared = local(np.arange(*self.shared))
+        return {"layer": int(layer), "version": int(version), "x": x_rows,
+                "experts": experts, "shared": shared}
+
+    def n_rows(self):
+        return sum(len(t) for _, t, _ in self.experts)
+
+
+def build_batches(groups, assignment, shared=None):
+    """groups from group_by_expert, assignment {expert: worker}, shared {worker: (start, stop)}."""
+    batches = {}
+    for e in sorted(groups):
+        tokens, slots = groups[e]
+        w = assignment[e]
+        batches.setdefault(w, WorkerBatch(w, None)).experts.append((e, tokens, slots))
+    for w, span in (shared or {}).items():
+        batches.setdefault(w, WorkerBatch(w, None)).shared = span
+    for b in batches.values():
+        parts = [t for _, t, _ in b.experts]
+        if b.shared is not None:
+            parts.append(np.arange(*b.shared))
+        b.rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+    return batches
+
+
+def scatter(batch, reply, slot_out, shared_out):
+    """Write a worker reply into slot_out[t, j] (and shared_out rows) in place."""
+    out = reply["out"]
+    pos = 0
+    for _, tokens, slots in batch.experts:
+        slot_out[tokens, slots] = out[pos:pos + len(tokens)]
+        pos += len(tokens)
+    if pos != len(out):
+        raise ValueError(f"worker {batch.worker} returned {len(out)} expert rows, expected {pos}")
+    if batch.shared is not None:
+        start, stop = batch.shared
+        shared_out[start:stop] = reply["shared"]

@@ -1,0 +1,149 @@
+"""Pool: the user-facing handle of a Router actor and its ExpertWorker actors.
+
+Role: `with Pool(path, workers=2) as pool: y = pool.moe_forward(layer, x)` gives the
+same bits as `Engine(path).moe_forward(layer, x)`. With `name=...` the actors
+are named and detached (a long-lived service in namespace "colibri") and other
+processes join it with `Pool.attach(name)`.
+"""
+import os
+
+import ray
+from ray.exceptions import RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ..errors import ColibriError, InvalidArgument, PoolError
+from .ray_setup import NAMESPACE, connect, numa_slots
+from .router import RouterActor
+
+
+def _router_name(name):
+    return f"{name}:router"
+
+
+def _unwrap(ref):
+    """ray.get that re-raises colibri errors from actors as themselves."""
+    try:
+        return ray.get(ref)
+    except RayTaskError as exc:
+        if isinstance(exc.cause, ColibriError):
+            raise exc.cause from None
+        raise
+
+
+class Pool:
+    def __init__(self, path, workers=2, ray_address=None, cache_bytes=None, offload_dir=None, replicas=0,
+                 balancer="token-bucket", threads_per_worker=None, policy="lru", numa=None, name=None,
+                 routing_policy="exact", namespace=NAMESPACE, micro_batch=1024, worker_resources=None,
+                 max_restarts=3, worker_delay_s=0.0):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise InvalidArgument(f"pool.workers must be an integer >= 1, got {workers!r}")
+        self._check_model(path)
+        self.name, self.namespace, self.path = name, namespace, str(path)
+        self._started_ray = connect(ray_address)
+        self._owner = True
+        if threads_per_worker is None:
+            threads_per_worker = max(1, (os.cpu_count() or 1) // workers)
+        numa_nodes = None
+        if worker_resources == "numa":
+            slots = numa_slots(workers)
+            worker_resources = [s[0] for s in slots] if slots else None
+            numa_nodes = [s[1] for s in slots] if slots else None
+        opts = dict(workers=workers, cache_bytes=cache_bytes, offload_dir=offload_dir, replicas=replicas,
+                    balancer=balancer, threads_per_worker=threads_per_worker, policy=policy,
+                    numa=numa if numa is not None else {"enabled": True}, name=name, namespace=namespace,
+                    routing_policy=routing_policy, micro_batch=micro_batch, worker_resources=worker_resources,
+                    worker_numa_nodes=numa_nodes, max_restarts=max_restarts, worker_delay_s=worker_delay_s)
+        options = dict(num_cpus=0, max_restarts=0, max_concurrency=1, scheduling_strategy=
+                       NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True))
+        if name:
+            if self._exists(name, namespace):
+                raise PoolError(f"a pool named {name!r} is already running in Ray namespace {namespace!r}")
+            options.update(name=_router_name(name), lifetime="detached", namespace=namespace)
+        self._router = RouterActor.options(**options).remote(self.path, opts)
+        try:
+            self._ready = _unwrap(self._router.ready.remote())
+        except Exception:
+            self._kill_router()
+            raise
+
+    @staticmethod
+    def _check_model(path):
+        from ..format.reader import open_model
+        open_model(path).close()  # FormatError naming the file, before any actor starts
+
+    @staticmethod
+    def _exists(name, namespace=NAMESPACE):
+        try:
+            ray.get_actor(_router_name(name), namespace=namespace)
+            return True
+        except ValueError:
+            return False
+
+    @classmethod
+    def attach(cls, name, namespace=NAMESPACE, ray_address="auto"):
+        """Join a running named pool (started by `colibri pool start` or Pool(name=...))."""
+        started = connect(ray_address)
+        try:
+            router = ray.get_actor(_router_name(name), namespace=namespace)
+        except ValueError:
+            raise PoolError(f"no pool named {name!r} in Ray namespace {namespace!r}") from None
+        pool = cls.__new__(cls)
+        pool.name, pool.namespace, pool._router = name, namespace, router
+        pool._owner, pool._started_ray, pool.path = False, started, None
+        pool._ready = _unwrap(router.ready.remote())
+        return pool
+
+    # ---------------------------------------------------------------- work
+    def moe_forward(self, layer, x):
+        return _unwrap(self._router.moe_forward.remote(int(layer), x))
+
+    def route(self, layer, x):
+        return _unwrap(self._router.route.remote(int(layer), x))
+
+    def add_expert(self, layer, weights, router_row, bias=0.0):
+        return _unwrap(self._router.add_expert.remote(int(layer), weights, router_row, bias))
+
+    def remove_expert(self, layer, expert):
+        return _unwrap(self._router.remove_expert.remote(int(layer), int(expert)))
+
+    def list_experts(self):
+        return _unwrap(self._router.list_experts.remote())
+
+    def rebalance(self):
+        return _unwrap(self._router.rebalance.remote())
+
+    def stats(self):
+        return _unwrap(self._router.stats.remote())
+
+    def worker_pids(self):
+        return _unwrap(self._router.worker_pids.remote())
+
+    # ---------------------------------------------------------------- lifetime
+    def _kill_router(self):
+        try:
+            ray.get(self._router.shutdown.remote(), timeout=30)
+        except Exception:
+            pass
+        try:
+            ray.kill(self._router, no_restart=True)
+        except Exception:
+            pass
+
+    def shutdown(self, stop_service=None):
+        """Stop the actors if this handle created them (or stop_service=True); detach otherwise."""
+        if self._router is None:
+            return
+        if stop_service if stop_service is not None else self._owner and not self.name:
+            self._kill_router()
+        self._router = None
+        if self._started_ray:
+            ray.shutdown()
+
+    def close(self):
+        self.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown(stop_service=self._owner)

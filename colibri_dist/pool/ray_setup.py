@@ -1,0 +1,46 @@
+"""Connecting to Ray: a private local Ray on loopback, or an existing cluster.
+
+Role: the first step of every Pool. `ray_address=None` starts a local Ray bound
+to 127.0.0.1 (no dashboard, quiet logs); "auto" or "host:port" joins a running
+cluster (e.g. one started with cluster/start-head.sh or `ray start --head`).
+"""
+import logging
+import os
+import re
+
+import ray
+
+from ..errors import InvalidArgument
+
+NAMESPACE = "colibri"
+_NUMA_KEY = re.compile(r"numa_(\d+)")
+
+
+def connect(ray_address=None, num_cpus=None):
+    """Make sure this process is connected to Ray; True when this call connected it (so it disconnects)."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if ray.is_initialized():
+        return False
+    common = dict(include_dashboard=False, logging_level=logging.WARNING, namespace=NAMESPACE,
+                  configure_logging=True)
+    if ray_address is None:
+        ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=num_cpus or os.cpu_count(),
+                 **common)
+        return True
+    ray.init(address=ray_address, **common)
+    return True
+
+
+def numa_slots(workers):
+    """One (resources, numa node) per worker from the cluster's numa_<i> custom resources, or None."""
+    totals = ray.cluster_resources()
+    keys = sorted((k for k in totals if _NUMA_KEY.fullmatch(k)), key=lambda k: int(k[5:]))
+    if not keys:
+        return None
+    slots = []
+    for level in range(int(max(totals[k] for k in keys))):  # interleave nodes: numa_0, numa_1, numa_0, ...
+        slots += [k for k in keys if totals[k] > level]
+    if workers > len(slots):
+        raise InvalidArgument(f"pool.workers={workers} but the cluster offers only {len(slots)} NUMA slots "
+                              f"({', '.join(f'{k}={int(totals[k])}' for k in keys)})")
+    return [({k: 1}, int(_NUMA_KEY.fullmatch(k).group(1))) for k in slots[:workers]]

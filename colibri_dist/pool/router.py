@@ -1,0 +1,273 @@
+"""Router: exact routing, per-worker dispatch, failover and combine for one pool.
+
+Role in the data flow (one call = one layer batch):
+    route (private Engine -> native Runtime.route)  ->  group per expert
+    -> balancer picks a replica per expert           ->  one request per worker per micro-batch
+    -> all micro-batches in flight, replies gathered with ray.wait
+    -> scatter into slot_out[t, j] / shared[t]       ->  native.combine  (same bits as the Engine)
+A request whose worker dies is re-sent to another live worker (or to the
+restarted actor); rows are credited to a worker only when its reply arrives,
+so no token is lost or counted twice. Hot-added experts are a numbered log of
+table ops that every worker applies in order; the Router is a one-call-at-a-time
+actor, so a batch always finishes on the table it started with.
+"""
+import os
+import time
+
+import numpy as np
+import ray
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+
+from ..errors import InvalidArgument, PoolError
+from ..routing.balancer import make_balancer
+from ..routing.placement import LoadMeter, plan
+from ..routing.policy import BalancedRouting
+from . import engine_access as ea
+from .dispatch import build_batches, group_by_expert, scatter, shared_chunks
+from .worker import ExpertWorker
+
+WorkerActor = ray.remote(ExpertWorker)
+_DEAD = (RayActorError, ActorUnavailableError)
+
+
+class Router:
+    def __init__(self, path, opts):
+        from ..engine import Engine
+        from .. import native
+        self.native = native
+        self.path, self.opts = str(path), dict(opts)
+        self.n = int(self.opts["workers"])
+        self.engine = Engine(path, threads=1)
+        self.workers = [self._spawn(i) for i in range(self.n)]
+        self.info = ray.get([w.ping.remote() for w in self.workers])
+        self.balancer = make_balancer(self.opts.get("balancer"), self.n)
+        self.layers = ea.moe_layers(self.engine)
+        self.placement = plan({l: range(ea.n_experts(self.engine, l)) for l in self.layers}, self.n,
+                              replicas=int(self.opts.get("replicas") or 0))
+        self.meter = LoadMeter()
+        rp = self.opts.get("routing_policy") or "exact"
+        if rp not in ("exact", "balanced"):
+            raise InvalidArgument(f"routing.policy: expected exact or balanced, got {rp!r}")
+        bal = self.opts.get("balancer") if isinstance(self.opts.get("balancer"), dict) else {}
+        self.policy = BalancedRouting(bal.get("window", 64), bal.get("threshold", 1.8)) if rp == "balanced" else None
+        self.log = []            # hot-add / remove ops, numbered 0.. ; version = len(log)
+        self.down = {}           # worker -> pending ping ref
+        self.tokens = [0] * self.n
+        self.retries = 0
+        self.batches = 0
+        self.rebalances = 0
+        self.shared_cache = {}
+
+    # ------------------------------------------------------------------ workers
+    def _spawn(self, i):
+        o = self.opts
+        res = dict((o.get("worker_resources") or [None] * self.n)[i] or {})
+        numa_node = (o.get("worker_numa_nodes") or [None] * self.n)[i]
+        options = dict(num_cpus=0, max_restarts=int(o.get("max_restarts", 3)), max_task_retries=0,
+                       resources=res or None)
+        if o.get("name"):
+            options.update(name=f"{o['name']}:worker:{i}", lifetime="detached", namespace=o["namespace"])
+        return WorkerActor.options(**options).remote(
+            self.path, i, self.n, o.get("threads_per_worker"), o.get("cache_bytes"), o.get("offload_dir"),
+            o.get("policy", "lru"), o.get("numa"), numa_node, float(o.get("worker_delay_s", 0.0)))
+
+    def _mark_down(self, i):
+        self.balancer.mark_dead(i)
+        self.down.setdefault(i, self.workers[i].ping.remote())
+
+    def _refresh_down(self):
+        """Bring back workers whose ping answered (Ray restarted them) after re-syncing their table."""
+        if not self.down:
+            return
+        refs = {ref: i for i, ref in self.down.items()}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in ready:
+            i = refs[ref]
+            try:
+                info = ray.get(ref)
+                self._sync(i, info["version"])
+            except _DEAD:
+                self.down[i] = self.workers[i].ping.remote()
+                continue
+            self.info[i] = info
+            del self.down[i]
+            self.balancer.mark_alive(i)
+
+    def _sync(self, i, worker_version):
+        if worker_version < len(self.log):
+            ray.get(self.workers[i].apply.remote(self.log[worker_version:], worker_version))
+
+    def _alternative(self, failed):
+        live = [w for w in self.balancer.live() if w != failed]
+        if not live:
+            return failed  # nobody else: wait for Ray to restart this actor
+        return min(live, key=lambda w: (self.balancer.assigned_rows[w], w))
+
+    # ------------------------------------------------------------------ routing
+    def _check_x(self, layer, x):
+        if layer not in self.layers:
+            raise InvalidArgument(f"layer {layer} is not an MoE layer of {self.path} (MoE layers: {self.layers})")
+        x = np.asarray(x)
+        h = ea.hidden(self.engine)
+        if x.ndim != 2 or x.shape[1] != h:
+            raise InvalidArgument(f"layer {layer}: x must have shape [n, {h}], got {list(x.shape)}")
+        if x.dtype != np.float32:
+            raise InvalidArgument(f"layer {layer}: x must be float32, got {x.dtype}")
+        return np.ascontiguousarray(x)
+
+    def _route(self, layer, x):
+        if self.policy is None:
+            return self.engine.route(layer, x)
+        router, bias, gating = ea.router_of(self.engine, layer)
+        return self.policy.route(layer, x, router, gating, bias)
+
+    def route(self, layer, x):
+        return self._route(layer, self._check_x(layer, x))
+
+    def _has_shared(self, layer):
+        if layer not in self.shared_cache:
+            self.shared_cache[layer] = ea.has_shared(self.engine, layer)
+        return self.shared_cache[layer]
+
+    # ------------------------------------------------------------------ forward
+    def moe_forward(self, layer, x):
+        x = self._check_x(layer, x)
+        self._refresh_down()
+        n, k, h = len(x), ea.top_k(self.engine), x.shape[1]
+        idx_all = np.zeros((n, k), np.int32)
+        w_all = np.zeros((n, k), np.float32)
+        slot_out = np.zeros((n, k, h), np.float32)
+        shared = np.zeros((n, h), np.float32) if self._has_shared(layer) else None
+        step = max(1, int(self.opts.get("micro_batch") or 1024))
+        pending = {}
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            idx, w = self._route(layer, x[a:b])
+            idx_all[a:b], w_all[a:b] = idx, w
+            for wk, batch, req in self._plan_micro(layer, x[a:b], idx, w, shared is not None):
+                pending[self._send(wk, req)] = (wk, batch, req, a, b, 0)
+        self._collect(pending, slot_out, shared)
+        self.batches += 1
+        return self.native.combine(w_all, slot_out, shared)
+
+    def _plan_micro(self, layer, xm, idx, w, with_shared):
+        groups = group_by_expert(idx)
+        loads = {e: (float(w[t, s].sum()), len(t)) for e, (t, s) in groups.items()}
+        self.meter.add(layer, list(groups), [len(t) for t, _ in groups.values()])
+        assign = self.balancer.assign(loads, lambda e: self._replicas(layer, e))
+        spans = shared_chunks(len(xm), self.balancer.live()) if with_shared else None
+        version = len(self.log)
+        for wk, batch in build_batches(groups, assign, spans).items():
+            yield wk, batch, batch.request(xm, layer, version)
+
+    def _replicas(self, layer, e):
+        try:
+            return self.placement.replicas_of((layer, e))
+        except InvalidArgument:
+            return (self.placement.add_expert(layer, e),)
+
+    def _send(self, wk, req):
+        return self.workers[wk].run.remote(req)
+
+    def _collect(self, pending, slot_out, shared):
+        limit = 2 * self.n + 4
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            ref = ready[0]
+            wk, batch, req, a, b, tries = pending.pop(ref)
+            try:
+                reply = ray.get(ref)
+            except _DEAD as exc:
+                self.retries += 1
+                self._mark_down(wk)
+                if tries + 1 > limit:
+                    raise PoolError(f"worker batch failed {tries + 1} times; last worker {wk}: {exc}") from exc
+                alt = self._alternative(wk)
+                pending[self._send(alt, req)] = (alt, batch, req, a, b, tries + 1)
+                continue
+            if "stale" in reply:
+                self._sync(wk, reply["stale"])
+                pending[self._send(wk, req)] = (wk, batch, req, a, b, tries)
+                continue
+            scatter(batch, reply, slot_out[a:b], None if shared is None else shared[a:b])
+            self.tokens[wk] += batch.n_rows()
+
+    # ------------------------------------------------------------------ table
+    def add_expert(self, layer, weights, router_row, bias=0.0):
+        if layer not in self.layers:
+            raise InvalidArgument(f"layer {layer} is not an MoE layer of {self.path} (MoE layers: {self.layers})")
+        self._refresh_down()
+        new_id = int(self.engine.add_expert(layer, weights, router_row, bias=bias))
+        self._append_op(("add", int(layer), weights, router_row, bias, new_id))
+        self.placement.add_expert(layer, new_id)
+        self.shared_cache.clear()
+        return new_id
+
+    def remove_expert(self, layer, e):
+        self._refresh_down()
+        self.engine.remove_expert(layer, e)
+        self._append_op(("remove", int(layer), int(e)))
+        self.placement.remove_expert(layer, int(e))
+        return True
+
+    def _append_op(self, op):
+        self.log.append(op)
+        start = len(self.log) - 1
+        refs = {i: self.workers[i].apply.remote([op], start) for i in self.balancer.live()}
+        for i, ref in refs.items():
+            try:
+                ray.get(ref)
+            except _DEAD:
+                self._mark_down(i)  # synced from the log when it comes back
+
+    def list_experts(self):
+        return {l: ea.n_experts(self.engine, l) for l in self.layers}
+
+    def rebalance(self):
+        """Recompute homes and replicas from recent loads; the next batch uses the new placement."""
+        experts = {l: range(ea.n_experts(self.engine, l)) for l in self.layers}
+        self.placement = plan(experts, self.n, loads=self.meter.loads(),
+                              replicas=int(self.opts.get("replicas") or 0))
+        self.meter.age()
+        self.rebalances += 1
+        return self.placement.to_dict()
+
+    # ------------------------------------------------------------------ status
+    def ready(self):
+        return {"workers": self.n, "pids": [i["pid"] for i in self.info], "router_pid": os.getpid()}
+
+    def stats(self, timeout=10.0):
+        self._refresh_down()
+        refs = {i: self.workers[i].stats.remote() for i in self.balancer.live()}
+        per = []
+        for i in range(self.n):
+            entry = {"index": i, "alive": i not in self.down, "tokens": self.tokens[i],
+                     "experts": len(self.placement.experts_on(i)), "pid": self.info[i]["pid"]}
+            if i in refs:
+                try:
+                    s = ray.get(refs[i], timeout=timeout)
+                    entry.update(pid=s["pid"], cpus=s["cpus"], cache=s["engine"], numa=s["numa"],
+                                 requests=s["requests"], version=s["version"])
+                except (GetTimeoutError,) + _DEAD as exc:
+                    entry.update(alive=False, error=str(exc))
+            entry["node"] = self.info[i].get("node")
+            per.append(entry)
+        return {"workers": per, "retries": self.retries, "batches": self.batches,
+                "tokens": sum(self.tokens), "version": len(self.log), "rebalances": self.rebalances,
+                "balancer": self.balancer.state(), "routing_policy": self.opts.get("routing_policy") or "exact",
+                "experts": {str(l): n for l, n in self.list_experts().items()}}
+
+    def worker_pids(self):
+        return [ray.get(w.ping.remote())["pid"] for w in self.workers]
+
+    def shutdown(self):
+        for w in self.workers:
+            try:
+                ray.kill(w, no_restart=True)
+            except Exception:
+                pass
+        self.engine.close()
+        return True
+
+
+RouterActor = ray.remote(Router)

@@ -1,0 +1,136 @@
+"""Long-lived pool service: where a named pool's Ray lives, and a private Ray head if needed.
+
+Role: `colibri pool start` needs a Ray that outlives the command. When no
+address is given (config `pool.ray_address: null`, no --address, no RAY_ADDRESS)
+it starts a loopback head (`ray start --head --block` in its own session, one
+`numa_<i>` resource per NUMA node) and records it in a state file; `colibri pool
+status|stop` and `colibri experts ...` read that file to find the pool, and
+`colibri pool stop` ends that head by its pid (never `ray stop`, which would end
+every Ray on the machine).
+
+State file: $COLIBRI_STATE_DIR (default ~/.local/state/colibri)/pools/<name>.json
+    {"name", "namespace", "address", "head_pid" (null if we joined a Ray), "model", "started"}
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from ..errors import PoolError
+
+
+def state_dir():
+    root = os.environ.get("COLIBRI_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".local", "state", "colibri")
+    path = os.path.join(root, "pools")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def state_path(name):
+    return os.path.join(state_dir(), f"{name}.json")
+
+
+def read_state(name):
+    try:
+        with open(state_path(name), encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def write_state(name, state):
+    tmp = state_path(name) + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(state, f, indent=2)
+    os.replace(tmp, state_path(name))
+
+
+def remove_state(name):
+    try:
+        os.unlink(state_path(name))
+    except FileNotFoundError:
+        pass
+
+
+def pid_alive(pid):
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def resolve_address(name, address=None):
+    """--address, else RAY_ADDRESS, else the recorded address of pool `name`, else None."""
+    if address:
+        return address
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    state = read_state(name)
+    if state and (state.get("head_pid") is None or pid_alive(state["head_pid"])):
+        return state["address"]
+    return None
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _numa_resources():
+    try:
+        from .. import numa
+        nodes = numa.topology().cpu_nodes
+        return {f"numa_{n.id}": 1 for n in nodes}
+    except Exception:
+        return {"numa_0": 1}
+
+
+def start_local_head(name, num_cpus=None, timeout=90.0):
+    """Start a loopback Ray head for pool `name`; returns (address, pid)."""
+    ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    if ray_bin is None:
+        raise PoolError("cannot start a local Ray head: the `ray` command is not installed next to this Python")
+    port = _free_port()
+    log_path = os.path.join(state_dir(), f"{name}.ray.log")
+    cmd = [ray_bin, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+           "--include-dashboard=false", "--disable-usage-stats",
+           f"--num-cpus={num_cpus or os.cpu_count()}", f"--resources={json.dumps(_numa_resources())}",
+           f"--temp-dir=/tmp/colibri-ray-{os.getuid()}-{port}"]
+    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    address = f"127.0.0.1:{port}"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise PoolError(f"`ray start --head` exited with status {proc.returncode}; see {log_path}")
+        with open(log_path, "rb") as f:
+            if b"This command will now block forever" in f.read():
+                return address, proc.pid
+        time.sleep(0.5)
+    stop_local_head(proc.pid)
+    raise PoolError(f"Ray head did not come up within {timeout:.0f} s; see {log_path}")
+
+
+def stop_local_head(pid, timeout=30.0):
+    """SIGTERM the `ray start --block` process we started; it shuts its Ray down."""
+    if not pid_alive(pid):
+        return True
+    os.kill(int(pid), signal.SIGTERM)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            done, _ = os.waitpid(int(pid), os.WNOHANG)
+        except ChildProcessError:
+            done = 0 if pid_alive(pid) else pid
+        if done or not pid_alive(pid):
+            return True
+        time.sleep(0.3)
+    return False

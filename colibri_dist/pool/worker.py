@@ -1,0 +1,107 @@
+"""ExpertWorker: a thin shell over one Engine, living in its own Ray actor process.
+
+Role in the data flow: receives one request per micro-batch from the Router
+(the rows it needs once + per-expert local row lists + maybe a shared-expert
+chunk), runs engine.expert_forward / engine.shared_forward, and returns the
+expert rows concatenated in request order. It pins itself to its CPUs / NUMA
+node through colibri_dist.numa when a topology is available.
+
+Hot-added experts arrive as a numbered log of table ops; a worker applies ops in
+order and refuses (returns {"stale": version}) a request for a newer table, so
+a restarted actor (which starts from the file again) is re-synced by the Router
+before it computes anything.
+"""
+import os
+import time
+
+import numpy as np
+
+
+def _numa_pin(index, n_workers, numa, node_hint=None):
+    """Apply the NUMA plan for this worker; returns (report dict or None, cpus or None)."""
+    if not numa or not numa.get("enabled", True):
+        return None, None
+    try:
+        from .. import numa as numa_room
+        topo = numa_room.topology(numa.get("sysfs_root"))
+        n_nodes = max(1, len(topo.cpu_nodes))
+        per_node = max(int(numa.get("workers_per_node", 1)), -(-n_workers // n_nodes))
+        mem = numa.get("mem_policy", "bind")
+        plan = numa_room.plan(topo, workers_per_node=per_node, mem_policy=mem if mem != "preferred" else "bind")
+        candidates = [w for w in plan.workers if node_hint is None or w.node == node_hint] or list(plan.workers)
+        report = numa_room.apply(candidates[index % len(candidates)], read_numa_maps=False)
+    except Exception as exc:  # pinning decides speed, never results: run unpinned
+        return {"mode": "unpinned", "error": f"{type(exc).__name__}: {exc}"}, None
+    cpus = report["requested"]["cpus"] if report["mode"] == "numa" else report["cpus"]
+    return report, (list(cpus) or None)
+
+
+class ExpertWorker:
+    """Plain class; pool/actors.py wraps it as a Ray actor."""
+
+    def __init__(self, path, index, n_workers=1, threads=None, cache_bytes=None, offload_dir=None,
+                 policy="lru", numa=None, numa_node=None, delay_s=0.0):
+        from ..engine import Engine
+        self.index, self.path = int(index), str(path)
+        self.numa_report, cpus = _numa_pin(self.index, n_workers, numa, numa_node)
+        if cpus is not None and threads:
+            cpus = cpus[:int(threads)] if len(cpus) >= int(threads) else None
+        if offload_dir:
+            offload_dir = os.path.join(offload_dir, f"worker-{self.index}")
+            os.makedirs(offload_dir, exist_ok=True)
+        self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
+                             policy=policy, cpus=cpus)
+        self.cpus = cpus
+        self.version = 0
+        self.requests = 0
+        self.rows = 0
+        self.delay_s = float(delay_s)  # test hook: widens the window for killing a worker mid-batch
+        self.started = time.time()
+
+    def ping(self):
+        import ray
+        return {"index": self.index, "pid": os.getpid(), "version": self.version, "started": self.started,
+                "node": ray.get_runtime_context().get_node_id()}
+
+    def apply(self, ops, start):
+        """Apply table ops[i] for i >= self.version (ops numbered from `start`); returns the new version."""
+        for i, op in enumerate(ops, start=int(start)):
+            if i < self.version:
+                continue
+            if i != self.version:
+                raise RuntimeError(f"worker {self.index}: table op {i} arrived at version {self.version}")
+            if op[0] == "add":
+                _, layer, weights, router_row, bias, expect = op
+                got = self.engine.add_expert(layer, weights, router_row, bias=bias)
+                if int(got) != int(expect):
+                    raise RuntimeError(f"worker {self.index}: hot-added expert got id {got}, router expected {expect}")
+            elif op[0] == "remove":
+                self.engine.remove_expert(op[1], op[2])
+            self.version = i + 1
+        return self.version
+
+    def run(self, req):
+        """Compute one worker batch: {"out": rows of every expert in order, "shared": chunk or None}."""
+        if req["version"] != self.version:
+            return {"stale": self.version, "pid": os.getpid()}
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        layer, x = req["layer"], req["x"]
+        outs = [self.engine.expert_forward(layer, e, x, rows) for e, rows in req["experts"]]
+        h = x.shape[1]
+        out = np.concatenate(outs) if outs else np.zeros((0, h), np.float32)
+        shared = None
+        if req["shared"] is not None:
+            shared = self.engine.shared_forward(layer, np.ascontiguousarray(x[req["shared"]]))
+        self.requests += 1
+        self.rows += len(out)
+        return {"out": out, "shared": shared, "pid": os.getpid()}
+
+    def stats(self):
+        return {"index": self.index, "pid": os.getpid(), "cpus": self.cpus, "version": self.version,
+                "requests": self.requests, "rows": self.rows, "numa": self.numa_report,
+                "engine": self.engine.stats()}
+
+    def close(self):
+        self.engine.close()
+        return True
