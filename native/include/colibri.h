@@ -94,6 +94,9 @@ const char *cb_status_str(cb_status s);
 const char *cb_last_error(void);          /* thread-local message of the last failing handle-less call */
 int cb_simd_level(void);                  /* 0 scalar, 2 AVX2+FMA+F16C; honours COLIBRI_SIMD=scalar */
 const char *cb_simd_name(void);
+/* Tests and benchmarks: -1 re-detect (honours COLIBRI_SIMD), 0 force scalar, 2 force AVX2
+ * (CB_E_UNSUPPORTED if the CPU lacks it). Both paths give the same bits (native/src/kernels.h). */
+cb_status cb_simd_force(int level);
 
 /* ---- arena: 64-byte aligned bump allocator ---- */
 typedef struct cb_arena cb_arena;
@@ -118,6 +121,10 @@ uint64_t cb_engine_mallocs(const cb_engine *e);  /* arena (re)allocations so far
 cb_status cb_route(cb_engine *e, const cb_gating *g, const float *router, const float *bias,
                    const float *x, int64_t n, int32_t hidden, int32_t *idx, float *w);
 
+/* Gating only, on given router logits [n, n_experts] (handle-less, single thread). */
+cb_status cb_gate_logits(const cb_gating *g, const float *logits, const float *bias, int64_t n,
+                         int32_t *idx, float *w);
+
 /* One expert on gathered rows: out[i,:] = E(x[rows[i],:]) for i < n_rows.
  * rows NULL means rows 0..n_rows-1. Batch invariant: out[i] bits depend only
  * on x[rows[i]] and the weights. */
@@ -134,7 +141,7 @@ cb_status cb_combine(int64_t n, int32_t k, int32_t hidden, const float *w, const
                      const float *shared, float *y);
 
 /* Whole layer: route, group tokens by expert (each expert read once), run, combine.
- * Bit-identical to cb_route + cb_expert_forward per expert + cb_shared_forward + cb_combine. */
+ * idx_out [n,k] and w_out [n,k] are required (the routing result). Bit-identical to cb_route + cb_expert_forward per expert + cb_shared_forward + cb_combine. */
 cb_status cb_moe_forward(cb_engine *e, const cb_moe_layer *layer, const float *x, int64_t n,
                          float *y, int32_t *idx_out, float *w_out);
 

@@ -1,0 +1,157 @@
+"""Numpy quantizers for every expert weight scheme, blob packing and a reference dequantizer.
+
+Role in the data flow: the converter/writer calls `pack_expert(gate, up, down,
+scheme)` to turn float matrices into one expert blob + `ExpertLayout`
+(format/layout.py); the native kernels read that blob in place; tests use
+`dequantize` as the numpy reference of what the kernels must compute.
+
+Schemes (value of element (r, c) after decoding, exactly as native/include/colibri.h):
+  f32, f16 (IEEE, round to nearest even), bf16 (round to nearest even)
+  int8         q[r,c] * scale[r],               scale = max|w[r,:]| / 127
+  int8-gG      q[r,c] * scale[r, c // G],       per group of G along the columns (last group may be short)
+  int8-minmax  (q[r,c] - zero) * scale,         one f32 scale + one int32 zero point per matrix,
+               range [min(w, 0), max(w, 0)] mapped onto [-128, 127]
+Rounding to int8 is round-half-to-even (np.rint). Inputs must be finite.
+"""
+import numpy as np
+
+from ..errors import InvalidArgument
+from .layout import GROUP_SIZE, PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout
+
+_ELEM_BYTES = {0: 4, 1: 2, 2: 2}
+
+
+def _align(n, a=PART_ALIGN):
+    return (n + a - 1) // a * a
+
+
+def f32_to_bf16_bits(w):
+    """float32 -> bf16 bit patterns (uint16), round to nearest even."""
+    bits = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def bf16_bits_to_f32(h):
+    return (np.asarray(h, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _symmetric_int8(w, amax):
+    scale = (amax / np.float32(127.0)).astype(np.float32)
+    safe = np.where(scale > 0, scale, np.float32(1.0)).astype(np.float32)
+    q = np.clip(np.rint(w / safe), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def quantize_matrix(w, scheme):
+    """w float [rows, cols] -> (data ndarray, scales float32 | None, zero int32[1] | None)."""
+    if scheme not in SCHEMES:
+        raise InvalidArgument(f"unknown weight scheme {scheme!r}; expected one of {sorted(SCHEMES)}")
+    w = np.asarray(w, dtype=np.float32)
+    if w.ndim != 2 or w.size == 0:
+        raise InvalidArgument(f"weight matrix must be 2-D and non-empty, got shape {w.shape}")
+    if not np.isfinite(w).all():
+        raise InvalidArgument("weight matrix contains NaN or Inf")
+    code = SCHEMES[scheme]
+    if code == 0:
+        return np.ascontiguousarray(w), None, None
+    if code == 1:
+        return w.astype(np.float16).view(np.uint16), None, None
+    if code == 2:
+        return f32_to_bf16_bits(w), None, None
+    if code == 3:
+        q, scale = _symmetric_int8(w, np.abs(w).max(axis=1, keepdims=True))
+        scale = scale.reshape(-1)
+        return q, scale, None
+    if code in GROUP_SIZE:
+        return _quantize_groups(w, GROUP_SIZE[code])
+    return _quantize_minmax(w)
+
+
+def _quantize_groups(w, g):
+    rows, cols = w.shape
+    ng = -(-cols // g)
+    padded = np.zeros((rows, ng * g), dtype=np.float32)
+    padded[:, :cols] = w
+    amax = np.abs(padded.reshape(rows, ng, g)).max(axis=2)          # [rows, ng]
+    scale = (amax / np.float32(127.0)).astype(np.float32)
+    per_col = np.repeat(scale, g, axis=1)[:, :cols]
+    safe = np.where(per_col > 0, per_col, np.float32(1.0))
+    q = np.clip(np.rint(w / safe), -127, 127).astype(np.int8)
+    return q, scale.reshape(-1), None
+
+
+def _quantize_minmax(w):
+    lo, hi = min(float(w.min()), 0.0), max(float(w.max()), 0.0)
+    scale = np.float32((hi - lo) / 255.0) if hi > lo else np.float32(1.0)
+    zero = int(np.clip(np.rint(-128.0 - lo / float(scale)), -128, 127))
+    q = np.clip(np.rint(w / scale) + zero, -128, 127).astype(np.int8)
+    return q, np.array([scale], dtype=np.float32), np.array([zero], dtype=np.int32)
+
+
+def dequantize(blob, m):
+    """Reference decode of one matrix of a blob (MatrixLayout m) to float32 [rows, cols]."""
+    blob = np.asarray(blob, dtype=np.uint8).reshape(-1)
+    raw = blob[m.data_offset:m.data_offset + m.data_bytes]
+    shape = (m.rows, m.cols)
+    if m.dtype == 0:
+        return raw.view(np.float32).reshape(shape).copy()
+    if m.dtype == 1:
+        return raw.view(np.float16).astype(np.float32).reshape(shape)
+    if m.dtype == 2:
+        return bf16_bits_to_f32(raw.view(np.uint16)).reshape(shape)
+    q = raw.view(np.int8).reshape(shape)
+    scales = blob[m.scale_offset:m.scale_offset + 4 * m.scale_count].view(np.float32)
+    if m.dtype == 3:
+        return q.astype(np.float32) * scales[:, None]
+    if m.dtype in GROUP_SIZE:
+        g = GROUP_SIZE[m.dtype]
+        per_col = np.repeat(scales.reshape(m.rows, -1), g, axis=1)[:, :m.cols]
+        return (q.astype(np.float32) * per_col).astype(np.float32)
+    zero = int(blob[m.zero_offset:m.zero_offset + 4].view(np.int32)[0])
+    return ((q.astype(np.int32) - zero).astype(np.float32) * scales[0]).astype(np.float32)
+
+
+def pack_expert(gate, up, down, scheme):
+    """Quantize one SwiGLU expert into a blob. gate, up: [inter, hidden]; down: [hidden, inter].
+
+    Returns (blob uint8[nbytes], ExpertLayout): gate, up, down data, then their
+    scales, then their zero points, each part PART_ALIGN-aligned.
+    """
+    mats = {"gate": gate, "up": up, "down": down}
+    shapes = {k: np.shape(v) for k, v in mats.items()}
+    inter, hidden = shapes["gate"] if len(shapes["gate"]) == 2 else (None, None)
+    if (inter is None or shapes["up"] != (inter, hidden) or shapes["down"] != (hidden, inter)):
+        raise InvalidArgument(f"expert shapes must be gate/up [inter, hidden] and down [hidden, inter]; got {shapes}")
+    parts = {}
+    for name, w in mats.items():
+        try:
+            parts[name] = quantize_matrix(w, scheme)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"expert matrix {name!r}: {exc}") from None
+    return _assemble(parts, scheme)
+
+
+def _assemble(parts, scheme):
+    code = SCHEMES[scheme]
+    offset, chunks, offsets = 0, [], {}
+    for kind, pick in (("data", 0), ("scale", 1), ("zero", 2)):
+        for name in ("gate", "up", "down"):
+            arr = parts[name][pick]
+            if arr is None:
+                continue
+            raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+            offsets[(name, kind)] = (offset, raw.size, arr.size)
+            chunks.append((offset, raw))
+            offset = _align(offset + raw.size)
+    blob = np.zeros(max(offset, PART_ALIGN), dtype=np.uint8)
+    for off, raw in chunks:
+        blob[off:off + raw.size] = raw
+    mls = {}
+    for name in ("gate", "up", "down"):
+        rows, cols = parts[name][0].shape
+        d_off, d_bytes, _ = offsets[(name, "data")]
+        s_off, _, s_count = offsets.get((name, "scale"), (-1, 0, 0))
+        z_off = offsets.get((name, "zero"), (-1, 0, 0))[0]
+        mls[name] = MatrixLayout(code, rows, cols, d_off, d_bytes, s_off, s_count, z_off)
+    return blob, ExpertLayout(mls["gate"], mls["up"], mls["down"], blob.size, scheme)

@@ -1,0 +1,160 @@
+/* ffn.c — SwiGLU expert FFNs on gathered token rows: y = down(silu(gate x) * (up x)).
+ *
+ * Role: the executor behind cb_expert_forward, cb_shared_forward and the
+ * expert stage of cb_moe_forward. Work is split into items of output rows
+ * (never K): phase 1 computes h = silu(gate x) * up x for a block of inter
+ * rows of one task, phase 2 computes a block of hidden rows of down h. Every
+ * element goes through cb_dot_rows' fixed sequence, so neither the item split,
+ * the thread, nor the other tasks change a bit of any output.
+ */
+#include <math.h>
+#include "cb_internal.h"
+#include "kernels.h"
+
+#define ROW_BLOCK 48    /* output rows per work item (multiple of the 3- and 8-row tiles) */
+#define TOKEN_CHUNK 16  /* tokens per pass over an item's weights (keeps x in L2) */
+
+typedef struct { int32_t task, r0, r1; } ffn_item;
+
+typedef struct {
+    const cb_ffn_task *tasks;
+    float ***g, ***u;        /* per task: arrays of n row pointers into the G and U buffers */
+    ffn_item *items;
+} ffn_run;
+
+static int64_t blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
+
+size_t cb_ffn_scratch_bytes(const cb_ffn_task *tasks, int32_t n_tasks) {
+    size_t bytes = 3 * cb_arena_need(sizeof(void *) * (size_t)(n_tasks + 1));
+    int64_t items = 0;
+    for (int32_t i = 0; i < n_tasks; i++) {
+        size_t n = (size_t)tasks[i].n, inter = (size_t)tasks[i].ex->gate.rows, hidden = (size_t)tasks[i].ex->down.rows;
+        bytes += 2 * cb_arena_need(n * inter * sizeof(float)) + 2 * cb_arena_need(n * sizeof(float *));
+        int64_t a = blocks((int64_t)inter, ROW_BLOCK), b = blocks((int64_t)hidden, ROW_BLOCK);
+        items += a > b ? a : b;
+    }
+    return bytes + cb_arena_need(sizeof(ffn_item) * (size_t)(items + 1));
+}
+
+static float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+static void phase_gate_up(void *ctx, int64_t item) {
+    ffn_run *run = ctx;
+    ffn_item it = run->items[item];
+    const cb_ffn_task *t = &run->tasks[it.task];
+    float **g = run->g[it.task], **u = run->u[it.task];
+    for (int64_t c = 0; c < t->n; c += TOKEN_CHUNK) {
+        int64_t m = t->n - c < TOKEN_CHUNK ? t->n - c : TOKEN_CHUNK;
+        cb_dot_rows(&t->ex->gate, it.r0, it.r1, t->xs + c, g + c, m);
+        cb_dot_rows(&t->ex->up, it.r0, it.r1, t->xs + c, u + c, m);
+        for (int64_t i = c; i < c + m; i++)
+            for (int32_t r = it.r0; r < it.r1; r++) g[i][r] = silu_mul(g[i][r], u[i][r]);
+    }
+}
+
+static void phase_down(void *ctx, int64_t item) {
+    ffn_run *run = ctx;
+    ffn_item it = run->items[item];
+    const cb_ffn_task *t = &run->tasks[it.task];
+    const float *const *h = (const float *const *)run->g[it.task];
+    for (int64_t c = 0; c < t->n; c += TOKEN_CHUNK) {
+        int64_t m = t->n - c < TOKEN_CHUNK ? t->n - c : TOKEN_CHUNK;
+        cb_dot_rows(&t->ex->down, it.r0, it.r1, h + c, t->outs + c, m);
+        if (t->row_scale)
+            for (int64_t i = c; i < c + m; i++)
+                for (int32_t r = it.r0; r < it.r1; r++) t->outs[i][r] = t->row_scale[i] * t->outs[i][r];
+    }
+}
+
+static int64_t make_items(ffn_run *run, int32_t n_tasks, int down) {
+    int64_t k = 0;
+    for (int32_t i = 0; i < n_tasks; i++) {
+        if (run->tasks[i].n == 0) continue;
+        int32_t rows = down ? run->tasks[i].ex->down.rows : run->tasks[i].ex->gate.rows;
+        for (int32_t r = 0; r < rows; r += ROW_BLOCK)
+            run->items[k++] = (ffn_item){i, r, r + ROW_BLOCK < rows ? r + ROW_BLOCK : rows};
+    }
+    return k;
+}
+
+void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
+    ffn_run run = {tasks, NULL, NULL, NULL};
+    run.g = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)(n_tasks + 1));
+    run.u = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)(n_tasks + 1));
+    int64_t items = 0;
+    for (int32_t i = 0; i < n_tasks; i++) {
+        size_t n = (size_t)tasks[i].n, inter = (size_t)tasks[i].ex->gate.rows;
+        float *gb = cb_arena_alloc(e->arena, n * inter * sizeof(float));
+        float *ub = cb_arena_alloc(e->arena, n * inter * sizeof(float));
+        run.g[i] = cb_arena_alloc(e->arena, n * sizeof(float *));
+        run.u[i] = cb_arena_alloc(e->arena, n * sizeof(float *));
+        for (size_t t = 0; t < n; t++) {
+            run.g[i][t] = gb + t * inter;
+            run.u[i][t] = ub + t * inter;
+        }
+        int64_t a = blocks((int64_t)inter, ROW_BLOCK), b = blocks(tasks[i].ex->down.rows, ROW_BLOCK);
+        items += a > b ? a : b;
+    }
+    run.items = cb_arena_alloc(e->arena, sizeof(ffn_item) * (size_t)(items + 1));
+    cb_pool_run(e->pool, phase_gate_up, &run, make_items(&run, n_tasks, 0));
+    cb_pool_run(e->pool, phase_down, &run, make_items(&run, n_tasks, 1));
+}
+
+float cb_sigmoid_gate(const float *g, const float *x, int32_t hidden) {
+    cb_matrix m = {g, NULL, NULL, CB_F32, 1, hidden};
+    float z = 0.0f, *zp = &z;
+    cb_dot_rows(&m, 0, 1, &x, &zp, 1);
+    return 1.0f / (1.0f + expf(-z));
+}
+
+cb_status cb_expert_forward(cb_engine *e, const cb_expert *ex, const float *x, int32_t hidden,
+                            const int32_t *rows, int64_t n_rows, float *out) {
+    if (!e) return cb_fail(CB_E_INVALID, "cb_expert_forward: engine is NULL");
+    if (!x || !out || n_rows < 0 || hidden <= 0)
+        return cb_engine_fail(e, cb_fail(CB_E_INVALID, "cb_expert_forward: NULL tensor or bad size"));
+    cb_status s = cb_check_expert(ex, hidden, "expert");
+    if (s != CB_OK) return cb_engine_fail(e, s);
+    for (int64_t i = 0; rows && i < n_rows; i++)
+        if (rows[i] < 0) return cb_engine_fail(e, cb_fail(CB_E_INVALID, "cb_expert_forward: rows[%lld] = %d < 0", (long long)i, (int)rows[i]));
+    if (n_rows == 0) return CB_OK;
+    cb_ffn_task task = {ex, NULL, NULL, NULL, n_rows};
+    size_t bytes = 2 * cb_arena_need(sizeof(float *) * (size_t)n_rows) + cb_ffn_scratch_bytes(&task, 1);
+    if ((s = cb_engine_scratch(e, bytes)) != CB_OK) return cb_engine_fail(e, s);
+    const float **xs = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)n_rows);
+    float **outs = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)n_rows);
+    for (int64_t i = 0; i < n_rows; i++) {
+        xs[i] = x + (size_t)(rows ? rows[i] : i) * (size_t)hidden;
+        outs[i] = out + (size_t)i * (size_t)hidden;
+    }
+    task.xs = xs;
+    task.outs = outs;
+    cb_ffn_run(e, &task, 1);
+    return CB_OK;
+}
+
+cb_status cb_shared_forward(cb_engine *e, const cb_expert *shared, const float *shared_gate,
+                            const float *x, int64_t n, int32_t hidden, float *out) {
+    if (!e) return cb_fail(CB_E_INVALID, "cb_shared_forward: engine is NULL");
+    if (!x || !out || n < 0 || hidden <= 0)
+        return cb_engine_fail(e, cb_fail(CB_E_INVALID, "cb_shared_forward: NULL tensor or bad size"));
+    cb_status s = cb_check_expert(shared, hidden, "shared expert");
+    if (s != CB_OK) return cb_engine_fail(e, s);
+    if (n == 0) return CB_OK;
+    cb_ffn_task task = {shared, NULL, NULL, NULL, n};
+    size_t bytes = 2 * cb_arena_need(sizeof(float *) * (size_t)n) + cb_arena_need(sizeof(float) * (size_t)n) +
+                   cb_ffn_scratch_bytes(&task, 1);
+    if ((s = cb_engine_scratch(e, bytes)) != CB_OK) return cb_engine_fail(e, s);
+    const float **xs = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)n);
+    float **outs = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)n);
+    float *sig = shared_gate ? cb_arena_alloc(e->arena, sizeof(float) * (size_t)n) : NULL;
+    for (int64_t i = 0; i < n; i++) {
+        xs[i] = x + (size_t)i * (size_t)hidden;
+        outs[i] = out + (size_t)i * (size_t)hidden;
+        if (sig) sig[i] = cb_sigmoid_gate(shared_gate, xs[i], hidden);
+    }
+    task.xs = xs;
+    task.outs = outs;
+    task.row_scale = sig;
+    cb_ffn_run(e, &task, 1);
+    return CB_OK;
+}

@@ -1,0 +1,44 @@
+/* kernels.c — kernel dispatch (AVX2 or portable C) and weight-matrix validation.
+ *
+ * Role: the single entry point cb_dot_rows used by routing and the FFNs, and
+ * the argument checks every public call runs on cb_matrix / cb_expert.
+ */
+#include <stdio.h>
+#include "cb_internal.h"
+#include "kernels.h"
+
+void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
+                 float *const *outs, int64_t nt) {
+    if (cb_simd_level() == 2) cb_dot_rows_avx2(w, r0, r1, xs, outs, nt);
+    else cb_dot_rows_scalar(w, r0, r1, xs, outs, nt);
+}
+
+cb_status cb_check_matrix(const cb_matrix *m, const char *what, int32_t rows, int32_t cols) {
+    if (!m->data) return cb_fail(CB_E_INVALID, "%s: data is NULL", what);
+    if (m->dtype < CB_F32 || m->dtype > CB_I8_MINMAX)
+        return cb_fail(CB_E_INVALID, "%s: unknown dtype %d", what, (int)m->dtype);
+    if (m->rows != rows || m->cols != cols)
+        return cb_fail(CB_E_INVALID, "%s: shape [%d, %d], expected [%d, %d]", what, (int)m->rows,
+                       (int)m->cols, (int)rows, (int)cols);
+    if (rows <= 0 || cols <= 0) return cb_fail(CB_E_INVALID, "%s: empty shape", what);
+    if (m->dtype >= CB_I8_ROW && !m->scales) return cb_fail(CB_E_INVALID, "%s: int8 matrix without scales", what);
+    if (m->dtype == CB_I8_MINMAX) {
+        if (!m->zero) return cb_fail(CB_E_INVALID, "%s: int8-minmax matrix without zero point", what);
+        if (m->zero[0] < -(1 << 23) || m->zero[0] > (1 << 23))
+            return cb_fail(CB_E_INVALID, "%s: zero point %d out of range", what, (int)m->zero[0]);
+    }
+    return CB_OK;
+}
+
+cb_status cb_check_expert(const cb_expert *ex, int32_t hidden, const char *what) {
+    if (!ex) return cb_fail(CB_E_INVALID, "%s: expert is NULL", what);
+    int32_t inter = ex->gate.rows;
+    char name[96];
+    cb_status s;
+    snprintf(name, sizeof name, "%s.gate", what);
+    if ((s = cb_check_matrix(&ex->gate, name, inter, hidden)) != CB_OK) return s;
+    snprintf(name, sizeof name, "%s.up", what);
+    if ((s = cb_check_matrix(&ex->up, name, inter, hidden)) != CB_OK) return s;
+    snprintf(name, sizeof name, "%s.down", what);
+    return cb_check_matrix(&ex->down, name, hidden, inter);
+}

@@ -1,0 +1,154 @@
+/* kernels_avx2.c — AVX2/FMA/F16C dot-product kernels, selected at run time.
+ *
+ * Role: the fast path of cb_dot_rows. Register tiles of TT tokens x TR rows
+ * keep one 8-lane accumulator per output element, reuse each decoded weight
+ * vector across the token tile, and finish every element with the same
+ * horizontal sum and scalar tail as kernels_scalar.c (see kernels.h), so the
+ * tile shape never changes a bit. Compiled with per-function target
+ * attributes: no global -m flags.
+ */
+#include "kernels.h"
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#include <math.h>
+
+#define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#define AVX2_OUTLINE __attribute__((noinline, target("avx2,fma,f16c")))
+
+typedef struct {
+    const unsigned char *data; /* row 0 start */
+    const float *scales;
+    size_t row_bytes;
+    int32_t cols, ngroups, zero;
+} wdesc;
+
+AVX2_FN __m256 dec8(int dtype, const wdesc *d, int32_t r, int32_t k) {
+    const unsigned char *row = d->data + (size_t)r * d->row_bytes;
+    switch (dtype) {
+    case CB_F32: return _mm256_loadu_ps((const float *)row + k);
+    case CB_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+    case CB_BF16: {
+        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    }
+    case CB_I8_ROW:
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + k))));
+    case CB_I8_MINMAX: {
+        __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + k)));
+        return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(d->zero)));
+    }
+    default: {
+        int shift = dtype == CB_I8_G32 ? 5 : dtype == CB_I8_G64 ? 6 : 7;
+        __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + k))));
+        float sc = d->scales[(size_t)r * (size_t)d->ngroups + (size_t)(k >> shift)];
+        return _mm256_mul_ps(q, _mm256_set1_ps(sc));
+    }
+    }
+}
+
+AVX2_FN float dec1(int dtype, const wdesc *d, int32_t r, int32_t k) {
+    const unsigned char *row = d->data + (size_t)r * d->row_bytes;
+    switch (dtype) {
+    case CB_F32: return ((const float *)row)[k];
+    case CB_F16: return cb_f16_to_f32(((const uint16_t *)row)[k]);
+    case CB_BF16: return cb_bf16_to_f32(((const uint16_t *)row)[k]);
+    case CB_I8_ROW: return (float)((const int8_t *)row)[k];
+    case CB_I8_MINMAX: return (float)((int32_t)((const int8_t *)row)[k] - d->zero);
+    default: {
+        int32_t g = cb_group_size(dtype);
+        return (float)((const int8_t *)row)[k] * d->scales[(size_t)r * (size_t)d->ngroups + (size_t)(k / g)];
+    }
+    }
+}
+
+AVX2_FN float hsum(__m256 a) {
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+    return _mm_cvtss_f32(v);
+}
+
+AVX2_FN float finish(int dtype, const wdesc *d, int32_t r, __m256 acc, const float *x) {
+    int32_t K = d->cols, K8 = K - K % 8;
+    float s = hsum(acc);
+    for (int32_t k = K8; k < K; k++) s = fmaf(dec1(dtype, d, r, k), x[k], s);
+    if (dtype == CB_I8_ROW) s = s * d->scales[r];
+    else if (dtype == CB_I8_MINMAX) s = s * d->scales[0];
+    return s;
+}
+
+/* TT tokens x TR rows starting at row r. */
+AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const float *const *xs,
+                  float *const *outs) {
+    __m256 acc[4][8];
+    int32_t K8 = d->cols - d->cols % 8;
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int32_t k = 0; k < K8; k += 8) {
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) {
+            __m256 w = dec8(dtype, d, r + j, k);
+#pragma GCC unroll 8
+            for (int i = 0; i < TT; i++) acc[i][j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xs[i] + k), acc[i][j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) outs[i][r + j] = finish(dtype, d, r + j, acc[i][j], xs[i]);
+}
+
+AVX2_FN void rows_for_dtype(int dtype, const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,
+                            float *const *outs, int64_t nt) {
+    int64_t t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        int32_t r = r0;
+        for (; r + 3 <= r1; r += 3) tile(dtype, 4, 3, d, r, xs + t, outs + t);
+        for (; r < r1; r++) tile(dtype, 4, 1, d, r, xs + t, outs + t);
+    }
+    for (; t < nt; t++) {
+        int32_t r = r0;
+        for (; r + 8 <= r1; r += 8) tile(dtype, 1, 8, d, r, xs + t, outs + t);
+        for (; r < r1; r++) tile(dtype, 1, 1, d, r, xs + t, outs + t);
+    }
+}
+
+#define DTYPE_KERNEL(NAME, DT)                                                                       \
+    static AVX2_OUTLINE void NAME(const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,   \
+                                  float *const *outs, int64_t nt) {                                  \
+        rows_for_dtype(DT, d, r0, r1, xs, outs, nt);                                                 \
+    }
+DTYPE_KERNEL(k_f32, CB_F32)
+DTYPE_KERNEL(k_f16, CB_F16)
+DTYPE_KERNEL(k_bf16, CB_BF16)
+DTYPE_KERNEL(k_i8row, CB_I8_ROW)
+DTYPE_KERNEL(k_i8g32, CB_I8_G32)
+DTYPE_KERNEL(k_i8g64, CB_I8_G64)
+DTYPE_KERNEL(k_i8g128, CB_I8_G128)
+DTYPE_KERNEL(k_i8mm, CB_I8_MINMAX)
+
+void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
+                      float *const *outs, int64_t nt) {
+    static const size_t elem[8] = {4, 2, 2, 1, 1, 1, 1, 1};
+    int32_t g = cb_group_size(w->dtype);
+    wdesc d = {(const unsigned char *)w->data, w->scales, elem[w->dtype] * (size_t)w->cols, w->cols,
+               g ? (w->cols + g - 1) / g : 0, w->zero ? w->zero[0] : 0};
+    switch (w->dtype) {
+    case CB_F32: k_f32(&d, r0, r1, xs, outs, nt); break;
+    case CB_F16: k_f16(&d, r0, r1, xs, outs, nt); break;
+    case CB_BF16: k_bf16(&d, r0, r1, xs, outs, nt); break;
+    case CB_I8_ROW: k_i8row(&d, r0, r1, xs, outs, nt); break;
+    case CB_I8_G32: k_i8g32(&d, r0, r1, xs, outs, nt); break;
+    case CB_I8_G64: k_i8g64(&d, r0, r1, xs, outs, nt); break;
+    case CB_I8_G128: k_i8g128(&d, r0, r1, xs, outs, nt); break;
+    default: k_i8mm(&d, r0, r1, xs, outs, nt); break;
+    }
+}
+#else
+void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
+                      float *const *outs, int64_t nt) {
+    cb_dot_rows_scalar(w, r0, r1, xs, outs, nt);
+}
+#endif
