@@ -186,7 +186,8 @@ def _report(ledger, faults=(), rss_summary=None, batches=3):
     rss_summary = rss_summary or {"w0": {"peak_bytes": 10, "peak_growth_bytes": 5, "budget_bytes": 4}}
     return report.build_report(
         ledger=ledger, batches=batches, elapsed_s=2.0, faults=list(faults), planned={}, rss=rss_summary,
-        rss_slack_bytes=0, cache_stats={"hits": {"ram": 3, "ssd": 1, "mmap": 0}, "spill_bytes": 77},
+        rss_slack_bytes=0, cache_stats={"gets": 4, "hits": 3, "misses": 1, "ram": {"hits": 3, "misses": 1},
+                     "ssd": {"hits": 0, "misses": 1}, "mmap": {"hits": 1, "misses": 0}, "spill_bytes": 77},
         budget=4, run_info={})
 
 
@@ -197,7 +198,8 @@ def test_report_passes_clean_run_and_derives_rates(tmp_path):
     assert rep["passed"] and rep["exit_code"] == 0
     assert rep["tokens"] == 6 and rep["tokens_per_s"] == 3.0
     assert rep["faults_injected"] == {"kill_worker": 2} == rep["faults_recovered"]
-    assert rep["hit_rates"] == {"mmap": 0.0, "ram": 0.75, "ssd": 0.25} and rep["spill_bytes"] == 77
+    assert rep["hit_rates"] == {"ram": 0.75, "ssd": 0.0, "mmap": 1.0, "overall": 0.75}
+    assert rep["spill_bytes"] == 77
     assert rep["rss_peak_bytes"] == {"w0": 10} and rep["rss_held"] is False
     path = report.write_report(rep, str(tmp_path / "out"))
     assert json.load(open(path))["tokens"] == 6

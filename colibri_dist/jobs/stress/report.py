@@ -10,17 +10,26 @@ import json
 import os
 
 
-def hit_rates(cache_stats):
-    """{tier: hits / gets} from summed store stats with `hits` and `misses` per tier.
+TIERS = ("ram", "ssd", "mmap")
 
-    Every get is counted once, at the tier that served it (a hit) — the misses of
-    one tier are the gets that went on to the next. gets = sum of hits over tiers.
+
+def hit_rates(cache_stats):
+    """{tier: hits / lookups at that tier, "overall": hits / gets} from summed store stats.
+
+    The store counts per tier {hits, misses} of the lookups that reached it: every
+    get looks in RAM; a RAM miss looks in the SSD spill tier; what the SSD tier
+    misses is read from the source (the container, "mmap").
     """
-    hits = cache_stats.get("hits") or {}
-    if not isinstance(hits, dict):
-        return {}
-    gets = sum(hits.values())
-    return {tier: (n / gets if gets else 0.0) for tier, n in sorted(hits.items())}
+    out = {}
+    for tier in TIERS:
+        counts = cache_stats.get(tier)
+        if isinstance(counts, dict):
+            seen = counts.get("hits", 0) + counts.get("misses", 0)
+            out[tier] = round(counts.get("hits", 0) / seen, 6) if seen else None
+    gets = cache_stats.get("gets", 0)
+    if gets:
+        out["overall"] = round(cache_stats.get("hits", 0) / gets, 6)
+    return out
 
 
 def sum_stats(per_worker):

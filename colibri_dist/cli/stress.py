@@ -1,0 +1,57 @@
+"""`colibri stress [CONFIG] [--duration S] [--batches N] [--out DIR]`: the offload stress run.
+
+Role in the data flow: argv -> jobs.stress.settings.load_stress_config (ConfigError
+-> exit 2) -> command-line overrides -> jobs.stress.harness.run_stress ->
+<out>/report.json and a short summary. Exit 0 when every output matched the
+all-resident reference bit for bit, no token was lost or duplicated and every
+injected fault was recovered; 1 otherwise. With no CONFIG it runs the packaged
+configs/offload-stress.yaml.
+"""
+import json
+import os
+
+
+def register(subparsers):
+    p = subparsers.add_parser(
+        "stress", help="stress the offload path with injected faults (default: configs/offload-stress.yaml)",
+        description="Drive a Ray pool under a RAM budget far below the working set with the SSD tier on, "
+                    "inject faults on a schedule, check every output bit for bit against an all-resident "
+                    "Engine, and write report.json (see docs/STRESS.md).")
+    p.add_argument("config", nargs="?", default=None, metavar="CONFIG",
+                   help="stress config YAML (default: the packaged configs/offload-stress.yaml)")
+    p.add_argument("--duration", type=float, default=None, metavar="S", help="override stress.duration_s")
+    p.add_argument("--batches", type=int, default=None, metavar="N",
+                   help="override stress.max_batches (stop after N batches if that comes first)")
+    p.add_argument("--out", metavar="DIR", default="colibri-stress", help="output directory (default: ./colibri-stress)")
+    p.set_defaults(func=main)
+
+
+def main(args):
+    from ..errors import InvalidArgument
+    from ..jobs.stress.harness import run_stress
+    from ..jobs.stress.settings import load_stress_config
+    cfg = load_stress_config(args.config)
+    if args.duration is not None and args.duration <= 0:
+        raise InvalidArgument(f"--duration: expected a positive number of seconds, got {args.duration}")
+    if args.batches is not None and args.batches <= 0:
+        raise InvalidArgument(f"--batches: expected a positive integer, got {args.batches}")
+    report = run_stress(cfg, args.out, duration_s=args.duration, max_batches=args.batches)
+    print(summary(report, os.path.join(args.out, "report.json")))
+    return report["exit_code"]
+
+
+def summary(rep, path):
+    verdict = "PASSED" if rep["passed"] else "FAILED"
+    lines = [
+        f"colibri stress {verdict}: {rep['batches']} batches, {rep['tokens']} tokens "
+        f"({rep['tokens_per_s']} tokens/s) in {rep['elapsed_s']} s",
+        f"  mismatches {rep['mismatches']}  lost {rep['lost_tokens']}  duplicated {rep['duplicated_tokens']}",
+        f"  faults injected {json.dumps(rep['faults_injected'], sort_keys=True)}",
+        f"  faults recovered {json.dumps(rep['faults_recovered'], sort_keys=True)}"
+        + (f"  UNRECOVERED {len(rep['faults_unrecovered'])}" if rep["faults_unrecovered"] else ""),
+        f"  RSS peak per worker {json.dumps(rep['rss_peak_bytes'], sort_keys=True)} "
+        f"(budget {rep['rss_budget_bytes']} B, held: {rep['rss_held']})",
+        f"  hit rates {json.dumps(rep['hit_rates'], sort_keys=True)}  spill bytes {rep['spill_bytes']}",
+        f"  report: {path}",
+    ]
+    return "\n".join(lines)
