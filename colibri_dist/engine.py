@@ -1,0 +1,250 @@
+"""Engine: the in-process MoE executor = .colibri model + ExpertStore + native kernels.
+
+Role in the data flow: route(layer, x) and moe_forward(layer, x) for callers in
+one process (no Ray); expert_forward/shared_forward are what pool workers run.
+
+moe_forward takes one of two paths with the same bits (docs/ARCHITECTURE.md):
+  - cache_bytes=None (every expert a zero-copy mmap view): native
+    Runtime.moe_forward over the views (fused route+group+run+combine);
+  - a RAM budget: route, then per expert in ascending id: store.get -> expert_forward
+    on its rows -> slot_out[t, j] -> release; shared_forward; native.combine.
+Either way each (token, slot) output comes from cb_expert_forward, so results do
+not depend on the cache budget, the tier or the policy.
+
+Lookahead prefetch: while layer l runs, the next MoE layer's gate is applied to
+l's input and the predicted experts are prefetched; stats()["lookahead"] reports
+how many of the experts the next layer really used had been predicted (recall).
+"""
+import numpy as np
+
+from .errors import InvalidArgument, StoreError
+from .store import ExpertStore, Segments
+from .store.routing_table import build_table
+
+
+class Engine:
+    def __init__(self, path, threads=None, cache_bytes=None, offload_dir=None, policy="lru", cpus=None,
+                 compression=None, lookahead=True, prefetch_workers=2, source_delay_s=0.0,
+                 numa_policy=None, numa_nodes=None):
+        from . import native
+        from .format.reader import open_model
+        self._native = native
+        self.path = str(path)
+        self.model = open_model(path)
+        try:
+            self.config = self.model.config
+            self.segments = Segments(path)
+            self.store = ExpertStore(self.model, cache_bytes=cache_bytes, offload_dir=offload_dir,
+                                     policy=policy, compression=compression, prefetch_workers=prefetch_workers,
+                                     source_delay_s=source_delay_s, segments=self.segments,
+                                     numa_policy=numa_policy, numa_nodes=numa_nodes)
+            self.runtime = native.Runtime(threads=threads, cpus=cpus)
+        except BaseException:
+            self.model.close()
+            raise
+        self.lookahead = bool(lookahead)
+        self._tables = {}
+        self._mapped = {}          # layer -> (version, [views]) for the fused path
+        self._shared = {}
+        self._predicted = {}       # layer -> set of experts predicted by lookahead
+        self._recall = {"predicted": 0, "actual": 0, "hit": 0, "layers": 0}
+        self._closed = False
+
+    # ---- argument checks
+    def _check_layer(self, layer):
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or layer not in self.model.moe_layers:
+            raise InvalidArgument(f"layer {layer!r} is not an MoE layer of {self.path} "
+                                  f"(MoE layers: {list(self.model.moe_layers)})")
+        return int(layer)
+
+    def _check_x(self, layer, x):
+        if self._closed:
+            raise InvalidArgument("engine is closed")
+        if not isinstance(x, np.ndarray):
+            raise InvalidArgument(f"layer {layer}: x must be a numpy array, got {type(x).__name__}")
+        if x.dtype != np.float32:
+            raise InvalidArgument(f"layer {layer}: x must be float32, got {x.dtype}")
+        if x.ndim != 2 or x.shape[1] != self.config.hidden:
+            raise InvalidArgument(f"layer {layer}: x must have shape [n, {self.config.hidden}], got {x.shape}")
+        if not np.isfinite(x).all():
+            raise InvalidArgument(f"layer {layer}: x contains NaN or Inf (non-finite input is rejected)")
+        return np.ascontiguousarray(x)
+
+    # ---- routing
+    def table(self, layer):
+        """RoutingTable of a layer (rebuilt when hot-added/removed experts change)."""
+        tbl = self._tables.get(layer)
+        if tbl is None or tbl.version != self.segments.version:
+            tbl = self._tables[layer] = build_table(self.model, self.segments, layer, self._native.Gating)
+        return tbl
+
+    def _route(self, layer, x):
+        tbl = self.table(layer)
+        idx, w = self.runtime.route(x, tbl.router, tbl.gating, bias=tbl.bias)
+        return (idx if tbl.identity else tbl.ids[idx]), w
+
+    def route(self, layer, x):
+        """(idx int32 [n, k], w float32 [n, k]) with the family's exact gating."""
+        layer = self._check_layer(layer)
+        return self._route(layer, self._check_x(layer, x))
+
+    # ---- forward
+    def moe_forward(self, layer, x):
+        """float32 [n, hidden]: routed experts + shared expert, combined in slot order."""
+        layer = self._check_layer(layer)
+        x = self._check_x(layer, x)
+        if self.store.cache_bytes is None:
+            y, idx = self._moe_mapped(layer, x)
+        else:
+            y, idx = self._moe_streamed(layer, x)
+        self._score_lookahead(layer, idx)
+        return y
+
+    def _moe_mapped(self, layer, x):
+        tbl = self.table(layer)
+        cached = self._mapped.get(layer)
+        if cached is None or cached[0] != tbl.version:
+            views = []
+            for e in tbl.ids:
+                with self.store.get(layer, int(e)) as h:
+                    views.append(h.view)
+            cached = self._mapped[layer] = (tbl.version, views)
+        shared, gate = self._shared_parts(layer)
+        y, idx, _ = self.runtime.moe_forward(x, tbl.router, tbl.gating, cached[1], bias=tbl.bias,
+                                             shared=shared, shared_gate=gate)
+        return y, (idx if tbl.identity else tbl.ids[idx])
+
+    def _moe_streamed(self, layer, x):
+        idx, w = self._route(layer, x)
+        n, k = idx.shape
+        union = np.unique(idx)
+        self._prefetch(layer, union)
+        self._lookahead(layer, x)
+        slot_out = np.empty((n, k, self.config.hidden), dtype=np.float32)
+        for e in union:
+            tokens, slots = np.nonzero(idx == e)
+            with self.store.get(layer, int(e)) as h:
+                slot_out[tokens, slots] = self.runtime.expert_forward(x, h.view, rows=tokens.astype(np.int32))
+        y = self._native.combine(w, slot_out, self.shared_forward(layer, x))
+        return y, idx
+
+    def expert_forward(self, layer, e, x, rows=None):
+        """One expert on x (or on x[rows]); what pool workers call."""
+        layer = self._check_layer(layer)
+        x = self._check_x(layer, x)
+        if rows is not None:
+            rows = np.ascontiguousarray(rows, dtype=np.int32)
+            if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= x.shape[0])):
+                raise InvalidArgument(f"layer {layer} expert {e}: rows must be 1-D indices into x "
+                                      f"(0..{x.shape[0] - 1})")
+        with self.store.get(layer, e) as h:
+            return self.runtime.expert_forward(x, h.view, rows=rows)
+
+    def shared_forward(self, layer, x):
+        """Shared expert (with its sigmoid gate if any) on x, or None if the layer has none."""
+        layer = self._check_layer(layer)
+        shared, gate = self._shared_parts(layer)
+        if shared is None:
+            return None
+        return self.runtime.shared_forward(self._check_x(layer, x), shared, shared_gate=gate)
+
+    def _shared_parts(self, layer):
+        if layer not in self._shared:
+            se = self.model.shared_expert(layer)
+            view = None if se is None else self._native.expert_view(se[0], se[1])
+            self._shared[layer] = (view, self.model.shared_gate(layer))
+        return self._shared[layer]
+
+    # ---- prefetch and lookahead
+    def _fit(self, layer):
+        """How many experts of a layer the prefetcher may hold (one slot left for demand loads)."""
+        nbytes = self.store.source.nbytes(layer, 0)
+        return max(0, self.store.cache_bytes // max(1, nbytes) - 1)
+
+    def _prefetch(self, layer, experts):
+        fit = self._fit(layer)
+        if fit > 0:
+            self.store.prefetch(layer, [int(e) for e in experts[:fit]])
+
+    def _next_moe_layer(self, layer):
+        layers = list(self.model.moe_layers)
+        i = layers.index(layer)
+        return layers[i + 1] if i + 1 < len(layers) else None
+
+    def _lookahead(self, layer, x):
+        nxt = self._next_moe_layer(layer)
+        if not self.lookahead or nxt is None:
+            return
+        predicted = np.unique(self._route(nxt, x)[0])
+        self._predicted[nxt] = set(int(e) for e in predicted)
+        fit = self._fit(nxt) // 2          # leave room for the current layer's experts
+        if fit > 0:
+            self.store.prefetch(nxt, [int(e) for e in predicted[:fit]])
+
+    def _score_lookahead(self, layer, idx):
+        predicted = self._predicted.pop(layer, None)
+        if predicted is None:
+            return
+        actual = set(int(e) for e in np.unique(idx))
+        r = self._recall
+        r["predicted"] += len(predicted)
+        r["actual"] += len(actual)
+        r["hit"] += len(actual & predicted)
+        r["layers"] += 1
+
+    # ---- hot-add
+    def add_expert(self, layer, weights, router_row, bias=0.0):
+        """Persist a new expert and make it routable at once; returns its id."""
+        layer = self._check_layer(layer)
+        g = self.config.gating
+        if g.n_group > 1:
+            raise InvalidArgument(f"layer {layer}: add_expert is not supported with group-limited gating "
+                                  f"(n_group={g.n_group})")
+        if bias and self.model.correction_bias(layer) is None:
+            raise InvalidArgument(f"layer {layer}: bias is only used by models with a routing correction "
+                                  f"bias; this model has none (got bias={bias!r})")
+        return self.store.add_expert(layer, weights, router_row, bias)
+
+    def remove_expert(self, layer, e):
+        """Hide expert e of layer from routing (persisted; reversible only by editing the manifest)."""
+        layer = self._check_layer(layer)
+        g = self.config.gating
+        if g.n_group > 1:
+            raise InvalidArgument(f"layer {layer}: remove_expert is not supported with group-limited gating "
+                                  f"(n_group={g.n_group})")
+        visible = len(self.table(layer).ids) - (0 if int(e) in self.segments.removed(layer) else 1)
+        if visible < g.top_k:
+            raise InvalidArgument(f"layer {layer}: removing expert {e} would leave {visible} experts, "
+                                  f"fewer than top_k={g.top_k}")
+        self.store.remove_expert(layer, e)
+
+    def refresh(self):
+        """See experts another process added or removed."""
+        self.store.refresh()
+
+    # ---- stats and lifetime
+    def stats(self):
+        st = self.store.stats()
+        r = self._recall
+        st["lookahead"] = dict(r, recall=(r["hit"] / r["actual"]) if r["actual"] else None)
+        st["threads"] = getattr(self.runtime, "threads", None)
+        st["simd"] = self._native.simd_name()
+        return st
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        self._mapped.clear()
+        self._shared.clear()
+        self.store.close()
+        close = getattr(self.runtime, "close", None)
+        if close is not None:
+            close()
+        self.model.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
