@@ -493,15 +493,16 @@ def parse_section(cls, data, source="<dict>"):
 
 
 def defaults_of(cls):
-    """{key: default} for a schema class (nested dataclasses as dicts); used by docs and tests."""
+    """{key: default} for a schema class (nested sections as dicts, REQUIRED for required keys)."""
+    hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
         if f.metadata.get("internal"):
             continue
-        if f.default_factory is not dataclasses.MISSING:
-            out[f.name] = defaults_of(type(f.default_factory()))
-        elif f.default is REQUIRED:
-            out[f.name] = REQUIRED
+        if dataclasses.is_dataclass(hints[f.name]):
+            out[f.name] = defaults_of(hints[f.name])
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
         else:
             out[f.name] = f.default
     return out

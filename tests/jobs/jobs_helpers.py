@@ -7,13 +7,12 @@ and the job kinds in isolation. Tests that need the real stack use the real
 reader and Engine instead.
 """
 import os
-from contextlib import contextmanager
 from types import SimpleNamespace
 
 import numpy as np
 
-from colibri_dist.config import DemoConfig, DemoDatasetConfig, load_config
-from colibri_dist.jobs.demo_model import demo_words, generate_weights, write_dataset
+from colibri_dist.config import DemoConfig, DemoDatasetConfig
+from colibri_dist.jobs.demo_model import generate_weights
 
 TINY_DEMO = dict(seed=3, vocab_size=64, hidden=16, inter=32, layers=2, experts=4, top_k=2, classes=5)
 
