@@ -91,7 +91,7 @@ def _build(demo, art):
     if art.tokenizer:
         write_tokenizer(os.path.join(art.hf_dir, "tokenizer.json"), vocab_words)
         shutil.copyfile(os.path.join(art.hf_dir, "tokenizer.json"), art.tokenizer)
-    convert(art.hf_dir, art.model, experts=demo.scheme)
+    convert(art.hf_dir, art.model, experts=demo.scheme, progress=False)
     write_dataset(art.data_dir, demo, class_of, token_probs, vocab_words)
 
 # ---------------------------------------------------------------- weights

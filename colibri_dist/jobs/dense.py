@@ -63,6 +63,13 @@ class ClassifierHead:
         return softmax_rows(linear_rows(x, self.score, self.score_bias))
 
 
+def rms_norm_eps(model):
+    """The model's RMSNorm epsilon: from the converted container's source config.json (default 1e-5)."""
+    extra = getattr(model.config, "extra", None) or {}
+    value = extra.get("rms_norm_eps", (extra.get("source_config") or {}).get("rms_norm_eps"))
+    return 1e-5 if value is None else float(value)
+
+
 def _tensor_names(model):
     names = model.tensor_names
     return names() if callable(names) else names

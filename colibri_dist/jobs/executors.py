@@ -7,6 +7,7 @@ and the job kinds call `route(layer, x)` and `moe_forward(layer, x)` on it.
     {"cache": {hits, misses, evictions, bytes_loaded},
      "workers": [{"id", "tokens", "experts", "cpus", "node"}], "retries": int}
 """
+import dataclasses
 import os
 
 CACHE_KEYS = ("hits", "misses", "evictions", "bytes_loaded")
@@ -62,7 +63,7 @@ class PoolExecutor:
         self.pool = Pool(model_path, workers=p.workers, ray_address=p.ray_address, cache_bytes=p.cache_bytes,
                          offload_dir=offload_dir, replicas=p.replicas, balancer=p.balancer.kind,
                          threads_per_worker=p.threads_per_worker, policy=p.policy,
-                         numa=p.numa if p.numa.enabled else None, name=p.name,
+                         numa=dataclasses.asdict(p.numa), name=p.name,
                          routing_policy=cfg.routing.policy)
 
     def route(self, layer, x):
@@ -105,5 +106,5 @@ def _count_experts(raw):
 
 
 def _worker_of(i, w):
-    return {"id": w.get("id", w.get("name", i)), "tokens": int(w.get("tokens", w.get("rows", 0)) or 0),
+    return {"id": w.get("id", w.get("index", i)), "tokens": int(w.get("tokens", w.get("rows", 0)) or 0),
             "experts": _count_experts(w), "cpus": w.get("cpus"), "node": w.get("node")}

@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from ..errors import ConfigError, FormatError, InvalidArgument
-from .dense import ClassifierHead, rmsnorm
+from .dense import ClassifierHead, rms_norm_eps, rmsnorm
 from .shards import atomic_write
 
 
@@ -24,7 +24,7 @@ class TokenClassification:
     def __init__(self, cfg, model, model_path, tokenizer_path=None):
         self.job = cfg.job
         self.model = model
-        eps = (getattr(model.config, "extra", None) or {}).get("rms_norm_eps", 1e-5)
+        eps = rms_norm_eps(model)
         self.head = ClassifierHead(model, model_path, eps)
         self.tokenizer_path = tokenizer_path
         self._tokenizer = None
