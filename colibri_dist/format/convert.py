@@ -19,6 +19,7 @@ from .families import detect
 from .hf_source import SafetensorsSource, storage_dtype
 from .layout import SCHEMES
 from .progress import bar
+from .quantize import pack_expert
 from .writer import ContainerWriter
 
 
@@ -142,15 +143,14 @@ def _read_fused(source, fused, e, inter, hidden):
 
 
 def _blob(writer, name, mats, scheme, kind, layer, expert):
-    blob, layout = pack(mats[0], mats[1], mats[2], scheme)
+    try:
+        blob, layout = pack(mats[0], mats[1], mats[2], scheme)
+    except InvalidArgument as exc:      # e.g. non-finite weights
+        raise FormatError(f"{writer.path}: {name} (layer {layer}): cannot encode as {scheme}: {exc}") from exc
     writer.add_blob(name, blob, layout, kind, layer, expert)
 
 
 def pack(gate, up, down, scheme):
-    try:
-        from .quantize import pack_expert
-    except ImportError:   # TEMPORARY until format/quantize.py lands: f32 only
-        from ._f32pack import pack_expert
     return pack_expert(np.ascontiguousarray(gate), np.ascontiguousarray(up),
                        np.ascontiguousarray(down), scheme)
 

@@ -7,30 +7,20 @@ colibri_dist.native.Gating so the kernels take it as is.
 """
 from dataclasses import dataclass, field
 
+from ..errors import FormatError, InvalidArgument
 from . import spec
 from .layout import SCHEMES
 
 
 def make_gating(kind, n_experts, top_k, n_group=1, topk_group=1, norm_topk_prob=True,
-                routed_scaling_factor=1.0):
-    """A native.Gating (or, while the native room is absent, a same-field dataclass)."""
+                routed_scaling_factor=1.0, where="config.json"):
+    """A validated native.Gating; FormatError naming `where` if the parameters are invalid."""
+    from ..native import Gating
     try:
-        from ..native import Gating
-    except ImportError:
-        Gating = _Gating
-    return Gating(kind, n_experts, top_k, n_group=n_group, topk_group=topk_group,
-                  norm_topk_prob=norm_topk_prob, routed_scaling_factor=routed_scaling_factor)
-
-
-@dataclass(frozen=True)
-class _Gating:
-    kind: str
-    n_experts: int
-    top_k: int
-    n_group: int = 1
-    topk_group: int = 1
-    norm_topk_prob: bool = True
-    routed_scaling_factor: float = 1.0
+        return Gating(kind, n_experts, top_k, n_group=n_group, topk_group=topk_group,
+                      norm_topk_prob=norm_topk_prob, routed_scaling_factor=routed_scaling_factor)
+    except InvalidArgument as exc:
+        raise FormatError(f"{where}: invalid gating: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -60,11 +50,11 @@ class ModelConfig:
                     moe_mask=spec.moe_mask_bytes(self.moe_layers))
 
     @classmethod
-    def from_header(cls, h, extra=None):
+    def from_header(cls, h, extra=None, where="header"):
         gating = make_gating(spec.GATING_NAMES[h["gating_kind"]], h["n_experts"], h["top_k"],
                              n_group=h["n_group"], topk_group=h["topk_group"],
                              norm_topk_prob=bool(h["norm_topk_prob"]),
-                             routed_scaling_factor=h["routed_scaling_factor"])
+                             routed_scaling_factor=h["routed_scaling_factor"], where=where)
         return cls(family=h["family"], hidden=h["hidden"], inter=h["inter"], n_experts=h["n_experts"],
                    top_k=h["top_k"], gating=gating, n_layers=h["n_layers"],
                    moe_layers=tuple(spec.moe_mask_layers(h["moe_mask"], h["n_layers"])),

@@ -59,7 +59,7 @@ class Model:
         self.entries = [spec.Entry.unpack(bytes(table[i:i + spec.ENTRY_SIZE]))
                         for i in range(0, len(table), spec.ENTRY_SIZE)]
         self.header = header
-        self.config = ModelConfig.from_header(header, extra=self.meta)
+        self.config = ModelConfig.from_header(header, extra=self.meta, where=self.path)
         self._by_name = {e.name: e for e in self.entries}
         self._by_slot = {(e.kind, e.layer, e.expert): e for e in self.entries if e.kind != spec.KIND_TENSOR}
         check_entries(self.path, self.config, self.entries, self._by_slot, header["table_offset"])
