@@ -99,8 +99,8 @@ def run_list(args):
         experts = pool.list_experts()
     finally:
         pool.shutdown()
-    for layer, n in sorted(experts.items()):
-        print(f"layer {layer}: {n} experts")
+    for layer, ids in sorted(experts.items()):
+        print(f"layer {layer}: {len(ids)} experts: {' '.join(str(e) for e in ids)}")
     return 0
 
 

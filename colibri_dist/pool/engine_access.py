@@ -18,15 +18,22 @@ def top_k(engine):
     return int(engine.model.config.top_k)
 
 
-def n_experts(engine, layer):
-    """Current expert count of a layer, hot-added experts included."""
-    router, _, _ = router_of(engine, layer)
-    return int(router.shape[0])
+def expert_ids(engine, layer):
+    """Routable expert ids of a layer now: base + hot-added - removed."""
+    return [int(e) for e in engine.table(layer).ids]
 
 
 def router_of(engine, layer):
-    """(router float32[E, h], bias float32[E] | None, native.Gating) as the Engine routes now."""
-    return engine.router(layer)
+    """(router float32[n_visible, h], bias | None, native.Gating, ids int32[n_visible]) as the Engine routes now.
+
+    Kernel indices over this router are compact; ids maps them to expert ids."""
+    t = engine.table(layer)
+    return t.router, t.bias, t.gating, t.ids
+
+
+def table_version(engine):
+    """Version of the persisted hot-add manifest the engine routes with."""
+    return int(engine.segments.version)
 
 
 def has_shared(engine, layer):

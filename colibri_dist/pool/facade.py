@@ -37,6 +37,7 @@ class Pool:
                  max_restarts=3, worker_delay_s=0.0):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise InvalidArgument(f"pool.workers must be an integer >= 1, got {workers!r}")
+        self._check_options(balancer, replicas, routing_policy, micro_batch, workers)
         self._check_model(path)
         self.name, self.namespace, self.path = name, namespace, str(path)
         self._started_ray = connect(ray_address)
@@ -65,6 +66,18 @@ class Pool:
         except Exception:
             self._kill_router()
             raise
+
+    @staticmethod
+    def _check_options(balancer, replicas, routing_policy, micro_batch, workers):
+        """Reject bad options here, with the option named, before any actor starts."""
+        from ..routing.balancer import make_balancer
+        make_balancer(balancer, workers)
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise InvalidArgument(f"pool.replicas must be an integer >= 0, got {replicas!r}")
+        if routing_policy not in ("exact", "balanced"):
+            raise InvalidArgument(f"routing.policy must be 'exact' or 'balanced', got {routing_policy!r}")
+        if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
+            raise InvalidArgument(f"micro_batch must be an integer >= 1, got {micro_batch!r}")
 
     @staticmethod
     def _check_model(path):
@@ -109,8 +122,9 @@ class Pool:
     def list_experts(self):
         return _unwrap(self._router.list_experts.remote())
 
-    def rebalance(self):
-        return _unwrap(self._router.rebalance.remote())
+    def rebalance(self, replicas=None):
+        """Recompute homes and replicas from recent loads (optionally with a new replica budget)."""
+        return _unwrap(self._router.rebalance.remote(replicas))
 
     def stats(self):
         return _unwrap(self._router.stats.remote())

@@ -7,9 +7,10 @@ Role in the data flow (one call = one layer batch):
     -> scatter into slot_out[t, j] / shared[t]       ->  native.combine  (same bits as the Engine)
 A request whose worker dies is re-sent to another live worker (or to the
 restarted actor); rows are credited to a worker only when its reply arrives,
-so no token is lost or counted twice. Hot-added experts are a numbered log of
-table ops that every worker applies in order; the Router is a one-call-at-a-time
-actor, so a batch always finishes on the table it started with.
+so no token is lost or counted twice. Hot-added experts are persisted beside
+the model by the Router's engine (versioned manifest) and the workers refresh;
+the Router is a one-call-at-a-time actor, so a batch always finishes on the
+table it started with.
 """
 import os
 import time
@@ -42,18 +43,17 @@ class Router:
         self.info = ray.get([w.ping.remote() for w in self.workers])
         self.balancer = make_balancer(self.opts.get("balancer"), self.n)
         self.layers = ea.moe_layers(self.engine)
-        self.placement = plan({l: range(ea.n_experts(self.engine, l)) for l in self.layers}, self.n,
-                              replicas=int(self.opts.get("replicas") or 0))
+        self.placement = plan(self._experts(), self.n, replicas=int(self.opts.get("replicas") or 0))
         self.meter = LoadMeter()
         rp = self.opts.get("routing_policy") or "exact"
         if rp not in ("exact", "balanced"):
             raise InvalidArgument(f"routing.policy: expected exact or balanced, got {rp!r}")
         bal = self.opts.get("balancer") if isinstance(self.opts.get("balancer"), dict) else {}
         self.policy = BalancedRouting(bal.get("window", 64), bal.get("threshold", 1.8)) if rp == "balanced" else None
-        self.log = []            # hot-add / remove ops, numbered 0.. ; version = len(log)
         self.down = {}           # worker -> pending ping ref
         self.tokens = [0] * self.n
         self.retries = 0
+        self.off_home = 0        # expert batches run on a replica other than the home
         self.batches = 0
         self.rebalances = 0
         self.shared_cache = {}
@@ -85,7 +85,6 @@ class Router:
             i = refs[ref]
             try:
                 info = ray.get(ref)
-                self._sync(i, info["version"])
             except _DEAD:
                 self.down[i] = self.workers[i].ping.remote()
                 continue
@@ -93,9 +92,8 @@ class Router:
             del self.down[i]
             self.balancer.mark_alive(i)
 
-    def _sync(self, i, worker_version):
-        if worker_version < len(self.log):
-            ray.get(self.workers[i].apply.remote(self.log[worker_version:], worker_version))
+    def _experts(self):
+        return {l: ea.expert_ids(self.engine, l) for l in self.layers}
 
     def _alternative(self, failed):
         live = [w for w in self.balancer.live() if w != failed]
@@ -118,8 +116,9 @@ class Router:
     def _route(self, layer, x):
         if self.policy is None:
             return self.engine.route(layer, x)
-        router, bias, gating = ea.router_of(self.engine, layer)
-        return self.policy.route(layer, x, router, gating, bias)
+        router, bias, gating, ids = ea.router_of(self.engine, layer)
+        idx, w = self.policy.route(layer, x, router, gating, bias)
+        return ids[idx].astype(np.int32), w
 
     def route(self, layer, x):
         return self._route(layer, self._check_x(layer, x))
@@ -155,8 +154,9 @@ class Router:
         loads = {e: (float(w[t, s].sum()), len(t)) for e, (t, s) in groups.items()}
         self.meter.add(layer, list(groups), [len(t) for t, _ in groups.values()])
         assign = self.balancer.assign(loads, lambda e: self._replicas(layer, e))
+        self.off_home += sum(1 for e, wk in assign.items() if wk != self._replicas(layer, e)[0])
         spans = shared_chunks(len(xm), self.balancer.live()) if with_shared else None
-        version = len(self.log)
+        version = ea.table_version(self.engine)
         for wk, batch in build_batches(groups, assign, spans).items():
             yield wk, batch, batch.request(xm, layer, version)
 
@@ -186,47 +186,45 @@ class Router:
                 pending[self._send(alt, req)] = (alt, batch, req, a, b, tries + 1)
                 continue
             if "stale" in reply:
-                self._sync(wk, reply["stale"])
-                pending[self._send(wk, req)] = (wk, batch, req, a, b, tries)
-                continue
+                raise PoolError(f"worker {wk} cannot see table version {req['version']} "
+                                f"(it has {reply['stale']}); is {self.path}.experts/ shared with it?")
             scatter(batch, reply, slot_out[a:b], None if shared is None else shared[a:b])
             self.tokens[wk] += batch.n_rows()
 
     # ------------------------------------------------------------------ table
     def add_expert(self, layer, weights, router_row, bias=0.0):
-        if layer not in self.layers:
-            raise InvalidArgument(f"layer {layer} is not an MoE layer of {self.path} (MoE layers: {self.layers})")
-        self._refresh_down()
+        """Persist a new expert (Router engine), let every live worker see it; returns its id."""
         new_id = int(self.engine.add_expert(layer, weights, router_row, bias=bias))
-        self._append_op(("add", int(layer), weights, router_row, bias, new_id))
+        self._refresh_workers()
         self.placement.add_expert(layer, new_id)
-        self.shared_cache.clear()
         return new_id
 
     def remove_expert(self, layer, e):
-        self._refresh_down()
         self.engine.remove_expert(layer, e)
-        self._append_op(("remove", int(layer), int(e)))
+        self._refresh_workers()
         self.placement.remove_expert(layer, int(e))
         return True
 
-    def _append_op(self, op):
-        self.log.append(op)
-        start = len(self.log) - 1
-        refs = {i: self.workers[i].apply.remote([op], start) for i in self.balancer.live()}
+    def _refresh_workers(self):
+        """Workers re-read the manifest now (a worker that is down reads it when it restarts)."""
+        self._refresh_down()
+        refs = {i: self.workers[i].refresh.remote() for i in self.balancer.live()}
         for i, ref in refs.items():
             try:
                 ray.get(ref)
             except _DEAD:
-                self._mark_down(i)  # synced from the log when it comes back
+                self._mark_down(i)
 
     def list_experts(self):
-        return {l: ea.n_experts(self.engine, l) for l in self.layers}
+        return self._experts()
 
-    def rebalance(self):
+    def rebalance(self, replicas=None):
         """Recompute homes and replicas from recent loads; the next batch uses the new placement."""
-        experts = {l: range(ea.n_experts(self.engine, l)) for l in self.layers}
-        self.placement = plan(experts, self.n, loads=self.meter.loads(),
+        if replicas is not None:
+            if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+                raise InvalidArgument(f"replicas must be an integer >= 0, got {replicas!r}")
+            self.opts["replicas"] = replicas
+        self.placement = plan(self._experts(), self.n, loads=self.meter.loads(),
                               replicas=int(self.opts.get("replicas") or 0))
         self.meter.age()
         self.rebalances += 1
@@ -253,9 +251,10 @@ class Router:
             entry["node"] = self.info[i].get("node")
             per.append(entry)
         return {"workers": per, "retries": self.retries, "batches": self.batches,
-                "tokens": sum(self.tokens), "version": len(self.log), "rebalances": self.rebalances,
+                "tokens": sum(self.tokens), "version": ea.table_version(self.engine), "rebalances": self.rebalances, "off_home": self.off_home,
+                "placement": self.placement.to_dict(),
                 "balancer": self.balancer.state(), "routing_policy": self.opts.get("routing_policy") or "exact",
-                "experts": {str(l): n for l, n in self.list_experts().items()}}
+                "experts": {str(l): len(ids) for l, ids in self._experts().items()}}
 
     def worker_pids(self):
         return [ray.get(w.ping.remote())["pid"] for w in self.workers]

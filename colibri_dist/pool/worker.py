@@ -6,10 +6,10 @@ chunk), runs engine.expert_forward / engine.shared_forward, and returns the
 expert rows concatenated in request order. It pins itself to its CPUs / NUMA
 node through colibri_dist.numa when a topology is available.
 
-Hot-added experts arrive as a numbered log of table ops; a worker applies ops in
-order and refuses (returns {"stale": version}) a request for a newer table, so
-a restarted actor (which starts from the file again) is re-synced by the Router
-before it computes anything.
+Hot-added experts are persisted beside the model by the Router's engine (a
+versioned manifest); each request names the table version it was routed with
+and a worker behind it refreshes before computing. A restarted actor opens the
+model afresh and so starts on the current table.
 """
 import os
 import time
@@ -52,7 +52,6 @@ class ExpertWorker:
         self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
                              policy=policy, cpus=cpus)
         self.cpus = cpus
-        self.version = 0
         self.requests = 0
         self.rows = 0
         self.delay_s = float(delay_s)  # test hook: widens the window for killing a worker mid-batch
@@ -60,30 +59,23 @@ class ExpertWorker:
 
     def ping(self):
         import ray
-        return {"index": self.index, "pid": os.getpid(), "version": self.version, "started": self.started,
+        return {"index": self.index, "pid": os.getpid(), "version": self.table_version(), "started": self.started,
                 "node": ray.get_runtime_context().get_node_id()}
 
-    def apply(self, ops, start):
-        """Apply table ops[i] for i >= self.version (ops numbered from `start`); returns the new version."""
-        for i, op in enumerate(ops, start=int(start)):
-            if i < self.version:
-                continue
-            if i != self.version:
-                raise RuntimeError(f"worker {self.index}: table op {i} arrived at version {self.version}")
-            if op[0] == "add":
-                _, layer, weights, router_row, bias, expect = op
-                got = self.engine.add_expert(layer, weights, router_row, bias=bias)
-                if int(got) != int(expect):
-                    raise RuntimeError(f"worker {self.index}: hot-added expert got id {got}, router expected {expect}")
-            elif op[0] == "remove":
-                self.engine.remove_expert(op[1], op[2])
-            self.version = i + 1
-        return self.version
+    def table_version(self):
+        return int(self.engine.segments.version)
+
+    def refresh(self):
+        """See experts the Router added or removed (persisted beside the model); returns the version."""
+        self.engine.refresh()
+        return self.table_version()
 
     def run(self, req):
         """Compute one worker batch: {"out": rows of every expert in order, "shared": chunk or None}."""
-        if req["version"] != self.version:
-            return {"stale": self.version, "pid": os.getpid()}
+        if req["version"] > self.table_version():
+            self.refresh()  # expert data is immutable, so an older table's request runs as is
+            if req["version"] > self.table_version():
+                return {"stale": self.table_version(), "pid": os.getpid()}
         if self.delay_s:
             time.sleep(self.delay_s)
         layer, x = req["layer"], req["x"]
@@ -98,7 +90,7 @@ class ExpertWorker:
         return {"out": out, "shared": shared, "pid": os.getpid()}
 
     def stats(self):
-        return {"index": self.index, "pid": os.getpid(), "cpus": self.cpus, "version": self.version,
+        return {"index": self.index, "pid": os.getpid(), "cpus": self.cpus, "version": self.table_version(),
                 "requests": self.requests, "rows": self.rows, "numa": self.numa_report,
                 "engine": self.engine.stats()}
 

@@ -1,0 +1,222 @@
+"""Pool on one local Ray (shared by the whole module): bit identity with the Engine, failover,
+bad input, named service + hot-add from a second process through the CLI."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import ray
+
+import colibri_dist as cd
+from colibri_dist.errors import FormatError, InvalidArgument, PoolError
+from colibri_dist.pool import Pool
+
+FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3")
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=4, include_dashboard=False,
+             logging_level="WARNING", namespace="colibri")
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def _x(n, h, seed):
+    return np.random.default_rng(seed).standard_normal((n, h)).astype(np.float32)
+
+
+def _reference(path, layer, x):
+    with cd.Engine(path, threads=1) as eng:
+        return eng.moe_forward(layer, x), eng.route(layer, x)
+
+
+def _check_identical(pool, path, n=37, seed=0):
+    layer = cd.open_model(path).moe_layers[-1]
+    h = cd.open_model(path).config.hidden
+    x = _x(n, h, seed)
+    y_ref, (idx_ref, w_ref) = _reference(path, layer, x)
+    y = pool.moe_forward(layer, x)
+    assert y.dtype == np.float32 and y.shape == (n, h)
+    assert np.array_equal(y, y_ref)
+    idx, w = pool.route(layer, x)
+    assert np.array_equal(idx, idx_ref) and np.array_equal(w, w_ref)
+    return layer, x
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_pool_equals_engine_bit_for_bit_with_and_without_replicas(ray_address, tiny_models, family):
+    path = tiny_models[family]
+    with Pool(path, workers=2, threads_per_worker=1, micro_batch=8) as pool:
+        _check_identical(pool, path, seed=1)
+        pool.rebalance(replicas=4)  # hot experts from the measured loads get copies on the other worker
+        _check_identical(pool, path, seed=2)
+        _check_identical(pool, path, seed=3)
+        st = pool.stats()
+        assert st["off_home"] > 0  # some expert batches really ran on a non-home replica
+        assert st["retries"] == 0
+        assert sum(w["tokens"] for w in st["workers"]) == st["tokens"] == 3 * 37 * 2
+
+
+@pytest.mark.parametrize("workers,replicas,family", [(1, 0, "qwen2_moe"), (3, 2, "qwen2_moe"),
+                                                     (4, 0, "deepseek_v3"), (4, 6, "olmoe")])
+def test_pool_equals_engine_for_1_to_4_workers(ray_address, tiny_models, workers, replicas, family):
+    path = tiny_models[family]
+    with Pool(path, workers=workers, threads_per_worker=1, replicas=replicas, micro_batch=16,
+              balancer={"kind": "token-bucket", "window": 8, "threshold": 1.5}) as pool:
+        _check_identical(pool, path, n=53, seed=workers)
+        st = pool.stats()
+        assert len(st["workers"]) == workers and all(w["alive"] for w in st["workers"])
+        assert len({w["pid"] for w in st["workers"]}) == workers
+
+
+def test_bad_input_gets_named_errors_before_or_from_the_pool(ray_address, tiny_models, tmp_path):
+    with pytest.raises(InvalidArgument, match="unknown balancer 'fast'"):
+        Pool(tiny_models["mixtral"], workers=2, balancer="fast")
+    with pytest.raises(InvalidArgument, match="pool.workers"):
+        Pool(tiny_models["mixtral"], workers=0)
+    with pytest.raises(InvalidArgument, match="routing.policy"):
+        Pool(tiny_models["mixtral"], workers=1, routing_policy="fastest")
+    bad = tmp_path / "not-a-model.colibri"
+    bad.write_bytes(b"garbage" * 100)
+    with pytest.raises(FormatError, match="not-a-model.colibri"):
+        Pool(str(bad), workers=1)
+    path = tiny_models["mixtral"]
+    layer = cd.open_model(path).moe_layers[0]
+    with Pool(path, workers=1, threads_per_worker=1) as pool:
+        with pytest.raises(InvalidArgument, match=r"shape \[n, 32\]"):
+            pool.moe_forward(layer, np.zeros((3, 31), np.float32))
+        with pytest.raises(InvalidArgument, match="float32"):
+            pool.moe_forward(layer, np.zeros((3, 32), np.float64))
+        with pytest.raises(InvalidArgument, match="layer 99"):
+            pool.moe_forward(99, np.zeros((3, 32), np.float32))
+        with pytest.raises(InvalidArgument, match="NaN"):
+            pool.moe_forward(layer, np.full((2, 32), np.nan, np.float32))
+        _check_identical(pool, path, n=5)  # still serving after the errors
+
+
+def test_sigkilled_worker_mid_batch_is_retried_bit_identically_without_losing_tokens(ray_address, tiny_models):
+    path = tiny_models["qwen3_moe"]
+    layer = cd.open_model(path).moe_layers[-1]
+    n, k = 96, 2
+    x = _x(n, 32, 7)
+    y_ref, _ = _reference(path, layer, x)
+    with Pool(path, workers=2, threads_per_worker=1, micro_batch=8, worker_delay_s=0.15,
+              max_restarts=2) as pool:
+        victim = pool.stats()["workers"][0]["pid"]
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("y", pool.moe_forward(layer, x)))
+        t.start()
+        time.sleep(0.6)  # 12 micro-batches x ~0.15 s each per worker: the batch is mid-flight
+        assert t.is_alive()
+        os.kill(victim, signal.SIGKILL)
+        t.join(timeout=120)
+        assert np.array_equal(out["y"], y_ref)
+        st = pool.stats()
+        assert st["retries"] >= 1
+        assert sum(w["tokens"] for w in st["workers"]) == n * k  # each (token, slot) exactly once
+        # Ray restarts the actor; once its ping answers it takes work again, still bit-identical
+        deadline = time.time() + 60
+        while time.time() < deadline and not all(w["alive"] for w in pool.stats()["workers"]):
+            time.sleep(0.5)
+        st = pool.stats()
+        assert all(w["alive"] for w in st["workers"])
+        assert victim not in {w["pid"] for w in st["workers"]}
+        assert np.array_equal(pool.moe_forward(layer, x), y_ref)
+
+
+def _cli(*args, check=True):
+    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    proc = subprocess.run([sys.executable, "-m", "colibri_dist", *args], capture_output=True, text=True,
+                          env=env, timeout=180)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"colibri {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _new_expert_files(tmp_path, h, inter, seed=5):
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(seed)
+    weights = {"gate": rng.standard_normal((inter, h)).astype(np.float32) * 0.3,
+               "up": rng.standard_normal((inter, h)).astype(np.float32) * 0.3,
+               "down": rng.standard_normal((h, inter)).astype(np.float32) * 0.3}
+    save_file(weights, str(tmp_path / "expert.safetensors"))
+    row = rng.standard_normal(h).astype(np.float32) * 3.0  # strong row: many tokens pick the new expert
+    np.save(str(tmp_path / "row.npy"), row)
+    return weights, row
+
+
+def test_named_service_started_by_cli_takes_a_hot_add_from_another_process(ray_address, fresh_model, tmp_path,
+                                                                          monkeypatch):
+    path = fresh_model("mixtral")
+    cfg = tmp_path / "pool.yaml"
+    cfg.write_text(f"model: {path}\npool:\n  name: svc\n  workers: 2\n  threads_per_worker: 1\n"
+                   f"  balancer: {{kind: round-robin}}\n")
+    monkeypatch.setenv("COLIBRI_STATE_DIR", str(tmp_path / "state"))
+    started = _cli("pool", "start", str(cfg), "--address", ray_address)
+    assert "pool 'svc' running" in started.stdout
+    try:
+        pool = Pool.attach("svc")
+        model = cd.open_model(path)
+        layer, h, inter = model.moe_layers[0], model.config.hidden, model.config.inter
+        base = len(pool.list_experts()[layer])
+        x = _x(64, h, 11)
+        with cd.Engine(path, threads=1) as eng:
+            y_before = eng.moe_forward(layer, x)
+        assert np.array_equal(pool.moe_forward(layer, x), y_before)
+
+        _new_expert_files(tmp_path, h, inter)
+        added = _cli("experts", "add", "--pool", "svc", "--layer", str(layer),
+                     "--weights", str(tmp_path / "expert.safetensors"), "--router-row", str(tmp_path / "row.npy"))
+        assert f"added expert {base}" in added.stdout
+        assert len(pool.list_experts()[layer]) == base + 1
+        with cd.Engine(path, threads=1) as eng:  # opens the persisted table, new expert included
+            y_after = eng.moe_forward(layer, x)
+            idx_after, _ = eng.route(layer, x)
+        assert (idx_after == base).any()
+        idx, _ = pool.route(layer, x)
+        assert np.array_equal(idx, idx_after)
+        assert np.array_equal(pool.moe_forward(layer, x), y_after)
+        assert not np.array_equal(y_after, y_before)
+
+        status = _cli("pool", "status", "--name", "svc", "--json")
+        st = json.loads(status.stdout)
+        assert st["experts"][str(layer)] == base + 1 and len(st["workers"]) == 2
+        listed = _cli("experts", "list", "--pool", "svc")
+        assert f"layer {layer}: {base + 1} experts" in listed.stdout
+        pool.shutdown()
+    finally:
+        stopped = _cli("pool", "stop", "--name", "svc", check=False)
+    assert stopped.returncode == 0, stopped.stderr
+    with pytest.raises(PoolError, match="no pool named 'svc'"):
+        Pool.attach("svc")
+
+
+def test_in_flight_batch_finishes_on_the_table_it_started_with(ray_address, fresh_model, tmp_path):
+    path = fresh_model("olmoe")
+    model = cd.open_model(path)
+    layer, h, inter = model.moe_layers[0], model.config.hidden, model.config.inter
+    x = _x(64, h, 13)
+    with cd.Engine(path, threads=1) as eng:
+        y_before = eng.moe_forward(layer, x)
+    weights, row = _new_expert_files(tmp_path, h, inter, seed=9)
+    with Pool(path, workers=2, threads_per_worker=1, micro_batch=8, worker_delay_s=0.1, name="inflight") as pool:
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("y", pool.moe_forward(layer, x)))
+        t.start()
+        time.sleep(0.3)
+        other = Pool.attach("inflight")  # a second handle, as another process would hold
+        new_id = other.add_expert(layer, weights, row)  # queued behind the running batch
+        t.join(timeout=60)
+        assert np.array_equal(out["y"], y_before)
+        with cd.Engine(path, threads=1) as eng:
+            y_after = eng.moe_forward(layer, x)
+            assert (eng.route(layer, x)[0] == new_id).any()
+        assert np.array_equal(pool.moe_forward(layer, x), y_after)
