@@ -1,0 +1,20 @@
+"""Python side of the C core: the only importer of colibri_dist._native (cffi).
+
+Role in the data flow: numpy arrays in, C calls, numpy arrays out. Every
+argument is checked here before it reaches C (shape, dtype float32,
+C-contiguity, hidden size, finite input); a failing C call raises
+NativeError(message, code) with the cb_status code.
+
+Finite-input policy: activations given to route / expert_forward /
+shared_forward / moe_forward / combine must be finite; NaN or Inf raises
+InvalidArgument naming the argument and the first bad row. Weights are
+checked when quantized (format/quantize.py) and router logits again in C
+(CB_E_NONFINITE -> NativeError) in case finite inputs overflow.
+"""
+from ._lib import NATIVE_ERRORS, check_status, simd_force, simd_name
+from .gating import GATING_KINDS, Gating
+from .runtime import Runtime, combine, gate_logits
+from .views import ExpertView, expert_view
+
+__all__ = ["Gating", "GATING_KINDS", "Runtime", "combine", "gate_logits", "ExpertView", "expert_view",
+           "simd_name", "simd_force", "check_status", "NATIVE_ERRORS"]

@@ -1,0 +1,245 @@
+"""Runtime: a cb_engine (thread pool + scratch arena) with numpy in/out and checked arguments.
+
+Role: what the Engine and the pool workers call to route tokens, run experts,
+run the shared expert and the fused MoE layer. One caller thread at a time
+(a lock serialises calls); results are batch invariant, so splitting a batch
+across calls, threads or processes never changes a bit.
+"""
+import threading
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from ._lib import check_status, ffi, lib, simd_name
+from .gating import Gating
+from .views import ExpertView
+
+
+def _f32(name, a, ndim, shape=None):
+    if not isinstance(a, np.ndarray):
+        raise InvalidArgument(f"{name} must be a numpy float32 array, got {type(a).__name__}")
+    if a.dtype != np.float32:
+        raise InvalidArgument(f"{name} must be float32, got {a.dtype}")
+    if a.ndim != ndim:
+        raise InvalidArgument(f"{name} must be {ndim}-D, got shape {a.shape}")
+    if not a.flags.c_contiguous:
+        raise InvalidArgument(f"{name} must be C-contiguous (use np.ascontiguousarray)")
+    if shape is not None:
+        for axis, (got, want) in enumerate(zip(a.shape, shape)):
+            if want is not None and got != want:
+                raise InvalidArgument(f"{name} has shape {a.shape}, expected {tuple('*' if s is None else s for s in shape)} "
+                                      f"(axis {axis}: {got} != {want})")
+    return a
+
+
+def _finite(name, a):
+    ok = np.isfinite(a)
+    if not ok.all():
+        bad = np.argwhere(~ok)[0]
+        raise InvalidArgument(f"{name} contains NaN/Inf (first at index {tuple(int(i) for i in bad)}); "
+                              f"inputs must be finite")
+
+
+def _ptr(ctype, a):
+    return ffi.cast(ctype, ffi.from_buffer(a)) if a is not None else ffi.NULL
+
+
+def _view(name, v, hidden):
+    if not isinstance(v, ExpertView):
+        raise InvalidArgument(f"{name} must be an ExpertView (native.expert_view), got {type(v).__name__}")
+    if v.hidden != hidden:
+        raise InvalidArgument(f"{name} has hidden size {v.hidden}, input has {hidden}")
+    return v
+
+
+def combine(w, slot_out, shared=None):
+    """y[t] = shared[t] + sum_j w[t,j] * slot_out[t,j] in slot order j (cb_combine)."""
+    _f32("w", w, 2)
+    n, k = w.shape
+    _f32("slot_out", slot_out, 3, (n, k, None))
+    h = slot_out.shape[2]
+    if shared is not None:
+        _f32("shared", shared, 2, (n, h))
+    for name, a in (("w", w), ("slot_out", slot_out), ("shared", shared)):
+        if a is not None:
+            _finite(name, a)
+    y = np.empty((n, h), dtype=np.float32)
+    if n:
+        check_status(lib.cb_combine(n, k, h, _ptr("float *", w), _ptr("float *", slot_out),
+                                    _ptr("float *", shared), _ptr("float *", y)), "combine")
+    return y
+
+
+def gate_logits(logits, gating, bias=None):
+    """Gating only, on given router logits float32 [n, E] -> (idx int32 [n,k], w float32 [n,k]) (single thread)."""
+    if not isinstance(gating, Gating):
+        raise InvalidArgument(f"gating must be a native.Gating, got {type(gating).__name__}")
+    _f32("logits", logits, 2, (None, gating.n_experts))
+    if bias is not None:
+        _f32("bias", bias, 1, (gating.n_experts,))
+    n = logits.shape[0]
+    idx = np.empty((n, gating.top_k), dtype=np.int32)
+    w = np.empty((n, gating.top_k), dtype=np.float32)
+    check_status(lib.cb_gate_logits(gating.to_c(), _ptr("float *", logits), _ptr("float *", bias), n,
+                                    _ptr("int32_t *", idx), _ptr("float *", w)), "gate_logits")
+    return idx, w
+
+
+class Runtime:
+    """Runtime(threads=None, cpus=None): threads None = one per CPU in `cpus` or online CPU."""
+
+    def __init__(self, threads=None, cpus=None):
+        if threads is not None and (int(threads) != threads or not 1 <= threads <= 1024):
+            raise InvalidArgument(f"threads must be an integer in 1..1024, got {threads!r}")
+        cpu_list = [int(c) for c in cpus] if cpus else []
+        out = ffi.new("cb_engine **")
+        cpus_c = ffi.new("int32_t[]", cpu_list) if cpu_list else ffi.NULL
+        check_status(lib.cb_engine_create(int(threads or 0), cpus_c, len(cpu_list), out), "Runtime")
+        self._e = out[0]
+        self._lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------
+    def close(self):
+        with self._lock:
+            if self._e is not None:
+                lib.cb_engine_destroy(self._e)
+                self._e = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _engine(self):
+        if self._e is None:
+            raise InvalidArgument("Runtime is closed")
+        return self._e
+
+    @property
+    def threads(self):
+        return int(lib.cb_engine_threads(self._engine()))
+
+    def stats(self):
+        e = self._engine()
+        return {"threads": int(lib.cb_engine_threads(e)), "simd": simd_name(),
+                "arena_high_water": int(lib.cb_engine_arena_high_water(e)),
+                "arena_mallocs": int(lib.cb_engine_mallocs(e))}
+
+    # -- routing ---------------------------------------------------------
+    def _route_args(self, x, router, gating, bias):
+        if not isinstance(gating, Gating):
+            raise InvalidArgument(f"gating must be a native.Gating, got {type(gating).__name__}")
+        _f32("x", x, 2)
+        _f32("router", router, 2, (gating.n_experts, x.shape[1]))
+        if bias is not None:
+            _f32("bias", bias, 1, (gating.n_experts,))
+            _finite("bias", bias)
+        _finite("x", x)
+
+    def route(self, x, router, gating, bias=None):
+        """-> (idx int32 [n, k], w float32 [n, k]); slots in descending score order."""
+        self._route_args(x, router, gating, bias)
+        n, h = x.shape
+        idx = np.empty((n, gating.top_k), dtype=np.int32)
+        w = np.empty((n, gating.top_k), dtype=np.float32)
+        with self._lock:
+            e = self._engine()
+            check_status(lib.cb_route(e, gating.to_c(), _ptr("float *", router), _ptr("float *", bias),
+                                      _ptr("float *", x), n, h, _ptr("int32_t *", idx), _ptr("float *", w)),
+                         "route", e)
+        return idx, w
+
+    # -- experts ---------------------------------------------------------
+    def expert_forward(self, x, view, rows=None):
+        """out[i] = E(x[rows[i]]) (rows None: every row). -> float32 [len(rows) or n, h]."""
+        _f32("x", x, 2)
+        n, h = x.shape
+        _view("expert", view, h)
+        rows_c = ffi.NULL
+        if rows is not None:
+            rows = np.asarray(rows)
+            if rows.ndim != 1 or rows.dtype.kind not in "iu":
+                raise InvalidArgument(f"rows must be a 1-D integer array, got {rows.dtype} {rows.shape}")
+            if rows.size and (rows.min() < 0 or rows.max() >= n):
+                raise InvalidArgument(f"rows must lie in [0, {n}), got [{rows.min()}, {rows.max()}]")
+            rows = np.ascontiguousarray(rows, dtype=np.int32)
+            rows_c = _ptr("int32_t *", rows)
+            _finite("x", x[rows])
+        else:
+            _finite("x", x)
+        m = n if rows is None else rows.size
+        out = np.empty((m, h), dtype=np.float32)
+        if m:
+            with self._lock:
+                e = self._engine()
+                check_status(lib.cb_expert_forward(e, view.c, _ptr("float *", x), h, rows_c, m, _ptr("float *", out)),
+                             "expert_forward", e)
+        return out
+
+    def shared_forward(self, x, view, shared_gate=None):
+        """sigmoid(shared_gate . x[t]) * S(x[t]) (gate None: S(x[t])). -> float32 [n, h]."""
+        _f32("x", x, 2)
+        n, h = x.shape
+        _view("shared expert", view, h)
+        if shared_gate is not None:
+            _f32("shared_gate", shared_gate, 1, (h,))
+            _finite("shared_gate", shared_gate)
+        _finite("x", x)
+        out = np.empty((n, h), dtype=np.float32)
+        if n:
+            with self._lock:
+                e = self._engine()
+                check_status(lib.cb_shared_forward(e, view.c, _ptr("float *", shared_gate), _ptr("float *", x), n, h,
+                                                   _ptr("float *", out)), "shared_forward", e)
+        return out
+
+    # -- whole layer -----------------------------------------------------
+    def moe_forward(self, x, router, gating, experts, bias=None, shared=None, shared_gate=None):
+        """Route + experts + shared + combine. experts: sequence or mapping id -> ExpertView (None = absent).
+
+        -> (y float32 [n, h], idx int32 [n, k], w float32 [n, k]).
+        """
+        self._route_args(x, router, gating, bias)
+        n, h = x.shape
+        table = self._expert_table(experts, gating.n_experts, h)
+        layer = ffi.new("cb_moe_layer *")
+        layer.hidden, layer.gating = h, gating.to_c()[0]
+        keep = [router, bias, shared_gate, table]
+        layer.router, layer.bias = _ptr("float *", router), _ptr("float *", bias)
+        layer.experts = table
+        if shared is not None:
+            _view("shared expert", shared, h)
+            layer.n_shared, layer.shared = 1, shared.c
+        if shared_gate is not None:
+            if shared is None:
+                raise InvalidArgument("shared_gate given without a shared expert")
+            _f32("shared_gate", shared_gate, 1, (h,))
+            _finite("shared_gate", shared_gate)
+            layer.shared_gate = _ptr("float *", shared_gate)
+        y = np.empty((n, h), dtype=np.float32)
+        idx = np.empty((n, gating.top_k), dtype=np.int32)
+        w = np.empty((n, gating.top_k), dtype=np.float32)
+        with self._lock:
+            e = self._engine()
+            check_status(lib.cb_moe_forward(e, layer, _ptr("float *", x), n, _ptr("float *", y),
+                                            _ptr("int32_t *", idx), _ptr("float *", w)), "moe_forward", e)
+        del keep
+        return y, idx, w
+
+    @staticmethod
+    def _expert_table(experts, n_experts, hidden):
+        table = ffi.new("cb_expert *[]", n_experts)
+        items = experts.items() if hasattr(experts, "items") else enumerate(experts)
+        for i, v in items:
+            if not 0 <= int(i) < n_experts:
+                raise InvalidArgument(f"expert id {i} outside 0..{n_experts - 1}")
+            if v is not None:
+                table[int(i)] = _view(f"expert {i}", v, hidden).c
+        return table

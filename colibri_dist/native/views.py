@@ -1,0 +1,80 @@
+"""ExpertView: an expert blob (any buffer) + its ExpertLayout, as a cb_expert for C.
+
+Role: the store hands out blobs as mmap views, RAM copies, spill reads or Ray
+objects; expert_view() wraps any of them without copying (the view keeps the
+buffer alive) and checks the layout fits inside the buffer.
+"""
+import numpy as np
+
+from ..errors import InvalidArgument
+from ..format.layout import GROUP_SIZE, ExpertLayout, MatrixLayout
+from ._lib import ffi
+
+_ELEM_BYTES = {0: 4, 1: 2, 2: 2}
+
+
+def _check_matrix(m, nbytes, name):
+    need = m.rows * m.cols * _ELEM_BYTES.get(m.dtype, 1)
+    if not 0 <= m.dtype <= 7:
+        raise InvalidArgument(f"{name}: unknown dtype code {m.dtype}")
+    if m.data_bytes != need or m.data_offset < 0 or m.data_offset + need > nbytes:
+        raise InvalidArgument(f"{name}: data [{m.data_offset}, +{m.data_bytes}) does not fit {m.rows}x{m.cols} "
+                              f"in a {nbytes}-byte blob")
+    if m.dtype >= 3:
+        g = GROUP_SIZE.get(m.dtype)
+        count = m.rows * (-(-m.cols // g)) if g else (1 if m.dtype == 7 else m.rows)
+        if m.scale_count != count or m.scale_offset < 0 or m.scale_offset + 4 * count > nbytes or m.scale_offset % 4:
+            raise InvalidArgument(f"{name}: scales (offset {m.scale_offset}, count {m.scale_count}) invalid, "
+                                  f"expected {count} inside {nbytes} bytes")
+    if m.dtype == 7 and (m.zero_offset < 0 or m.zero_offset + 4 > nbytes or m.zero_offset % 4):
+        raise InvalidArgument(f"{name}: zero point offset {m.zero_offset} invalid")
+    if m.dtype in (0, 1, 2) and m.data_offset % _ELEM_BYTES[m.dtype]:
+        raise InvalidArgument(f"{name}: data offset {m.data_offset} misaligned")
+
+
+class ExpertView:
+    """One expert ready for the kernels. `.c` is the cb_expert *, valid while the view lives."""
+
+    def __init__(self, buffer, layout):
+        if not isinstance(layout, ExpertLayout):
+            raise InvalidArgument(f"expert_view needs an ExpertLayout, got {type(layout).__name__}")
+        arr = np.frombuffer(buffer, dtype=np.uint8) if not isinstance(buffer, np.ndarray) else buffer
+        if arr.dtype != np.uint8 or arr.ndim != 1 or not arr.flags.c_contiguous:
+            raise InvalidArgument(f"expert blob must be a 1-D C-contiguous uint8 buffer, got {arr.dtype} {arr.shape}")
+        if arr.size < layout.nbytes:
+            raise InvalidArgument(f"expert blob has {arr.size} bytes, layout needs {layout.nbytes}")
+        if arr.ctypes.data % 4:
+            arr = np.array(arr, copy=True)       # aligned copy: the kernels read f32/f16 words and f32 scales
+        for name in ("gate", "up", "down"):
+            _check_matrix(getattr(layout, name), arr.size, name)
+        if (layout.up.rows, layout.up.cols) != (layout.inter, layout.hidden) or \
+                (layout.down.rows, layout.down.cols) != (layout.hidden, layout.inter):
+            raise InvalidArgument("expert layout shapes disagree: gate/up [inter, hidden], down [hidden, inter]")
+        self.buffer, self.layout = arr, layout
+        self._base = ffi.from_buffer("uint8_t[]", arr)
+        self.c = ffi.new("cb_expert *")
+        for name in ("gate", "up", "down"):
+            self._fill(getattr(self.c, name), getattr(layout, name))
+
+    def _fill(self, cm, m: MatrixLayout):
+        cm.data = self._base + m.data_offset
+        cm.scales = ffi.cast("const float *", self._base + m.scale_offset) if m.scale_offset >= 0 else ffi.NULL
+        cm.zero = ffi.cast("const int32_t *", self._base + m.zero_offset) if m.zero_offset >= 0 else ffi.NULL
+        cm.dtype, cm.rows, cm.cols = m.dtype, m.rows, m.cols
+
+    @property
+    def hidden(self):
+        return self.layout.hidden
+
+    @property
+    def inter(self):
+        return self.layout.inter
+
+    @property
+    def nbytes(self):
+        return self.layout.nbytes
+
+
+def expert_view(buffer, layout):
+    """Wrap a blob (bytes-like or uint8 array) and its ExpertLayout; no copy unless the buffer start is not 4-byte aligned."""
+    return ExpertView(buffer, layout)

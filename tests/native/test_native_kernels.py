@@ -1,0 +1,82 @@
+"""Expert FFN on every weight scheme vs the numpy reference, on both SIMD paths; scalar == avx2 bit for bit."""
+import numpy as np
+import pytest
+
+from colibri_dist.format.quantize import dequantize, pack_expert
+from colibri_dist.native import Runtime, simd_force, simd_name
+from native_helpers import SCHEMES, decoded, ffn_ref, rand_expert, view_of
+
+PATHS = ["avx2", "scalar"] if simd_name() == "avx2" else ["scalar"]
+
+
+@pytest.fixture(scope="module")
+def rt():
+    with Runtime(threads=2) as r:
+        yield r
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("hidden,inter", [(64, 48), (75, 37), (200, 131)])
+def test_expert_forward_matches_decoded_reference(rt, path, scheme, hidden, inter):
+    rng = np.random.default_rng(hidden * 1000 + inter)
+    view = view_of(rand_expert(rng, hidden, inter), scheme)
+    x = rng.standard_normal((11, hidden)).astype(np.float32)
+    with simd_force(path):
+        assert simd_name() == path
+        out = rt.expert_forward(x, view)
+    ref = ffn_ref(x, *decoded(view))
+    assert np.abs(out - ref).max() <= 2e-5 * np.abs(ref).max()
+
+
+@pytest.mark.skipif(len(PATHS) < 2, reason="CPU has no AVX2")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_scalar_and_avx2_are_bit_identical(rt, scheme):
+    rng = np.random.default_rng(7)
+    view = view_of(rand_expert(rng, 131, 70), scheme)
+    x = rng.standard_normal((9, 131)).astype(np.float32)
+    with simd_force("avx2"):
+        a = rt.expert_forward(x, view)
+    with simd_force("scalar"):
+        b = rt.expert_forward(x, view)
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_quantizer_roundtrip_error_bounds(scheme):
+    rng = np.random.default_rng(3)
+    g, u, d = rand_expert(rng, 100, 60)
+    blob, layout = pack_expert(g, u, d, scheme)
+    back = dequantize(blob, layout.down)
+    err = np.abs(back - d).max() / np.abs(d).max()
+    bound = {"f32": 0, "f16": 1e-3, "bf16": 8e-3}.get(scheme, 1 / 127 * 0.51 * 2)
+    assert err <= bound
+    assert layout.nbytes % 64 == 0 and layout.gate.data_offset % 64 == 0 and layout.down.data_offset % 64 == 0
+
+
+def test_group_scales_cover_short_last_group():
+    rng = np.random.default_rng(4)
+    g, u, d = rand_expert(rng, 70, 33)      # 70 = 64 + 6 for g64, 33 = 32 + 1
+    blob, layout = pack_expert(g, u, d, "int8-g64")
+    assert layout.gate.scale_count == 33 * 2 and layout.down.scale_count == 70 * 1
+    # the short group gets its own scale: its max element decodes to +-127 * scale
+    q = blob[layout.gate.data_offset:layout.gate.data_offset + 33 * 70].view(np.int8).reshape(33, 70)
+    assert np.abs(q[:, 64:]).max(axis=1).min() == 127
+
+
+def test_bf16_rounds_to_nearest_even():
+    from colibri_dist.format.quantize import bf16_bits_to_f32, f32_to_bf16_bits
+    vals = np.array([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -(1.0 + 2 ** -8), 1.0 + 2 ** -8 + 2 ** -20], np.float32)
+    got = bf16_bits_to_f32(f32_to_bf16_bits(vals))
+    assert got.tolist() == [1.0, 1.0 + 2 ** -6, -1.0, 1.0 + 2 ** -7]
+
+
+def test_minmax_zero_point_and_scale_shapes():
+    rng = np.random.default_rng(5)
+    g, u, d = rand_expert(rng, 40, 20)
+    g = g + 0.3                              # asymmetric range
+    blob, layout = pack_expert(g, u, d, "int8-minmax")
+    zero = blob[layout.gate.zero_offset:layout.gate.zero_offset + 4].view(np.int32)[0]
+    assert layout.gate.scale_count == 1 and -128 <= zero <= 127 and zero != 0
+    back = dequantize(blob, layout.gate)
+    assert np.abs(back - g).max() <= 0.51 * blob[layout.gate.scale_offset:layout.gate.scale_offset + 4].view(np.float32)[0]
