@@ -17,7 +17,7 @@ how many of the experts the next layer really used had been predicted (recall).
 """
 import numpy as np
 
-from .errors import InvalidArgument, StoreError
+from .errors import FormatError, InvalidArgument
 from .store import ExpertStore, Segments
 from .store.routing_table import build_table
 
@@ -30,7 +30,10 @@ class Engine:
         from .format.reader import open_model
         self._native = native
         self.path = str(path)
-        self.model = open_model(path)
+        try:
+            self.model = open_model(path)
+        except OSError as exc:          # e.g. a directory: the reader lets the OS error through
+            raise FormatError(f"{path}: cannot open the .colibri container ({exc})") from exc
         try:
             self.config = self.model.config
             self.segments = Segments(path)
@@ -143,10 +146,11 @@ class Engine:
     def shared_forward(self, layer, x):
         """Shared expert (with its sigmoid gate if any) on x, or None if the layer has none."""
         layer = self._check_layer(layer)
+        x = self._check_x(layer, x)
         shared, gate = self._shared_parts(layer)
         if shared is None:
             return None
-        return self.runtime.shared_forward(self._check_x(layer, x), shared, shared_gate=gate)
+        return self.runtime.shared_forward(x, shared, shared_gate=gate)
 
     def _shared_parts(self, layer):
         if layer not in self._shared:

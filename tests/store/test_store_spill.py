@@ -101,3 +101,21 @@ def test_store_spill_buffered_fallback_matches_direct(fake_model, tmp_path):
     got, _ = tier.read((0, 0), lambda n: np.empty((n + 4095) // 4096 * 4096, dtype=np.uint8))
     assert np.array_equal(got, blob)
     tier.close()
+
+
+def test_store_spill_checksum_sees_flips_reorders_and_zeroed_blocks():
+    from colibri_dist.store.spill import checksum
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, 3 * 4096 + 72, dtype=np.uint8)
+    c = checksum(a)
+    for i in [0, 5, 4096, 3 * 4096 + 3, a.size - 1]:
+        b = a.copy()
+        b[i] ^= 0x10
+        assert checksum(b) != c, i
+    b = a.copy()
+    b[:4096], b[4096:8192] = a[4096:8192], a[:4096]
+    assert checksum(b) != c
+    b = a.copy()
+    b[4096:8192] = 0
+    assert checksum(b) != c
+    assert checksum(a[:-8]) != checksum(np.concatenate([a[:-8], np.zeros(8, np.uint8)]))
