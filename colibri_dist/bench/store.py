@@ -103,7 +103,8 @@ def _print(results):
     print(f"tiers ({t['experts']} int8 experts of {t['expert_bytes'] / 2**20:.1f} MiB; "
           f"page cache dropped: {t['page_cache_dropped']})")
     for k in ("raw_buffered_gbs", "raw_direct_gbs", "mmap_copy_gbs", "source_pread_gbs", "ram_hit_gbs_equiv",
-              "ssd_raw_gbs", "ssd_zstd_gbs", "crc32_gbs", "raw_buffered_cold_gbs", "source_pread_cold_gbs"):
+              "ssd_raw_gbs", "ssd_zstd_gbs", "crc32_gbs", "spill_checksum_gbs", "source_fill_fresh_ram_gbs",
+              "fresh_alloc_copy_gbs", "raw_buffered_cold_gbs", "source_pread_cold_gbs"):
         if k in t:
             print(f"  {k:26s} {t[k]:8.2f}")
     print(f"  ssd raw / raw O_DIRECT read   {t['ssd_raw_vs_raw_direct']:.2f}")

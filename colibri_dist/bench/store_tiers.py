@@ -123,9 +123,13 @@ def tier_speeds(model, workdir, drop):
     with ExpertStore(model, cache_bytes=None) as st:
         out["mmap_copy_gbs"] = total / _pass(st, n, touch) / 1e9
     with ExpertStore(model, cache_bytes=total + nb) as st:
-        out["source_pread_gbs"] = total / _pass(st, n) / 1e9
+        out["source_fill_fresh_ram_gbs"] = total / _pass(st, n) / 1e9   # first touch of new RAM pages
         out["ram_hit_gbs_equiv"] = total / _pass(st, n) / 1e9
         out["ram_hit_us"] = _pass(st, n) / n * 1e6
+    out["fresh_alloc_copy_gbs"] = _fresh_copy_speed(nb, n)
+    with ExpertStore(model, cache_bytes=nb) as st:          # steady state: every get evicts, buffers recycled
+        _pass(st, n)
+        out["source_pread_gbs"] = total / _pass(st, n) / 1e9
     for codec in (None, "zstd"):
         with ExpertStore(model, cache_bytes=nb, offload_dir=os.path.join(workdir, "off"),
                          compression=codec) as st:
@@ -140,10 +144,31 @@ def tier_speeds(model, workdir, drop):
             out[f"{name}_stored_ratio"] = s["spill_bytes"] / total
             out[f"{name}_load_ms_p50"] = s["load_ms"]["p50"]
     out["crc32_gbs"] = _crc_speed(touch)
+    out["spill_checksum_gbs"] = _spill_checksum_speed(touch)
     out["ssd_raw_vs_raw_direct"] = out["ssd_raw_gbs"] / out["raw_direct_gbs"]
     out["source_pread_vs_raw_buffered"] = out["source_pread_gbs"] / out["raw_buffered_gbs"]
     out["mmap_copy_vs_raw_buffered"] = out["mmap_copy_gbs"] / out["raw_buffered_gbs"]
     return out
+
+
+def _fresh_copy_speed(nbytes, count):
+    """Baseline for filling an empty cache: copy into newly allocated aligned buffers."""
+    from ..store.buffers import aligned_empty
+    src = np.ones(nbytes, np.uint8)
+    keep, t0 = [], time.perf_counter()
+    for _ in range(count):
+        b = aligned_empty(nbytes)
+        np.copyto(b, src)
+        keep.append(b)
+    return nbytes * count / (time.perf_counter() - t0) / 1e9
+
+
+def _spill_checksum_speed(buf, reps=8):
+    from ..store.spill import checksum
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        checksum(buf)
+    return reps * buf.nbytes / (time.perf_counter() - t0) / 1e9
 
 
 def _crc_speed(buf, reps=8):

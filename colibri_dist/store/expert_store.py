@@ -15,6 +15,7 @@ evicted; its buffer is never freed or reused while anything references it; a
 load that finds no evictable room is served uncached ("bypass") so the budget
 is never exceeded by cached entries; a failed load leaves nothing behind.
 """
+import numbers
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,21 @@ from .spill import SpillCorrupt, SpillTier, round_up
 from .stats import StoreStats
 
 PROTECT_GENERATIONS = 4   # an unused prefetch stays protected for this many prefetch() calls
+
+
+def _byte_budget(value):
+    """None, an int >= 0 or a size string like "64MiB" (config.parse_size) -> None or int."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        from ..config import parse_size
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            raise InvalidArgument(f"cache_bytes: {exc}") from exc
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise InvalidArgument(f"cache_bytes must be None, an int >= 0 or a size like '64MiB', got {value!r}")
+    return int(value)
 
 
 class _Entry:
@@ -52,8 +68,7 @@ class ExpertStore:
     def __init__(self, model, cache_bytes=None, offload_dir=None, policy="lru", compression=None,
                  zstd_level=3, prefetch_workers=2, source=None, source_delay_s=0.0, segments=None,
                  numa_policy=None, numa_nodes=None, policy_options=None):
-        if cache_bytes is not None and (not isinstance(cache_bytes, int) or cache_bytes < 0):
-            raise InvalidArgument(f"cache_bytes must be None or an int >= 0, got {cache_bytes!r}")
+        cache_bytes = _byte_budget(cache_bytes)
         self.model = model
         self.cache_bytes = cache_bytes
         self.segments = segments
