@@ -10,6 +10,7 @@ bounded chunks. The writer makes the file appear only when complete.
 """
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -114,15 +115,37 @@ def write_layer(writer, cfg, source, lp, pbar):
         mats = _read_expert(source, lp.shared, cfg.shared_inter, cfg.hidden)
         _blob(writer, f"{p}.shared_expert", mats, cfg.scheme, spec.KIND_SHARED, L, -1)
         pbar.update(sum(source.ref(n).nbytes for n in lp.shared))
-    for e in range(cfg.n_experts):
-        if lp.per_expert:
-            mats = _read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden)
-            src_bytes = sum(source.ref(n).nbytes for n in lp.per_expert[e])
-        else:
-            mats = _read_fused(source, lp.fused, e, cfg.inter, cfg.hidden)
-            src_bytes = sum(source.ref(n).nbytes for n in lp.fused) // cfg.n_experts
+    for e, (mats, src_bytes) in enumerate(read_ahead(_expert_reader(source, cfg, lp, e)
+                                                     for e in range(cfg.n_experts))):
         _blob(writer, f"{p}.experts.{e}", mats, cfg.scheme, spec.KIND_EXPERT, L, e)
         pbar.update(src_bytes)
+
+
+def _expert_reader(source, cfg, lp, e):
+    def read():
+        if lp.per_expert:
+            return (_read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden),
+                    sum(source.ref(n).nbytes for n in lp.per_expert[e]))
+        return (_read_fused(source, lp.fused, e, cfg.inter, cfg.hidden),
+                sum(source.ref(n).nbytes for n in lp.fused) // cfg.n_experts)
+    return read
+
+
+def read_ahead(thunks):
+    """Yield thunk() results in order, running the next thunk on a helper thread meanwhile.
+
+    Reading + widening expert e+1 overlaps packing + writing expert e (pread and
+    numpy release the GIL); at most two experts are in memory at once.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="colibri-read") as pool:
+        pending = None
+        for thunk in thunks:
+            nxt = pool.submit(thunk)
+            if pending is not None:
+                yield pending.result()
+            pending = nxt
+        if pending is not None:
+            yield pending.result()
 
 
 def _small(writer, source, name, shape, kind, layer, pbar, src_shape=None):

@@ -9,6 +9,7 @@ both work.
 """
 import json
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,7 @@ class SafetensorsSource:
         self.dir = os.fspath(src_dir)
         self.refs = {}
         self._fds = {}
+        self._lock = threading.Lock()
         for path in _shard_files(self.dir):
             for ref in _parse_header(path):
                 self.refs[ref.name] = ref
@@ -61,9 +63,10 @@ class SafetensorsSource:
         return ref
 
     def _fd(self, path):
-        if path not in self._fds:
-            self._fds[path] = os.open(path, os.O_RDONLY)
-        return self._fds[path]
+        with self._lock:        # convert.read_ahead reads from a helper thread too
+            if path not in self._fds:
+                self._fds[path] = os.open(path, os.O_RDONLY)
+            return self._fds[path]
 
     def read_raw(self, ref, start=0, nbytes=None):
         nbytes = ref.nbytes - start if nbytes is None else nbytes
@@ -83,7 +86,10 @@ class SafetensorsSource:
             raise FormatError(f"{ref.file}: tensor {name!r} has shape {list(ref.shape)}, expected {list(full)}")
         count = int(np.prod(shape))
         item = _ITEM[ref.dtype]
-        raw = self.read_raw(ref, 0 if index is None else index * count * item, count * item)
+        raw = np.empty(count * item, dtype=np.uint8)
+        got = os.preadv(self._fd(ref.file), [raw], ref.start + (0 if index is None else index * count * item))
+        if got != raw.nbytes:
+            raise FormatError(f"{ref.file}: tensor {name!r} truncated ({got} of {raw.nbytes} bytes)")
         return to_f32(raw, ref.dtype).reshape(shape)
 
     def chunks(self, ref, chunk_bytes=64 << 20):
@@ -93,12 +99,16 @@ class SafetensorsSource:
 
 
 def to_f32(raw, dtype):
+    """Little-endian F32/F16/BF16 bytes (bytes or uint8 array) -> float32 array."""
     if dtype == "F32":
-        return np.frombuffer(raw, dtype="<f4").copy()
+        arr = np.frombuffer(raw, dtype="<f4")
+        return arr if isinstance(raw, np.ndarray) else arr.copy()
     if dtype == "F16":
         return np.frombuffer(raw, dtype="<f2").astype(np.float32)
-    words = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-    return words.view(np.float32)
+    words = np.frombuffer(raw, dtype="<u2")
+    out = np.empty(words.size, dtype=np.uint32)
+    np.left_shift(words, 16, out=out, dtype=np.uint32)   # bf16 = the high half of an f32
+    return out.view(np.float32)
 
 
 def storage_dtype(ref):
