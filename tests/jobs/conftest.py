@@ -20,7 +20,7 @@ def fake_job(tmp_path):
     model_file.write_bytes(b"fake")
     cfg_path = tmp_path / "job.yaml"
     cfg_path.write_text(f"job:\n  kind: token-classification\n  input: {data}\n  batch_tokens: 8\n"
-                        f"model: {model_file}\nreport: {{progress: none, summary: false}}\n")
+                        f"model: {model_file}\nreport: {{progress: none, summary: false, html: false}}\n")
     state = SimpleNamespace(model=model, executors=[], cfg_path=str(cfg_path), data=str(data), tmp=tmp_path)
 
     def run(out, fail_after=None, restart=False, **overrides):

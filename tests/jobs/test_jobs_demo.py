@@ -1,0 +1,153 @@
+"""The real stack in-process (no Ray): demo generation + converter + Engine, against the numpy reference.
+
+Tolerance of the reference comparison: the job runs float32 (native kernels on
+int8 experts, float32 numpy for the dense parts); the reference decodes the
+same int8 experts with format.quantize.dequantize and runs in float64. Class
+probabilities must agree to 2e-5 absolute, and the argmax must be identical
+for every token whose top-2 reference margin exceeds 1e-4 (ties closer than
+that may legitimately flip under float32 rounding; the test also checks that
+such near-ties are rare, under 0.5% of tokens).
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from colibri_dist.config import load_config
+from colibri_dist.jobs.demo_model import ensure_demo
+from colibri_dist.jobs.reference import reference_probs
+from colibri_dist.jobs.runner import run_job
+from jobs_helpers import output_rows, read_jsonl
+
+TINY = """\
+job: {{kind: token-classification, batch_tokens: {batch}}}
+demo:
+  cache_dir: {cache}
+  vocab_size: 96
+  hidden: 32
+  inter: 64
+  layers: 3
+  experts: 8
+  top_k: 2
+  dataset: {{shards: 3, rows_per_shard: 16, seq_len: 12}}
+pool: {{workers: 0, cache_bytes: {cache_bytes}}}
+report: {{progress: none, summary: false, html: {html}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def demo_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demo")
+
+    def config(batch=64, cache_bytes="null", html="false", name="job.yaml"):
+        path = root / name
+        path.write_text(TINY.format(batch=batch, cache=root / "cache", cache_bytes=cache_bytes, html=html))
+        return load_config(str(path))
+    cfg = config()
+    art = ensure_demo(cfg.demo, log=lambda _: None)
+    return root, config, art
+
+
+def all_input_rows(art):
+    return [r for n in sorted(os.listdir(art.data_dir)) for r in read_jsonl(os.path.join(art.data_dir, n))]
+
+
+def test_demo_generation_is_cached_and_deterministic(demo_env, tmp_path):
+    root, config, art = demo_env
+    again = ensure_demo(config().demo, log=lambda _: pytest.fail("rebuilt a cached demo"))
+    assert again == art
+    cfg = config()
+    cfg.demo.cache_dir = str(tmp_path / "other")
+    fresh = ensure_demo(cfg.demo, log=lambda _: None)
+    for name in ("model.safetensors", "config.json"):
+        with open(os.path.join(art.hf_dir, name), "rb") as a, open(os.path.join(fresh.hf_dir, name), "rb") as b:
+            assert a.read() == b.read()
+    assert os.listdir(art.data_dir) == os.listdir(fresh.data_dir)
+    assert json.load(open(os.path.join(art.hf_dir, "config.json")))["architectures"] == ["MixtralForCausalLM"]
+
+
+def test_classifier_matches_numpy_reference(demo_env, tmp_path):
+    root, config, art = demo_env
+    rep = run_job(config(), out_dir=str(tmp_path / "out"))
+    rows, inputs = output_rows(tmp_path / "out"), all_input_rows(art)
+    got = np.concatenate([np.asarray(r["probs"]) for r in rows])
+    ids = np.concatenate([r["input_ids"] for r in inputs])
+    ref = reference_probs(art.model, ids)
+    np.testing.assert_allclose(got, ref, atol=2e-5, rtol=0)
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 1e-4
+    assert clear.mean() > 0.995
+    assert np.array_equal(got.argmax(1)[clear], ref.argmax(1)[clear])
+    labels = np.concatenate([r["labels"] for r in inputs])
+    assert rep["accuracy"]["correct"] == int(np.sum(got.argmax(1) == labels))
+    assert rep["accuracy"]["accuracy"] > 0.6     # the labelling is learnable; chance is 0.2
+
+
+def test_outputs_bit_identical_across_batch_size_and_cache_budget(demo_env, tmp_path):
+    root, config, art = demo_env
+    run_job(config(batch=64), out_dir=str(tmp_path / "a"))
+    rep = run_job(config(batch=7, cache_bytes="16KiB", name="small.yaml"), out_dir=str(tmp_path / "b"))
+    assert rep["cache"]["misses"] > 0 and rep["cache"]["evictions"] > 0   # the offload path ran
+    for name in sorted(os.listdir(tmp_path / "a")):
+        if name.endswith(".jsonl"):
+            assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_report_fields_present_and_consistent(demo_env, tmp_path):
+    root, config, art = demo_env
+    out = tmp_path / "out"
+    rep = run_job(config(cache_bytes="24KiB", html="true"), out_dir=str(out))
+    on_disk = json.loads((out / "report.json").read_text())
+    assert on_disk == json.loads(json.dumps(rep))
+    inputs = all_input_rows(art)
+    assert rep["rows"] == len(inputs)
+    assert rep["tokens"] == rep["tokens_this_run"] == sum(len(r["input_ids"]) for r in inputs)
+    c = rep["cache"]
+    assert set(c) >= {"hits", "misses", "hit_rate", "evictions", "bytes_loaded"}
+    assert c["hits"] + c["misses"] > 0 and c["hit_rate"] == c["hits"] / (c["hits"] + c["misses"])
+    lat = rep["batch_latency_ms"]
+    assert lat["batches"] == 3 * -(-16 * 12 // 64) and 0 < lat["p50"] <= lat["p90"] <= lat["p99"]
+    assert rep["tokens_per_s"] > 0 and rep["load_imbalance"] == 1.0
+    assert [set(w) for w in rep["workers"]] == [{"id", "tokens", "experts", "cpus", "node"}]
+    assert rep["workers"][0]["tokens"] == rep["tokens"] * 3          # token rows through 3 MoE layers
+    assert rep["faults"] == {"retries": 0}
+    heat = rep["expert_heat"]
+    assert sorted(heat) == ["0", "1", "2"] and all(sum(h) == rep["tokens"] * 2 for h in heat.values())
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3
+
+
+def test_moe_layer_job_equals_engine_layers_in_sequence(demo_env, tmp_path):
+    import colibri_dist as cd
+    root, config, art = demo_env
+    data = tmp_path / "states"
+    data.mkdir()
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal((n, 32)).astype(np.float32) for n in (40, 9)]
+    for i, a in enumerate(arrays):
+        np.save(data / f"h{i}.npy", a)
+    job = tmp_path / "moe.yaml"
+    job.write_text(f"job: {{kind: moe-layer, input: {data}, layers: [2, 0], batch_tokens: 16, shard_rows: 32}}\n"
+                   f"model: {art.model}\npool: {{workers: 0}}\nreport: {{progress: none, summary: false, html: false}}\n")
+    rep = run_job(load_config(str(job)), out_dir=str(tmp_path / "out"))
+    assert rep["tokens"] == rep["rows"] == 49 and rep["shards"]["total"] == 3
+    with cd.Engine(art.model) as eng:
+        want = [eng.moe_forward(0, eng.moe_forward(2, a)) for a in arrays]
+    got0 = np.concatenate([np.load(tmp_path / "out" / f"h0.part{i:05d}.npy") for i in (0, 1)])
+    assert np.array_equal(got0, want[0])
+    assert np.array_equal(np.load(tmp_path / "out" / "h1.part00000.npy"), want[1])
+
+
+def test_moe_layer_job_rejects_unknown_layer_and_bad_shapes(demo_env, tmp_path):
+    from colibri_dist.errors import ConfigError, FormatError
+    root, config, art = demo_env
+    np.save(tmp_path / "bad.npy", np.zeros((4, 7), np.float32))
+    job = tmp_path / "moe.yaml"
+    base = f"model: {art.model}\npool: {{workers: 0}}\nreport: {{progress: none, summary: false}}\n"
+    job.write_text(f"job: {{kind: moe-layer, input: {tmp_path / 'bad.npy'}, layers: 9}}\n" + base)
+    with pytest.raises(ConfigError, match=r"job.layers: layer 9 is not a MoE layer .*\[0, 1, 2\]"):
+        run_job(load_config(str(job)), out_dir=str(tmp_path / "out"))
+    job.write_text(f"job: {{kind: moe-layer, input: {tmp_path / 'bad.npy'}}}\n" + base)
+    with pytest.raises(FormatError, match=r"bad.npy: expected hidden states of shape \[rows, 32\], got \[4, 7\]"):
+        run_job(load_config(str(job)), out_dir=str(tmp_path / "out2"))
