@@ -122,3 +122,17 @@ def test_store_rejects_bad_keys_and_options(fake_model):
         ExpertStore(fake_model, policy="fifo")
     with pytest.raises(InvalidArgument, match="cache_bytes"):
         ExpertStore(fake_model, cache_bytes=-1)
+
+
+def test_store_numa_hook_binds_each_new_buffer(fake_model, monkeypatch):
+    import colibri_dist.numa as numa
+    calls = []
+    monkeypatch.setattr(numa, "bind_buffer", lambda a, policy, nodes: calls.append((a.ctypes.data % 4096,
+                                                                                     a.nbytes, policy, nodes)))
+    with ExpertStore(fake_model, cache_bytes=2 * fake_model.nbytes, numa_policy="bind", numa_nodes=[0]) as store:
+        for e in range(4):
+            store.get(0, e).release()
+    assert len(calls) >= 2 and all(c[0] == 0 and c[1] % 4096 == 0 and c[2:] == ("bind", [0]) for c in calls)
+    with ExpertStore(fake_model, cache_bytes=2 * fake_model.nbytes) as store:   # no policy: no binding
+        store.get(0, 0).release()
+    assert len(calls) <= 4
