@@ -102,8 +102,8 @@ class ExpertStore:
         if layer not in layers:
             raise InvalidArgument(f"layer {layer!r} is not an MoE layer of this model (MoE layers: {list(layers)})")
         n = self.n_experts(layer)
-        if not (0 <= int(e) < n):
-            raise InvalidArgument(f"expert {e!r} out of range for layer {layer} ({n} experts)")
+        if isinstance(e, bool) or not isinstance(e, numbers.Integral) or not (0 <= e < n):
+            raise InvalidArgument(f"expert {e!r} out of range for layer {layer} ({n} experts; expected an int in [0, {n}))")
         return (int(layer), int(e))
 
     # ---- get / release

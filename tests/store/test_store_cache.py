@@ -136,3 +136,10 @@ def test_store_numa_hook_binds_each_new_buffer(fake_model, monkeypatch):
     with ExpertStore(fake_model, cache_bytes=2 * fake_model.nbytes) as store:   # no policy: no binding
         store.get(0, 0).release()
     assert len(calls) <= 4
+
+
+def test_store_rejects_non_integer_expert(fake_model):
+    with ExpertStore(fake_model, cache_bytes=None) as store:
+        for bad in [1.5, "1", True]:
+            with pytest.raises(InvalidArgument, match="out of range for layer 0"):
+                store.get(0, bad)
