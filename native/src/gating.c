@@ -34,7 +34,7 @@ static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 static void softmax_kinds(const cb_gating *g, const float *l, int32_t *idx, float *w) {
     int32_t n = 0, k = g->top_k, E = g->n_experts;
-    float val[CB_MAX_TOPK];
+    float val[CB_MAX_TOPK] = {0};
     for (int32_t e = 0; e < E; e++) topk_push(l[e], e, k, &n, val, idx);
     float m = val[0], sum = 0.0f;
     if (g->kind == CB_GATE_SOFTMAX_TOPK_NORM) {

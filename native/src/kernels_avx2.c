@@ -100,18 +100,28 @@ AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const fl
         for (int j = 0; j < TR; j++) outs[i][r + j] = finish(dtype, d, r + j, acc[i][j], xs[i]);
 }
 
+/* Row tiles outer, token tiles inner: the tile's weight rows stay in L1 while
+ * token rows stream from L2 (the caller keeps a token chunk L2-sized). */
 AVX2_FN void rows_for_dtype(int dtype, const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,
                             float *const *outs, int64_t nt) {
-    int64_t t = 0;
-    for (; t + 4 <= nt; t += 4) {
-        int32_t r = r0;
-        for (; r + 3 <= r1; r += 3) tile(dtype, 4, 3, d, r, xs + t, outs + t);
-        for (; r < r1; r++) tile(dtype, 4, 1, d, r, xs + t, outs + t);
+    if (nt < 4) {
+        for (int64_t t = 0; t < nt; t++) {
+            int32_t r = r0;
+            for (; r + 8 <= r1; r += 8) tile(dtype, 1, 8, d, r, xs + t, outs + t);
+            for (; r < r1; r++) tile(dtype, 1, 1, d, r, xs + t, outs + t);
+        }
+        return;
     }
-    for (; t < nt; t++) {
-        int32_t r = r0;
-        for (; r + 8 <= r1; r += 8) tile(dtype, 1, 8, d, r, xs + t, outs + t);
-        for (; r < r1; r++) tile(dtype, 1, 1, d, r, xs + t, outs + t);
+    int32_t r = r0;
+    for (; r + 3 <= r1; r += 3) {
+        int64_t t = 0;
+        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 3, d, r, xs + t, outs + t);
+        for (; t < nt; t++) tile(dtype, 1, 3, d, r, xs + t, outs + t);
+    }
+    for (; r < r1; r++) {
+        int64_t t = 0;
+        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 1, d, r, xs + t, outs + t);
+        for (; t < nt; t++) tile(dtype, 1, 1, d, r, xs + t, outs + t);
     }
 }
 

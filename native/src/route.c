@@ -27,8 +27,8 @@ static void route_block(void *ctx, int64_t item) {
     route_run *r = ctx;
     int64_t t0 = item * ROUTE_BLOCK, t1 = t0 + ROUTE_BLOCK < r->n ? t0 + ROUTE_BLOCK : r->n;
     int32_t E = r->g->n_experts, k = r->g->top_k;
-    const float *xs[ROUTE_BLOCK];
-    float *ls[ROUTE_BLOCK];
+    const float *xs[ROUTE_BLOCK] = {0};
+    float *ls[ROUTE_BLOCK] = {0};
     for (int64_t t = t0; t < t1; t++) {
         xs[t - t0] = r->x + (size_t)t * (size_t)r->hidden;
         ls[t - t0] = r->logits + (size_t)t * (size_t)E;
