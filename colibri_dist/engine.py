@@ -34,6 +34,7 @@ class Engine:
             self.model = open_model(path)
         except OSError as exc:          # e.g. a directory: the reader lets the OS error through
             raise FormatError(f"{path}: cannot open the .colibri container ({exc})") from exc
+        self.store = None
         try:
             self.config = self.model.config
             self.segments = Segments(path)
@@ -43,6 +44,8 @@ class Engine:
                                      numa_policy=numa_policy, numa_nodes=numa_nodes)
             self.runtime = native.Runtime(threads=threads, cpus=cpus)
         except BaseException:
+            if self.store is not None:
+                self.store.close()
             self.model.close()
             raise
         self.lookahead = bool(lookahead)

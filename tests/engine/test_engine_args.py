@@ -63,3 +63,12 @@ def test_engine_bad_options(engine_models):
         cd.Engine(engine_models["mixtral"], policy="random")
     with pytest.raises(InvalidArgument, match="compression"):
         cd.Engine(engine_models["mixtral"], cache_bytes=1 << 20, offload_dir="/tmp", compression="lz4")
+
+
+def test_engine_bad_threads_cleans_up(engine_models, tmp_path):
+    import threading
+    before = threading.active_count()
+    with pytest.raises(cd.ColibriError):
+        cd.Engine(engine_models["mixtral"], threads=-3, cache_bytes=1 << 20, offload_dir=str(tmp_path / "off"))
+    assert threading.active_count() == before
+    assert not list((tmp_path / "off").glob("colibri-spill-*"))
