@@ -1,4 +1,4 @@
-"""`python -m colibri_dist.bench convert [--size-mb N] [--schemes int8,f32] [--json PATH]`.
+"""`python -m colibri_dist.bench convert [--size-mb N] [--schemes int8,bf16] [--json PATH]`.
 
 Role in the data flow: measures the HF -> .colibri converter (docs/PERFORMANCE.md,
 "Container and converter") against baselines taken in the same run:
@@ -31,7 +31,7 @@ HIDDEN, INTER, N_EXPERTS = 1024, 2816, 8
 def _args(argv):
     ap = argparse.ArgumentParser(prog="python -m colibri_dist.bench convert")
     ap.add_argument("--size-mb", type=int, default=2200, help="source checkpoint size (default 2200)")
-    ap.add_argument("--schemes", default="int8,f32", help="comma list of --experts schemes")
+    ap.add_argument("--schemes", default="int8,bf16", help="comma list of --experts schemes")
     ap.add_argument("--json", default=None, help="write results here")
     ap.add_argument("--workdir", default=None, help="scratch dir (default: a temp dir, removed after)")
     return ap.parse_args(argv)

@@ -234,3 +234,27 @@ def test_exception_mid_conversion_removes_partial(tiny_dir, tmp_path, monkeypatc
     with pytest.raises(KeyboardInterrupt):
         cd.convert(src, tmp_path / "out.colibri", experts="f32", progress=False)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 64 KiB tmpfs (root only; skipped elsewhere): a disk that really fills up."""
+    import subprocess
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_real_full_disk_leaves_no_file(tiny_dir, tiny_tmpfs):
+    src, _ = tiny_dir("mixtral")                  # converts to ~150 KB, the disk holds 64 KiB
+    dst = tiny_tmpfs / "m.colibri"
+    with pytest.raises(FormatError, match="No space left on device") as info:
+        cd.convert(src, dst, experts="f32", progress=False)
+    assert str(dst) in str(info.value)
+    assert os.listdir(tiny_tmpfs) == []
