@@ -81,14 +81,17 @@ def belady_hits(seq, capacity):
 
 
 def simulate(trace, capacity, policy, predictions=None, protect_steps=2):
-    """Demand hit rate and loads of a policy; predictions[i] (layer, experts) is
-    prefetched before step i. Entries in the running step are pinned."""
+    """Demand hit rate and loads per access of a policy; predictions[i] (layer,
+    experts) is prefetched before step i (a prefetch that finds no room is
+    dropped, not loaded). Entries of the running step are pinned. Prefetch
+    turns misses into hits by loading ahead: loads_per_access shows the reads
+    it costs (without prefetch it is exactly 1 - hit_rate)."""
     pol = make_policy(policy)
     cached, protected = set(), {}
     hits = loads = demand = prefetched_used = 0
 
     def admit(key, pinned):
-        nonlocal loads
+        """Cache key if room can be made (False: served uncached, like the store's bypass)."""
         if len(cached) >= capacity:
             for v in pol.victims():
                 if v not in pinned and protected.get(v, -1) < step:
@@ -100,7 +103,6 @@ def simulate(trace, capacity, policy, predictions=None, protect_steps=2):
                 return False
         cached.add(key)
         pol.insert(key)
-        loads += 1
         return True
 
     for step, (layer, experts) in enumerate(trace):
@@ -110,6 +112,7 @@ def simulate(trace, capacity, policy, predictions=None, protect_steps=2):
             for e in pe:
                 key = (pl, e)
                 if key not in cached and admit(key, pinned):
+                    loads += 1
                     protected[key] = step + protect_steps
         for e in experts:
             key = (layer, e)
@@ -120,6 +123,7 @@ def simulate(trace, capacity, policy, predictions=None, protect_steps=2):
                 if protected.pop(key, None) is not None:
                     prefetched_used += 1
             else:
+                loads += 1                  # a miss reads the expert, cached or not
                 admit(key, pinned)
             if key in cached:
                 pinned.add(key)
