@@ -75,15 +75,17 @@ def job_signature(cfg, model_path, paths, kind):
 
 
 def _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor_factory, stream):
-    total_tokens = sum(info["tokens"] for info in manifest.done.values())
+    done_tokens = sum(info["tokens"] for info in manifest.done.values())
     pending_tokens = sum(kind.count_tokens(s) for s in pending)
-    progress = JobProgress(total_tokens + pending_tokens, done_tokens=total_tokens,
-                           mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
     offload_dir, made_offload = _offload_dir(cfg, out_dir)
+    _logger(cfg, stream)(_executor_line(cfg, offload_dir))
     t_start = time.perf_counter()
     executor = executor_factory(cfg, model_path, offload_dir)
+    progress = None
     try:
         startup_s = time.perf_counter() - t_start
+        progress = JobProgress(done_tokens + pending_tokens, done_tokens=done_tokens, mode=cfg.report.progress,
+                               log_every_s=cfg.report.log_every_s, stream=stream)
         meter = Meter(executor, kind.n_experts_by_layer(), heat=cfg.report.expert_heat)
         for shard in pending:
             name = kind.output_name(shard)
@@ -92,13 +94,24 @@ def _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor
             meter.shards_written.append(shard.name)
         final_stats = meter.finish()
     finally:
-        progress.close()
+        if progress is not None:
+            progress.close()
         executor.close()
         if made_offload:
             shutil.rmtree(offload_dir, ignore_errors=True)
     rep = report_mod.build_report(cfg, meter, final_stats, manifest, executor.kind, startup_s, model_path)
     report_mod.write_all(rep, meter, out_dir, cfg.report, stream)
     return rep
+
+
+def _executor_line(cfg, offload_dir):
+    from .executors import uses_pool
+    cache = "no cache limit (experts served from the mmap)" if cfg.pool.cache_bytes is None else \
+        f"cache {cfg.pool.cache_bytes / 2**20:.2f} MiB per worker, offload to {offload_dir}"
+    if uses_pool(cfg):
+        where = cfg.pool.ray_address or "a local Ray on loopback"
+        return f"starting a pool of {cfg.pool.workers} workers on {where}; {cache}"
+    return f"running in-process on the Engine (no Ray); {cache}"
 
 
 def _offload_dir(cfg, out_dir):
