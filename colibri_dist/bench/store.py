@@ -102,7 +102,7 @@ def _print(results):
     t = results["tiers"]
     print(f"tiers ({t['experts']} int8 experts of {t['expert_bytes'] / 2**20:.1f} MiB; "
           f"page cache dropped: {t['page_cache_dropped']})")
-    for k in ("raw_buffered_gbs", "raw_direct_gbs", "mmap_copy_gbs", "source_pread_gbs", "ram_hit_gbs_equiv",
+    for k in ("raw_buffered_gbs", "raw_direct_gbs", "mmap_copy_gbs", "source_pread_gbs", "source_prefetch_gbs", "ram_hit_gbs_equiv",
               "ssd_raw_gbs", "ssd_zstd_gbs", "crc32_gbs", "spill_checksum_gbs", "source_fill_fresh_ram_gbs",
               "fresh_alloc_copy_gbs", "raw_buffered_cold_gbs", "source_pread_cold_gbs"):
         if k in t:
