@@ -119,3 +119,31 @@ def test_store_spill_checksum_sees_flips_reorders_and_zeroed_blocks():
     b[4096:8192] = 0
     assert checksum(b) != c
     assert checksum(a[:-8]) != checksum(np.concatenate([a[:-8], np.zeros(8, np.uint8)]))
+
+
+def test_store_spill_uses_o_direct_where_possible(fake_model, tmp_path, monkeypatch):
+    opened = []
+    real = SpillTier._open_direct
+
+    def spy(self, path):
+        fd = real(self, path)
+        opened.append(fd is not None)
+        return fd
+
+    monkeypatch.setattr(SpillTier, "_open_direct", spy)
+    with ExpertStore(fake_model, cache_bytes=fake_model.nbytes, offload_dir=tmp_path / "off") as store:
+        cycle(store, fake_model, rounds=2)
+        hits = store.stats()["ssd"]["hits"]
+    assert hits > 0 and len(opened) == hits
+    if hasattr(os, "O_DIRECT") and _fs_allows_direct(tmp_path):
+        assert all(opened)
+
+
+def _fs_allows_direct(d):
+    p = d / "probe"
+    p.write_bytes(b"\0" * 4096)
+    try:
+        os.close(os.open(p, os.O_RDONLY | os.O_DIRECT))
+        return True
+    except OSError:
+        return False
