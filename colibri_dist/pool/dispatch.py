@@ -28,6 +28,24 @@ def group_by_expert(idx):
     return out
 
 
+def split_hot(groups, n_replicas, n_live):
+    """Work units {(expert, part): (tokens, slots)}: an expert with more rows than a fair
+    worker share (all rows / live workers) and several replicas is cut into contiguous
+    token chunks, at most one per replica, so one hot expert cannot pin a whole layer
+    batch on one worker. Rows are per-row independent, so results do not change."""
+    total = sum(len(t) for t, _ in groups.values())
+    fair = max(1, -(-total // max(1, n_live)))
+    units = {}
+    for e, (tokens, slots) in groups.items():
+        parts = min(n_replicas(e), -(-len(tokens) // fair))
+        if parts <= 1:
+            units[(e, 0)] = (tokens, slots)
+            continue
+        for i, (t, s) in enumerate(zip(np.array_split(tokens, parts), np.array_split(slots, parts))):
+            units[(e, i)] = (t, s)
+    return units
+
+
 def shared_chunks(n_tokens, workers):
     """Split tokens 0..n into contiguous chunks, one per worker in `workers` order: {worker: (start, stop)}."""
     workers = list(workers)
@@ -60,11 +78,13 @@ class WorkerBatch:
 
 
 def build_batches(groups, assignment, shared=None):
-    """groups from group_by_expert, assignment {expert: worker}, shared {worker: (start, stop)}."""
+    """groups {expert or (expert, part): (tokens, slots)} (group_by_expert / split_hot),
+    assignment {same key: worker}, shared {worker: (start, stop)}."""
     batches = {}
-    for e in sorted(groups):
-        tokens, slots = groups[e]
-        w = assignment[e]
+    for key in sorted(groups):
+        tokens, slots = groups[key]
+        w = assignment[key]
+        e = key[0] if isinstance(key, tuple) else key
         batches.setdefault(w, WorkerBatch(w, None)).experts.append((e, tokens, slots))
     for w, span in (shared or {}).items():
         batches.setdefault(w, WorkerBatch(w, None)).shared = span

@@ -24,7 +24,7 @@ from ..routing.balancer import make_balancer
 from ..routing.placement import LoadMeter, plan
 from ..routing.policy import BalancedRouting
 from . import engine_access as ea
-from .dispatch import build_batches, group_by_expert, scatter, shared_chunks
+from .dispatch import build_batches, group_by_expert, scatter, shared_chunks, split_hot
 from .worker import ExpertWorker
 
 WorkerActor = ray.remote(ExpertWorker)
@@ -52,6 +52,7 @@ class Router:
         self.policy = BalancedRouting(bal.get("window", 64), bal.get("threshold", 1.8)) if rp == "balanced" else None
         self.down = {}           # worker -> pending ping ref
         self.tokens = [0] * self.n
+        self.last_rows = [0] * self.n  # rows per worker in the last layer batch
         self.retries = 0
         self.off_home = 0        # expert batches run on a replica other than the home
         self.batches = 0
@@ -145,16 +146,22 @@ class Router:
             idx_all[a:b], w_all[a:b] = idx, w
             for wk, batch, req in self._plan_micro(layer, x[a:b], idx, w, shared is not None):
                 pending[self._send(wk, req)] = (wk, batch, req, a, b, 0)
+        before = list(self.tokens)
         self._collect(pending, slot_out, shared)
+        self.last_rows = [a - b for a, b in zip(self.tokens, before)]
         self.batches += 1
         return self.native.combine(w_all, slot_out, shared)
 
     def _plan_micro(self, layer, xm, idx, w, with_shared):
         groups = group_by_expert(idx)
-        loads = {e: (float(w[t, s].sum()), len(t)) for e, (t, s) in groups.items()}
         self.meter.add(layer, list(groups), [len(t) for t, _ in groups.values()])
-        assign = self.balancer.assign(loads, lambda e: self._replicas(layer, e))
-        self.off_home += sum(1 for e, wk in assign.items() if wk != self._replicas(layer, e)[0])
+        if self.balancer.kind == "token-bucket":
+            groups = split_hot(groups, lambda e: len(self._replicas(layer, e)), len(self.balancer.live()))
+        else:
+            groups = {(e, 0): ts for e, ts in groups.items()}
+        loads = {key: (float(w[t, s].sum()), len(t)) for key, (t, s) in groups.items()}
+        assign = self.balancer.assign(loads, lambda key: self._replicas(layer, key[0]))
+        self.off_home += sum(1 for key, wk in assign.items() if wk != self._replicas(layer, key[0])[0])
         spans = shared_chunks(len(xm), self.balancer.live()) if with_shared else None
         version = ea.table_version(self.engine)
         for wk, batch in build_batches(groups, assign, spans).items():
@@ -240,6 +247,7 @@ class Router:
         per = []
         for i in range(self.n):
             entry = {"index": i, "alive": i not in self.down, "tokens": self.tokens[i],
+                     "last_batch_tokens": self.last_rows[i],
                      "experts": len(self.placement.experts_on(i)), "pid": self.info[i]["pid"]}
             if i in refs:
                 try:

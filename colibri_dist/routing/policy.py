@@ -119,3 +119,45 @@ def cosine(a, b):
     num = (a * b).sum(axis=1)
     den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     return float(np.mean(num / np.maximum(den, 1e-30)))
+
+
+def route_balanced(policy, engine, layer, x):
+    """Balanced routing over the engine's current table (hot-added experts included): (idx, w)."""
+    t = engine.table(layer)
+    idx, w = policy.route(layer, x, t.router, t.gating, t.bias)
+    return t.ids[idx].astype(np.int32), w
+
+
+def forward_with_routing(engine, layer, x, idx, w):
+    """The layer output for a given routing, with the Engine's own kernels (expert, shared, combine)."""
+    from .. import native
+    n, k = idx.shape
+    slot_out = np.empty((n, k, x.shape[1]), np.float32)
+    for e in np.unique(idx):
+        tokens, slots = np.nonzero(idx == e)
+        slot_out[tokens, slots] = engine.expert_forward(layer, int(e), x, tokens.astype(np.int32))
+    return native.combine(w, slot_out, engine.shared_forward(layer, x))
+
+
+def measure_cosine(engine, layer, batches, window=64, threshold=1.8):
+    """Exact vs balanced on a stream of batches: mean cosine, worst token, replaced share, load imbalance."""
+    policy = BalancedRouting(window, threshold)
+    cos, worst, slots = [], 1.0, 0
+    load_exact, load_bal = {}, {}
+    for x in batches:
+        y_exact = engine.moe_forward(layer, x)
+        idx_e, _ = engine.route(layer, x)
+        idx_b, w_b = route_balanced(policy, engine, layer, x)
+        y_bal = forward_with_routing(engine, layer, x, idx_b, w_b)
+        a, b = y_exact.astype(np.float64), y_bal.astype(np.float64)
+        per_token = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
+        cos.append(per_token)
+        worst = min(worst, float(per_token.min()))
+        slots += idx_b.size
+        for table, idx in ((load_exact, idx_e), (load_bal, idx_b)):
+            for e, c in zip(*np.unique(idx, return_counts=True)):
+                table[int(e)] = table.get(int(e), 0) + int(c)
+    imbalance = lambda t: max(t.values()) / (sum(t.values()) / len(t))
+    return {"mean_cosine": float(np.concatenate(cos).mean()), "min_cosine": worst,
+            "replaced_share": policy.replaced / max(1, slots),
+            "expert_imbalance_exact": imbalance(load_exact), "expert_imbalance_balanced": imbalance(load_bal)}

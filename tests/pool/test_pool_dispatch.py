@@ -1,7 +1,7 @@
 """Pool dispatch plumbing without Ray: grouping, per-worker requests, scatter back in slot order."""
 import numpy as np
 
-from colibri_dist.pool.dispatch import build_batches, group_by_expert, scatter, shared_chunks
+from colibri_dist.pool.dispatch import build_batches, group_by_expert, scatter, shared_chunks, split_hot
 
 
 def test_group_by_expert_lists_every_token_slot_once_in_token_order():
@@ -41,3 +41,14 @@ def test_requests_ship_each_needed_row_once_and_scatter_rebuilds_slot_outputs():
         for j in range(k):
             assert np.array_equal(slot_out[t, j], x[t] * 10.0 + int(idx[t, j]))
     assert np.array_equal(shared, -x)
+
+
+def test_split_hot_cuts_only_experts_above_a_fair_share_with_spare_replicas():
+    idx = np.array([[0, 1]] * 6 + [[0, 2]] * 2, np.int32)  # expert 0: 8 rows of 16, fair share 4 for 4 workers
+    groups = group_by_expert(idx)
+    units = split_hot(groups, lambda e: {0: 3, 1: 1, 2: 2}[e], n_live=4)
+    assert sorted(units) == [(0, 0), (0, 1), (1, 0), (2, 0)]  # 0 -> 2 parts (8/4), 1 has no spare replica
+    assert np.concatenate([units[(0, 0)][0], units[(0, 1)][0]]).tolist() == groups[0][0].tolist()
+    assert len(units[(1, 0)][0]) == 6
+    capped = split_hot(groups, lambda e: 2, n_live=8)  # fair share 2: expert 0 would want 4 parts, has 2 copies
+    assert len([k for k in capped if k[0] == 0]) == 2

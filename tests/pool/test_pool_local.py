@@ -220,3 +220,19 @@ def test_in_flight_batch_finishes_on_the_table_it_started_with(ray_address, fres
             y_after = eng.moe_forward(layer, x)
             assert (eng.route(layer, x)[0] == new_id).any()
         assert np.array_equal(pool.moe_forward(layer, x), y_after)
+
+
+def test_balanced_routing_policy_in_the_pool_matches_the_same_policy_in_process(ray_address, tiny_models):
+    from colibri_dist.routing.policy import BalancedRouting, forward_with_routing, route_balanced
+    path = tiny_models["qwen2_moe"]
+    model = cd.open_model(path)
+    layer = model.moe_layers[-1]
+    row = np.asarray(model.router(layer), np.float32)[0]
+    x = (_x(48, 32, 21) + 2.0 * row / np.linalg.norm(row)).astype(np.float32)  # expert 0 runs hot
+    with Pool(path, workers=2, threads_per_worker=1, routing_policy="balanced", micro_batch=16,
+              balancer={"kind": "token-bucket", "window": 64, "threshold": 1.8}) as pool:
+        y = pool.moe_forward(layer, x)
+    with cd.Engine(path, threads=1) as eng:
+        idx, w = route_balanced(BalancedRouting(64, 1.8), eng, layer, x)
+        assert np.array_equal(y, forward_with_routing(eng, layer, x, idx, w))
+        assert not np.array_equal(y, eng.moe_forward(layer, x))  # the policy really changed routing
