@@ -83,18 +83,19 @@ def belady_hits(seq, capacity):
 def simulate(trace, capacity, policy, predictions=None, protect_steps=2):
     """Demand hit rate and loads per access of a policy; predictions[i] (layer,
     experts) is prefetched before step i (a prefetch that finds no room is
-    dropped, not loaded). Entries of the running step are pinned. Prefetch
+    dropped, not loaded). As in the engine, an entry is held only while its
+    expert runs (one at a time), so nothing else is pinned. Prefetch
     turns misses into hits by loading ahead: loads_per_access shows the reads
     it costs (without prefetch it is exactly 1 - hit_rate)."""
     pol = make_policy(policy)
     cached, protected = set(), {}
     hits = loads = demand = prefetched_used = 0
 
-    def admit(key, pinned):
+    def admit(key):
         """Cache key if room can be made (False: served uncached, like the store's bypass)."""
         if len(cached) >= capacity:
             for v in pol.victims():
-                if v not in pinned and protected.get(v, -1) < step:
+                if protected.get(v, -1) < step:
                     cached.discard(v)
                     pol.remove(v)
                     protected.pop(v, None)
@@ -106,12 +107,11 @@ def simulate(trace, capacity, policy, predictions=None, protect_steps=2):
         return True
 
     for step, (layer, experts) in enumerate(trace):
-        pinned = set()
         if predictions is not None and predictions[step] is not None:
             pl, pe = predictions[step]
             for e in pe:
                 key = (pl, e)
-                if key not in cached and admit(key, pinned):
+                if key not in cached and admit(key):
                     loads += 1
                     protected[key] = step + protect_steps
         for e in experts:
@@ -124,9 +124,7 @@ def simulate(trace, capacity, policy, predictions=None, protect_steps=2):
                     prefetched_used += 1
             else:
                 loads += 1                  # a miss reads the expert, cached or not
-                admit(key, pinned)
-            if key in cached:
-                pinned.add(key)
+                admit(key)
     return {"hit_rate": hits / max(1, demand), "loads_per_access": loads / max(1, demand),
             "prefetch_used": prefetched_used}
 

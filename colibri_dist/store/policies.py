@@ -80,7 +80,7 @@ class LFRUPolicy:
     """
     name = "lfru"
 
-    def __init__(self, half_life=32.0):
+    def __init__(self, half_life=256.0):
         if half_life <= 0:
             raise InvalidArgument(f"lfru half_life must be > 0, got {half_life}")
         self.half_life = float(half_life)
