@@ -43,3 +43,21 @@ def test_store_slow_source_still_exact(fake_model):
             with store.get(0, e) as h:
                 assert np.array_equal(h.blob, fake_model.blobs[(0, e)])
         assert store.stats()["load_ms"]["p50"] >= 2.0
+
+
+def test_store_wrapped_model_source_read_is_honoured(fake_model, monkeypatch):
+    """The stress harness slows sources by wrapping ModelSource.read; the fast
+    read_into path must then go through the wrapper."""
+    calls = []
+    plain = ModelSource.read
+
+    def wrapped(self, layer, e):
+        calls.append((layer, e))
+        return plain(self, layer, e)
+
+    monkeypatch.setattr(ModelSource, "read", wrapped)
+    with ExpertStore(fake_model, cache_bytes=fake_model.nbytes) as store:
+        for e in range(3):
+            with store.get(0, e) as h:
+                assert np.array_equal(h.blob, fake_model.blobs[(0, e)])
+    assert calls == [(0, 0), (0, 1), (0, 2)]
