@@ -223,7 +223,7 @@ class ExpertStore:
         for v in victims:
             blob, buf = v.blob, v.buf
             v.blob = v.buf = v.view = None
-            if self.spill is not None and self.spill.enabled:
+            if self.spill is not None and self.spill.writable():
                 self.spill.write(v.key, blob)
             del blob
             self.pool.give_back(buf)
@@ -271,7 +271,7 @@ class ExpertStore:
         return self.pool.take(round_up(nbytes, PAGE))
 
     def _load_spilled(self, key):
-        if self.spill is None or not self.spill.enabled:
+        if self.spill is None or not self.spill.readable():
             return None
         try:
             got = self.spill.read(key, self._take)

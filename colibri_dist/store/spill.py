@@ -14,13 +14,17 @@ filesystem allows, else buffered) plus a checksum check. A mismatch discards the
 file and reports it; the store then refetches from the source.
 
 Failures to write (disk full, unwritable dir) disable spilling with one warning:
-the store keeps serving from the source.
+the store keeps serving from the source, and from spill files already written.
+A full disk (ENOSPC, EDQUOT) is retried silently every `retry_s` seconds, so
+spilling resumes once space is freed; any other write error is permanent.
 """
+import errno
 import os
 import shutil
 import struct
 import tempfile
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -63,7 +67,7 @@ class SpillCorrupt(Exception):
 
 
 class SpillTier:
-    def __init__(self, offload_dir, compression=None, zstd_level=3, direct_io=True):
+    def __init__(self, offload_dir, compression=None, zstd_level=3, direct_io=True, retry_s=30.0):
         if compression not in CODECS:
             raise InvalidArgument(f"compression must be None, 'none' or 'zstd', got {compression!r}")
         self.codec = CODECS[compression]
@@ -72,6 +76,8 @@ class SpillTier:
         self._index = {}            # key -> (raw_len, stored_len, checksum)
         self._lock = threading.Lock()
         self._warned = False
+        self._retry_at = None       # monotonic time to try writing again (disk full)
+        self.retry_s = float(retry_s)
         self.enabled = False
         self.spill_bytes = 0        # payload bytes written
         self.disabled_reason = None
@@ -93,13 +99,24 @@ class SpillTier:
             loc.dctx = zstandard.ZstdDecompressor()
         return loc.cctx, loc.dctx
 
-    def _disable(self, reason):
+    def _disable(self, reason, transient=False):
         self.enabled = False
         self.disabled_reason = reason
+        self._retry_at = time.monotonic() + self.retry_s if transient else None
         if not self._warned:
             self._warned = True
             warnings.warn(f"colibri store: spilling to SSD disabled, serving from the source: {reason}",
                           RuntimeWarning, stacklevel=3)
+
+    def writable(self):
+        """Spilling on, or a disk-full pause whose retry time has come."""
+        if not self.enabled and self._retry_at is not None and time.monotonic() >= self._retry_at:
+            self._retry_at = None
+            self.enabled = True
+        return self.enabled
+
+    def readable(self):
+        return self.dir is not None
 
     def path(self, key):
         layer, expert = key
@@ -112,7 +129,7 @@ class SpillTier:
     # ---- write
     def write(self, key, blob):
         """Spill one blob (uint8). Returns True if the file is in place."""
-        if not self.enabled or self.has(key):
+        if not self.writable() or self.has(key):
             return False
         payload = blob if self.codec == 0 else self._zstd()[0].compress(blob)
         crc = checksum(blob)
@@ -120,7 +137,8 @@ class SpillTier:
         try:
             self._write_file(self.path(key), header.ljust(PAGE, b"\0"), payload)
         except OSError as exc:
-            self._disable(f"writing {self.path(key)} failed ({exc})")
+            self._disable(f"writing {self.path(key)} failed ({exc})",
+                          transient=exc.errno in (errno.ENOSPC, errno.EDQUOT))
             return False
         with self._lock:
             self._index[key] = (blob.nbytes, len(payload), crc)
@@ -223,4 +241,6 @@ class SpillTier:
             self._index.clear()
         if self.dir and os.path.isdir(self.dir):
             shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir = None
         self.enabled = False
+        self._retry_at = None

@@ -147,3 +147,35 @@ def _fs_allows_direct(d):
         return True
     except OSError:
         return False
+
+
+def test_store_spill_resumes_after_disk_full_clears(fake_model, tmp_path, monkeypatch):
+    real = SpillTier._write_file
+    full = [True]
+
+    def maybe_full(self, path, header, payload):
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, path, header, payload)
+
+    monkeypatch.setattr(SpillTier, "_write_file", maybe_full)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ExpertStore(fake_model, cache_bytes=fake_model.nbytes, offload_dir=tmp_path / "off") as store:
+            store.spill.retry_s = 0.0
+            cycle(store, fake_model, rounds=1)
+            assert store.stats()["spill_bytes"] == 0
+            full[0] = False                     # space freed: the next eviction spills again
+            cycle(store, fake_model, rounds=2)
+            st = store.stats()
+            assert st["spill_bytes"] > 0 and st["ssd"]["hits"] > 0
+    assert len([w for w in caught if "spilling to SSD disabled" in str(w.message)]) == 1
+
+
+def test_store_spill_unwritable_is_permanent(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.warns(RuntimeWarning, match="not writable"):
+        tier = SpillTier(blocker / "off", retry_s=0.0)
+    assert not tier.writable() and not tier.readable()
+    assert not tier.write((0, 0), np.zeros(64, np.uint8))
