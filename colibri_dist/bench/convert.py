@@ -158,6 +158,20 @@ def count_reads(path, layer, workdir):
             "calls": sorted(set(on_model))}
 
 
+def pack_seconds(scheme, repeats=3):
+    """Median time of pack_expert on one random expert of the bench shape (the quantizer's share)."""
+    from ..format.quantize import pack_expert
+    rng = np.random.default_rng(1)
+    gate = rng.standard_normal((INTER, HIDDEN), dtype=np.float32) * 0.02
+    up, down = gate.copy(), np.ascontiguousarray(gate.T)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        pack_expert(gate, up, down, scheme)
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
 def main(argv=None):
     args = _args(argv if argv is not None else sys.argv[1:])
     work = args.workdir or tempfile.mkdtemp(prefix="colibri-bench-convert-")
@@ -194,6 +208,9 @@ def _run(args, work):
             "peak_rss_bytes": rss, "peak_rss_over_import_baseline_bytes": rss - base_rss,
             "extra_rss_in_f32_experts": (rss - base_rss) / expert_f32,
             "output_bytes": os.path.getsize(dst)}
+        per_expert = pack_seconds(scheme)
+        result["schemes"][scheme].update(pack_expert_s_per_expert=per_expert,
+                                         pack_share_of_convert=per_expert * n_layers * N_EXPERTS / secs)
         if scheme == args.schemes.split(",")[0]:
             result["reads_per_expert"] = count_reads(dst, 0, work)
         os.unlink(dst)
@@ -214,7 +231,8 @@ def _print(r):
     for scheme, x in r["schemes"].items():
         print(f"convert --experts {scheme:<11} {x['source_gbs']:.3f} GB/s = {x['ratio_to_plain_read']:.3f}x plain read; "
               f"peak RSS {x['peak_rss_bytes'] / 2**20:.0f} MiB (+{x['peak_rss_over_import_baseline_bytes'] / 2**20:.0f} MiB "
-              f"= {x['extra_rss_in_f32_experts']:.1f} f32 experts over import)")
+              f"= {x['extra_rss_in_f32_experts']:.1f} f32 experts over import); pack_expert alone "
+              f"{x['pack_share_of_convert']:.0%} of the time")
     rp = r.get("reads_per_expert", {})
     if rp.get("method") == "strace":
         print(f"read_expert x {rp['experts_loaded']}: {rp['read_calls_on_model_file']} read calls on the "
