@@ -22,8 +22,9 @@ typedef struct {
     int32_t cols, ngroups, zero;
 } wdesc;
 
-AVX2_FN __m256 dec8(int dtype, const wdesc *d, int32_t r, int32_t k) {
-    const unsigned char *row = d->data + (size_t)r * d->row_bytes;
+/* Indices are size_t throughout: the Python build adds -fwrapv, which makes
+ * int32 induction variables cost a sign extension per load. */
+AVX2_FN __m256 dec8(int dtype, const unsigned char *row, const float *gscale, int32_t zero, size_t k) {
     switch (dtype) {
     case CB_F32: return _mm256_loadu_ps((const float *)row + k);
     case CB_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
@@ -35,29 +36,24 @@ AVX2_FN __m256 dec8(int dtype, const wdesc *d, int32_t r, int32_t k) {
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + k))));
     case CB_I8_MINMAX: {
         __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + k)));
-        return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(d->zero)));
+        return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(zero)));
     }
     default: {
-        int shift = dtype == CB_I8_G32 ? 5 : dtype == CB_I8_G64 ? 6 : 7;
+        size_t shift = dtype == CB_I8_G32 ? 5 : dtype == CB_I8_G64 ? 6 : 7;
         __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + k))));
-        float sc = d->scales[(size_t)r * (size_t)d->ngroups + (size_t)(k >> shift)];
-        return _mm256_mul_ps(q, _mm256_set1_ps(sc));
+        return _mm256_mul_ps(q, _mm256_set1_ps(gscale[k >> shift]));
     }
     }
 }
 
-AVX2_FN float dec1(int dtype, const wdesc *d, int32_t r, int32_t k) {
-    const unsigned char *row = d->data + (size_t)r * d->row_bytes;
+AVX2_FN float dec1(int dtype, const unsigned char *row, const float *gscale, int32_t zero, size_t k) {
     switch (dtype) {
     case CB_F32: return ((const float *)row)[k];
     case CB_F16: return cb_f16_to_f32(((const uint16_t *)row)[k]);
     case CB_BF16: return cb_bf16_to_f32(((const uint16_t *)row)[k]);
     case CB_I8_ROW: return (float)((const int8_t *)row)[k];
-    case CB_I8_MINMAX: return (float)((int32_t)((const int8_t *)row)[k] - d->zero);
-    default: {
-        int32_t g = cb_group_size(dtype);
-        return (float)((const int8_t *)row)[k] * d->scales[(size_t)r * (size_t)d->ngroups + (size_t)(k / g)];
-    }
+    case CB_I8_MINMAX: return (float)((int32_t)((const int8_t *)row)[k] - zero);
+    default: return (float)((const int8_t *)row)[k] * gscale[k / (size_t)cb_group_size(dtype)];
     }
 }
 
@@ -68,10 +64,11 @@ AVX2_FN float hsum(__m256 a) {
     return _mm_cvtss_f32(v);
 }
 
-AVX2_FN float finish(int dtype, const wdesc *d, int32_t r, __m256 acc, const float *x) {
-    int32_t K = d->cols, K8 = K - K % 8;
+AVX2_FN float finish(int dtype, const wdesc *d, int32_t r, __m256 acc, const unsigned char *row,
+                     const float *gscale, const float *x) {
+    size_t K = (size_t)d->cols, K8 = K - K % 8;
     float s = hsum(acc);
-    for (int32_t k = K8; k < K; k++) s = fmaf(dec1(dtype, d, r, k), x[k], s);
+    for (size_t k = K8; k < K; k++) s = fmaf(dec1(dtype, row, gscale, d->zero, k), x[k], s);
     if (dtype == CB_I8_ROW) s = s * d->scales[r];
     else if (dtype == CB_I8_MINMAX) s = s * d->scales[0];
     return s;
@@ -81,23 +78,32 @@ AVX2_FN float finish(int dtype, const wdesc *d, int32_t r, __m256 acc, const flo
 AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const float *const *xs,
                   float *const *outs) {
     __m256 acc[4][8];
-    int32_t K8 = d->cols - d->cols % 8;
+    const unsigned char *row[8];
+    const float *gs[8], *xp[4];
+    size_t K8 = (size_t)d->cols - (size_t)d->cols % 8;
 #pragma GCC unroll 8
-    for (int i = 0; i < TT; i++)
+    for (int j = 0; j < TR; j++) {
+        row[j] = d->data + (size_t)(r + j) * d->row_bytes;
+        gs[j] = d->ngroups ? d->scales + (size_t)(r + j) * (size_t)d->ngroups : NULL;
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++) {
+        xp[i] = xs[i];
 #pragma GCC unroll 8
         for (int j = 0; j < TR; j++) acc[i][j] = _mm256_setzero_ps();
-    for (int32_t k = 0; k < K8; k += 8) {
+    }
+    for (size_t k = 0; k < K8; k += 8) {
 #pragma GCC unroll 8
         for (int j = 0; j < TR; j++) {
-            __m256 w = dec8(dtype, d, r + j, k);
+            __m256 w = dec8(dtype, row[j], gs[j], d->zero, k);
 #pragma GCC unroll 8
-            for (int i = 0; i < TT; i++) acc[i][j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xs[i] + k), acc[i][j]);
+            for (int i = 0; i < TT; i++) acc[i][j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp[i] + k), acc[i][j]);
         }
     }
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++)
 #pragma GCC unroll 8
-        for (int j = 0; j < TR; j++) outs[i][r + j] = finish(dtype, d, r + j, acc[i][j], xs[i]);
+        for (int j = 0; j < TR; j++) outs[i][r + j] = finish(dtype, d, r + j, acc[i][j], row[j], gs[j], xp[i]);
 }
 
 /* Row tiles outer, token tiles inner: the tile's weight rows stay in L1 while
