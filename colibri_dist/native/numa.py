@@ -7,7 +7,7 @@ and the errno; `.errno` carries the errno value (EPERM, ENOSYS, EINVAL, ...).
 import errno as _errno
 import os
 
-from .._native import ffi, lib
+from ._lib import ffi, lib
 from ..errors import InvalidArgument, NativeError
 
 POLICIES = {"none": 0, "bind": 1, "interleave": 2, "preferred": 3}
@@ -31,6 +31,8 @@ def _check(status, what):
     reason = ffi.string(lib.cb_status_str(status)).decode()
     if err:
         reason = f"{_errno.errorcode.get(err, err)}: {os.strerror(err)}"
+    else:
+        reason += ": " + ffi.string(lib.cb_last_error()).decode("utf-8", "replace")
     exc = NativeError(f"{what} failed: {reason}", status)
     exc.errno = err
     raise exc

@@ -7,11 +7,11 @@
  *
  * Failures return CB_E_INVALID (bad argument) or CB_E_SYS (the kernel said
  * no); errno is left as the failing syscall set it, so callers (cffi's
- * ffi.errno) can tell EPERM from ENOSYS from EINVAL. A thread-local message
- * describing the failure is kept for cb__numa_last_error(). Non-Linux builds
- * return CB_E_UNSUPPORTED.
+ * ffi.errno) can tell EPERM from ENOSYS from EINVAL. The message goes to the
+ * thread-local cb_last_error() (cb_fail, status.c). Non-Linux builds return
+ * CB_E_UNSUPPORTED.
  */
-#include "colibri.h"
+#include "cb_internal.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -21,18 +21,17 @@
 #define CB_NUMA_MAX_NODES 1024   /* nodemask bits passed to the kernel */
 #define CB_MAX_CPUS (1 << 16)
 
-static _Thread_local char numa_message[256];
-
-const char *cb__numa_last_error(void) { return numa_message; }
-
-/* Record a message without disturbing errno, return the status. */
+/* Record the message for cb_last_error() without disturbing errno; return the status. */
+static cb_status numa_fail(cb_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static cb_status numa_fail(cb_status status, const char *fmt, ...)
 {
     int saved = errno;
+    char message[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(numa_message, sizeof numa_message, fmt, ap);
+    vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    cb_fail(status, "%s", message);
     errno = saved;
     return status;
 }
@@ -104,7 +103,6 @@ cb_status cb_numa_bind(void *addr, size_t len, int32_t policy, const int32_t *no
     if (rc != 0)
         return numa_fail(CB_E_SYS, "cb_numa_bind: mbind(%p, %zu, mode %d) failed: %s",
                          (void *)start, (size_t)(end - start), rq.kernel_mode, strerror(errno));
-    numa_message[0] = '\0';
     return CB_OK;
 }
 
@@ -118,7 +116,6 @@ cb_status cb_numa_set_policy(int32_t policy, const int32_t *nodes, int32_t n_nod
     if (rc != 0)
         return numa_fail(CB_E_SYS, "cb_numa_set_policy: set_mempolicy(mode %d) failed: %s",
                          rq.kernel_mode, strerror(errno));
-    numa_message[0] = '\0';
     return CB_OK;
 }
 
@@ -144,7 +141,6 @@ cb_status cb_pin_thread(const int32_t *cpus, int32_t n_cpus)
         return numa_fail(CB_E_SYS, "cb_pin_thread: pthread_setaffinity_np(%d CPUs, max %d) failed: %s",
                          (int)n_cpus, (int)max_cpu, strerror(rc));
     }
-    numa_message[0] = '\0';
     return CB_OK;
 }
 
