@@ -1,0 +1,96 @@
+"""Random single-byte damage and random truncation: both readers fail cleanly, never crash.
+
+Every byte a checksum covers (header, table, metadata, tensors and blobs) must
+be reported as a FormatError by the Python reader (at open or by verify()) and
+as CB_E_FORMAT by cb_model_open(verify=1) - except metadata bytes, which the C
+reader never reads. Padding between tensors is not covered and may pass.
+"""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import colibri_dist as cd
+from colibri_dist.errors import FormatError
+from colibri_dist.format import spec
+
+
+def _covered(model):
+    h = model.header
+    spans = [(0, spec.HEADER_SIZE, "header"),
+             (h["table_offset"], h["table_offset"] + h["table_count"] * spec.ENTRY_SIZE, "table"),
+             (h["meta_offset"], h["meta_offset"] + h["meta_bytes"], "meta")]
+    spans += [(e.offset, e.offset + e.nbytes, "data") for e in model.entries]
+    return spans
+
+
+def _region(spans, pos):
+    return next((kind for a, b, kind in spans if a <= pos < b), None)
+
+
+def _python_rejects(path):
+    try:
+        with cd.open_model(path) as model:
+            model.verify(progress=False)
+    except FormatError as exc:
+        assert str(path) in str(exc)
+        return True
+    return False
+
+
+def _c_status(path):
+    from colibri_dist._native import ffi, lib
+    out = ffi.new("cb_model **")
+    status = lib.cb_model_open(os.fsencode(path), 1, out)
+    if status == 0:
+        lib.cb_model_close(out[0])
+    return status
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory):
+    from colibri_dist.format import tiny
+    d = tmp_path_factory.mktemp("fuzz")
+    tiny.write_tiny("qwen2_moe", d / "src")
+    cd.convert(d / "src", d / "m.colibri", experts="int8-minmax", progress=False)
+    return d / "m.colibri"
+
+
+def test_random_byte_flips(original, tmp_path):
+    with cd.open_model(original) as model:
+        spans = _covered(model)
+    size = os.path.getsize(original)
+    rng = np.random.default_rng(2024)
+    # half anywhere, half inside the header and table where parsing happens
+    table_start = spans[1][0]
+    positions = list(rng.integers(0, size, 40)) + list(rng.integers(0, spec.HEADER_SIZE, 15)) \
+        + list(rng.integers(table_start, spans[1][1], 25))
+    work = tmp_path / "f.colibri"
+    covered = 0
+    for pos in positions:
+        shutil.copy(original, work)
+        with open(work, "r+b") as fh:
+            fh.seek(pos)
+            byte = fh.read(1)[0]
+            fh.seek(pos)
+            fh.write(bytes([byte ^ (1 << int(rng.integers(0, 8)))]))
+        region = _region(spans, int(pos))
+        py, c = _python_rejects(work), _c_status(work)
+        assert c in (0, 4), (pos, c)
+        if region is not None:
+            covered += 1
+            assert py, f"byte {pos} ({region}) damaged but the Python reader accepted the file"
+            assert c == 4 or region == "meta", f"byte {pos} ({region}) damaged but cb_model_open accepted it"
+    assert covered >= len(positions) // 2
+
+
+def test_random_truncations(original, tmp_path):
+    size = os.path.getsize(original)
+    work = tmp_path / "t.colibri"
+    for keep in sorted(set(np.random.default_rng(7).integers(0, size, 30).tolist()) | {0, 511, 512, 4096, size - 1}):
+        shutil.copy(original, work)
+        os.truncate(work, keep)
+        with pytest.raises(FormatError, match="truncated"):
+            cd.open_model(work)
+        assert _c_status(work) == 4
