@@ -45,7 +45,8 @@ cb_status cbf_parse_header(cb_model *m, const uint8_t *h, uint64_t *table_off, u
     *table_count = rd64(h + 32);
     *table_crc = rd32(h + 64);
     uint64_t meta_off = rd64(h + 40), meta_bytes = rd64(h + 48);
-    if (*table_off < CBF_DATA_START || *table_count > (file_size - *table_off) / CBF_ENTRY_SIZE
+    if (*table_off < CBF_DATA_START || *table_off > file_size
+        || *table_count > (file_size - *table_off) / CBF_ENTRY_SIZE
         || *table_off + *table_count * CBF_ENTRY_SIZE > meta_off || meta_off > file_size
         || meta_bytes > file_size - meta_off)
         return cb_fail(CB_E_FORMAT, "%s: table or metadata out of bounds", p);
