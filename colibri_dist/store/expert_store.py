@@ -19,6 +19,7 @@ import numbers
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 
 import numpy as np
 
@@ -82,6 +83,7 @@ class ExpertStore:
         self._inflight = {}                 # key -> threading.Event
         self._resident = 0                  # bytes of cached + reserved entries
         self._gen = 0
+        self._pending = set()               # prefetch futures not finished yet
         self.pool = BufferPool(max_free_bytes=(cache_bytes or 0) // 4 + (64 << 20),
                                numa_policy=numa_policy, numa_nodes=numa_nodes)
         self.spill = None
@@ -318,8 +320,20 @@ class ExpertStore:
                 self._inflight[key] = threading.Event()
                 self.stats_.prefetch_issued += 1
                 issued += 1
-                self._loader.submit(self._prefetch_one, key, gen)
+                fut = self._loader.submit(self._prefetch_one, key, gen)
+                self._pending.add(fut)
+                fut.add_done_callback(self._prefetch_done)
         return issued
+
+    def _prefetch_done(self, fut):
+        with self._lock:
+            self._pending.discard(fut)
+
+    def wait_prefetch(self, timeout=None):
+        """Block until every issued prefetch has finished (loaded, dropped or failed)."""
+        with self._lock:
+            pending = list(self._pending)
+        futures_wait(pending, timeout=timeout)
 
     def _prefetch_one(self, key, gen):
         ent = None

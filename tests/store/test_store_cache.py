@@ -80,7 +80,7 @@ def test_store_pin_keeps_hot_set(fake_model):
 def test_store_prefetch_protected_until_used(fake_model):
     with ExpertStore(fake_model, cache_bytes=3 * fake_model.nbytes, prefetch_workers=2) as store:
         assert store.prefetch(0, [1, 2]) == 2
-        store._loader.submit(lambda: None).result()   # drain the loader queue
+        store.wait_prefetch()   # drain the loader queue
         _wait_resident(store, {(0, 1), (0, 2)})
         for e in [3, 4, 5, 6]:                        # would evict 1 and 2 under plain LRU
             store.get(1, e).release()

@@ -16,7 +16,7 @@ def test_store_source_error_names_key_and_leaves_nothing(fake_model):
         assert store.resident() == [(0, 0)]
         assert store.stats()["resident_bytes"] == before and not store._inflight
         store.prefetch(1, [5])                  # fails in the background (second failing read)
-        store._loader.submit(lambda: None).result()
+        store.wait_prefetch()
         assert (1, 5) not in store.resident() and not store._inflight
         with store.get(1, 5) as h:              # third read succeeds
             assert np.array_equal(h.blob, fake_model.blobs[(1, 5)])

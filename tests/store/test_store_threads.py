@@ -35,7 +35,7 @@ def test_store_concurrent_gets_never_see_overwritten_blobs(fake_model, tmp_path)
         t.start()
     for t in threads:
         t.join()
-    store._loader.submit(lambda: None).result()
+    store.wait_prefetch()
     st = store.stats()
     store.close()
     assert errors == []
