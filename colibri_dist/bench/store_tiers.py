@@ -169,8 +169,7 @@ def _prefetch_speed(model, rounds=3):
             ids = list(range(half)) if r % 2 == 0 else list(range(half, 2 * half))
             t0 = time.perf_counter()
             st.prefetch(0, ids)
-            while not st.resident() or len(st.resident()) < half or st._inflight:
-                time.sleep(0.0002)
+            st.wait_prefetch()
             dt = time.perf_counter() - t0
             for e in ids:
                 st.get(0, e).release()          # first use: the next round may evict them
