@@ -213,7 +213,7 @@ def _buffer_address(array):
 
 def bind_buffer(array, policy, nodes=()):
     """mbind the pages of `array` (widened to whole pages) to `nodes`; False (one warning) on failure."""
-    if policy not in MEM_POLICIES + ("preferred",):
+    if policy not in MEM_POLICIES:
         raise InvalidArgument(f"bind_buffer policy {policy!r}: expected bind, interleave, preferred or none")
     address, nbytes = _buffer_address(array)
     if nbytes == 0:

@@ -9,14 +9,15 @@ worker calls numa.apply(plan.workers[i]) on itself. Rules:
   * Within a worker, `cpus` is in use order: one thread of each physical core
     first, then the SMT siblings, so N native threads land on N distinct cores.
   * mem_policy "bind": the worker's node, or when that node has no memory the
-    nearest node(s) with memory; "interleave": every node with memory; "none": ().
+    nearest node(s) with memory; "preferred": the first of those (allocation falls
+    back to other nodes when it is full); "interleave": every node with memory; "none": ().
 """
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from .topology import format_cpulist
 
-MEM_POLICIES = ("bind", "interleave", "none")
+MEM_POLICIES = ("bind", "interleave", "preferred", "none")
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class WorkerPlan:
     node: int             # NUMA node the worker runs on
     cpus: tuple           # CPUs in use order (primary threads first, then SMT siblings)
     physical_cores: int   # distinct physical cores among cpus
-    mem_policy: str       # bind | interleave | none
+    mem_policy: str       # bind | interleave | preferred | none
     mem_nodes: tuple      # nodes the memory policy names (() for none)
     n_mem_nodes: int      # nodes with memory on the planned machine (binding makes no sense below 2)
 
@@ -90,9 +91,10 @@ def memory_nodes_for(topo, node_id, mem_policy):
     if mem_policy == "interleave":
         return tuple(with_memory)
     if node_id in with_memory:
-        return (node_id,)
+        return (node_id,)  # bind or preferred
     nearest = min(topo.distance(node_id, m) for m in with_memory)
-    return tuple(m for m in with_memory if topo.distance(node_id, m) == nearest)
+    nodes = tuple(m for m in with_memory if topo.distance(node_id, m) == nearest)
+    return nodes[:1] if mem_policy == "preferred" else nodes
 
 
 def plan(topo, workers_per_node=1, mem_policy="bind"):

@@ -100,13 +100,14 @@ def test_live_worker_is_pinned_as_planned_and_visible_in_proc():
 
 
 @needs_two_cpus
-def test_memory_policy_bind_is_applied_and_shows_in_numa_maps():
+@pytest.mark.parametrize("policy,shown", [("bind", "bind:0"), ("preferred", "prefer:0"), ("interleave", "interleave:0")])
+def test_memory_policy_is_applied_and_shows_in_numa_maps(policy, shown):
     # a two-memory-node plan (n_mem_nodes=2) so binding "makes sense"; node 0 exists here
-    worker = live_worker(0, 2, "bind", n_mem_nodes=2)
+    worker = live_worker(0, 2, policy, n_mem_nodes=2)
     report, caught, _ = in_child(lambda: numa.apply(worker))
     assert caught == [] and report["mode"] == "numa"
-    assert report["mem_policy"] == "bind" and report["mem_nodes"] == [0]
-    assert "bind:0" in report["numa_maps"]["policies"]
+    assert report["mem_policy"] == policy and report["mem_nodes"] == [0]
+    assert shown in report["numa_maps"]["policies"], report["numa_maps"]
     assert report["cpus_allowed_list"] == "0"
 
 

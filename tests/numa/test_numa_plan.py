@@ -102,3 +102,9 @@ def test_plan_json_schema():
     assert d["workers"][1] == {"index": 1, "node": 1, "cpus": [4, 5, 6], "cpulist": "4-6",
                                "physical_cores": 3, "mem_policy": "bind", "mem_nodes": [1]}
     assert d["offline_cpus"] == [7]
+
+
+def test_preferred_names_one_node():
+    assert [(w.node, w.mem_nodes) for w in numa.plan(fixture("cpu-only-node"), mem_policy="preferred").workers] \
+        == [(0, (0,)), (1, (2,))]
+    assert all(w.mem_nodes == (w.node,) for w in numa.plan(fixture("four-node-snc"), mem_policy="preferred").workers)
