@@ -102,12 +102,13 @@ def _print(results):
     t = results["tiers"]
     print(f"tiers ({t['experts']} int8 experts of {t['expert_bytes'] / 2**20:.1f} MiB; "
           f"page cache dropped: {t['page_cache_dropped']})")
-    for k in ("raw_buffered_gbs", "raw_direct_gbs", "mmap_copy_gbs", "source_pread_gbs", "source_prefetch_gbs", "ram_hit_gbs_equiv",
+    for k in ("raw_buffered_gbs", "raw_direct_gbs", "raw_direct_expert_sized_gbs", "mmap_copy_gbs", "source_pread_gbs", "source_prefetch_gbs", "ram_hit_gbs_equiv",
               "ssd_raw_gbs", "ssd_zstd_gbs", "crc32_gbs", "spill_checksum_gbs", "source_fill_fresh_ram_gbs",
               "fresh_alloc_copy_gbs", "raw_buffered_cold_gbs", "source_pread_cold_gbs"):
         if k in t:
             print(f"  {k:26s} {t[k]:8.2f}")
-    print(f"  ssd raw / raw O_DIRECT read   {t['ssd_raw_vs_raw_direct']:.2f}")
+    print(f"  ssd raw / raw O_DIRECT read   {t['ssd_raw_vs_raw_direct']:.2f} "
+          f"(/ expert-sized O_DIRECT reads {t['ssd_raw_vs_raw_direct_expert_sized']:.2f})")
     print(f"  source pread / raw buffered   {t['source_pread_vs_raw_buffered']:.2f}")
     print("zstd (disk %.2f GB/s):" % results["zstd"]["disk_gbs"])
     for r in results["zstd"]["rows"]:

@@ -124,6 +124,8 @@ def tier_speeds(model, workdir, drop):
     raw_read(model.path, direct=False)                                   # warms the page cache
     out["raw_buffered_gbs"] = max(raw_read(model.path, direct=False) for _ in range(3))
     out["raw_direct_gbs"] = max(raw_read(model.path, direct=True) for _ in range(3))
+    slot = (nb + ALIGN - 1) // ALIGN * ALIGN     # same request size as one expert load
+    out["raw_direct_expert_sized_gbs"] = max(raw_read(model.path, direct=True, chunk=slot) for _ in range(3))
     touch = np.empty(nb, np.uint8)
     with ExpertStore(model, cache_bytes=None) as st:
         out["mmap_copy_gbs"] = total / _best(lambda: _pass(st, n, touch)) / 1e9
@@ -152,6 +154,7 @@ def tier_speeds(model, workdir, drop):
     out["crc32_gbs"] = _crc_speed(touch)
     out["spill_checksum_gbs"] = _spill_checksum_speed(touch)
     out["ssd_raw_vs_raw_direct"] = out["ssd_raw_gbs"] / out["raw_direct_gbs"]
+    out["ssd_raw_vs_raw_direct_expert_sized"] = out["ssd_raw_gbs"] / out["raw_direct_expert_sized_gbs"]
     out["source_pread_vs_raw_buffered"] = out["source_pread_gbs"] / out["raw_buffered_gbs"]
     out["mmap_copy_vs_raw_buffered"] = out["mmap_copy_gbs"] / out["raw_buffered_gbs"]
     return out
