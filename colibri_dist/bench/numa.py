@@ -34,9 +34,8 @@ import numpy as np
 
 from .. import numa
 from ..numa.plan import memory_nodes_for
+from .numa_config import MEMORY, THREADS, load_experiment
 
-MEMORY = ("default", "local", "remote", "interleave")
-THREADS = ("unpinned", "pinned")
 BASELINE = {"memory": "default", "threads": "unpinned"}
 SIZES = {  # quick / full
     "quick": {"buffer_bytes": 64 << 20, "repeats": 3, "hidden": 256, "inter": 1024, "tokens": 8},
@@ -50,7 +49,26 @@ def _args(argv):
     ap.add_argument("--json", default=None, metavar="PATH", help="write the results JSON here")
     ap.add_argument("--buffer-mib", type=int, default=None, help="override the buffer size")
     ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--config", default=None, metavar="FILE",
+                    help="experiment YAML (configs/numa-experiment.yaml): numa_bench and pool sections")
     return ap.parse_args(argv)
+
+
+def params(args):
+    """Run parameters: quick/full sizes, then the experiment file, then command-line overrides."""
+    p = dict(SIZES["quick" if args.quick else "full"], memory=list(MEMORY), threads=list(THREADS),
+             workers_per_node=1)
+    if args.config:
+        overrides, p["workers_per_node"] = load_experiment(args.config)
+        p.update({k: v for k, v in overrides.items() if k != "expert"}, **overrides.get("expert", {}))
+    if args.buffer_mib:
+        p["buffer_bytes"] = args.buffer_mib << 20
+    if args.repeats:
+        p["repeats"] = args.repeats
+    if "default" not in p["memory"] or "unpinned" not in p["threads"]:
+        p["memory"] = ["default"] + [m for m in p["memory"] if m != "default"]
+        p["threads"] = ["unpinned"] + [t for t in p["threads"] if t != "unpinned"]  # the baseline always runs
+    return p
 
 
 def placement(topo, worker, memory):
@@ -168,13 +186,13 @@ def run_in_child(*args):
 
 def run(p):
     topo = numa.topology()
-    plan = numa.plan(topo, workers_per_node=1, mem_policy="none")
+    plan = numa.plan(topo, workers_per_node=p["workers_per_node"], mem_policy="none")
     allowed = sorted(os.sched_getaffinity(0))
     rows, skipped = [], []
     for worker in plan.workers:
-        for memory in MEMORY:
+        for memory in p["memory"]:
             policy, nodes_or_reason = placement(topo, worker, memory)
-            for threads in THREADS:
+            for threads in p["threads"]:
                 base = {"worker": worker.index, "node": worker.node, "memory": memory, "threads": threads,
                         "cpus": list(worker.cpus if threads == "pinned" else allowed)}
                 if policy is None:
@@ -225,11 +243,7 @@ def render(result):
 
 def main(argv=None):
     args = _args(sys.argv[1:] if argv is None else argv)
-    p = dict(SIZES["quick" if args.quick else "full"])
-    if args.buffer_mib:
-        p["buffer_bytes"] = args.buffer_mib << 20
-    if args.repeats:
-        p["repeats"] = args.repeats
+    p = params(args)
     if not hasattr(os, "sched_getaffinity"):
         print("numa bench: needs Linux (sched_getaffinity)", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ def register(subparsers):
     b = sub.add_parser("bench", help="buffer bandwidth / expert FFN throughput: local, remote, interleaved, pinned")
     b.add_argument("--quick", action="store_true", help="small buffers and few repeats (seconds)")
     b.add_argument("--json", dest="json_path", default=None, metavar="PATH", help="write the results JSON here")
+    b.add_argument("--config", default=None, metavar="FILE", help="experiment YAML (configs/numa-experiment.yaml)")
     b.set_defaults(func=run_bench)
 
 
@@ -67,5 +68,6 @@ def run_plan(args):
 
 def run_bench(args):
     from ..bench import numa as bench_numa
-    argv = (["--quick"] if args.quick else []) + (["--json", args.json_path] if args.json_path else [])
+    argv = ((["--quick"] if args.quick else []) + (["--json", args.json_path] if args.json_path else [])
+            + (["--config", args.config] if args.config else []))
     return bench_numa.main(argv)
