@@ -1,9 +1,10 @@
 """Experiment config for `colibri numa bench --config FILE` (configs/numa-experiment.yaml).
 
 Role: turns the YAML file into the parameter dict bench/numa.py runs with.
-Two top-level sections: `pool:` (the shared pool shape of docs/ARCHITECTURE.md,
-validated by colibri_dist.config; the bench uses pool.numa.workers_per_node)
-and `numa_bench:` (this file's schema, below). Errors are ConfigError naming
+Top-level sections: `numa_bench:` (this file's schema, below) and those of a
+pool service file (`model`, `pool`, `routing`: the shared shape of
+docs/ARCHITECTURE.md, validated by colibri_dist.config.load_service_config;
+the bench uses pool.numa.workers_per_node). Errors are ConfigError naming
 file:line:column and the key path.
 """
 import yaml
@@ -74,28 +75,38 @@ def _value(path, node, key, kind):
     return out
 
 
+def _pool_section(path, text, span):
+    """The pool section via colibri_dist.config, with numa_bench blanked out so line numbers stay right."""
+    lines = text.splitlines(keepends=True)
+    if span is not None:
+        for i in range(span[0], min(span[1], len(lines))):
+            lines[i] = "\n"
+    return cfg.load_service_config(path, text="".join(lines)).pool
+
+
 def load_experiment(path):
-    """-> (numa_bench overrides dict, workers_per_node) from an experiment YAML file."""
+    """-> (numa_bench overrides dict, workers_per_node) from an experiment YAML file.
+
+    Besides numa_bench the file may hold the sections a pool service file holds
+    (model, pool, routing); the bench uses pool.numa.workers_per_node.
+    """
     try:
         with open(path, encoding="utf-8") as f:
-            root = yaml.compose(f.read(), Loader=yaml.SafeLoader)
+            text = f.read()
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read experiment config: {exc.strerror}") from None
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
-    if root is None:
-        return {}, 1
-    overrides, workers_per_node = {}, 1
-    for name, key_node, value_node in _items(path, root, "<top level>"):
-        if name == "pool":
-            pool = cfg.parse_section(cfg.PoolConfig, yaml.safe_load(yaml.serialize(value_node)), source=f"{path}: pool")
-            workers_per_node = pool.numa.workers_per_node
-        elif name == "numa_bench":
-            for key, k_node, v_node in _items(path, value_node, "numa_bench"):
-                if key not in SCHEMA:
-                    raise ConfigError(f"{_where(path, k_node, 'numa_bench.' + str(key))}: unknown key; "
-                                      f"expected one of {', '.join(SCHEMA)}")
-                overrides[key] = _value(path, v_node, f"numa_bench.{key}", SCHEMA[key][0])
-        else:
-            raise ConfigError(f"{_where(path, key_node, str(name))}: unknown section; expected pool or numa_bench")
-    return overrides, workers_per_node
+    overrides, span = {}, None
+    for name, key_node, value_node in (_items(path, root, "<top level>") if root is not None else []):
+        if name != "numa_bench":
+            continue
+        end = value_node.end_mark
+        span = (key_node.start_mark.line, end.line + (1 if end.column else 0))
+        for key, k_node, v_node in _items(path, value_node, "numa_bench"):
+            if key not in SCHEMA:
+                raise ConfigError(f"{_where(path, k_node, 'numa_bench.' + str(key))}: unknown key; "
+                                  f"expected one of {', '.join(SCHEMA)}")
+            overrides[key] = _value(path, v_node, f"numa_bench.{key}", SCHEMA[key][0])
+    return overrides, _pool_section(path, text, span).numa.workers_per_node

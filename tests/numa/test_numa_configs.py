@@ -33,8 +33,10 @@ def test_experiment_config_feeds_the_bench_parameters():
     ("numa_bench:\n  memory: [local, far]\n", r"x.yaml:2:19: numa_bench.memory: expected one of"),
     ("numa_bench:\n  buffer_bytes: lots\n", r"x.yaml:2:17: numa_bench.buffer_bytes: expected a byte size"),
     ("numa_bench:\n  expert: {hidden: 0}\n", r"numa_bench.expert.hidden: expected an integer >= 1"),
-    ("numa_bnech: {}\n", r"x.yaml:1:1: numa_bnech: unknown section"),
-    ("pool:\n  numa: {workers_per_node: 0}\n", r"pool"),
+    ("numa_bnech: {}\n", r"x.yaml:1:1: numa_bnech: unknown key"),
+    ("numa_bench:\n  repeats: 2\npool:\n  numa: {workers_per_node: 0}\n",
+     r"x.yaml:4:28: pool.numa.workers_per_node: expected a positive integer"),
+    ("pool:\n  numa: {workers_per_node: 2}\nnuma_bench: {repeats: 0}\n", r"x.yaml:3:23: numa_bench.repeats"),
 ])
 def test_experiment_config_errors(tmp_path, text, match):
     path = tmp_path / "x.yaml"
