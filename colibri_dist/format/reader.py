@@ -56,8 +56,7 @@ class Model:
         if spec.crc32(meta) != header["meta_crc"]:
             raise FormatError(f"{self.path}: metadata block is damaged (checksum mismatch)")
         self.meta = json.loads(bytes(meta).decode("utf-8")) if len(meta) else {}
-        self.entries = [spec.Entry.unpack(bytes(table[i:i + spec.ENTRY_SIZE]))
-                        for i in range(0, len(table), spec.ENTRY_SIZE)]
+        self.entries = [_unpack_entry(self.path, table, i) for i in range(header["table_count"])]
         self.header = header
         self.config = ModelConfig.from_header(header, extra=self.meta, where=self.path)
         self._by_name = {e.name: e for e in self.entries}
@@ -180,6 +179,13 @@ class Model:
         if damaged:
             raise FormatError(f"{self.path}: {len(damaged)} damaged: " + "; ".join(damaged))
         return True
+
+
+def _unpack_entry(path, table, i):
+    try:
+        return spec.Entry.unpack(bytes(table[i * spec.ENTRY_SIZE:(i + 1) * spec.ENTRY_SIZE]))
+    except ValueError as exc:
+        raise FormatError(f"{path}: tensor table entry {i} is invalid ({exc})") from exc
 
 
 def describe(entry):

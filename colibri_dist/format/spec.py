@@ -125,7 +125,7 @@ class Entry:
         mats = tuple(unpack_matrix(r) for r in f[14:17]) if kind in BLOB_KINDS else None
         if ndim > MAX_NDIM:
             raise ValueError(f"ndim {ndim} > {MAX_NDIM}")
-        return cls(name.rstrip(b"\0").decode("utf-8", "replace"), kind, dtype, layer, expert,
+        return cls(name.split(b"\0", 1)[0].decode("utf-8", "replace"), kind, dtype, layer, expert,
                    tuple(shape[:ndim]), offset, nbytes, crc, mats)
 
 
@@ -157,6 +157,6 @@ def unpack_header(raw):
     """bytes(512) -> dict; strings decoded, no validation (reader.py validates)."""
     values = dict(zip((name for name, _ in HEADER_FIELDS), HEADER_STRUCT.unpack(raw[:HEADER_SIZE])))
     for key in ("family", "scheme"):
-        values[key] = values[key].rstrip(b"\0").decode("ascii", "replace")
+        values[key] = values[key].split(b"\0", 1)[0].decode("ascii", "replace")   # C string
     values["computed_crc"] = crc32(raw[:HEADER_CRC_SPAN])
     return values

@@ -5,9 +5,11 @@ truncated, foreign, newer or inconsistent file fails with a FormatError naming
 the file (and the layer/expert/tensor) instead of producing garbage later.
 native/src/model.c performs the same checks in C.
 """
+import math
+
 from ..errors import FormatError
 from . import spec
-from .layout import BLOB_ALIGN, DTYPE_NAMES, GROUP_SIZE
+from .layout import BLOB_ALIGN, DTYPE_NAMES, GROUP_SIZE, SCHEMES
 
 
 def check_header(path, h, size):
@@ -47,8 +49,16 @@ def _check_config(path, h):
         bad.append(f"unknown gating kind {h['gating_kind']}")
     if h["scheme_code"] not in DTYPE_NAMES or DTYPE_NAMES[h["scheme_code"]] != h["scheme"]:
         bad.append(f"unknown expert scheme {h['scheme']!r}/{h['scheme_code']}")
-    if h["n_group"] < 1 or h["topk_group"] < 1 or h["n_experts"] % h["n_group"]:
-        bad.append(f"bad grouping n_group={h['n_group']} topk_group={h['topk_group']}")
+    if h["n_group"] < 1 or not 1 <= h["topk_group"] <= h["n_group"] or h["n_experts"] % h["n_group"] \
+            or h["norm_topk_prob"] not in (0, 1) or not math.isfinite(h["routed_scaling_factor"]):
+        bad.append(f"bad gating parameters n_group={h['n_group']} topk_group={h['topk_group']} "
+                   f"norm_topk_prob={h['norm_topk_prob']} routed_scaling_factor={h['routed_scaling_factor']}")
+    if h["shared_gate"] not in (0, 1) or h["shared_inter"] < 0 or (h["shared_gate"] and not h["shared_inter"]):
+        bad.append(f"bad shared expert fields shared_inter={h['shared_inter']} shared_gate={h['shared_gate']}")
+    marked = spec.moe_mask_layers(h["moe_mask"], spec.MAX_LAYERS)
+    if len(marked) != h["n_moe_layers"] or (marked and marked[-1] >= h["n_layers"]):
+        bad.append(f"MoE layer mask ({len(marked)} layers) disagrees with n_moe_layers={h['n_moe_layers']} "
+                   f"or n_layers={h['n_layers']}")
     if bad:
         raise FormatError(f"{path}: invalid model config: " + "; ".join(bad))
 
@@ -94,6 +104,7 @@ def _check_entry(path, cfg, e, data_end):
 
 
 def _check_blob(where, cfg, e):
+    scheme_code = SCHEMES[cfg.scheme]
     if e.offset % BLOB_ALIGN:
         raise FormatError(f"{where}: blob not {BLOB_ALIGN}-aligned")
     if e.kind == spec.KIND_EXPERT and not 0 <= e.expert < cfg.n_experts:
@@ -101,13 +112,14 @@ def _check_blob(where, cfg, e):
     inter = cfg.inter if e.kind == spec.KIND_EXPERT else cfg.shared_inter
     shapes = ((inter, cfg.hidden), (inter, cfg.hidden), (cfg.hidden, inter))
     for part, m, (rows, cols) in zip(("gate", "up", "down"), e.matrices, shapes):
-        if m.dtype not in DTYPE_NAMES or (m.rows, m.cols) != (rows, cols):
+        if m.dtype != scheme_code or (m.rows, m.cols) != (rows, cols):
             raise FormatError(f"{where}: {part} is {DTYPE_NAMES.get(m.dtype, m.dtype)} [{m.rows},{m.cols}], "
                               f"expected [{rows},{cols}]")
         for off, size in ((m.data_offset, m.data_bytes), (m.scale_offset, 4 * m.scale_count),
                           (m.zero_offset, 4)):
-            if off != -1 and not (0 <= off and off + size <= e.nbytes):
-                raise FormatError(f"{where}: {part} part [{off}, +{size}) outside the {e.nbytes}-byte blob")
+            if off != -1 and not (0 <= off and off + size <= e.nbytes and off % 4 == 0):
+                raise FormatError(f"{where}: {part} part [{off}, +{size}) misaligned or outside the "
+                                  f"{e.nbytes}-byte blob")
         if m.data_offset < 0 or m.data_bytes != rows * cols * _ELEM[m.dtype] \
                 or m.scale_count != expected_scales(m) or (m.dtype >= 3) != (m.scale_offset >= 0) \
                 or (m.dtype == 7) != (m.zero_offset >= 0):
@@ -135,4 +147,4 @@ def _where(e):
         return f"layer {e.layer} expert {e.expert}"
     if e.kind == spec.KIND_TENSOR:
         return f"tensor {e.name}"
-    return f"layer {e.layer} {spec.KIND_NAMES[e.kind]}"
+    return f"layer {e.layer} {spec.KIND_NAMES.get(e.kind, f'kind {e.kind}')} ({e.name})"

@@ -58,25 +58,23 @@ static cb_status check_layer(const cb_model *m, int32_t l) {
         if (!L->expert_ptrs[e]) return cb_fail(CB_E_FORMAT, "%s: layer %d: expert %d missing", m->path, l, e);
     if (m->info.shared_inter > 0 && !L->has_shared)
         return cb_fail(CB_E_FORMAT, "%s: layer %d: shared expert missing", m->path, l);
+    if (m->shared_gate && !L->shared_gate)
+        return cb_fail(CB_E_FORMAT, "%s: layer %d: shared expert gate missing", m->path, l);
     return CB_OK;
 }
 
 cb_status cbf_build_layers(cb_model *m) {
-    int32_t n = m->info.n_layers, E = m->info.n_experts, n_moe = 0;
+    int32_t n = m->info.n_layers, E = m->info.n_experts;
     m->layers = calloc((size_t)n, sizeof *m->layers);
     if (!m->layers) return cb_fail(CB_E_NOMEM, "%s: out of memory", m->path);
     for (int32_t l = 0; l < n; l++) {
         if (!(m->moe_mask[l / 8] >> (l % 8) & 1)) continue;
         m->layers[l].is_moe = 1;
-        n_moe++;
         m->layers[l].experts = calloc((size_t)E, sizeof(cb_expert));
         m->layers[l].expert_ptrs = calloc((size_t)E, sizeof(cb_expert *));
         if (!m->layers[l].experts || !m->layers[l].expert_ptrs)
             return cb_fail(CB_E_NOMEM, "%s: out of memory", m->path);
     }
-    if (n_moe != m->info.n_moe_layers)
-        return cb_fail(CB_E_FORMAT, "%s: header counts %d MoE layers, mask has %d", m->path,
-                       m->info.n_moe_layers, n_moe);
     for (uint64_t i = 0; i < m->n_entries; i++)
         if (m->entries[i].kind != CBF_TENSOR) place_entry(m, &m->entries[i]);
     for (int32_t l = 0; l < n; l++) {

@@ -46,6 +46,8 @@ struct cb_model {
     size_t size;
     cb_model_info info;
     uint8_t moe_mask[CBF_MAX_LAYERS / 8];
+    int32_t scheme;               /* cb_dtype of every expert matrix */
+    int32_t shared_gate;          /* 1: each MoE layer has a sigmoid shared gate */
     uint64_t n_entries;
     cbf_entry *entries;
     cbf_layer *layers;            /* [info.n_layers] */

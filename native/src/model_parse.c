@@ -59,11 +59,28 @@ cb_status cbf_parse_header(cb_model *m, const uint8_t *h, uint64_t *table_off, u
     g->n_group = rdi32(h + 160); g->topk_group = rdi32(h + 164); g->norm_topk_prob = rdi32(h + 168);
     g->routed_scaling_factor = rdf32(h + 172);
     memcpy(m->moe_mask, h + 176, sizeof m->moe_mask);
+    m->scheme = rdi32(h + 120);
+    m->shared_gate = rdi32(h + 152);
+    static const char *schemes[8] = {"f32", "f16", "bf16", "int8", "int8-g32", "int8-g64", "int8-g128", "int8-minmax"};
+    char scheme[17] = {0};
+    memcpy(scheme, h + 104, 16);
+    if (m->scheme < 0 || m->scheme > 7 || strcmp(scheme, schemes[m->scheme]) != 0)
+        return cb_fail(CB_E_FORMAT, "%s: unknown expert scheme in header", p);
     if (in->hidden <= 0 || in->inter <= 0 || in->n_experts <= 0 || in->top_k < 1 || in->top_k > in->n_experts
         || in->n_layers <= 0 || in->n_layers > CBF_MAX_LAYERS || in->shared_inter < 0 || g->kind < 0
-        || g->kind > 2 || g->n_group < 1 || g->topk_group < 1 || in->n_experts % g->n_group
-        || !isfinite(g->routed_scaling_factor))
+        || g->kind > 2 || g->n_group < 1 || g->topk_group < 1 || g->topk_group > g->n_group
+        || in->n_experts % g->n_group || (g->norm_topk_prob != 0 && g->norm_topk_prob != 1)
+        || !isfinite(g->routed_scaling_factor) || (m->shared_gate != 0 && m->shared_gate != 1)
+        || (m->shared_gate && in->shared_inter == 0))
         return cb_fail(CB_E_FORMAT, "%s: invalid model config in header", p);
+    int32_t marked = 0;
+    for (int32_t l = 0; l < CBF_MAX_LAYERS; l++) {
+        if (!(m->moe_mask[l / 8] >> (l % 8) & 1)) continue;
+        if (l >= in->n_layers) return cb_fail(CB_E_FORMAT, "%s: MoE layer mask marks layer %d >= n_layers", p, l);
+        marked++;
+    }
+    if (marked != in->n_moe_layers)
+        return cb_fail(CB_E_FORMAT, "%s: header counts %d MoE layers, mask has %d", p, in->n_moe_layers, marked);
     return CB_OK;
 }
 
@@ -112,13 +129,14 @@ static int blob_ok(const cb_model *m, const cbf_entry *e) {
         return 0;
     for (int k = 0; k < 3; k++) {
         const cbf_matrix *x = &e->mats[k];
-        if (x->dtype < 0 || x->dtype > 7 || x->rows != want[k][0] || x->cols != want[k][1]) return 0;
+        if (x->dtype != m->scheme || x->rows != want[k][0] || x->cols != want[k][1]) return 0;
         if (x->data_off < 0 || x->data_bytes != (int64_t)x->rows * x->cols * elem_size[x->dtype]) return 0;
         if (x->scale_count != expected_scales(x) || (x->dtype >= 3) != (x->scale_off >= 0)
             || (x->dtype == 7) != (x->zero_off >= 0))
             return 0;
         if (!part_ok(x->data_off, x->data_bytes, e->nbytes) || !part_ok(x->scale_off, 4 * (int64_t)x->scale_count, e->nbytes)
-            || !part_ok(x->zero_off, 4, e->nbytes) || x->data_off % 4 || (x->scale_off > 0 && x->scale_off % 4))
+            || !part_ok(x->zero_off, 4, e->nbytes) || x->data_off % 4 || (x->scale_off > 0 && x->scale_off % 4)
+            || (x->zero_off > 0 && x->zero_off % 4))
             return 0;
     }
     return 1;
