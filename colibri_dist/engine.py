@@ -3,11 +3,14 @@
 Role in the data flow: route(layer, x) and moe_forward(layer, x) for callers in
 one process (no Ray); expert_forward/shared_forward are what pool workers run.
 
-moe_forward takes one of two paths with the same bits (docs/ARCHITECTURE.md):
+moe_forward takes one of three paths with the same bits (docs/ARCHITECTURE.md):
   - cache_bytes=None (every expert a zero-copy mmap view): native
     Runtime.moe_forward over the views (fused route+group+run+combine);
-  - a RAM budget: route, then per expert in ascending id: store.get -> expert_forward
-    on its rows -> slot_out[t, j] -> release; shared_forward; native.combine.
+  - a RAM budget that holds the batch's expert union: get them all, the same
+    fused call over the held views, release;
+  - a smaller budget: route, then per expert in ascending id: store.get ->
+    expert_forward on its rows -> slot_out[t, j] -> release; shared_forward;
+    native.combine.
 Either way each (token, slot) output comes from cb_expert_forward, so results do
 not depend on the cache budget, the tier or the policy.
 
@@ -126,6 +129,8 @@ class Engine:
         union = np.unique(idx)
         self._prefetch(layer, union)
         self._lookahead(layer, x)
+        if len(union) * self.store.source.nbytes(layer, 0) <= self.store.cache_bytes:
+            return self._moe_held(layer, x, union), idx
         slot_out = np.empty((n, k, self.config.hidden), dtype=np.float32)
         for e in union:
             tokens, slots = np.nonzero(idx == e)
@@ -133,6 +138,24 @@ class Engine:
                 slot_out[tokens, slots] = self.runtime.expert_forward(x, h.view, rows=tokens.astype(np.int32))
         y = self._native.combine(w, slot_out, self.shared_forward(layer, x))
         return y, idx
+
+    def _moe_held(self, layer, x, union):
+        """The batch's experts fit the budget: hold them all, run the fused layer
+        (bit-identical to the per-expert pieces, the native contract)."""
+        tbl = self.table(layer)
+        compact = union if tbl.identity else np.searchsorted(tbl.ids, union)
+        handles = []
+        try:
+            for e in union:
+                handles.append(self.store.get(layer, int(e)))
+            experts = {int(c): h.view for c, h in zip(compact, handles)}
+            shared, gate = self._shared_parts(layer)
+            y, _, _ = self.runtime.moe_forward(x, tbl.router, tbl.gating, experts, bias=tbl.bias,
+                                               shared=shared, shared_gate=gate)
+            return y
+        finally:
+            for h in handles:
+                h.release()
 
     def expert_forward(self, layer, e, x, rows=None):
         """One expert on x (or on x[rows]); what pool workers call."""

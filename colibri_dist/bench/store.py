@@ -9,7 +9,9 @@ the same run and writes JSON (docs/PERFORMANCE.md "Expert store"):
   3. policies: hit rate of lru/lfu/lfru with and without prefetch against
      Belady's optimum and the uniform line c/N, on synthetic Zipf traces with
      temporal locality and on traces recorded from the tiny oracle models,
-     plus the recall of the engine's one-layer lookahead.
+     plus the recall of the engine's one-layer lookahead;
+  4. engine: one MoE layer all-mapped (fused) vs under RAM budgets and the SSD
+     tier, with the outputs checked bit for bit against the mapped run.
 """
 import argparse
 import json
@@ -123,6 +125,11 @@ def _print(results):
             print(f"  c={r['capacity']:4d} {cols}")
     for m in results.get("model_traces", []):
         print(f"lookahead recall, tiny {m['family']}: {m['lookahead']['recall']}")
+    e = results["engine"]
+    print(f"engine, one layer ({e['experts']} int8 experts {e['hidden']}x{e['inter']}, top {e['top_k']}, "
+          f"{e['tokens']} tokens):")
+    for r in e["rows"]:
+        print(f"  {r['setup']:40s} {r['ms']:8.2f} ms  x{r.get('vs_mapped', 1.0):.2f}  exact={r['exact']}")
 
 
 def main(argv=None):
@@ -137,6 +144,8 @@ def main(argv=None):
         disk = results["tiers"]["raw_direct_gbs"]
         results["zstd"] = bench_zstd(workdir, args.quick, disk)
         results["policies"] = bench_policies(args.quick)
+        from .store_engine import engine_tiers
+        results["engine"] = engine_tiers(workdir, args.quick)
         try:
             results["model_traces"] = bench_model_traces(workdir, args.quick)
         except Exception as exc:

@@ -87,3 +87,20 @@ def test_engine_expert_and_shared_forward_compose(engine_models):
                 slot[t, j] = eng.expert_forward(0, int(idx[t, j]), x, rows=np.array([t]))[0]
         y = native.combine(w, slot, eng.shared_forward(0, x))
         assert np.array_equal(y, eng.moe_forward(0, x))
+
+
+def test_engine_held_and_streamed_paths_both_exact(engine_models, monkeypatch):
+    from colibri_dist.engine import Engine
+    path = engine_models["qwen2_moe"]
+    ref = reference(path)
+    nb = expert_bytes(path)
+    calls = []
+    real = Engine._moe_held
+    monkeypatch.setattr(Engine, "_moe_held", lambda self, *a: calls.append(len(a[-1])) or real(self, *a))
+    got, _, _ = run(path, cache_bytes=3 * nb)
+    assert_same(ref, got)
+    assert calls and max(calls) <= 3            # small unions: fused over held experts
+    n_held = len(calls)
+    got, _, _ = run(path, cache_bytes=1 * nb)   # nothing fits two experts: per-expert pieces
+    assert_same(ref, got)
+    assert len(calls) == n_held
