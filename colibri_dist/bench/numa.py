@@ -89,9 +89,11 @@ def placement(topo, worker, memory):
 
 # -- measurements (run inside a forked child) -------------------------------------
 
-def _pages_per_node(array):
-    line = numa.numa_maps_entry(array.ctypes.data) or ""
-    return {f.split("=")[0][1:]: int(f.split("=")[1]) for f in line.split() if f[:1] == "N" and "=" in f}
+def _buffer_placement(array):
+    """(policy string, {node: pages}) of the mapping holding `array`, from /proc/self/numa_maps."""
+    fields = (numa.numa_maps_entry(array.ctypes.data) or "").split()
+    pages = {f.split("=")[0][1:]: int(f.split("=")[1]) for f in fields if f[:1] == "N" and "=" in f}
+    return (fields[1] if len(fields) > 1 else None), pages
 
 
 def _pin_each_thread(cpus):
@@ -152,8 +154,9 @@ def measure(worker, memory, threads, policy, nodes, p, allowed):
     if not bound:
         return {"status": "failed", "reason": f"mbind {policy} {list(nodes)} failed; see warning"}
     buf[:] = 1  # first touch after binding
+    policy_shown, pages = _buffer_placement(buf)
     row = {"status": "ok", "reason": None, "cpus_allowed_list": numa.read_status()["cpus_allowed_list"],
-           "buffer_pages_per_node": _pages_per_node(buf),
+           "buffer_policy": policy_shown, "buffer_pages_per_node": pages,
            "read_gib_s": _read_bandwidth(buf, worker.cpus, threads == "pinned", p["repeats"])}
     try:
         row["ffn_tokens_s"], row["ffn_note"] = _ffn_throughput(policy, nodes, worker.cpus, threads == "pinned", p)
@@ -205,7 +208,7 @@ def run(p):
     _add_ratios(rows)
     return {"bench": "numa", "version": 1, "params": p, "baseline": BASELINE,
             "host": {"machine": platform.machine(), "cpus_allowed": numa.format_cpulist(allowed),
-                     "simd": _simd()},
+                     "simd": _simd(), "loadavg_1m": os.getloadavg()[0]},
             "topology": topo.to_dict(), "plan": [w.to_dict() for w in plan.workers],
             "rows": rows, "skipped": skipped}
 

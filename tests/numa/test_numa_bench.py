@@ -51,6 +51,7 @@ def test_bench_end_to_end_writes_documented_json(tmp_path, capsys):
             assert sum(row["buffer_pages_per_node"].values()) > 0
             if row["mem_policy"] == "bind":
                 assert set(row["buffer_pages_per_node"]) == {str(n) for n in row["mem_nodes"]}
+                assert row["buffer_policy"] == "bind:" + ",".join(map(str, row["mem_nodes"]))
         else:
             assert row["status"] == "skipped" and row["reason"]
     base = [r for r in d["rows"] if r["memory"] == "default" and r["threads"] == "unpinned"]
