@@ -14,7 +14,8 @@ policy, and ONE NumaFallbackWarning is issued per process; every later event
 is only recorded in stats().
 
 Test hook: COLIBRI_NUMA_FAIL=mbind,set_policy,pin makes those calls fail as
-if the kernel had answered EPERM.
+if the kernel had answered EPERM ("mbind" fails both memory calls: mbind and
+set_mempolicy; "set_policy" only the latter; "pin" the affinity calls).
 """
 import errno
 import os
@@ -141,7 +142,9 @@ def pin_process(cpus):
 
 def set_memory_policy(policy, nodes):
     """Memory policy of the calling thread via the native core (raises NativeError)."""
-    _injected_failure("set_policy")
+    if policy != "none":
+        _injected_failure("set_policy")
+        _injected_failure("mbind")  # the hook "mbind" stands for every memory-binding call
     _native().numa_set_policy(policy, nodes)
 
 

@@ -131,7 +131,8 @@ def test_one_memory_node_falls_back_to_round_robin_with_one_warning():
 
 
 @needs_two_cpus
-@pytest.mark.parametrize("env,expect", [({"COLIBRI_NUMA_FAIL": "set_policy"}, "EPERM"), ({}, "EINVAL")])
+@pytest.mark.parametrize("env,expect", [({"COLIBRI_NUMA_FAIL": "set_policy"}, "EPERM"),
+                                        ({"COLIBRI_NUMA_FAIL": "mbind"}, "EPERM"), ({}, "EINVAL")])
 def test_failed_memory_policy_falls_back(env, expect):
     # injected EPERM, and a real EINVAL from the kernel for a node that does not exist here
     nodes = (0,) if env else (63,)
@@ -142,6 +143,14 @@ def test_failed_memory_policy_falls_back(env, expect):
     assert len(caught) == 1 and expect in caught[0]
     assert report["cpus"] == [ALLOWED[1]]  # worker 1 of 2 -> allowed[1::2]
     assert seen["cpus_allowed_list"] == numa.format_cpulist(report["cpus"])
+
+
+def test_injected_pin_failure_leaves_the_process_unpinned_and_says_so():
+    worker = live_worker(0, 1, "none")
+    report, caught, _ = in_child(lambda: numa.apply(worker), env={"COLIBRI_NUMA_FAIL": "pin"})
+    assert report["mode"] == "unpinned" and "EPERM" in report["fallback_reason"]
+    assert "round-robin pinning" in report["error"] and len(caught) == 1
+    assert report["cpus_allowed_list"] == numa.format_cpulist(ALLOWED)
 
 
 def test_pinning_to_cpus_that_do_not_exist_falls_back():
