@@ -74,7 +74,8 @@ def plan_layer(family, cfg, source, layer):
     lp.bias = family.bias_name(p)
     if lp.bias:
         _check_shape(source, lp.bias, (cfg.n_experts,))
-    lp.shared, lp.shared_gate = family.shared_names(p), family.shared_gate_name(p)
+    lp.shared = family.shared_names(p) if cfg.shared_inter else None
+    lp.shared_gate = family.shared_gate_name(p) if cfg.shared_gate else None
     if lp.shared:
         _check_expert_shapes(source, lp.shared, cfg.shared_inter, cfg.hidden)
     if lp.shared_gate:

@@ -103,10 +103,10 @@ def _mixtral(hf, scheme):
 def _qwen2(hf, scheme):
     n_exp, k = _need(hf, _N_EXPERTS, 60), _need(hf, "num_experts_per_tok", 4)
     gating = make_gating(_softmax_kind(hf.get("norm_topk_prob", False)), n_exp, k)
+    shared = _need(hf, "shared_expert_intermediate_size", 5632)
     return ModelConfig("qwen2_moe", _need(hf, "hidden_size"), _need(hf, "moe_intermediate_size", 1408),
                        n_exp, k, gating, _need(hf, "num_hidden_layers"), _qwen_moe_layers(hf),
-                       shared_inter=_need(hf, "shared_expert_intermediate_size", 5632), shared_gate=True,
-                       scheme=scheme)
+                       shared_inter=shared, shared_gate=shared > 0, scheme=scheme)
 
 
 def _qwen3(hf, scheme):
