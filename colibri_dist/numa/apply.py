@@ -20,6 +20,7 @@ set_mempolicy; "set_policy" only the latter; "pin" the affinity calls).
 import errno
 import os
 import re
+import threading
 import warnings
 from collections import Counter
 
@@ -129,8 +130,9 @@ def pin_process(cpus):
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:
         return pinned
+    me = threading.get_native_id()
     for tid in tids:
-        if tid == os.getpid():
+        if tid == me:
             continue
         try:
             os.sched_setaffinity(tid, cpus)

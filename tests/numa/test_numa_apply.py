@@ -100,6 +100,23 @@ def test_live_worker_is_pinned_as_planned_and_visible_in_proc():
 
 
 @needs_two_cpus
+def test_apply_from_a_side_thread_pins_the_main_thread_too():
+    worker = live_worker(1, 2, "none")
+
+    def run():
+        out = {}
+        t = threading.Thread(target=lambda: out.update(report=numa.apply(worker)))
+        t.start()
+        t.join()
+        out["main"] = sorted(os.sched_getaffinity(0))
+        return out
+
+    out, _, seen = in_child(run, inspect=_threads_allowed)
+    assert out["report"]["mode"] == "numa" and out["main"] == [1]
+    assert set(seen.values()) == {"1"}
+
+
+@needs_two_cpus
 @pytest.mark.parametrize("policy,shown", [("bind", "bind:0"), ("preferred", "prefer:0"), ("interleave", "interleave:0")])
 def test_memory_policy_is_applied_and_shows_in_numa_maps(policy, shown):
     # a two-memory-node plan (n_mem_nodes=2) so binding "makes sense"; node 0 exists here
