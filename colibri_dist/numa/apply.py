@@ -152,9 +152,7 @@ def set_memory_policy(policy, nodes):
 
 def round_robin_cpus(index, n_workers, allowed=None):
     """Worker `index` of `n_workers` gets allowed[index::n_workers] (one CPU, shared, if too few)."""
-    if allowed is None:
-        allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
-    allowed = sorted(allowed)
+    allowed = sorted(_allowed_cpus() if allowed is None else allowed)
     if n_workers <= len(allowed):
         return tuple(allowed[index % n_workers::n_workers])
     return (allowed[index % len(allowed)],)
@@ -176,8 +174,14 @@ def _try_numa(worker):
     return threads, None
 
 
-def _fallback_pin(worker):
-    cpus = round_robin_cpus(worker.index, worker.n_workers)
+def _allowed_cpus():
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def _fallback_pin(worker, allowed):
+    cpus = round_robin_cpus(worker.index, worker.n_workers, allowed)
     try:
         set_memory_policy("none", ())
     except (NativeError, ImportError):
@@ -190,11 +194,12 @@ def _fallback_pin(worker):
 
 def apply(worker, read_numa_maps=True):
     """Apply `worker` (a numa.plan.WorkerPlan) to this process; return what was applied."""
+    allowed = _allowed_cpus()  # before pinning: the fallback spreads over what we may use, not the plan
     threads, reason = _try_numa(worker)
     mode, cpus, policy, mem_nodes, error = "numa", tuple(worker.cpus), worker.mem_policy, worker.mem_nodes, None
     if reason is not None:
         _fallback(reason)
-        cpus, threads, error = _fallback_pin(worker)
+        cpus, threads, error = _fallback_pin(worker, allowed)
         mode, policy, mem_nodes = ("fallback" if cpus else "unpinned"), "none", ()
     readback = read_status()
     report = {

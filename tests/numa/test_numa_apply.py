@@ -64,9 +64,10 @@ def _threads_allowed(pid):
     return out
 
 
-def live_worker(index, wpn, mem_policy, **overrides):
+def live_worker(planned, wpn, mem_policy, **overrides):
+    """Worker `planned` of this machine's plan, with fields overridden."""
     topo = numa.topology()
-    w = numa.plan(topo, workers_per_node=wpn, mem_policy=mem_policy).workers[index]
+    w = numa.plan(topo, workers_per_node=wpn, mem_policy=mem_policy).workers[planned]
     fields = {f: getattr(w, f) for f in w.__dataclass_fields__}
     fields.update(overrides)
     return WorkerPlan(**fields)
@@ -145,6 +146,15 @@ def test_one_memory_node_falls_back_to_round_robin_with_one_warning():
     assert first["cpus"] == list(numa.round_robin_cpus(0, worker.n_workers, ALLOWED))
     assert first["cpus_allowed_list"] == numa.format_cpulist(first["cpus"])
     assert first["mem_policy"] == "none" and len(stats["fallback_reasons"]) == 2
+
+
+@needs_two_cpus
+def test_fallback_spreads_over_the_cpus_allowed_before_pinning():
+    # planned CPU 1 is pinned first, then the policy fails: round-robin must use every allowed CPU
+    worker = live_worker(1, 2, "bind", n_mem_nodes=2, index=0, n_workers=1)
+    report, caught, _ = in_child(lambda: numa.apply(worker), env={"COLIBRI_NUMA_FAIL": "set_policy"})
+    assert report["mode"] == "fallback" and report["cpus"] == ALLOWED
+    assert report["cpus_allowed_list"] == numa.format_cpulist(ALLOWED)
 
 
 @needs_two_cpus
