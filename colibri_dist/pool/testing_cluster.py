@@ -16,12 +16,18 @@ Everything binds to 127.0.0.1.
 import logging
 import os
 
-import ray
+# Keep every address on loopback: with this unset, Ray resolves "127.0.0.1" in a cluster
+# address to the host's network IP. Ray reads it when it is first imported...
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+import ray  # noqa: E402
 
 from .ray_setup import NAMESPACE
 
 WORKER_RESOURCE = "colibri_stress_worker"
 LOOPBACK = "127.0.0.1"
+# notice a removed raylet within ~1.5 s (defaults take tens of seconds) so its actors restart soon
+FAST_FAILURE_DETECTION = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
+                          "health_check_failure_threshold": 3}
 
 
 def _runtime_env(env, setup_hook):
@@ -41,7 +47,7 @@ class LocalRay:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         ray.init(address="local", _node_ip_address=LOOPBACK, num_cpus=num_cpus or os.cpu_count(),
                  include_dashboard=False, logging_level=logging.WARNING, namespace=NAMESPACE,
-                 runtime_env=_runtime_env(env, setup_hook))
+                 log_to_driver=False, runtime_env=_runtime_env(env, setup_hook))
 
     def worker_resources(self, workers):
         return None
@@ -62,14 +68,15 @@ class MultiRaylet:
         self._added = 0
         for _ in range(int(nodes) - 1):
             self.add_node()
-        ray.init(address=self.cluster.address, namespace=NAMESPACE, logging_level=logging.WARNING,
+        ray.init(address=self.cluster.address, _node_ip_address=LOOPBACK, namespace=NAMESPACE,
+                 logging_level=logging.WARNING, log_to_driver=False,
                  runtime_env=_runtime_env(env, setup_hook))
         self.cluster.wait_for_nodes()
 
     def _node_args(self, head=False):
         args = dict(num_cpus=self.cpus, node_ip_address=LOOPBACK, object_store_memory=self.store_bytes)
         if head:
-            args.update(include_dashboard=False)
+            args.update(include_dashboard=False, _system_config=FAST_FAILURE_DETECTION)
         else:
             args.update(resources={WORKER_RESOURCE: 1})
         return args
@@ -107,7 +114,7 @@ class MultiRaylet:
             return None
         node, pids = list(hosts.values())[seq % len(hosts)]
         self.cluster.remove_node(node, allow_graceful=False)
-        return {"raylet": node.unique_id if hasattr(node, "unique_id") else str(node), "pids": pids,
+        return {"node_id": getattr(node, "node_id", None), "pids": pids,
                 "worker_nodes_left": len(self.cluster.worker_nodes)}
 
     def shutdown(self):
@@ -126,10 +133,18 @@ def _ppid(pid):
     return None
 
 
+def _loopback_only():
+    """...so if ray was imported before this module, apply the same switch to its constant."""
+    from ray._private import ray_constants
+    if os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0") == "0":
+        ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 def start(nodes=1, cpus_per_node=None, env=None, setup_hook=None):
     """LocalRay (nodes == 1) or MultiRaylet (nodes > 1); raises if Ray is already initialised here."""
     if ray.is_initialized():
         raise RuntimeError("Ray is already initialised in this process; the stress run needs its own")
+    _loopback_only()
     if int(nodes) <= 1:
         return LocalRay(num_cpus=cpus_per_node, env=env, setup_hook=setup_hook)
     return MultiRaylet(nodes, cpus_per_node=cpus_per_node or 2, env=env, setup_hook=setup_hook)

@@ -252,7 +252,7 @@ def test_repo_and_packaged_default_configs_are_identical():
     ("stress:\n  streams: 0\n", "stress.yaml:2:12: stress.streams: expected a positive integer"),
     ("stress:\n  faults:\n    melt: {}\n", "stress.yaml:3:5: stress.faults.melt: unknown key"),
     ("stress:\n  cache_fraction: 2\n", "stress.cache_fraction: expected a number in (0, 1]"),
-    ("stress:\n  faults:\n    remove_node: {first_s: 3}\n", "needs stress.cluster.nodes >= 2"),
+    ("stress:\n  faults:\n    remove_node: {first_s: 3}\n", "needs stress.cluster.nodes >= pool.workers + 2 = 4"),
     ("stress:\n  hot_add: {every_s: -1}\n", "stress.hot_add.every_s: expected seconds >= 0"),
     ("pool:\n  workers: 0\n", "pool.workers: the stress run drives a Ray pool"),
     ("stres: {}\n", "stress.yaml:1:1: stres: unknown key"),

@@ -21,12 +21,11 @@ all faults alike) and the kind's own check below passes:
 import glob
 import os
 import signal
-import time
 from dataclasses import asdict, dataclass, field
 
 from . import worker_hooks
 
-RESTART_WAIT_S = 60.0
+SETTLE_S = 60.0           # how long a killed worker or removed node may take to come back
 
 
 @dataclass
@@ -42,9 +41,10 @@ class FaultRecord:
     checks: dict = field(default_factory=dict)
     damage_at: tuple = None         # ledger (mismatches, lost, duplicated, errors) when injected
     batches_at_clear: int = None
+    settle_from: float = None       # monotonic time the harness started waiting for recovery
 
     def as_dict(self):
-        return {k: v for k, v in asdict(self).items() if v is not None and k != "damage_at"}
+        return {k: v for k, v in asdict(self).items() if v is not None and k not in ("damage_at", "settle_from")}
 
 
 class Injectors:
@@ -55,6 +55,8 @@ class Injectors:
 
     def inject(self, event, now_s):
         rec = FaultRecord(event.kind, event.seq, round(now_s, 3))
+        if now_s - event.at_s > 0.5:
+            rec.detail["planned_at_s"] = event.at_s      # deferred behind an earlier process fault
         getattr(self, f"_inject_{event.kind}")(rec, event)
         return rec
 
@@ -64,8 +66,9 @@ class Injectors:
             fn(rec)
 
     def verify(self, rec):
+        """True (the kind's check passed), False (failed) or None (not settled yet: ask again)."""
         fn = getattr(self, f"_verify_{rec.kind}", None)
-        return True if fn is None else bool(fn(rec))
+        return True if fn is None else fn(rec)
 
     # ---------------------------------------------------------------- corrupt_spill
     def _inject_corrupt_spill(self, rec, event):
@@ -83,8 +86,8 @@ class Injectors:
             f.seek(offset)
             f.write(bytes(b ^ 0xA5 for b in old))
         rec.injected = True
-        rec.detail = {"file": os.path.relpath(path, self.ctx.offload_dir), "offset": offset,
-                      "bytes": len(old), "checksum_failures_before": self.ctx.checksum_failures()}
+        rec.detail.update({"file": os.path.relpath(path, self.ctx.offload_dir), "offset": offset,
+                      "bytes": len(old), "checksum_failures_before": self.ctx.checksum_failures()})
 
     def _verify_corrupt_spill(self, rec):
         rec.checks["checksum_failures_after"] = self.ctx.checksum_failures()
@@ -98,7 +101,7 @@ class Injectors:
             return
         taken = fs.fill()
         rec.injected = True
-        rec.detail = {"ballast_bytes": taken, "free_bytes_after_fill": fs.free_bytes(), "fs": fs.kind}
+        rec.detail.update(ballast_bytes=taken, free_bytes_after_fill=fs.free_bytes(), fs=fs.kind)
 
     def _clear_enospc(self, rec):
         self.ctx.offload_fs.clear()
@@ -111,7 +114,7 @@ class Injectors:
     def _inject_slow_source(self, rec, event):
         worker_hooks.set_slow_source(self.ctx.control_dir, self.ctx.slow_source_ms)
         rec.injected = True
-        rec.detail = {"delay_ms": self.ctx.slow_source_ms}
+        rec.detail["delay_ms"] = self.ctx.slow_source_ms
 
     def _clear_slow_source(self, rec):
         worker_hooks.set_slow_source(self.ctx.control_dir, 0)
@@ -122,35 +125,52 @@ class Injectors:
 
     # ---------------------------------------------------------------- kill_worker
     def _inject_kill_worker(self, rec, event):
-        pids = self.ctx.worker_pids()
+        pids = self.ctx.worker_pids(fresh=True)
         if not pids:
             rec.skipped = "pool.stats() reported no worker pid"
             return
         names = sorted(pids)
         name = names[event.seq % len(names)]
         pid = pids[name]
+        stale = sorted(glob.glob(os.path.join(self.ctx.offload_dir, name, "colibri-spill-*")))
         os.kill(pid, signal.SIGKILL)
         rec.injected = True
-        rec.detail = {"worker": name, "pid": pid}
+        rec.detail.update(worker=name, pid=pid, spill_dirs=[os.path.basename(d) for d in stale])
 
     def _verify_kill_worker(self, rec):
         name, old = rec.detail["worker"], rec.detail["pid"]
-        pids = self._wait_for(lambda p: p.get(name) not in (None, old) and _alive(p[name]))
-        rec.checks["new_pid"] = None if pids is None else pids[name]
-        return pids is not None
+        pids = self._live_pids()
+        new = pids.get(name)
+        if new in (None, old) or not _alive(new):
+            return None                       # not back yet: the harness asks again until its deadline
+        rec.checks["new_pid"] = new
+        rec.checks["stale_spill_bytes_removed"] = self._remove_stale_spill(name, rec.detail["spill_dirs"])
+        return True
 
-    def _wait_for(self, ok):
-        """Poll pool.stats() pids until ok(pids); the pids, or None after RESTART_WAIT_S."""
-        deadline = time.monotonic() + RESTART_WAIT_S
-        while time.monotonic() < deadline:
+    def _live_pids(self):
+        try:
+            return self.ctx.worker_pids()
+        except Exception:
+            return {}
+
+    def _remove_stale_spill(self, name, dirs):
+        """A SIGKILLed worker leaves its spill directory behind (its restarted process makes a new
+        one): delete the dead process's directory, as an operator would, so the offload fs does
+        not fill up over a long run. Returns the bytes removed."""
+        removed = 0
+        for d in dirs:
+            path = os.path.join(self.ctx.offload_dir, name, d)
+            for f in glob.glob(os.path.join(path, "*")):
+                try:
+                    removed += os.path.getsize(f)
+                    os.unlink(f)
+                except OSError:
+                    pass
             try:
-                pids = self.ctx.worker_pids()
-            except Exception:
-                pids = {}
-            if ok(pids):
-                return pids
-            time.sleep(0.5)
-        return None
+                os.rmdir(path)
+            except OSError:
+                pass
+        return removed
 
     # ---------------------------------------------------------------- remove_node
     def _inject_remove_node(self, rec, event):
@@ -158,21 +178,26 @@ class Injectors:
         if cluster is None:
             rec.skipped = "not a multi-raylet run"
             return
-        removed = cluster.remove_worker_node(list(self.ctx.worker_pids().values()), event.seq)
+        pids = self.ctx.worker_pids(fresh=True)
+        dirs = {name: sorted(os.path.basename(d) for d in
+                             glob.glob(os.path.join(self.ctx.offload_dir, name, "colibri-spill-*"))) for name in pids}
+        removed = cluster.remove_worker_node(list(pids.values()), event.seq)
         if removed is None:
             rec.skipped = "no removable node hosts a worker"
             return
         rec.injected = True
-        rec.detail = removed
+        rec.detail.update(removed, workers={n: dirs[n] for n, p in pids.items() if p in removed["pids"]})
 
     def _verify_remove_node(self, rec):
         lost = set(rec.detail.get("pids", []))
-        want = self.ctx.n_workers
-        pids = self._wait_for(lambda p: len(p) >= want and not lost & set(p.values())
-                              and all(_alive(q) for q in p.values()))
-        rec.checks["workers_live"] = pids is not None
+        pids = self._live_pids()
+        if len(pids) < self.ctx.n_workers or lost & set(pids.values()) or not all(map(_alive, pids.values())):
+            return None
+        rec.checks["workers_live"] = True
+        rec.checks["stale_spill_bytes_removed"] = sum(
+            self._remove_stale_spill(n, d) for n, d in rec.detail["workers"].items())
         rec.checks["node_added_back"] = self.ctx.cluster.add_node()
-        return pids is not None
+        return True
 
     # ---------------------------------------------------------------- truncate_segment
     def _inject_truncate_segment(self, rec, event):
@@ -190,7 +215,7 @@ class Injectors:
             with open(path, "wb") as f:
                 f.write(head[:keep])
         rec.injected = True
-        rec.detail = {"segment": name, "kept_bytes": keep, "layer": layer, "version_before": version}
+        rec.detail.update(segment=name, kept_bytes=keep, layer=layer, version_before=version)
 
     def _verify_truncate_segment(self, rec):
         got = self.ctx.reopened_table()

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import report as report_mod
 from .accounting import TokenLedger
-from .faults import Injectors
+from .faults import SETTLE_S, Injectors
 from .offload_fs import make_offload_fs
 from .probe import PoolProbe
 from .reference import ExpertTable, Reference, link_model, new_expert_weights
@@ -28,6 +28,7 @@ from .worker_hooks import CONTROL_ENV, set_slow_source
 from .workload import JobStream
 
 HOOK = "colibri_dist.jobs.stress.worker_hooks.install"
+PROCESS_FAULTS = ("kill_worker", "remove_node")   # one at a time: the next waits until the last settled
 BUDGET_LIMIT = 0.10         # the issue's bar: RAM budget at most 10% of the expert bytes
 
 
@@ -48,7 +49,7 @@ class Harness:
         self.stop = threading.Event()
         self.batches = 0
         self._count_lock = threading.Lock()
-        self.records, self.pending, self.active = [], [], []
+        self.records, self.pending, self.active, self.deferred = [], [], [], []
         self.table_errors = []
         self.pool = self.ray = self.reference = self.offload_fs = self.rss = None
 
@@ -102,11 +103,12 @@ class Harness:
                                    "threshold": p.balancer.threshold},
                          threads_per_worker=p.threads_per_worker, policy=p.policy, numa=numa,
                          routing_policy=self.cfg.routing.policy,
-                         worker_resources=self.ray.worker_resources(p.workers))
+                         worker_resources=self.ray.worker_resources(p.workers),
+                         max_restarts=self.s.worker_max_restarts)
 
     # ---------------------------------------------------------------- fault context (faults.py uses these)
-    def worker_pids(self):
-        return self.probe.pids(fresh=True)
+    def worker_pids(self, fresh=False):
+        return self.probe.pids(fresh=fresh)
 
     def checksum_failures(self):
         return sum(int(c.get("checksum_failures", 0)) for c in self.probe.cache_stats_per_process().values())
@@ -193,6 +195,17 @@ class Harness:
         led = self.ledger
         return (led.mismatches, led.lost, led.duplicated, len(led.errors))
 
+    def _fire_due(self, events, now):
+        """Fire due events; a process fault waits while an earlier one has not settled (a pool with
+        every worker down at once has nothing to fail over to: that is an outage, not a fault test)."""
+        waiting, self.deferred = self.deferred + list(events), []
+        for event in waiting:
+            busy = any(r.kind in PROCESS_FAULTS for r in self.pending)
+            if event.kind in PROCESS_FAULTS and busy:
+                self.deferred.append(event)
+            else:
+                self._fire(event, now)
+
     def _fire(self, event, now):
         if event.kind in TABLE_KINDS:
             self._table_event(event, now)
@@ -218,6 +231,7 @@ class Harness:
 
     def _to_verify(self, rec, now):
         rec.batches_at_clear = self.batches
+        rec.settle_from = time.monotonic()
         self.pending.append(rec)
 
     def _clear_due(self, now, force=False):
@@ -229,19 +243,24 @@ class Harness:
                 rec.cleared_at_s = round(now, 3)
                 self._to_verify(rec, now)
 
-    def _verify_due(self, force=False):
+    def _verify_due(self, force=False, final=False):
         need = 2 * self.s.streams
         for rec in list(self.pending):
             if force or self.batches >= rec.batches_at_clear + need:
-                self.pending.remove(rec)
-                self._verify(rec)
+                self._verify(rec, final)
 
-    def _verify(self, rec):
+    def _verify(self, rec, final):
         try:
             ok = self.injectors.verify(rec)
         except Exception as exc:
             rec.checks["verify_error"] = f"{type(exc).__name__}: {exc}"
             ok = False
+        waited = time.monotonic() - rec.settle_from
+        if ok is None and not final and waited < SETTLE_S:
+            return                                    # e.g. a worker still restarting: next tick
+        self.pending.remove(rec)
+        if ok is None:
+            rec.checks["settle_timeout_s"] = round(waited, 1)
         rec.checks["batches_after"] = self.batches - rec.batches_at_clear
         clean = self._damage() == rec.damage_at
         rec.checks["no_damage_since_injection"] = clean
@@ -275,8 +294,7 @@ class Harness:
             now = time.monotonic() - t0
             if now >= self.duration_s:
                 break
-            for event in schedule.due(now):
-                self._fire(event, now)
+            self._fire_due(schedule.due(now), now)
             self._clear_due(now)
             self._verify_due()
             self.stop.wait(0.1)
@@ -285,10 +303,12 @@ class Harness:
             t.join()
         elapsed = time.monotonic() - t0
         self._clear_due(elapsed, force=True)
-        if self.pending:                       # a batch per stream after the last fault, then verify
+        deadline = time.monotonic() + SETTLE_S
+        while self.pending and time.monotonic() < deadline:   # batches until the last faults settle
             for st in streams:
                 self.run_one_batch(st)
             self._verify_due(force=True)
+        self._verify_due(force=True, final=True)
         self.ledger.close()
         return self._report(elapsed, schedule, setup_s)
 
@@ -296,8 +316,7 @@ class Harness:
         self.rss.stop()
         final = self.probe.stats(fresh=True)
         per_proc = self.probe.cache_stats_per_process()
-        cache = report_mod.sum_stats([{k: v for k, v in c.items() if k not in ("load_ms", "name")}
-                                      for c in per_proc.values()])
+        cache = report_mod.sum_stats([{k: c[k] for k in report_mod.COUNTERS if k in c} for c in per_proc.values()])
         run_info = {"out": self.out, "model": self.pool_model_path, "expert_bytes": self.expert_bytes,
                     "budget_fraction": self.budget * self.n_workers / self.expert_bytes,
                     "budget_within_limit": self.budget * self.n_workers <= BUDGET_LIMIT * self.expert_bytes,
@@ -311,6 +330,7 @@ class Harness:
             planned=schedule.planned(), rss=self.rss.summary(self.budget), rss_slack_bytes=self.s.rss_slack,
             cache_stats=cache, budget=self.budget, run_info=run_info)
         rep["faults_skipped"] = [r.as_dict() for r in self.records if not r.injected]
+        rep["faults_deferred_unfired"] = [{"kind": e.kind, "seq": e.seq, "at_s": e.at_s} for e in self.deferred]
         rep["cache_stats_per_worker_process"] = per_proc
         if self.table_errors:
             rep["passed"], rep["exit_code"] = False, 1

@@ -11,6 +11,9 @@ import os
 
 
 TIERS = ("ram", "ssd", "mmap")
+# store counters that add up over worker processes (gauges like resident_bytes do not)
+COUNTERS = ("gets", "hits", "misses", "ram", "ssd", "mmap", "evictions", "bytes_loaded", "prefetch_issued",
+            "prefetch_used", "prefetch_dropped", "checksum_failures", "spill_bytes", "bypass")
 
 
 def hit_rates(cache_stats):

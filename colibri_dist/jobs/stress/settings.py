@@ -53,7 +53,8 @@ class StressSection:
     offload_fs_bytes: C.Size = 256 * 1024 ** 2
     slow_source_ms: float = 20.0
     rss_period_s: float = 0.5
-    rss_slack: C.Size = 96 * 1024 ** 2
+    rss_slack: C.Size = 32 * 1024 ** 2
+    worker_max_restarts: int = -1   # Ray actor restarts per worker (-1 = unlimited: kills keep coming)
     hot_add: Optional[EventSpec] = None
     hot_remove: Optional[EventSpec] = None
     faults: FaultsSection = field(default_factory=FaultsSection)
@@ -108,9 +109,10 @@ def _validate_stress(cfg, at):
         for name in ("first_s", "every_s", "duration_s"):
             if getattr(spec, name) < 0:
                 C._fail(at(f"{path}.{name}"), f"{path}.{name}", f"expected seconds >= 0, got {getattr(spec, name)}")
-    if s.faults.remove_node and s.faults.remove_node.enabled and s.cluster.nodes < 2:
+    if s.faults.remove_node and s.faults.remove_node.enabled and s.cluster.nodes < cfg.pool.workers + 2:
         C._fail(at("stress.faults.remove_node"), "stress.faults.remove_node",
-                "needs stress.cluster.nodes >= 2 (a node can only be removed from a multi-raylet cluster)")
+                f"needs stress.cluster.nodes >= pool.workers + 2 = {cfg.pool.workers + 2} (a head raylet, "
+                "one raylet per worker and a spare the removed node's worker can restart on)")
     if cfg.pool.workers < 1:
         C._fail(at("pool.workers"), "pool.workers", "the stress run drives a Ray pool: expected >= 1")
 
