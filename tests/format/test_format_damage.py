@@ -5,7 +5,6 @@ import os
 import shutil
 import struct
 
-import numpy as np
 import pytest
 
 import colibri_dist as cd
