@@ -107,14 +107,16 @@ def big_batch_bench(rt, cfg, threads, rng):
     with torch.no_grad():
         ref = block(xt)[0].numpy()
         t_torch = _best(lambda: block(xt), 2)
-    y, _, _ = rt.moe_forward(x, router, gating, views)
-    t_ours = _best(lambda: rt.moe_forward(x, router, gating, views), 2)
-    cos = float((y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)))
     fp32_bytes = sum(p.numel() * 4 for p in block.experts.parameters())
-    return {"tokens": cfg["big_batch"], "ours_tokens_per_s": cfg["big_batch"] / t_ours,
-            "torch_fp32_tokens_per_s": cfg["big_batch"] / t_torch, "speedup_vs_torch": t_torch / t_ours,
-            "cosine_vs_torch": cos, "expert_bytes_ours": sum(v.nbytes for v in views),
-            "expert_bytes_torch_fp32": fp32_bytes}, (router, gating, views)
+    out = {"tokens": cfg["big_batch"], "torch_fp32_tokens_per_s": cfg["big_batch"] / t_torch,
+           "expert_bytes_ours": sum(v.nbytes for v in views), "expert_bytes_torch_fp32": fp32_bytes}
+    with Runtime(threads=threads, w8a8=True) as rt8:
+        for name, r in (("int8", rt), ("int8_w8a8", rt8)):
+            y, _, _ = r.moe_forward(x, router, gating, views)
+            t = _best(lambda: r.moe_forward(x, router, gating, views), 2)
+            out[name] = {"tokens_per_s": cfg["big_batch"] / t, "speedup_vs_torch": t_torch / t,
+                         "cosine_vs_torch": float((y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)))}
+    return out, (router, gating, views)
 
 
 def quality_bench(rng):
@@ -136,10 +138,11 @@ def quality_bench(rng):
     with torch.no_grad():
         ref = block(torch.from_numpy(x)[None])[0].numpy().astype(np.float64)
     rows = []
-    with Runtime(threads=1) as rt:
-        for scheme in SCHEMES:
-            views = _experts(rng, H, I, E, scheme, source=lambda e: (gu[e, :I], gu[e, I:], dn[e]))
-            y = rt.moe_forward(x, router, Gating("softmax_topk", E, K), views)[0].astype(np.float64)
+    with Runtime(threads=1) as rt, Runtime(threads=1, w8a8=True) as rt8:
+        for scheme in list(SCHEMES) + ["int8+w8a8"]:
+            r = rt8 if scheme == "int8+w8a8" else rt
+            views = _experts(rng, H, I, E, scheme.split("+")[0], source=lambda e: (gu[e, :I], gu[e, I:], dn[e]))
+            y = r.moe_forward(x, router, Gating("softmax_topk", E, K), views)[0].astype(np.float64)
             rows.append({"scheme": scheme, "bytes_per_expert": views[0].nbytes,
                          "max_abs_err_rel": float(np.abs(y - ref).max() / np.abs(ref).max()),
                          "rms_err_rel": float(np.sqrt(((y - ref) ** 2).mean() / (ref ** 2).mean())),
@@ -203,9 +206,11 @@ def main(argv=None):
     with Runtime(threads=args.threads) as rt:
         report["batch_large"], layer = big_batch_bench(rt, cfg, args.threads, rng)
         b = report["batch_large"]
-        print(f"batch {b['tokens']}: {b['ours_tokens_per_s']:.0f} tok/s vs transformers fp32 "
-              f"{b['torch_fp32_tokens_per_s']:.0f} tok/s -> {b['speedup_vs_torch']:.2f}x "
-              f"(cosine {b['cosine_vs_torch']:.5f}, weights {b['expert_bytes_torch_fp32'] / b['expert_bytes_ours']:.1f}x smaller)")
+        for name in ("int8", "int8_w8a8"):
+            print(f"batch {b['tokens']} {name}: {b[name]['tokens_per_s']:.0f} tok/s vs transformers fp32 "
+                  f"{b['torch_fp32_tokens_per_s']:.0f} tok/s -> {b[name]['speedup_vs_torch']:.2f}x "
+                  f"(cosine {b[name]['cosine_vs_torch']:.5f}, weights "
+                  f"{b['expert_bytes_torch_fp32'] / b['expert_bytes_ours']:.1f}x smaller)")
         report["decode"] = decode_bench(rt, cfg, bw, rng, layer)
         for name, r in report["decode"].items():
             print(f"{name}: {r['bytes_per_s'] / 1e9:.1f} GB/s streamed = {r['ratio_to_bandwidth']:.2f} x read bandwidth")

@@ -86,9 +86,14 @@ def gate_logits(logits, gating, bias=None):
 
 
 class Runtime:
-    """Runtime(threads=None, cpus=None): threads None = one per CPU in `cpus` or online CPU."""
+    """Runtime(threads=None, cpus=None, w8a8=False): threads None = one per CPU in `cpus` or online CPU.
 
-    def __init__(self, threads=None, cpus=None):
+    w8a8=True (opt-in): experts stored as per-row int8 ("int8") multiply per-token int8
+    activations with exact integer dots (about 1.5x the f32 path's throughput at large
+    batch, slightly less accurate: docs/KERNELS.md). Still batch invariant.
+    """
+
+    def __init__(self, threads=None, cpus=None, w8a8=False):
         if threads is not None and (int(threads) != threads or not 1 <= threads <= 1024):
             raise InvalidArgument(f"threads must be an integer in 1..1024, got {threads!r}")
         cpu_list = [int(c) for c in cpus] if cpus else []
@@ -97,6 +102,8 @@ class Runtime:
         check_status(lib.cb_engine_create(int(threads or 0), cpus_c, len(cpu_list), out), "Runtime")
         self._e = out[0]
         self._lock = threading.Lock()
+        self.w8a8 = bool(w8a8)
+        check_status(lib.cb_engine_set_w8a8(self._e, int(self.w8a8)), "Runtime(w8a8)", self._e)
 
     # -- lifecycle -------------------------------------------------------
     def close(self):
@@ -130,7 +137,7 @@ class Runtime:
         e = self._engine()
         return {"threads": int(lib.cb_engine_threads(e)), "simd": simd_name(),
                 "arena_high_water": int(lib.cb_engine_arena_high_water(e)),
-                "arena_mallocs": int(lib.cb_engine_mallocs(e))}
+                "arena_mallocs": int(lib.cb_engine_mallocs(e)), "w8a8": self.w8a8}
 
     # -- routing ---------------------------------------------------------
     def _route_args(self, x, router, gating, bias):

@@ -116,6 +116,9 @@ const char *cb_engine_last_error(const cb_engine *e);
 int32_t cb_engine_threads(const cb_engine *e);
 size_t cb_engine_arena_high_water(const cb_engine *e);
 uint64_t cb_engine_mallocs(const cb_engine *e);  /* arena (re)allocations so far: flat after warm-up */
+/* Opt-in w8a8: CB_I8_ROW expert matrices use per-token dynamic int8 activations and exact
+ * integer dots (docs/KERNELS.md). Still batch invariant; different bits than the default. */
+cb_status cb_engine_set_w8a8(cb_engine *e, int32_t on);
 
 /* Routing: idx[n,k] int32, w[n,k] f32. Ties go to the lower expert index. */
 cb_status cb_route(cb_engine *e, const cb_gating *g, const float *router, const float *bias,

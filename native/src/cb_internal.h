@@ -19,6 +19,7 @@ struct cb_engine {
     cb_pool *pool;
     cb_arena *arena;
     uint64_t mallocs;
+    int32_t w8a8;            /* CB_I8_ROW matrices use per-token int8 activations (kernels_q8.c) */
     char last_error[256];
 };
 /* Make the engine arena hold at least `bytes`, reset it. Counts reallocations. */
@@ -40,7 +41,7 @@ typedef struct {
     const float *row_scale;   /* [n] multiply each output row (shared gate), or NULL */
     int64_t n;
 } cb_ffn_task;
-size_t cb_ffn_scratch_bytes(const cb_ffn_task *tasks, int32_t n_tasks);
+size_t cb_ffn_scratch_bytes(const cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks);
 /* Runs every task; scratch comes from the engine arena (already sized). */
 void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks);
 

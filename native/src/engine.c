@@ -52,6 +52,12 @@ int32_t cb_engine_threads(const cb_engine *e) { return e ? cb_pool_threads(e->po
 size_t cb_engine_arena_high_water(const cb_engine *e) { return e ? cb_arena_high_water(e->arena) : 0; }
 uint64_t cb_engine_mallocs(const cb_engine *e) { return e ? e->mallocs : 0; }
 
+cb_status cb_engine_set_w8a8(cb_engine *e, int32_t on) {
+    if (!e) return cb_fail(CB_E_INVALID, "cb_engine_set_w8a8: engine is NULL");
+    e->w8a8 = on ? 1 : 0;
+    return CB_OK;
+}
+
 cb_status cb_engine_fail(cb_engine *e, cb_status s) {
     if (e) snprintf(e->last_error, sizeof e->last_error, "%s", cb_last_error());
     return s;

@@ -20,18 +20,36 @@ typedef struct {
     const cb_ffn_task *tasks;
     float ***g, ***u;        /* per task: arrays of n row pointers into the G and U buffers */
     ffn_item *items;
+    /* w8a8 only (NULL per task when the task runs in f32): quantized inputs and their scales */
+    int16_t ***xq, ***hq;
+    float **sx, **sh;
 } ffn_run;
+
+/* Does this task run gate/up (in) or down (!in) through the w8a8 integer path? */
+static int uses_q8(const cb_engine *e, const cb_ffn_task *t, int in) {
+    if (!e->w8a8) return 0;
+    if (in) return t->ex->gate.dtype == CB_I8_ROW && t->ex->up.dtype == CB_I8_ROW && t->ex->gate.cols <= CB_Q8_MAX_K;
+    return t->ex->down.dtype == CB_I8_ROW && t->ex->down.cols <= CB_Q8_MAX_K;
+}
 
 static int64_t blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
 
-size_t cb_ffn_scratch_bytes(const cb_ffn_task *tasks, int32_t n_tasks) {
-    size_t bytes = 3 * cb_arena_need(sizeof(void *) * (size_t)(n_tasks + 1));
+static int64_t max_items(const cb_ffn_task *t) {
+    int64_t a = blocks(t->ex->gate.rows, ROW_BLOCK), b = blocks(t->ex->down.rows, ROW_BLOCK), c = blocks(t->n, TOKEN_CHUNK);
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
+
+size_t cb_ffn_scratch_bytes(const cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
+    size_t bytes = 7 * cb_arena_need(sizeof(void *) * (size_t)(n_tasks + 1));
     int64_t items = 0;
     for (int32_t i = 0; i < n_tasks; i++) {
         size_t n = (size_t)tasks[i].n, inter = (size_t)tasks[i].ex->gate.rows, hidden = (size_t)tasks[i].ex->down.rows;
         bytes += 2 * cb_arena_need(n * inter * sizeof(float)) + 2 * cb_arena_need(n * sizeof(float *));
-        int64_t a = blocks((int64_t)inter, ROW_BLOCK), b = blocks((int64_t)hidden, ROW_BLOCK);
-        items += a > b ? a : b;
+        if (uses_q8(e, &tasks[i], 1))
+            bytes += cb_arena_need(n * hidden * sizeof(int16_t)) + cb_arena_need(n * sizeof(void *)) + cb_arena_need(n * sizeof(float));
+        if (uses_q8(e, &tasks[i], 0))
+            bytes += cb_arena_need(n * inter * sizeof(int16_t)) + cb_arena_need(n * sizeof(void *)) + cb_arena_need(n * sizeof(float));
+        items += max_items(&tasks[i]);
     }
     return bytes + cb_arena_need(sizeof(ffn_item) * (size_t)(items + 1));
 }
@@ -45,8 +63,14 @@ static void phase_gate_up(void *ctx, int64_t item) {
     float **g = run->g[it.task], **u = run->u[it.task];
     for (int64_t c = 0; c < t->n; c += TOKEN_CHUNK) {
         int64_t m = t->n - c < TOKEN_CHUNK ? t->n - c : TOKEN_CHUNK;
-        cb_dot_rows(&t->ex->gate, it.r0, it.r1, t->xs + c, g + c, m);
-        cb_dot_rows(&t->ex->up, it.r0, it.r1, t->xs + c, u + c, m);
+        if (run->xq[it.task]) {
+            const int16_t *const *xq = (const int16_t *const *)run->xq[it.task] + c;
+            cb_dot_rows_q8(&t->ex->gate, it.r0, it.r1, xq, run->sx[it.task] + c, g + c, m);
+            cb_dot_rows_q8(&t->ex->up, it.r0, it.r1, xq, run->sx[it.task] + c, u + c, m);
+        } else {
+            cb_dot_rows(&t->ex->gate, it.r0, it.r1, t->xs + c, g + c, m);
+            cb_dot_rows(&t->ex->up, it.r0, it.r1, t->xs + c, u + c, m);
+        }
         for (int64_t i = c; i < c + m; i++)
             for (int32_t r = it.r0; r < it.r1; r++) g[i][r] = silu_mul(g[i][r], u[i][r]);
     }
@@ -59,29 +83,66 @@ static void phase_down(void *ctx, int64_t item) {
     const float *const *h = (const float *const *)run->g[it.task];
     for (int64_t c = 0; c < t->n; c += TOKEN_CHUNK) {
         int64_t m = t->n - c < TOKEN_CHUNK ? t->n - c : TOKEN_CHUNK;
-        cb_dot_rows(&t->ex->down, it.r0, it.r1, h + c, t->outs + c, m);
+        if (run->hq[it.task])
+            cb_dot_rows_q8(&t->ex->down, it.r0, it.r1, (const int16_t *const *)run->hq[it.task] + c,
+                           run->sh[it.task] + c, t->outs + c, m);
+        else
+            cb_dot_rows(&t->ex->down, it.r0, it.r1, h + c, t->outs + c, m);
         if (t->row_scale)
             for (int64_t i = c; i < c + m; i++)
                 for (int32_t r = it.r0; r < it.r1; r++) t->outs[i][r] = t->row_scale[i] * t->outs[i][r];
     }
 }
 
-static int64_t make_items(ffn_run *run, int32_t n_tasks, int down) {
+/* w8a8: quantize a block of a task's input rows (phase 0: x for gate/up; phase 1b: h for down). */
+static void quantize_block(ffn_run *run, int64_t item, int in) {
+    ffn_item it = run->items[item];
+    const cb_ffn_task *t = &run->tasks[it.task];
+    for (int64_t i = it.r0; i < it.r1; i++) {
+        if (in) cb_quantize_row_q8(t->xs[i], t->ex->gate.cols, run->xq[it.task][i], &run->sx[it.task][i]);
+        else cb_quantize_row_q8(run->g[it.task][i], t->ex->down.cols, run->hq[it.task][i], &run->sh[it.task][i]);
+    }
+}
+static void phase_quantize_x(void *ctx, int64_t item) { quantize_block(ctx, item, 1); }
+static void phase_quantize_h(void *ctx, int64_t item) { quantize_block(ctx, item, 0); }
+
+enum { ITEMS_GATE_UP, ITEMS_DOWN, ITEMS_QUANT_X, ITEMS_QUANT_H };
+
+static int64_t make_items(ffn_run *run, int32_t n_tasks, int kind) {
     int64_t k = 0;
     for (int32_t i = 0; i < n_tasks; i++) {
-        if (run->tasks[i].n == 0) continue;
-        int32_t rows = down ? run->tasks[i].ex->down.rows : run->tasks[i].ex->gate.rows;
+        const cb_ffn_task *t = &run->tasks[i];
+        if (t->n == 0) continue;
+        if (kind >= ITEMS_QUANT_X) {
+            if (!(kind == ITEMS_QUANT_X ? run->xq[i] : run->hq[i])) continue;
+            for (int64_t c = 0; c < t->n; c += TOKEN_CHUNK)
+                run->items[k++] = (ffn_item){i, (int32_t)c, (int32_t)(c + TOKEN_CHUNK < t->n ? c + TOKEN_CHUNK : t->n)};
+            continue;
+        }
+        int32_t rows = kind == ITEMS_DOWN ? t->ex->down.rows : t->ex->gate.rows;
         for (int32_t r = 0; r < rows; r += ROW_BLOCK)
             run->items[k++] = (ffn_item){i, r, r + ROW_BLOCK < rows ? r + ROW_BLOCK : rows};
     }
     return k;
 }
 
+static void q8_buffers(cb_engine *e, size_t n, size_t cols, int16_t ***rows, float **scales) {
+    int16_t *buf = cb_arena_alloc(e->arena, n * cols * sizeof(int16_t));
+    *rows = cb_arena_alloc(e->arena, n * sizeof(void *));
+    *scales = cb_arena_alloc(e->arena, n * sizeof(float));
+    for (size_t t = 0; t < n; t++) (*rows)[t] = buf + t * cols;
+}
+
 void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
-    ffn_run run = {tasks, NULL, NULL, NULL};
-    run.g = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)(n_tasks + 1));
-    run.u = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)(n_tasks + 1));
-    int64_t items = 0;
+    ffn_run run = {tasks, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    size_t ptrs = sizeof(void *) * (size_t)(n_tasks + 1);
+    run.g = cb_arena_alloc(e->arena, ptrs);
+    run.u = cb_arena_alloc(e->arena, ptrs);
+    run.xq = cb_arena_alloc(e->arena, ptrs);
+    run.hq = cb_arena_alloc(e->arena, ptrs);
+    run.sx = cb_arena_alloc(e->arena, ptrs);
+    run.sh = cb_arena_alloc(e->arena, ptrs);
+    int64_t items = 0, q8_in = 0, q8_down = 0;
     for (int32_t i = 0; i < n_tasks; i++) {
         size_t n = (size_t)tasks[i].n, inter = (size_t)tasks[i].ex->gate.rows;
         float *gb = cb_arena_alloc(e->arena, n * inter * sizeof(float));
@@ -92,12 +153,17 @@ void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
             run.g[i][t] = gb + t * inter;
             run.u[i][t] = ub + t * inter;
         }
-        int64_t a = blocks((int64_t)inter, ROW_BLOCK), b = blocks(tasks[i].ex->down.rows, ROW_BLOCK);
-        items += a > b ? a : b;
+        run.xq[i] = run.hq[i] = NULL;
+        run.sx[i] = run.sh[i] = NULL;
+        if (uses_q8(e, &tasks[i], 1)) q8_in++, q8_buffers(e, n, (size_t)tasks[i].ex->gate.cols, &run.xq[i], &run.sx[i]);
+        if (uses_q8(e, &tasks[i], 0)) q8_down++, q8_buffers(e, n, inter, &run.hq[i], &run.sh[i]);
+        items += max_items(&tasks[i]);
     }
     run.items = cb_arena_alloc(e->arena, sizeof(ffn_item) * (size_t)(items + 1));
-    cb_pool_run(e->pool, phase_gate_up, &run, make_items(&run, n_tasks, 0));
-    cb_pool_run(e->pool, phase_down, &run, make_items(&run, n_tasks, 1));
+    if (q8_in) cb_pool_run(e->pool, phase_quantize_x, &run, make_items(&run, n_tasks, ITEMS_QUANT_X));
+    cb_pool_run(e->pool, phase_gate_up, &run, make_items(&run, n_tasks, ITEMS_GATE_UP));
+    if (q8_down) cb_pool_run(e->pool, phase_quantize_h, &run, make_items(&run, n_tasks, ITEMS_QUANT_H));
+    cb_pool_run(e->pool, phase_down, &run, make_items(&run, n_tasks, ITEMS_DOWN));
 }
 
 float cb_sigmoid_gate(const float *g, const float *x, int32_t hidden) {
@@ -118,7 +184,7 @@ cb_status cb_expert_forward(cb_engine *e, const cb_expert *ex, const float *x, i
         if (rows[i] < 0) return cb_engine_fail(e, cb_fail(CB_E_INVALID, "cb_expert_forward: rows[%lld] = %d < 0", (long long)i, (int)rows[i]));
     if (n_rows == 0) return CB_OK;
     cb_ffn_task task = {ex, NULL, NULL, NULL, n_rows};
-    size_t bytes = 2 * cb_arena_need(sizeof(float *) * (size_t)n_rows) + cb_ffn_scratch_bytes(&task, 1);
+    size_t bytes = 2 * cb_arena_need(sizeof(float *) * (size_t)n_rows) + cb_ffn_scratch_bytes(e, &task, 1);
     if ((s = cb_engine_scratch(e, bytes)) != CB_OK) return cb_engine_fail(e, s);
     const float **xs = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)n_rows);
     float **outs = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)n_rows);
@@ -142,7 +208,7 @@ cb_status cb_shared_forward(cb_engine *e, const cb_expert *shared, const float *
     if (n == 0) return CB_OK;
     cb_ffn_task task = {shared, NULL, NULL, NULL, n};
     size_t bytes = 2 * cb_arena_need(sizeof(float *) * (size_t)n) + cb_arena_need(sizeof(float) * (size_t)n) +
-                   cb_ffn_scratch_bytes(&task, 1);
+                   cb_ffn_scratch_bytes(e, &task, 1);
     if ((s = cb_engine_scratch(e, bytes)) != CB_OK) return cb_engine_fail(e, s);
     const float **xs = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)n);
     float **outs = cb_arena_alloc(e->arena, sizeof(float *) * (size_t)n);

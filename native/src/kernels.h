@@ -27,6 +27,16 @@ void cb_dot_rows_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const float 
 void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                       float *const *outs, int64_t nt);
 
+/* w8a8 (kernels_q8.c): CB_I8_ROW weights x per-row int8 activations held as int16. */
+#define CB_Q8_MAX_K 131072   /* int32 sums of K products of |127| stay exact below this */
+void cb_quantize_row_q8(const float *x, int32_t K, int16_t *q, float *scale);
+void cb_dot_rows_q8(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq, const float *sx,
+                    float *const *outs, int64_t nt);
+void cb_dot_rows_q8_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                           const float *sx, float *const *outs, int64_t nt);
+void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                         const float *sx, float *const *outs, int64_t nt);
+
 /* Exact f16 -> f32 (IEEE half, subnormals included). */
 static inline float cb_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;

@@ -75,7 +75,7 @@ cb_status cb_moe_forward(cb_engine *e, const cb_moe_layer *L, const float *x, in
     if ((s = count_rows(L, idx, pairs, count)) != CB_OK) return cb_engine_fail(e, s);
     int32_t T = plan_tasks(L, n, count, tasks);
     size_t shared_bytes = L->n_shared ? cb_arena_need(sizeof(float) * (size_t)(n * H)) + cb_arena_need(sizeof(float) * (size_t)n) : 0;
-    size_t bytes = cb_ffn_scratch_bytes(tasks, T) + cb_arena_need(sizeof(float) * (size_t)pairs * (size_t)H) +
+    size_t bytes = cb_ffn_scratch_bytes(e, tasks, T) + cb_arena_need(sizeof(float) * (size_t)pairs * (size_t)H) +
                    2 * cb_arena_need(sizeof(void *) * (size_t)(pairs + n)) + cb_arena_need(sizeof(int64_t) * (size_t)(E + 1)) + shared_bytes;
     if ((s = cb_engine_scratch(e, bytes)) != CB_OK) return cb_engine_fail(e, s);
 

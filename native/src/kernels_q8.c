@@ -1,0 +1,110 @@
+/* kernels_q8.c — opt-in w8a8 path: int8 weights (CB_I8_ROW) x per-token int8 activations.
+ *
+ * Role: the integer-dot alternative to cb_dot_rows for engines with w8a8 on.
+ * Activations are quantized per row: amax = max|x|, qx = rint(x * (127/amax))
+ * (clamped to +-127), sx = amax / 127. The dot is an exact int32 sum, so the
+ * reduction order is irrelevant and every tiling, thread split and SIMD path
+ * gives the same bits: out = ((float)sum_k qw[r,k] * qx[k] * sx) * scale[r].
+ * The AVX2 path multiplies int16 pairs with vpmaddwd (16 MACs per instruction).
+ */
+#include <math.h>
+#include "kernels.h"
+
+void cb_quantize_row_q8(const float *x, int32_t K, int16_t *q, float *scale) {
+    float amax = 0.0f;
+    for (int32_t k = 0; k < K; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int32_t k = 0; k < K; k++) {
+        float v = rintf(x[k] * inv);
+        q[k] = (int16_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+    }
+    *scale = amax / 127.0f;
+}
+
+static float finish_q8(const cb_matrix *w, int32_t r, int32_t isum, float sx) {
+    return ((float)isum * sx) * w->scales[r];
+}
+
+void cb_dot_rows_q8_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                           const float *sx, float *const *outs, int64_t nt) {
+    size_t K = (size_t)w->cols;
+    for (int32_t r = r0; r < r1; r++) {
+        const int8_t *row = (const int8_t *)w->data + (size_t)r * K;
+        for (int64_t t = 0; t < nt; t++) {
+            int32_t s = 0;
+            for (size_t k = 0; k < K; k++) s += (int32_t)row[k] * (int32_t)xq[t][k];
+            outs[t][r] = finish_q8(w, r, s, sx[t]);
+        }
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define Q8_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+Q8_FN int32_t hsum_i32(__m256i a) {
+    __m128i v = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 1));
+    return _mm_cvtsi128_si32(v);
+}
+
+Q8_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_t *const *xq, const float *sx,
+                   float *const *outs) {
+    size_t K = (size_t)w->cols, K16 = K - K % 16;
+    const int8_t *row[4];
+    __m256i acc[4][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < TR; j++) row[j] = (const int8_t *)w->data + (size_t)(r + j) * K;
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TR; j++) acc[i][j] = _mm256_setzero_si256();
+    for (size_t k = 0; k < K16; k += 16) {
+#pragma GCC unroll 4
+        for (int j = 0; j < TR; j++) {
+            __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row[j] + k)));
+#pragma GCC unroll 4
+            for (int i = 0; i < TT; i++)
+                acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(wv, _mm256_loadu_si256((const __m256i *)(xq[i] + k))));
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TR; j++) {
+            int32_t s = hsum_i32(acc[i][j]);
+            for (size_t k = K16; k < K; k++) s += (int32_t)row[j][k] * (int32_t)xq[i][k];
+            outs[i][r + j] = finish_q8(w, r + j, s, sx[i]);
+        }
+}
+
+/* 4 tokens x 2 rows keeps 8 accumulators + temporaries in the 16 ymm registers
+ * (4 x 3 spilled); a lone token uses 1 x 4. */
+__attribute__((target("avx2,fma,f16c")))
+void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                         const float *sx, float *const *outs, int64_t nt) {
+    int64_t t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        int32_t r = r0;
+        for (; r + 2 <= r1; r += 2) tile_q8(4, 2, w, r, xq + t, sx + t, outs + t);
+        for (; r < r1; r++) tile_q8(4, 1, w, r, xq + t, sx + t, outs + t);
+    }
+    for (; t < nt; t++) {
+        int32_t r = r0;
+        for (; r + 4 <= r1; r += 4) tile_q8(1, 4, w, r, xq + t, sx + t, outs + t);
+        for (; r < r1; r++) tile_q8(1, 1, w, r, xq + t, sx + t, outs + t);
+    }
+}
+#else
+void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                         const float *sx, float *const *outs, int64_t nt) {
+    cb_dot_rows_q8_scalar(w, r0, r1, xq, sx, outs, nt);
+}
+#endif
+
+void cb_dot_rows_q8(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq, const float *sx,
+                    float *const *outs, int64_t nt) {
+    if (cb_simd_level() == 2) cb_dot_rows_q8_avx2(w, r0, r1, xq, sx, outs, nt);
+    else cb_dot_rows_q8_scalar(w, r0, r1, xq, sx, outs, nt);
+}

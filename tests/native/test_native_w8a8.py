@@ -1,0 +1,62 @@
+"""Opt-in w8a8 (int8 weights x per-token int8 activations): invariance, both SIMD paths, accuracy, pieces."""
+import numpy as np
+import pytest
+
+from colibri_dist.native import Runtime, combine, simd_force, simd_name
+from native_helpers import cosine, decoded, ffn_ref, rand_expert, random_layer, view_of
+
+PATHS = ["avx2", "scalar"] if simd_name() == "avx2" else ["scalar"]
+
+
+@pytest.fixture(scope="module")
+def rts():
+    r = {t: Runtime(threads=t, w8a8=True) for t in (1, 2, 3)}
+    yield r
+    for v in r.values():
+        v.close()
+
+
+def _forward(rt, layer, x):
+    return rt.moe_forward(x, layer["router"], layer["gating"], layer["experts"], shared=layer.get("shared"),
+                          shared_gate=layer.get("shared_gate"))
+
+
+@pytest.mark.parametrize("hidden,inter", [(64, 32), (77, 45)])
+def test_w8a8_is_close_to_the_f32_reference_and_path_independent(rts, hidden, inter):
+    rng = np.random.default_rng(hidden)
+    view = view_of(rand_expert(rng, hidden, inter), "int8")
+    x = rng.standard_normal((13, hidden)).astype(np.float32)
+    outs = {}
+    for path in PATHS:
+        with simd_force(path):
+            outs[path] = rts[2].expert_forward(x, view)
+    assert all(np.array_equal(o, outs[PATHS[0]]) for o in outs.values())
+    ref = ffn_ref(x, *decoded(view))
+    assert cosine(outs[PATHS[0]], ref) >= 0.999
+    with Runtime(threads=2) as plain:
+        assert not np.array_equal(plain.expert_forward(x, view), outs[PATHS[0]])  # the mode really changes the math
+
+
+def test_w8a8_batch_order_thread_invariance_and_pieces(rts):
+    rng = np.random.default_rng(9)
+    layer = random_layer(rng, hidden=80, inter=48, n_experts=8, top_k=3, shared=True, scheme="int8")
+    x = rng.standard_normal((21, 80)).astype(np.float32)
+    full, idx, w = _forward(rts[2], layer, x)
+    for n in (1, 4, 21):
+        assert np.array_equal(_forward(rts[1], layer, np.ascontiguousarray(x[:n]))[0], full[:n])
+    perm = rng.permutation(21)
+    assert np.array_equal(_forward(rts[3], layer, np.ascontiguousarray(x[perm]))[0], full[perm])
+    slot = np.zeros((21, 3, 80), np.float32)
+    for e in np.unique(idx):
+        t, j = np.nonzero(idx == e)
+        slot[t, j] = rts[1].expert_forward(x, layer["experts"][e], rows=t)
+    shared = rts[3].shared_forward(x, layer["shared"], layer["shared_gate"])
+    assert np.array_equal(combine(w, slot, shared), full)
+
+
+def test_w8a8_leaves_other_schemes_on_the_f32_path(rts):
+    rng = np.random.default_rng(10)
+    view = view_of(rand_expert(rng, 64, 32), "int8-g32")
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    with Runtime(threads=1) as plain:
+        assert np.array_equal(plain.expert_forward(x, view), rts[1].expert_forward(x, view))
