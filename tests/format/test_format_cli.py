@@ -51,3 +51,32 @@ def test_convert_unsupported_architecture_exit_1(tiny_dir, tmp_path, capsys):
     (bad / "config.json").write_text(json.dumps(cfg))
     assert main(["convert", str(bad), str(tmp_path / "x.colibri")]) == 1
     assert "supported: deepseek_v3, mixtral, olmoe, qwen2_moe, qwen3_moe" in capsys.readouterr().err
+
+
+class _Tty:
+    """A stderr stand-in that claims to be a terminal and records what is written."""
+
+    def __init__(self):
+        self.text = []
+
+    def isatty(self):
+        return True
+
+    def write(self, s):
+        self.text.append(s)
+        return len(s)
+
+    def flush(self):
+        pass
+
+
+def test_progress_bar_only_on_a_terminal(converted, monkeypatch, capsys):
+    import sys
+    path, _ = converted("mixtral", "f32")
+    with cd.open_model(path) as model:
+        model.verify()                                 # stderr is not a tty under pytest: silent
+        assert capsys.readouterr().err == ""
+        fake = _Tty()
+        monkeypatch.setattr(sys, "stderr", fake)
+        model.verify()
+        assert "verify" in "".join(fake.text)
