@@ -44,6 +44,8 @@ def test_batch_position_and_thread_invariance(runtimes, path, scheme, kind, kw):
         assert np.array_equal(y[0], full[3])
         for t in (1, 3):
             assert np.array_equal(_forward(runtimes[t], layer, x)[0], full)
+        with Runtime(threads=2, cpus=[0]) as pinned:                  # workers pinned to one CPU
+            assert np.array_equal(_forward(pinned, layer, x)[0], full)
 
 
 @pytest.mark.parametrize("kind,kw", KINDS)
