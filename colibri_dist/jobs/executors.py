@@ -1,7 +1,8 @@
 """Where a job's MoE layers run: the Ray Pool or the in-process Engine, behind one small interface.
 
 Role in the data flow: the runner opens an executor from the config
-(`pool.workers: 0` or `job.executor: engine` = in-process Engine, else a Pool),
+(`pool.workers: 0` or `job.executor: engine` = in-process Engine; `pool.name`
+set = attach to that running named pool; else a Pool owned by the job),
 and the job kinds call `route(layer, x)` and `moe_forward(layer, x)` on it.
 `stats()` returns one normalized shape whatever runs underneath:
     {"cache": {hits, misses, evictions, bytes_loaded},
@@ -15,6 +16,10 @@ CACHE_KEYS = ("hits", "misses", "evictions", "bytes_loaded")
 
 def uses_pool(cfg):
     return cfg.job.executor == "pool" and cfg.pool.workers > 0
+
+
+def attaches_to_named_pool(cfg):
+    return uses_pool(cfg) and bool(cfg.pool.name)
 
 
 def open_executor(cfg, model_path, offload_dir):
@@ -55,16 +60,19 @@ class EngineExecutor:
 
 
 class PoolExecutor:
+    """A pool owned by the job, or (pool.name set) the running named pool of `colibri pool start`."""
     kind = "pool"
 
     def __init__(self, cfg, model_path, offload_dir):
         from ..pool import Pool
         p = cfg.pool
+        if p.name:
+            self.pool = _attach_named(p, model_path)
+            return
         self.pool = Pool(model_path, workers=p.workers, ray_address=p.ray_address, cache_bytes=p.cache_bytes,
                          offload_dir=offload_dir, replicas=p.replicas, balancer=p.balancer.kind,
                          threads_per_worker=p.threads_per_worker, policy=p.policy,
-                         numa=dataclasses.asdict(p.numa), name=p.name,
-                         routing_policy=cfg.routing.policy)
+                         numa=dataclasses.asdict(p.numa), routing_policy=cfg.routing.policy)
 
     def route(self, layer, x):
         return self.pool.route(layer, x)
@@ -80,6 +88,20 @@ class PoolExecutor:
 
     def close(self):
         self.pool.shutdown()
+
+
+def _attach_named(p, model_path):
+    from ..errors import InvalidArgument, PoolError
+    from ..pool import Pool, service
+    address = service.resolve_address(p.name, p.ray_address)
+    if address is None:
+        raise PoolError(f"pool.name is {p.name!r} but no pool of that name is running; start it with "
+                        f"`colibri pool start CONFIG`, or remove pool.name to let the job start its own pool")
+    state = service.read_state(p.name) or {}
+    served = state.get("model")
+    if served and os.path.realpath(served) != os.path.realpath(model_path):
+        raise InvalidArgument(f"pool {p.name!r} serves {served}, but the job's model is {model_path}")
+    return Pool.attach(p.name, ray_address=address)
 
 
 def _cache_of(raw):

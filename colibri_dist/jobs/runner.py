@@ -105,9 +105,11 @@ def _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor
 
 
 def _executor_line(cfg, offload_dir):
-    from .executors import uses_pool
+    from .executors import attaches_to_named_pool, uses_pool
     cache = "no cache limit (experts served from the mmap)" if cfg.pool.cache_bytes is None else \
         f"cache {cfg.pool.cache_bytes / 2**20:.2f} MiB per worker, offload to {offload_dir}"
+    if attaches_to_named_pool(cfg):
+        return f"attaching to the running pool {cfg.pool.name!r} (its own cache and offload settings apply)"
     if uses_pool(cfg):
         where = cfg.pool.ray_address or "a local Ray on loopback"
         return f"starting a pool of {cfg.pool.workers} workers on {where}; {cache}"
@@ -116,6 +118,9 @@ def _executor_line(cfg, offload_dir):
 
 def _offload_dir(cfg, out_dir):
     """pool.offload_dir, or a fresh temp dir inside the output dir (removed at the end) when a cache is set."""
+    from .executors import attaches_to_named_pool
+    if attaches_to_named_pool(cfg):
+        return None, False            # the running pool has its own cache and offload settings
     if cfg.pool.offload_dir:
         return cfg.pool.offload_dir, False
     if cfg.pool.cache_bytes is None:
