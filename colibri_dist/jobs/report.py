@@ -51,7 +51,8 @@ def build_report(cfg, meter, final_stats, manifest, executor_kind, startup_s, mo
     workers = worker_section(meter.first_stats["workers"], final_stats["workers"])
     compute_s = meter.elapsed_s
     rep = {
-        "job": {"kind": cfg.job.kind, "config": cfg.source, "model": model_path, "executor": executor_kind,
+        "job": {"kind": cfg.job.kind, "config": os.path.abspath(cfg.source) if cfg.source else None,
+                "model": os.path.abspath(model_path), "executor": executor_kind,
                 "batch_tokens": cfg.job.batch_tokens},
         "rows": int(sum(i["rows"] for i in done)),
         "tokens": int(sum(i["tokens"] for i in done)),
