@@ -16,6 +16,13 @@ def choose_mode(setting, stream=None):
     return "bar" if hasattr(stream, "isatty") and stream.isatty() else "log"
 
 
+def _columns():
+    """Terminal width, or 100 when the terminal reports none (e.g. a pty of size 0x0)."""
+    import shutil
+    cols = shutil.get_terminal_size((0, 0)).columns
+    return cols if cols > 20 else 100
+
+
 class JobProgress:
     def __init__(self, total_tokens, done_tokens=0, mode="auto", log_every_s=5.0, stream=None):
         self.stream = stream or sys.stderr
@@ -30,7 +37,7 @@ class JobProgress:
         if self.mode == "bar":
             from tqdm import tqdm
             self.bar = tqdm(total=total_tokens, initial=done_tokens, unit="tok", unit_scale=True,
-                            file=self.stream, dynamic_ncols=True, desc="colibri run")
+                            file=self.stream, desc="colibri run", ncols=_columns())
 
     def advance(self, tokens, hit_rate=None):
         self.done += tokens
