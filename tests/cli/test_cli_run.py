@@ -115,6 +115,12 @@ def test_bench_dispatches_and_reports_unknown_names(capsys):
     with pytest.raises(SystemExit) as info:
         main(["bench", "nonsense"])
     assert info.value.code == 2
+    from colibri_dist.bench.__main__ import NAMES
+    for name in NAMES:            # options after NAME reach the benchmark's own parser
+        with pytest.raises(SystemExit) as info:
+            main(["bench", name, "--help"])
+        assert info.value.code == 0, name
+        assert "usage: colibri bench" not in capsys.readouterr().out   # the benchmark's own help
 
 # ------------------------------------------------------------------ the demo end to end on a Ray pool
 
