@@ -40,7 +40,7 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
     if model_opener is None:
         from ..format.reader import open_model as model_opener
     with model_opener(model_path) as model:
-        kind = KINDS[cfg.job.kind](cfg, model, model_path, find_tokenizer(cfg.job, model_path) or tokenizer)
+        kind = KINDS[cfg.job.kind](cfg, model, model_path, find_tokenizer(cfg.job, model_path, model) or tokenizer)
         paths = discover_inputs(input_spec, kind.input_exts)
         shards = plan_shards(paths, kind.count_rows, cfg.job.shard_rows)
         signature = job_signature(cfg, model_path, paths, kind)

@@ -157,10 +157,14 @@ def load_tokenizer(path):
         raise FormatError(f"{path}: cannot load tokenizer: {exc}") from None
 
 
-def find_tokenizer(job, model_path):
-    """job.tokenizer, else tokenizer.json beside the model file (or inside it, if the model is a directory)."""
+def find_tokenizer(job, model_path, model=None):
+    """job.tokenizer, else tokenizer.json beside the model file (or inside it, if the model is a directory),
+    else in the Hugging Face directory the model was converted from (recorded by the converter)."""
     if job.tokenizer:
         return job.tokenizer
     base = model_path if os.path.isdir(model_path) else os.path.dirname(os.path.abspath(model_path))
-    candidate = os.path.join(base, "tokenizer.json")
-    return candidate if os.path.isfile(candidate) else None
+    candidates = [os.path.join(base, "tokenizer.json")]
+    source_dir = (getattr(getattr(model, "config", None), "extra", None) or {}).get("source_dir")
+    if source_dir:
+        candidates.append(os.path.join(source_dir, "tokenizer.json"))
+    return next((c for c in candidates if os.path.isfile(c)), None)

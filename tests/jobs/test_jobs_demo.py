@@ -151,3 +151,14 @@ def test_moe_layer_job_rejects_unknown_layer_and_bad_shapes(demo_env, tmp_path):
     job.write_text(f"job: {{kind: moe-layer, input: {tmp_path / 'bad.npy'}}}\n" + base)
     with pytest.raises(FormatError, match=r"bad.npy: expected hidden states of shape \[rows, 32\], got \[4, 7\]"):
         run_job(load_config(str(job)), out_dir=str(tmp_path / "out2"))
+
+
+def test_text_input_uses_the_demo_models_own_tokenizer(demo_env, tmp_path):
+    pytest.importorskip("tokenizers")
+    root, config, art = demo_env
+    ids_cfg = config()
+    run_job(ids_cfg, out_dir=str(tmp_path / "ids"))
+    text_cfg = config(name="text.yaml")
+    text_cfg.job.input_format = "text"          # the demo rows carry both; read only the text
+    run_job(text_cfg, out_dir=str(tmp_path / "text"))
+    assert output_rows(tmp_path / "text") == output_rows(tmp_path / "ids")
