@@ -33,7 +33,9 @@ def plot_heat(heat):
     for i, l in enumerate(layers):
         grid[i, :len(heat[l])] = heat[l]
     fig, ax = _figure(h=1.2 + 0.45 * len(layers))
-    im = ax.imshow(grid, aspect="auto", cmap="inferno", interpolation="nearest")
+    from matplotlib.colors import PowerNorm
+    im = ax.imshow(grid, aspect="auto", cmap="inferno", interpolation="nearest",
+                   norm=PowerNorm(gamma=0.5, vmin=0, vmax=max(grid.max(), 1)))   # sqrt scale: cold experts visible
     ax.set_yticks(range(len(layers)), [f"layer {l}" for l in layers])
     ax.set_xlabel("expert")
     ax.set_title("expert heat: tokens routed to each expert")
@@ -41,13 +43,13 @@ def plot_heat(heat):
     return _png(fig)
 
 
-def plot_worker_load(samples):
-    if len(samples) < 1:
+def plot_worker_load(samples, first_workers):
+    if not samples:
         return None
     fig, ax = _figure()
     ids = [str(w["id"]) for w in samples[-1]["workers"]]
     t = [s["t"] for s in samples]
-    prev = {str(w["id"]): w["tokens"] for w in samples[0]["workers"]}
+    prev = {str(w["id"]): w["tokens"] for w in first_workers}
     series = {i: [] for i in ids}
     for s in samples:
         now = {str(w["id"]): w["tokens"] for w in s["workers"]}
@@ -90,7 +92,7 @@ def plot_hit_rate(samples, first_cache):
 def render_html(rep, meter):
     from .report import summary_rows
     plots = [("Expert heat", plot_heat(rep.get("expert_heat"))),
-             ("Per-worker load", plot_worker_load(meter.samples)),
+             ("Per-worker load", plot_worker_load(meter.samples, meter.first_stats["workers"])),
              ("Cache hit rate", plot_hit_rate(meter.samples, meter.first_stats["cache"]))]
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in summary_rows(rep))
     workers = "".join(
