@@ -8,6 +8,7 @@ Role in the data flow:
 Re-running into the same output dir resumes at the first incomplete shard.
 """
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -47,6 +48,10 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
         manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
         clean_temp_files(out_dir)
         pending = [s for s in shards if not manifest.is_done(s.name)]
+        if not pending and os.path.isfile(os.path.join(out_dir, "report.json")):
+            log(f"nothing to do: all {len(shards)} shards in {out_dir} are already written (--restart redoes them)")
+            with open(os.path.join(out_dir, "report.json")) as fh:
+                return json.load(fh)
         if len(pending) < len(shards):
             log(f"resuming in {out_dir}: {len(shards) - len(pending)} of {len(shards)} shards already written")
         report = _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor_factory, stream)

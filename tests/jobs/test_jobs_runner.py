@@ -55,10 +55,14 @@ def test_resume_after_crash_gives_every_row_once_and_same_outputs(fake_job, tmp_
 
 
 def test_resume_of_a_complete_run_recomputes_nothing(fake_job, tmp_path):
-    fake_job.run(tmp_path / "out")
+    first = fake_job.run(tmp_path / "out")
     rep = fake_job.run(tmp_path / "out")
-    assert fake_job.executors[-1].calls == 0
-    assert rep["shards"]["written_this_run"] == 0 and rep["complete"]
+    assert len(fake_job.executors) == 1          # no executor (no Ray) started for nothing
+    assert rep == json.loads(json.dumps(first)) and rep["complete"]
+    (tmp_path / "out" / "report.json").unlink()  # a crash after the last shard, before the report
+    rep = fake_job.run(tmp_path / "out")
+    assert fake_job.executors[-1].calls == 0 and rep["shards"] == {"total": 3, "written_this_run": 0, "resumed": 3}
+    assert rep["tokens"] == first["tokens"] and (tmp_path / "out" / "report.json").exists()
 
 
 def test_shard_with_missing_or_truncated_output_is_recomputed(fake_job, tmp_path):
