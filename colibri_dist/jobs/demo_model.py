@@ -50,8 +50,14 @@ def settings_key(demo: DemoConfig):
     settings = as_dict(demo)
     settings.pop("cache_dir", None)
     settings["format_version"] = FORMAT_VERSION
+    settings["container_version"] = _container_version()    # a new .colibri format rebuilds the cache
     blob = json.dumps(settings, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _container_version():
+    from ..format import spec
+    return spec.VERSION
 
 
 def ensure_demo(demo: DemoConfig, log=print):
