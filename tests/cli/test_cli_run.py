@@ -190,3 +190,17 @@ def test_killed_run_resumes_without_losing_or_duplicating_rows(env, tmp_path):
     ids = [json.loads(line)["id"] for blob in got.values() for line in blob.decode().splitlines()]
     assert len(ids) == len(set(ids)) == 24 * 16
     assert not [n for n in os.listdir(out) if ".tmp-" in n]
+
+
+def test_run_overrides_and_second_run_is_a_no_op(env, tmp_path, capsys):
+    root, write = env
+    cfg_path = write("override.yaml", workers=2)          # would start Ray, but --workers 0 keeps it in-process
+    ensure_demo(load_config(cfg_path).demo, log=lambda _: None)
+    out = str(tmp_path / "o")
+    assert main(["run", cfg_path, "--workers", "-1", "--out", out]) == 2
+    assert "--workers: expected an integer >= 0" in capsys.readouterr().err
+    assert main(["run", cfg_path, "--workers", "0", "--progress", "none", "--out", out]) == 0
+    assert json.load(open(os.path.join(out, "report.json")))["job"]["executor"] == "engine"
+    capsys.readouterr()
+    assert main(["run", cfg_path, "--executor", "engine", "--out", out]) == 0
+    assert "nothing to do: all 3 shards" in capsys.readouterr().err
