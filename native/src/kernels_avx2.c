@@ -110,12 +110,20 @@ AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const fl
  * token rows stream from L2 (the caller keeps a token chunk L2-sized). */
 AVX2_FN void rows_for_dtype(int dtype, const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,
                             float *const *outs, int64_t nt) {
-    if (nt < 4) {
-        for (int64_t t = 0; t < nt; t++) {
-            int32_t r = r0;
-            for (; r + 8 <= r1; r += 8) tile(dtype, 1, 8, d, r, xs + t, outs + t);
-            for (; r < r1; r++) tile(dtype, 1, 1, d, r, xs + t, outs + t);
-        }
+    if (nt == 1) {
+        int32_t r = r0;
+        for (; r + 8 <= r1; r += 8) tile(dtype, 1, 8, d, r, xs, outs);
+        for (; r < r1; r++) tile(dtype, 1, 1, d, r, xs, outs);
+        return;
+    }
+    if (nt < 4) {     /* 2-3 tokens (an expert's share of a small batch): decode each weight once */
+        int32_t r = r0;
+        if (nt == 2)
+            for (; r + 4 <= r1; r += 4) tile(dtype, 2, 4, d, r, xs, outs);
+        else
+            for (; r + 3 <= r1; r += 3) tile(dtype, 3, 3, d, r, xs, outs);
+        for (; r < r1; r++)
+            for (int64_t t = 0; t < nt; t++) tile(dtype, 1, 1, d, r, xs + t, outs + t);
         return;
     }
     int32_t r = r0;
