@@ -12,8 +12,9 @@ import numpy as np
 
 
 class Meter:
-    def __init__(self, executor, n_experts_by_layer, heat=True):
+    def __init__(self, executor, n_experts_by_layer, heat=True, sample_every_s=0.25):
         self.executor = executor
+        self.sample_every_s = sample_every_s   # executor stats cost a round trip on a pool: not every batch
         self.heat_enabled = heat
         self.heat = {layer: np.zeros(n, dtype=np.int64) for layer, n in n_experts_by_layer.items()}
         self.latencies_ms = []
@@ -31,11 +32,17 @@ class Meter:
     def batch(self, tokens):
         start = time.perf_counter()
         yield
-        self.latencies_ms.append((time.perf_counter() - start) * 1e3)
+        now = time.perf_counter()
+        self.latencies_ms.append((now - start) * 1e3)
         self.tokens += tokens
+        if not self.samples or now - self.t0 - self.samples[-1]["t"] >= self.sample_every_s:
+            self.sample()
+
+    def sample(self):
         stats = self.executor.stats()
         self.samples.append({"t": time.perf_counter() - self.t0, "tokens": self.tokens,
                              "cache": stats["cache"], "workers": stats["workers"]})
+        return stats
 
     def moe_forward(self, layer, x):
         """The executor's MoE forward, counting tokens per routed expert for the heat map."""
@@ -55,7 +62,7 @@ class Meter:
 
     def finish(self):
         self.t_end = time.perf_counter()
-        return self.executor.stats()
+        return self.sample()
 
     @property
     def elapsed_s(self):

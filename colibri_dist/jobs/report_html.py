@@ -2,7 +2,7 @@
 
 Role in the data flow: report.write_all calls `render_html(report, meter)`.
 Plots: expert heat per layer (tokens routed to each expert), per-worker load
-over time (work done between consecutive batches), cache hit rate over time
+over time (work done between consecutive stats samples, every >= 0.25 s), cache hit rate over time
 (per batch and cumulative). Uses matplotlib.figure.Figure directly; never opens a window.
 """
 import base64
@@ -59,7 +59,7 @@ def plot_worker_load(samples, first_workers):
     for i in ids:
         ax.plot(t, series[i], marker=".", label=f"worker {i}")
     ax.set_xlabel("time since start (s)")
-    ax.set_ylabel("work per batch (token rows)")
+    ax.set_ylabel("work per interval (token rows)")
     ax.set_title("per-worker load over time")
     ax.legend(loc="best", fontsize="small")
     return _png(fig)
@@ -75,11 +75,11 @@ def plot_hit_rate(samples, first_cache):
         dh, dm = c["hits"] - prev["hits"], c["misses"] - prev["misses"]
         th, tm = c["hits"] - first_cache["hits"], c["misses"] - first_cache["misses"]
         t.append(s["t"])
-        per_batch.append(dh / (dh + dm) if dh + dm else np.nan)
+        per_batch.append(dh / (dh + dm) if dh + dm else np.nan)   # per sampling interval
         cumulative.append(th / (th + tm) if th + tm else np.nan)
         prev = c
     fig, ax = _figure()
-    ax.plot(t, per_batch, ".", alpha=0.6, label="per batch")
+    ax.plot(t, per_batch, ".", alpha=0.6, label="per interval")
     ax.plot(t, cumulative, "-", label="cumulative")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("time since start (s)")
