@@ -72,7 +72,7 @@ def resolve_sources(cfg, log):
 def job_signature(cfg, model_path, paths, kind):
     """What decides the outputs' content: changing it makes an old output dir unusable for resume."""
     st = os.stat(model_path)
-    files = [[os.path.abspath(p), os.path.getsize(p)] for p in paths]
+    files = [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]
     return {"kind": cfg.job.kind, "model": os.path.abspath(model_path), "model_bytes": st.st_size,
             "model_mtime_ns": st.st_mtime_ns, "inputs": files, "shard_rows": cfg.job.shard_rows,
             "kind_settings": kind.signature(),
