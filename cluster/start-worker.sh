@@ -20,5 +20,4 @@ if [ "${DRY_RUN:-0}" = "1" ]; then
     printf '%q ' "${cmd[@]}"; echo
     exit 0
 fi
-export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 exec "${cmd[@]}"

@@ -5,7 +5,15 @@
     pool = Pool.attach("svc")                 # join a named pool from another process
 
 Ray is imported lazily, so pool.dispatch stays importable without starting it.
+
+RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER defaults to "0" here, BEFORE anything imports
+ray (Ray reads it at import): Ray then resolves "this node" and 127.0.0.1
+addresses to loopback instead of the machine's LAN address. A driver joining a
+multi-machine cluster exports RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 (docs/CLUSTER.md).
 """
+import os
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 __all__ = ["Pool", "NAMESPACE"]
 

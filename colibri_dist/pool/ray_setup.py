@@ -27,8 +27,31 @@ def connect(ray_address=None, num_cpus=None):
         ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=num_cpus or os.cpu_count(),
                  **common)
         return True
+    _match_token_auth()
     ray.init(address=ray_address, **common)
     return True
+
+
+def _match_token_auth():
+    """Use token auth when joining if a Ray token exists, the rule `ray start --head` applied.
+
+    Ray 2.60 heads enable token auth when ~/.ray/auth_token (or RAY_AUTH_TOKEN[_PATH])
+    exists and RAY_AUTH_MODE is unset, but a driver joining by address does not;
+    without this it is refused with InvalidAuthToken."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available)
+    except ImportError:  # other Ray versions: nothing to match
+        return
+    quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # it warns "token authentication is enabled" on every join
+    try:
+        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    finally:
+        quiet.setLevel(level)
 
 
 def numa_slots(workers):

@@ -57,11 +57,16 @@ def remove_state(name):
 
 
 def pid_alive(pid):
+    """True if the process exists and is not a zombie."""
     try:
         os.kill(int(pid), 0)
-        return True
     except (OSError, TypeError, ValueError):
         return False
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def resolve_address(name, address=None):
