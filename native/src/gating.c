@@ -11,6 +11,7 @@
  * Slots come out in descending score order.
  */
 #include <math.h>
+#include <string.h>
 #include "cb_internal.h"
 
 #define MAX_GROUPS 256
@@ -30,12 +31,26 @@ static void topk_push(float x, int32_t e, int32_t k, int32_t *n, float *val, int
     idx[p] = e;
 }
 
+/* Top-k of v[0..E): once the list is full, blocks of 8 whose maximum cannot enter are skipped. */
+static int32_t topk_scan(const float *v, int32_t E, int32_t k, float *val, int32_t *idx) {
+    int32_t n = 0, e = 0;
+    for (; e < E && n < k; e++) topk_push(v[e], e, k, &n, val, idx);
+    for (; e + 8 <= E; e += 8) {
+        float m = v[e];
+        for (int l = 1; l < 8; l++) m = v[e + l] > m ? v[e + l] : m;
+        if (!(m > val[k - 1])) continue;
+        for (int l = 0; l < 8; l++) topk_push(v[e + l], e + l, k, &n, val, idx);
+    }
+    for (; e < E; e++) topk_push(v[e], e, k, &n, val, idx);
+    return n;
+}
+
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 static void softmax_kinds(const cb_gating *g, const float *l, int32_t *idx, float *w) {
-    int32_t n = 0, k = g->top_k, E = g->n_experts;
+    int32_t k = g->top_k, E = g->n_experts;
     float val[CB_MAX_TOPK] = {0};
-    for (int32_t e = 0; e < E; e++) topk_push(l[e], e, k, &n, val, idx);
+    topk_scan(l, E, k, val, idx);
     float m = val[0], sum = 0.0f;
     if (g->kind == CB_GATE_SOFTMAX_TOPK_NORM) {
         for (int32_t j = 0; j < k; j++) sum += (w[j] = expf(val[j] - m));
@@ -64,8 +79,10 @@ static void sigmoid_group(const cb_gating *g, const float *l, const float *bias,
         for (int32_t q = 0; q < g->n_group; q++) topk_push(gs[q], q, g->topk_group, &ng, gval, gidx);
         for (int32_t j = 0; j < ng; j++) allowed[gidx[j]] = 1;
     }
-    for (int32_t e = 0; e < E; e++)
-        if (allowed[e / gsz]) topk_push(c[e], e, k, &n, val, idx);
+    if (g->n_group == 1) n = topk_scan(c, E, k, val, idx);
+    else
+        for (int32_t e = 0; e < E; e++)
+            if (allowed[e / gsz]) topk_push(c[e], e, k, &n, val, idx);
     float sum = 0.0f;
     for (int32_t j = 0; j < k; j++) sum += (w[j] = sigmoidf(l[idx[j]]));
     if (g->norm_topk_prob) {
@@ -77,8 +94,13 @@ static void sigmoid_group(const cb_gating *g, const float *l, const float *bias,
 
 /* 0 on success, 1 if a logit is not finite. */
 int cb_gate_one(const cb_gating *g, const float *logits, const float *bias, int32_t *idx, float *w) {
-    for (int32_t e = 0; e < g->n_experts; e++)
-        if (!isfinite(logits[e])) return 1;
+    uint32_t bad = 0;      /* branch-free (vectorizable) test of the exponent bits */
+    for (int32_t e = 0; e < g->n_experts; e++) {
+        uint32_t b;
+        memcpy(&b, &logits[e], sizeof b);
+        bad |= (b & 0x7f800000u) == 0x7f800000u;
+    }
+    if (bad) return 1;
     if (g->kind == CB_GATE_SIGMOID_GROUP) sigmoid_group(g, logits, bias, idx, w);
     else softmax_kinds(g, logits, idx, w);
     return 0;
