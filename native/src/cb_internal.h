@@ -10,6 +10,10 @@
 #include <stdio.h>
 #include "threadpool.h"
 
+/* Size caps of one call: keep every byte count (rows * k * hidden * 4) far inside size_t. */
+#define CB_MAX_ROWS (INT64_C(1) << 30)
+#define CB_MAX_HIDDEN (1 << 20)
+
 /* ---- errors (status.c) ---- */
 /* Records a thread-local message (printf style) and returns s. */
 cb_status cb_fail(cb_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

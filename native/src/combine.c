@@ -25,7 +25,7 @@ void cb_combine_rows(int64_t t0, int64_t t1, int32_t k, int32_t hidden, const fl
 
 cb_status cb_combine(int64_t n, int32_t k, int32_t hidden, const float *w, const float *slot_out,
                      const float *shared, float *y) {
-    if (n < 0 || k < 1 || hidden < 1) return cb_fail(CB_E_INVALID, "cb_combine: n %lld, k %d, hidden %d invalid", (long long)n, (int)k, (int)hidden);
+    if (n < 0 || n > CB_MAX_ROWS || k < 1 || k > CB_MAX_TOPK || hidden < 1 || hidden > CB_MAX_HIDDEN) return cb_fail(CB_E_INVALID, "cb_combine: n %lld, k %d, hidden %d invalid", (long long)n, (int)k, (int)hidden);
     if (n > 0 && (!w || !slot_out || !y)) return cb_fail(CB_E_INVALID, "cb_combine: NULL tensor");
     cb_combine_rows(0, n, k, hidden, w, slot_out, shared, y);
     return CB_OK;

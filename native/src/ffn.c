@@ -176,7 +176,7 @@ float cb_sigmoid_gate(const float *g, const float *x, int32_t hidden) {
 cb_status cb_expert_forward(cb_engine *e, const cb_expert *ex, const float *x, int32_t hidden,
                             const int32_t *rows, int64_t n_rows, float *out) {
     if (!e) return cb_fail(CB_E_INVALID, "cb_expert_forward: engine is NULL");
-    if (!x || !out || n_rows < 0 || hidden <= 0)
+    if (!x || !out || n_rows < 0 || n_rows > CB_MAX_ROWS || hidden <= 0 || hidden > CB_MAX_HIDDEN)
         return cb_engine_fail(e, cb_fail(CB_E_INVALID, "cb_expert_forward: NULL tensor or bad size"));
     cb_status s = cb_check_expert(ex, hidden, "expert");
     if (s != CB_OK) return cb_engine_fail(e, s);
@@ -201,7 +201,7 @@ cb_status cb_expert_forward(cb_engine *e, const cb_expert *ex, const float *x, i
 cb_status cb_shared_forward(cb_engine *e, const cb_expert *shared, const float *shared_gate,
                             const float *x, int64_t n, int32_t hidden, float *out) {
     if (!e) return cb_fail(CB_E_INVALID, "cb_shared_forward: engine is NULL");
-    if (!x || !out || n < 0 || hidden <= 0)
+    if (!x || !out || n < 0 || n > CB_MAX_ROWS || hidden <= 0 || hidden > CB_MAX_HIDDEN)
         return cb_engine_fail(e, cb_fail(CB_E_INVALID, "cb_shared_forward: NULL tensor or bad size"));
     cb_status s = cb_check_expert(shared, hidden, "shared expert");
     if (s != CB_OK) return cb_engine_fail(e, s);

@@ -132,7 +132,7 @@ cb_status cb_gate_logits(const cb_gating *g, const float *logits, const float *b
                          int32_t *idx, float *w) {
     cb_status s = cb_check_gating(g);
     if (s != CB_OK) return s;
-    if (n < 0 || (n > 0 && (!logits || !idx || !w))) return cb_fail(CB_E_INVALID, "cb_gate_logits: NULL tensor or n < 0");
+    if (n < 0 || n > CB_MAX_ROWS || (n > 0 && (!logits || !idx || !w))) return cb_fail(CB_E_INVALID, "cb_gate_logits: NULL tensor or n < 0");
     for (int32_t e = 0; bias && e < g->n_experts; e++)
         if (!isfinite(bias[e])) return cb_fail(CB_E_NONFINITE, "cb_gate_logits: bias[%d] is not finite", (int)e);
     int32_t E = g->n_experts, k = g->top_k;

@@ -20,7 +20,8 @@ cb_status cb_check_matrix(const cb_matrix *m, const char *what, int32_t rows, in
     if (m->rows != rows || m->cols != cols)
         return cb_fail(CB_E_INVALID, "%s: shape [%d, %d], expected [%d, %d]", what, (int)m->rows,
                        (int)m->cols, (int)rows, (int)cols);
-    if (rows <= 0 || cols <= 0) return cb_fail(CB_E_INVALID, "%s: empty shape", what);
+    if (rows <= 0 || cols <= 0 || rows > CB_MAX_HIDDEN || cols > CB_MAX_HIDDEN)
+        return cb_fail(CB_E_INVALID, "%s: shape [%d, %d] empty or above %d", what, (int)rows, (int)cols, CB_MAX_HIDDEN);
     if (m->dtype >= CB_I8_ROW && !m->scales) return cb_fail(CB_E_INVALID, "%s: int8 matrix without scales", what);
     if (m->dtype == CB_I8_MINMAX) {
         if (!m->zero) return cb_fail(CB_E_INVALID, "%s: int8-minmax matrix without zero point", what);

@@ -26,7 +26,7 @@ static void combine_block(void *ctx, int64_t item) {
 static cb_status check_layer(const cb_moe_layer *L, const float *x, int64_t n, const float *y,
                              const int32_t *idx, const float *w) {
     if (!L) return cb_fail(CB_E_INVALID, "cb_moe_forward: layer is NULL");
-    if (n < 0 || L->hidden <= 0) return cb_fail(CB_E_INVALID, "cb_moe_forward: n %lld / hidden %d invalid", (long long)n, (int)L->hidden);
+    if (n < 0 || n > CB_MAX_ROWS || L->hidden <= 0 || L->hidden > CB_MAX_HIDDEN) return cb_fail(CB_E_INVALID, "cb_moe_forward: n %lld / hidden %d invalid", (long long)n, (int)L->hidden);
     if (n > 0 && (!x || !y || !idx || !w)) return cb_fail(CB_E_INVALID, "cb_moe_forward: x, y, idx_out and w_out must not be NULL");
     if (!L->experts) return cb_fail(CB_E_INVALID, "cb_moe_forward: experts array is NULL");
     cb_status s = cb_check_route_args(&L->gating, L->router, L->bias, x, n, L->hidden);

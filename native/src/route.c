@@ -64,7 +64,7 @@ static cb_status check_route_args(const cb_gating *g, const float *router, const
     cb_status s = cb_check_gating(g);
     if (s != CB_OK) return s;
     if (!router) return cb_fail(CB_E_INVALID, "router weights are NULL");
-    if (hidden <= 0 || n < 0) return cb_fail(CB_E_INVALID, "hidden %d / n %lld invalid", (int)hidden, (long long)n);
+    if (hidden <= 0 || hidden > CB_MAX_HIDDEN || n < 0 || n > CB_MAX_ROWS) return cb_fail(CB_E_INVALID, "hidden %d / n %lld invalid", (int)hidden, (long long)n);
     if (n > 0 && !x) return cb_fail(CB_E_INVALID, "input x is NULL");
     for (int32_t e = 0; bias && e < g->n_experts; e++)
         if (!isfinite(bias[e])) return cb_fail(CB_E_NONFINITE, "correction bias[%d] is not finite", (int)e);
