@@ -34,7 +34,7 @@ class Pool:
     def __init__(self, path, workers=2, ray_address=None, cache_bytes=None, offload_dir=None, replicas=0,
                  balancer="token-bucket", threads_per_worker=None, policy="lru", numa=None, name=None,
                  routing_policy="exact", namespace=NAMESPACE, micro_batch=1024, worker_resources=None,
-                 max_restarts=3, worker_delay_s=0.0):
+                 max_restarts=3, worker_delay_s=0.0, compression=None):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise InvalidArgument(f"pool.workers must be an integer >= 1, got {workers!r}")
         self._check_options(balancer, replicas, routing_policy, micro_batch, workers)
@@ -53,7 +53,8 @@ class Pool:
                     balancer=balancer, threads_per_worker=threads_per_worker, policy=policy,
                     numa=numa if numa is not None else {"enabled": True}, name=name, namespace=namespace,
                     routing_policy=routing_policy, micro_batch=micro_batch, worker_resources=worker_resources,
-                    worker_numa_nodes=numa_nodes, max_restarts=max_restarts, worker_delay_s=worker_delay_s)
+                    worker_numa_nodes=numa_nodes, max_restarts=max_restarts, worker_delay_s=worker_delay_s,
+                    compression=None if compression in (None, "none") else compression)
         options = dict(num_cpus=0, max_restarts=0, max_concurrency=1, scheduling_strategy=
                        NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True))
         if name:

@@ -70,7 +70,8 @@ class Router:
             options.update(name=f"{o['name']}:worker:{i}", lifetime="detached", namespace=o["namespace"])
         return WorkerActor.options(**options).remote(
             self.path, i, self.n, o.get("threads_per_worker"), o.get("cache_bytes"), o.get("offload_dir"),
-            o.get("policy", "lru"), o.get("numa"), numa_node, float(o.get("worker_delay_s", 0.0)))
+            o.get("policy", "lru"), o.get("numa"), numa_node, float(o.get("worker_delay_s", 0.0)),
+            o.get("compression"))
 
     def _mark_down(self, i):
         self.balancer.mark_dead(i)

@@ -40,7 +40,7 @@ class ExpertWorker:
     """Plain class; pool/actors.py wraps it as a Ray actor."""
 
     def __init__(self, path, index, n_workers=1, threads=None, cache_bytes=None, offload_dir=None,
-                 policy="lru", numa=None, numa_node=None, delay_s=0.0):
+                 policy="lru", numa=None, numa_node=None, delay_s=0.0, compression=None):
         from ..engine import Engine
         self.index, self.path = int(index), str(path)
         self.numa_report, cpus = _numa_pin(self.index, n_workers, numa, numa_node)
@@ -50,7 +50,7 @@ class ExpertWorker:
             offload_dir = os.path.join(offload_dir, f"worker-{self.index}")
             os.makedirs(offload_dir, exist_ok=True)
         self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
-                             policy=policy, cpus=cpus)
+                             policy=policy, cpus=cpus, compression=compression)
         self.cpus = cpus
         self.requests = 0
         self.rows = 0

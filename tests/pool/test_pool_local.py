@@ -65,15 +65,21 @@ def test_pool_equals_engine_bit_for_bit_with_and_without_replicas(ray_address, t
         assert sum(w["tokens"] for w in st["workers"]) == st["tokens"] == 3 * 37 * 2
 
 
-@pytest.mark.parametrize("workers,replicas,family", [(1, 0, "qwen2_moe"), (3, 2, "qwen2_moe"),
-                                                     (4, 6, "deepseek_v3")])
-def test_pool_equals_engine_for_1_to_4_workers(ray_address, tiny_models, workers, replicas, family):
+@pytest.mark.parametrize("workers,replicas,family,tier", [  # tier: where workers' experts come from
+    (1, 0, "qwen2_moe", "spill"), (3, 2, "qwen2_moe", "ram"), (4, 6, "deepseek_v3", "mmap")])
+def test_pool_equals_engine_for_1_to_4_workers(ray_address, tiny_models, tmp_path, workers, replicas, family, tier):
     path = tiny_models[family]
+    tiers = {"mmap": {}, "ram": {"cache_bytes": 4096},  # 2 experts of 1792 B per worker: constant eviction
+             "spill": {"cache_bytes": 4096, "offload_dir": str(tmp_path / "spill"), "compression": "zstd"}}
     with Pool(path, workers=workers, threads_per_worker=1, replicas=replicas, micro_batch=16,
-              balancer={"kind": "token-bucket", "window": 8, "threshold": 1.5}) as pool:
+              balancer={"kind": "token-bucket", "window": 8, "threshold": 1.5}, **tiers[tier]) as pool:
         _check_identical(pool, path, n=53, seed=workers)
         st = pool.stats()
         assert len(st["workers"]) == workers and all(w["alive"] for w in st["workers"])
+        evictions = sum(w["cache"]["evictions"] for w in st["workers"])
+        assert (evictions > 0) == (tier != "mmap")
+        if tier == "spill":
+            assert sum(w["cache"]["spill_bytes"] for w in st["workers"]) > 0
         assert len({w["pid"] for w in st["workers"]}) == workers
 
 
