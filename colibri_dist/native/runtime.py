@@ -91,6 +91,7 @@ class Runtime:
     w8a8=True (opt-in): experts stored as per-row int8 ("int8") multiply per-token int8
     activations with exact integer dots (about 1.5x the f32 path's throughput at large
     batch, slightly less accurate: docs/KERNELS.md). Still batch invariant.
+    The worker threads do not survive fork(): create a Runtime in the process that uses it.
     """
 
     def __init__(self, threads=None, cpus=None, w8a8=False):
