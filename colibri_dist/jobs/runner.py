@@ -74,9 +74,20 @@ def job_signature(cfg, model_path, paths, kind):
     st = os.stat(model_path)
     files = [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]
     return {"kind": cfg.job.kind, "model": os.path.abspath(model_path), "model_bytes": st.st_size,
-            "model_mtime_ns": st.st_mtime_ns, "inputs": files, "shard_rows": cfg.job.shard_rows,
+            "model_mtime_ns": st.st_mtime_ns, "expert_table": _expert_table_digest(model_path),
+            "inputs": files, "shard_rows": cfg.job.shard_rows,
             "kind_settings": kind.signature(),
             "inputs_digest": hashlib.sha256(repr(files).encode()).hexdigest()[:16]}
+
+
+def _expert_table_digest(model_path):
+    """Hash of the hot-added/removed experts persisted beside the model (None if never changed)."""
+    from ..store import segments_dir
+    manifest = os.path.join(segments_dir(model_path), "MANIFEST.json")
+    if not os.path.isfile(manifest):
+        return None
+    with open(manifest, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()[:16]
 
 
 def _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor_factory, stream):
