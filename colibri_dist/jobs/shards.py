@@ -128,8 +128,8 @@ class Manifest:
             raise InvalidArgument(f"{self.path}: unreadable resume manifest ({exc}); "
                                   f"use a new --out or pass --restart") from None
         if old.get("signature") != self.signature or old.get("shards") != self.shard_names:
-            raise InvalidArgument(f"{out_dir} holds the output of a different job (config, model, its hot-added experts or inputs "
-                                  f"changed); use a new --out or pass --restart to overwrite it")
+            raise InvalidArgument(f"{out_dir} holds the output of a different job (config, model, its hot-added "
+                                  f"experts or inputs changed); use a new --out or pass --restart to overwrite it")
         for name, info in old.get("done", {}).items():
             out = os.path.join(out_dir, info.get("output", ""))
             if os.path.isfile(out) and os.path.getsize(out) == info.get("bytes"):
