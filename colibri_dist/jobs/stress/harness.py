@@ -104,7 +104,7 @@ class Harness:
                          threads_per_worker=p.threads_per_worker, policy=p.policy, numa=numa,
                          routing_policy=self.cfg.routing.policy,
                          worker_resources=self.ray.worker_resources(p.workers),
-                         max_restarts=self.s.worker_max_restarts)
+                         max_restarts=self.s.worker_max_restarts, compression=p.offload_compression)
 
     # ---------------------------------------------------------------- fault context (faults.py uses these)
     def worker_pids(self, fresh=False):
