@@ -263,3 +263,19 @@ def test_config_errors_name_file_line_and_key(tmp_path, text, needle):
     with pytest.raises(ConfigError) as exc:
         settings.load_stress_config(str(path))
     assert needle in str(exc.value)
+
+
+def test_cli_config_error_exits_2_with_location(tmp_path, capsys):
+    from colibri_dist.cli import main
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stress:\n  batch_tokens: many\n")
+    assert main(["stress", str(bad), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml:2:17: stress.batch_tokens: expected an integer" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_rejects_non_positive_duration(tmp_path, capsys):
+    from colibri_dist.cli import main
+    assert main(["stress", "--duration", "0", "--out", str(tmp_path / "out")]) == 2
+    assert "--duration" in capsys.readouterr().err
