@@ -31,7 +31,7 @@ def register(subparsers):
 
 def main(args):
     from ..config import load_config
-    from ..errors import InvalidArgument
+    from ..errors import ColibriError, InvalidArgument
     from ..jobs.runner import run_job
     cfg = load_config(args.config or DEMO_CONFIG)
     if args.workers is not None:
@@ -42,5 +42,8 @@ def main(args):
         cfg.job.executor = args.executor
     if args.progress:
         cfg.report.progress = args.progress
-    report = run_job(cfg, out_dir=args.out, restart=args.restart)
+    try:
+        report = run_job(cfg, out_dir=args.out, restart=args.restart)
+    except OSError as exc:       # disk full, permissions, --out is a file, ...: a runtime failure, exit 1
+        raise ColibriError(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}") from exc
     return 0 if report["complete"] else 1

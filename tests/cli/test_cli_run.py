@@ -112,6 +112,9 @@ def test_runtime_failure_exits_1(env, tmp_path, capsys):
     assert main(["run", str(job), "--out", str(tmp_path / "o")]) == 1
     assert f"{data / 'rows.jsonl'}:2: token id 500 out of range" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "o" / "rows.jsonl")
+    (tmp_path / "a-file").write_text("")
+    assert main(["run", str(job), "--out", str(tmp_path / "a-file")]) == 1     # OS errors: message, no traceback
+    assert "a-file: File exists" in capsys.readouterr().err
 
 
 def test_bench_dispatches_and_reports_unknown_names(capsys):
