@@ -197,6 +197,13 @@ def test_named_service_started_by_cli_takes_a_hot_add_from_another_process(ray_a
         assert st["experts"][str(layer)] == base + 1 and len(st["workers"]) == 2
         listed = _cli("experts", "list", "--pool", "svc")
         assert f"layer {layer}: {base + 1} experts" in listed.stdout
+
+        _cli("experts", "remove", "--pool", "svc", "--layer", str(layer), "--expert", "0")
+        with cd.Engine(path, threads=1) as eng:
+            y_removed = eng.moe_forward(layer, x)
+        idx, _ = pool.route(layer, x)
+        assert not (idx == 0).any() and (idx == base).any()
+        assert np.array_equal(pool.moe_forward(layer, x), y_removed)
         pool.shutdown()
     finally:
         stopped = _cli("pool", "stop", "--name", "svc", check=False)
