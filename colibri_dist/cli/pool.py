@@ -50,7 +50,7 @@ def pool_kwargs(cfg):
             "mem_policy": p.numa.mem_policy, "sysfs_root": p.numa.sysfs_root}
     return dict(workers=p.workers, threads_per_worker=p.threads_per_worker, cache_bytes=p.cache_bytes,
                 offload_dir=p.offload_dir, policy=p.policy, replicas=p.replicas, balancer=balancer,
-                numa=numa, routing_policy=cfg.routing.policy,
+                numa=numa, routing_policy=cfg.routing.policy, worker_resources="auto" if p.numa.enabled else None,
                 compression=None if p.offload_compression == "none" else p.offload_compression)
 
 

@@ -45,6 +45,8 @@ class Pool:
         if threads_per_worker is None:
             threads_per_worker = max(1, (os.cpu_count() or 1) // workers)
         numa_nodes = None
+        if worker_resources == "auto":  # numa slots when the cluster registered enough of them
+            worker_resources = "numa" if numa_slots(workers, required=False) else None
         if worker_resources == "numa":
             slots = numa_slots(workers)
             worker_resources = [s[0] for s in slots] if slots else None

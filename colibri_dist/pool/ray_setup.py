@@ -54,8 +54,10 @@ def _match_token_auth():
         quiet.setLevel(level)
 
 
-def numa_slots(workers):
-    """One (resources, numa node) per worker from the cluster's numa_<i> custom resources, or None."""
+def numa_slots(workers, required=True):
+    """One (resources, numa node) per worker from the cluster's numa_<i> custom resources, or None.
+
+    Too few slots: InvalidArgument, or None when required=False."""
     totals = ray.cluster_resources()
     keys = sorted((k for k in totals if _NUMA_KEY.fullmatch(k)), key=lambda k: int(k[5:]))
     if not keys:
@@ -64,6 +66,8 @@ def numa_slots(workers):
     for level in range(int(max(totals[k] for k in keys))):  # interleave nodes: numa_0, numa_1, numa_0, ...
         slots += [k for k in keys if totals[k] > level]
     if workers > len(slots):
+        if not required:
+            return None
         raise InvalidArgument(f"pool.workers={workers} but the cluster offers only {len(slots)} NUMA slots "
                               f"({', '.join(f'{k}={int(totals[k])}' for k in keys)})")
     return [({k: 1}, int(_NUMA_KEY.fullmatch(k).group(1))) for k in slots[:workers]]
