@@ -10,14 +10,44 @@
 #include <math.h>
 #include "kernels.h"
 
-void cb_quantize_row_q8(const float *x, int32_t K, int16_t *q, float *scale) {
+static float row_amax(const float *x, int32_t K) {
     float amax = 0.0f;
     for (int32_t k = 0; k < K; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
-    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    return amax;
+}
+
+static void quantize_scalar(const float *x, int32_t K, float inv, int16_t *q) {
     for (int32_t k = 0; k < K; k++) {
         float v = rintf(x[k] * inv);
         q[k] = (int16_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
     }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* Same bits as quantize_scalar: one rounded multiply, round-to-nearest-even, clamp. */
+__attribute__((target("avx2,fma,f16c")))
+static void quantize_avx2(const float *x, int32_t K, float inv, int16_t *q) {
+    size_t n = (size_t)K, n8 = n - n % 8;
+    __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    for (size_t k = 0; k < n8; k += 8) {
+        __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256i i = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(v, hi), lo));
+        __m128i p = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+        _mm_storeu_si128((__m128i *)(q + k), p);
+    }
+    quantize_scalar(x + n8, (int32_t)(n - n8), inv, q + n8);
+}
+#endif
+
+void cb_quantize_row_q8(const float *x, int32_t K, int16_t *q, float *scale) {
+    float amax = row_amax(x, K);
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (cb_simd_level() == 2) quantize_avx2(x, K, inv, q);
+    else
+#endif
+        quantize_scalar(x, K, inv, q);
     *scale = amax / 127.0f;
 }
 

@@ -89,6 +89,27 @@ int main(void) {
     uint64_t m0 = cb_engine_mallocs(e3);
     for (int it = 0; it < 3; it++) CHECK_OK(cb_moe_forward(e3, &L, x, N, y, idx, w));
     CHECK(cb_engine_mallocs(e3) == m0);
+    /* w8a8 on int8-row weights: exact integer dots, so threads and SIMD paths agree bit for bit */
+    static int8_t q[I * H], qd[H * I];
+    static float qs[I], qds[H], w1[N * H], w3[N * H], w0[N * H];
+    for (int i = 0; i < I * H; i++) { q[i] = (int8_t)(rnd(&s) * 127); qd[i] = (int8_t)(rnd(&s) * 127); }
+    for (int i = 0; i < I; i++) qs[i] = 0.01f;
+    for (int i = 0; i < H; i++) qds[i] = 0.02f;
+    cb_expert qx = {{q, qs, NULL, CB_I8_ROW, I, H}, {q, qs, NULL, CB_I8_ROW, I, H}, {qd, qds, NULL, CB_I8_ROW, H, I}};
+    CHECK_OK(cb_engine_set_w8a8(e1, 1));
+    CHECK_OK(cb_engine_set_w8a8(e3, 1));
+    CHECK_OK(cb_expert_forward(e1, &qx, x, H, NULL, N, w1));
+    CHECK_OK(cb_expert_forward(e3, &qx, x, H, NULL, N, w3));
+    CHECK(memcmp(w1, w3, sizeof w1) == 0);
+    CHECK_OK(cb_simd_force(0));
+    CHECK_OK(cb_expert_forward(e3, &qx, x, H, NULL, N, w3));
+    CHECK_OK(cb_simd_force(-1));
+    CHECK(memcmp(w1, w3, sizeof w1) == 0);
+    CHECK_OK(cb_engine_set_w8a8(e1, 0));
+    CHECK_OK(cb_expert_forward(e1, &qx, x, H, NULL, N, w0));
+    double num = 0, d0 = 0, d1 = 0;                    /* close to the weight-only result */
+    for (int i = 0; i < N * H; i++) { num += (double)w0[i] * w1[i]; d0 += (double)w0[i] * w0[i]; d1 += (double)w1[i] * w1[i]; }
+    CHECK(num / sqrt(d0 * d1) > 0.999);
     cb_engine_destroy(e1);
     cb_engine_destroy(e3);
     CHECK_DONE();
