@@ -101,7 +101,7 @@ class TokenClassification:
 
     def tokenizer(self):
         if self._tokenizer is None:
-            self._tokenizer = load_tokenizer(self.tokenizer_path)
+            self._tokenizer = load_tokenizer(self.tokenizer_path, self.job.ids_field)
         return self._tokenizer
 
     # ------------------------------------------------------------ running
@@ -141,11 +141,12 @@ class TokenClassification:
         return len(data)
 
 
-def load_tokenizer(path):
+def load_tokenizer(path, ids_field="input_ids"):
     if path is None or not os.path.isfile(path):
-        raise ConfigError(f"job.tokenizer: text input needs the model's tokenizer.json, but "
-                          f"{path or 'none'} was found (set job.tokenizer, or put tokenizer.json beside the "
-                          f"model, or feed token ids in '{'input_ids'}')")
+        found = f"{path} does not exist" if path else "none was found"
+        raise ConfigError(f"job.tokenizer: text input needs the model's tokenizer.json, but {found} "
+                          f"(set job.tokenizer, put tokenizer.json beside the model, or give token ids "
+                          f"in '{ids_field}')")
     try:
         from tokenizers import Tokenizer
     except ImportError:
