@@ -110,6 +110,8 @@ void cb_arena_destroy(cb_arena *a);
 
 /* ---- engine: a thread pool + arena; one caller thread at a time ---- */
 typedef struct cb_engine cb_engine;
+/* n_threads counts the calling thread; 0 = n_cpus if a CPU list is given, else one per online CPU.
+ * cpus (optional): worker i (1..n_threads-1) is pinned to cpus[i % n_cpus]; the caller is not pinned. */
 cb_status cb_engine_create(int32_t n_threads, const int32_t *cpus, int32_t n_cpus, cb_engine **out);
 void cb_engine_destroy(cb_engine *e);
 const char *cb_engine_last_error(const cb_engine *e);
