@@ -67,11 +67,15 @@ def throughput(path, batches, sizes, threads, workers, reps):
         for n in sizes:
             x = batches(n)
             t_eng = _time(lambda: eng.moe_forward(layer, x), reps)
+            s0 = pool.stats()
             t_pool = _time(lambda: pool.moe_forward(layer, x), reps)
+            parts = _breakdown(s0, pool.stats(), reps + 1)
             rows.append({"tokens": n, "engine_tok_s": n / t_eng, "pool_tok_s": n / t_pool,
-                         "ratio": t_eng / t_pool, "engine_s": t_eng, "pool_s": t_pool})
+                         "ratio": t_eng / t_pool, "engine_s": t_eng, "pool_s": t_pool, "pool_parts": parts})
             print(f"  batch {n:>5}: engine {n / t_eng:>10.0f} tok/s  pool {n / t_pool:>10.0f} tok/s  "
-                  f"ratio {t_eng / t_pool:.3f}")
+                  f"ratio {t_eng / t_pool:.3f}  | per call: router route+dispatch "
+                  f"{parts['route_dispatch_ms']:.1f} ms, wait {parts['collect_ms']:.1f} ms, combine "
+                  f"{parts['combine_ms']:.1f} ms; worker busy {parts['worker_busy_ms']}")
         x1 = batches(1)
         t1_eng = _time(lambda: eng.moe_forward(layer, x1), max(5, reps * 3))
         t1_pool = _time(lambda: pool.moe_forward(layer, x1), max(5, reps * 3))
@@ -80,6 +84,15 @@ def throughput(path, batches, sizes, threads, workers, reps):
     print(f"  per-call: engine {t1_eng * 1e3:.2f} ms, pool {t1_pool * 1e3:.2f} ms "
           f"(overhead {(t1_pool - t1_eng) * 1e3:.2f} ms)")
     return rows, overhead
+
+
+def _breakdown(before, after, calls):
+    """Per-call Router phases and per-worker compute, from two stats() snapshots."""
+    t0, t1 = before["timing"], after["timing"]
+    out = {f"{k[:-2]}_ms": (t1[k] - t0[k]) / calls * 1e3 for k in t1}
+    out["worker_busy_ms"] = [round((b["busy_s"] - a["busy_s"]) / calls * 1e3, 2)
+                             for a, b in zip(before["workers"], after["workers"])]
+    return out
 
 
 def imbalance(path, batches, n, n_batches, workers, replicas):

@@ -2,8 +2,9 @@
 
 Role in the data flow:
     idx[n,k] --group_by_expert--> per expert: (tokens, slots)
-    + expert->worker assignment --build_requests--> one request per worker:
-        the rows it needs, once, plus per-expert local row lists (and a shared chunk)
+    + expert->worker assignment --build_batches--> one request per worker and micro-batch:
+        per-expert row lists (and a shared-expert token range) into the layer batch x,
+        which travels once, by object reference (zero-copy on the receiving machine)
     worker replies --scatter--> slot_out[t, j, :] and shared[t, :]
 The router then calls native.combine(w, slot_out, shared), the same call the
 Engine makes, so the layer output is bit-identical to the Engine's.
@@ -58,20 +59,15 @@ class WorkerBatch:
     """What one worker computes for one micro-batch, and where its answers go back."""
 
     worker: int
-    rows: np.ndarray                        # global token ids shipped, ascending
-    experts: list = field(default_factory=list)  # [(expert, global tokens, slots)]
-    shared: tuple = None                    # (start, stop) global token range or None
+    experts: list = field(default_factory=list)  # [(expert, micro-batch tokens, slots)]
+    shared: tuple = None                    # (start, stop) micro-batch token range or None
 
-    def request(self, x, layer, version):
-        """The message sent to the worker: needed rows once + local index lists."""
-        x_rows = np.ascontiguousarray(x[self.rows])
-        local = lambda tokens: np.searchsorted(self.rows, tokens).astype(np.int32)
-        experts = [(e, local(tokens)) for e, tokens, _ in self.experts]
-        shared = None
-        if self.shared is not None:
-            shared = local(np.arange(*self.shared))
-        return {"layer": int(layer), "version": int(version), "x": x_rows,
-                "experts": experts, "shared": shared}
+    def request(self, layer, version, offset=0):
+        """The message sent to the worker with the layer batch x (shipped once, by reference):
+        per-expert row lists and the shared-expert range, as indices into that x."""
+        experts = [(int(e), (tokens + offset).astype(np.int32)) for e, tokens, _ in self.experts]
+        shared = None if self.shared is None else (self.shared[0] + offset, self.shared[1] + offset)
+        return {"layer": int(layer), "version": int(version), "experts": experts, "shared": shared}
 
     def n_rows(self):
         return sum(len(t) for _, t, _ in self.experts)
@@ -85,14 +81,9 @@ def build_batches(groups, assignment, shared=None):
         tokens, slots = groups[key]
         w = assignment[key]
         e = key[0] if isinstance(key, tuple) else key
-        batches.setdefault(w, WorkerBatch(w, None)).experts.append((e, tokens, slots))
+        batches.setdefault(w, WorkerBatch(w)).experts.append((e, tokens, slots))
     for w, span in (shared or {}).items():
-        batches.setdefault(w, WorkerBatch(w, None)).shared = span
-    for b in batches.values():
-        parts = [t for _, t, _ in b.experts]
-        if b.shared is not None:
-            parts.append(np.arange(*b.shared))
-        b.rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+        batches.setdefault(w, WorkerBatch(w)).shared = span
     return batches
 
 

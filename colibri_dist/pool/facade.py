@@ -7,13 +7,14 @@ processes join it with `Pool.attach(name)`.
 """
 import os
 
+import numpy as np
 import ray
 from ray.exceptions import RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..errors import ColibriError, InvalidArgument, PoolError
 from .ray_setup import NAMESPACE, connect, numa_slots
-from .router import RouterActor
+from .router import _INLINE_BYTES, RouterActor
 
 
 def _router_name(name):
@@ -111,6 +112,8 @@ class Pool:
 
     # ---------------------------------------------------------------- work
     def moe_forward(self, layer, x):
+        if isinstance(x, np.ndarray) and x.nbytes >= _INLINE_BYTES:
+            x = [ray.put(x)]  # one copy into the object store; Router and workers all read it
         return _unwrap(self._router.moe_forward.remote(int(layer), x))
 
     def route(self, layer, x):

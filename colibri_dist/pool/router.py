@@ -28,6 +28,7 @@ from .dispatch import build_batches, group_by_expert, scatter, shared_chunks, sp
 from .worker import ExpertWorker
 
 WorkerActor = ray.remote(ExpertWorker)
+_INLINE_BYTES = 100 * 1024  # smaller batches travel inline in each request (a put costs ~ms)
 _DEAD = (RayActorError, ActorUnavailableError)
 
 
@@ -53,6 +54,8 @@ class Router:
         self.down = {}           # worker -> pending ping ref
         self.tokens = [0] * self.n
         self.last_rows = [0] * self.n  # rows per worker in the last layer batch
+        self.busy = [0.0] * self.n     # seconds of expert compute reported by each worker
+        self.timing = {"route_dispatch_s": 0.0, "collect_s": 0.0, "combine_s": 0.0}  # Router wall time
         self.retries = 0
         self.off_home = 0        # expert batches run on a replica other than the home
         self.batches = 0
@@ -132,7 +135,11 @@ class Router:
 
     # ------------------------------------------------------------------ forward
     def moe_forward(self, layer, x):
+        """x: the array, or [ObjectRef] of it (then workers read that same object: no copy)."""
+        x, x_arg = self._resolve(x)
         x = self._check_x(layer, x)
+        if x_arg is None:
+            x_arg = x if x.nbytes < _INLINE_BYTES else ray.put(x)
         self._refresh_down()
         n, k, h = len(x), ea.top_k(self.engine), x.shape[1]
         idx_all = np.zeros((n, k), np.int32)
@@ -141,19 +148,32 @@ class Router:
         shared = np.zeros((n, h), np.float32) if self._has_shared(layer) else None
         step = max(1, int(self.opts.get("micro_batch") or 1024))
         pending = {}
+        t0 = time.perf_counter()
         for a in range(0, n, step):
             b = min(n, a + step)
             idx, w = self._route(layer, x[a:b])
             idx_all[a:b], w_all[a:b] = idx, w
-            for wk, batch, req in self._plan_micro(layer, x[a:b], idx, w, shared is not None):
-                pending[self._send(wk, req)] = (wk, batch, req, a, b, 0)
+            for wk, batch, req in self._plan_micro(layer, a, idx, w, shared is not None):
+                pending[self._send(wk, x_arg, req)] = (wk, batch, req, a, b, 0, x_arg)
+        t1 = time.perf_counter()
         before = list(self.tokens)
         self._collect(pending, slot_out, shared)
         self.last_rows = [a - b for a, b in zip(self.tokens, before)]
         self.batches += 1
-        return self.native.combine(w_all, slot_out, shared)
+        t2 = time.perf_counter()
+        y = self.native.combine(w_all, slot_out, shared)
+        t3 = time.perf_counter()
+        for key, dt in (("route_dispatch_s", t1 - t0), ("collect_s", t2 - t1), ("combine_s", t3 - t2)):
+            self.timing[key] += dt
+        return y
 
-    def _plan_micro(self, layer, xm, idx, w, with_shared):
+    @staticmethod
+    def _resolve(x):
+        if isinstance(x, list) and len(x) == 1 and isinstance(x[0], ray.ObjectRef):
+            return ray.get(x[0]), x[0]
+        return x, None
+
+    def _plan_micro(self, layer, offset, idx, w, with_shared):
         groups = group_by_expert(idx)
         self.meter.add(layer, list(groups), [len(t) for t, _ in groups.values()])
         if self.balancer.kind == "token-bucket":
@@ -163,10 +183,10 @@ class Router:
         loads = {key: (float(w[t, s].sum()), len(t)) for key, (t, s) in groups.items()}
         assign = self.balancer.assign(loads, lambda key: self._replicas(layer, key[0]))
         self.off_home += sum(1 for key, wk in assign.items() if wk != self._replicas(layer, key[0])[0])
-        spans = shared_chunks(len(xm), self.balancer.live()) if with_shared else None
+        spans = shared_chunks(len(idx), self.balancer.live()) if with_shared else None
         version = ea.table_version(self.engine)
         for wk, batch in build_batches(groups, assign, spans).items():
-            yield wk, batch, batch.request(xm, layer, version)
+            yield wk, batch, batch.request(layer, version, offset)
 
     def _replicas(self, layer, e):
         try:
@@ -174,15 +194,15 @@ class Router:
         except InvalidArgument:
             return (self.placement.add_expert(layer, e),)
 
-    def _send(self, wk, req):
-        return self.workers[wk].run.remote(req)
+    def _send(self, wk, x_arg, req):
+        return self.workers[wk].run.remote(x_arg, req)
 
     def _collect(self, pending, slot_out, shared):
         limit = 2 * self.n + 4
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             ref = ready[0]
-            wk, batch, req, a, b, tries = pending.pop(ref)
+            wk, batch, req, a, b, tries, x_arg = pending.pop(ref)
             try:
                 reply = ray.get(ref)
             except _DEAD as exc:
@@ -191,13 +211,14 @@ class Router:
                 if tries + 1 > limit:
                     raise PoolError(f"worker batch failed {tries + 1} times; last worker {wk}: {exc}") from exc
                 alt = self._alternative(wk)
-                pending[self._send(alt, req)] = (alt, batch, req, a, b, tries + 1)
+                pending[self._send(alt, x_arg, req)] = (alt, batch, req, a, b, tries + 1, x_arg)
                 continue
             if "stale" in reply:
                 raise PoolError(f"worker {wk} cannot see table version {req['version']} "
                                 f"(it has {reply['stale']}); is {self.path}.experts/ shared with it?")
             scatter(batch, reply, slot_out[a:b], None if shared is None else shared[a:b])
             self.tokens[wk] += batch.n_rows()
+            self.busy[wk] += reply.get("busy_s", 0.0)
 
     # ------------------------------------------------------------------ table
     def add_expert(self, layer, weights, router_row, bias=0.0):
@@ -248,7 +269,7 @@ class Router:
         per = []
         for i in range(self.n):
             entry = {"index": i, "alive": i not in self.down, "tokens": self.tokens[i],
-                     "last_batch_tokens": self.last_rows[i],
+                     "last_batch_tokens": self.last_rows[i], "busy_s": self.busy[i],
                      "experts": len(self.placement.experts_on(i)), "pid": self.info[i]["pid"]}
             if i in refs:
                 try:
@@ -260,7 +281,7 @@ class Router:
             entry["node"] = self.info[i].get("node")
             per.append(entry)
         return {"workers": per, "retries": self.retries, "batches": self.batches,
-                "tokens": sum(self.tokens), "version": ea.table_version(self.engine), "rebalances": self.rebalances, "off_home": self.off_home,
+                "tokens": sum(self.tokens), "version": ea.table_version(self.engine), "rebalances": self.rebalances, "off_home": self.off_home, "timing": dict(self.timing),
                 "placement": self.placement.to_dict(),
                 "balancer": self.balancer.state(), "routing_policy": self.opts.get("routing_policy") or "exact",
                 "experts": {str(l): len(ids) for l, ids in self._experts().items()}}

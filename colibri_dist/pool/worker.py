@@ -1,9 +1,10 @@
 """ExpertWorker: a thin shell over one Engine, living in its own Ray actor process.
 
 Role in the data flow: receives one request per micro-batch from the Router
-(the rows it needs once + per-expert local row lists + maybe a shared-expert
-chunk), runs engine.expert_forward / engine.shared_forward, and returns the
-expert rows concatenated in request order. It pins itself to its CPUs / NUMA
+(the layer batch x by object reference, read zero-copy from the object store,
++ per-expert row lists + maybe a shared-expert token range), runs
+engine.expert_forward / engine.shared_forward, and returns the expert rows
+concatenated in request order. It pins itself to its CPUs / NUMA
 node through colibri_dist.numa when a topology is available.
 
 Hot-added experts are persisted beside the model by the Router's engine (a
@@ -70,24 +71,26 @@ class ExpertWorker:
         self.engine.refresh()
         return self.table_version()
 
-    def run(self, req):
-        """Compute one worker batch: {"out": rows of every expert in order, "shared": chunk or None}."""
+    def run(self, x, req):
+        """One worker batch on the layer batch x (read-only, shared through the object store):
+        {"out": rows of every expert in request order, "shared": the shared expert's range or None}."""
         if req["version"] > self.table_version():
             self.refresh()  # expert data is immutable, so an older table's request runs as is
             if req["version"] > self.table_version():
                 return {"stale": self.table_version(), "pid": os.getpid()}
         if self.delay_s:
             time.sleep(self.delay_s)
-        layer, x = req["layer"], req["x"]
+        started = time.perf_counter()
+        layer = req["layer"]
         outs = [self.engine.expert_forward(layer, e, x, rows) for e, rows in req["experts"]]
-        h = x.shape[1]
-        out = np.concatenate(outs) if outs else np.zeros((0, h), np.float32)
+        out = np.concatenate(outs) if outs else np.zeros((0, x.shape[1]), np.float32)
         shared = None
         if req["shared"] is not None:
-            shared = self.engine.shared_forward(layer, np.ascontiguousarray(x[req["shared"]]))
+            start, stop = req["shared"]
+            shared = self.engine.shared_forward(layer, x[start:stop])
         self.requests += 1
         self.rows += len(out)
-        return {"out": out, "shared": shared, "pid": os.getpid()}
+        return {"out": out, "shared": shared, "pid": os.getpid(), "busy_s": time.perf_counter() - started}
 
     def stats(self):
         return {"index": self.index, "pid": os.getpid(), "cpus": self.cpus, "version": self.table_version(),

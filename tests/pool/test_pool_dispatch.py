@@ -20,10 +20,10 @@ def test_shared_chunks_cover_all_tokens_contiguously():
     assert shared_chunks(1, [0, 1]) == {1: (0, 1)}
 
 
-def test_requests_ship_each_needed_row_once_and_scatter_rebuilds_slot_outputs():
+def test_requests_index_the_shared_batch_and_scatter_rebuilds_slot_outputs():
     rng = np.random.default_rng(1)
-    n, k, h = 6, 2, 4
-    x = rng.standard_normal((n, h)).astype(np.float32)
+    n, k, h, offset = 6, 2, 4, 10  # this micro-batch is tokens 10..15 of the layer batch
+    x_all = rng.standard_normal((offset + n, h)).astype(np.float32)
     idx = np.array([[0, 1], [1, 2], [0, 2], [2, 3], [3, 0], [1, 3]], np.int32)
     groups = group_by_expert(idx)
     batches = build_batches(groups, {0: 0, 1: 1, 2: 1, 3: 0}, shared_chunks(n, [0, 1]))
@@ -31,16 +31,18 @@ def test_requests_ship_each_needed_row_once_and_scatter_rebuilds_slot_outputs():
     slot_out = np.zeros((n, k, h), np.float32)
     shared = np.zeros((n, h), np.float32)
     for wk, batch in batches.items():
-        req = batch.request(x, layer=3, version=7)
-        assert req["layer"] == 3 and req["version"] == 7
-        assert len(np.unique(batch.rows)) == len(batch.rows) == len(req["x"])
-        out = np.concatenate([fake(e, req["x"][rows]) for e, rows in req["experts"]])
-        sh = req["x"][req["shared"]] * -1.0
+        req = batch.request(layer=3, version=7, offset=offset)
+        assert req["layer"] == 3 and req["version"] == 7 and "x" not in req
+        assert all(rows.dtype == np.int32 and rows.min() >= offset for _, rows in req["experts"])
+        out = np.concatenate([fake(e, x_all[rows]) for e, rows in req["experts"]])
+        sh = x_all[slice(*req["shared"])] * -1.0
         scatter(batch, {"out": out, "shared": sh}, slot_out, shared)
+    x = x_all[offset:]
     for t in range(n):
         for j in range(k):
             assert np.array_equal(slot_out[t, j], x[t] * 10.0 + int(idx[t, j]))
     assert np.array_equal(shared, -x)
+    assert sum(b.n_rows() for b in batches.values()) == n * k
 
 
 def test_split_hot_cuts_only_experts_above_a_fair_share_with_spare_replicas():

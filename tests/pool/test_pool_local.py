@@ -106,6 +106,7 @@ def test_bad_input_gets_named_errors_before_or_from_the_pool(ray_address, tiny_m
         with pytest.raises(InvalidArgument, match="NaN"):
             pool.moe_forward(layer, np.full((2, 32), np.nan, np.float32))
         _check_identical(pool, path, n=5)  # still serving after the errors
+        _check_identical(pool, path, n=1200)  # 150 KB: x travels by object reference, not inline
 
 
 def test_sigkilled_worker_mid_batch_is_retried_bit_identically_without_losing_tokens(ray_address, tiny_models):
