@@ -42,6 +42,8 @@ def main(args):
 
 def summary(rep, path):
     verdict = "PASSED" if rep["passed"] else "FAILED"
+    if rep.get("interrupted"):
+        verdict += f" (interrupted by {rep['interrupted']})"
     lines = [
         f"colibri stress {verdict}: {rep['batches']} batches, {rep['tokens']} tokens "
         f"({rep['tokens_per_s']} tokens/s) in {rep['elapsed_s']} s",

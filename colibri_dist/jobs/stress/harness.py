@@ -9,6 +9,7 @@ Role in the data flow:
     stop after duration_s or max_batches -> report.json (report.py)
 """
 import os
+import signal
 import threading
 import time
 
@@ -47,6 +48,7 @@ class Harness:
         self.ledger = TokenLedger()
         self.lock = TableLock()
         self.stop = threading.Event()
+        self.interrupted = None
         self.batches = 0
         self._count_lock = threading.Lock()
         self.records, self.pending, self.active, self.deferred = [], [], [], []
@@ -273,7 +275,8 @@ class Harness:
         try:
             self.setup()
             setup_s = time.monotonic() - t_setup
-            rep = self._drive(setup_s)
+            with _stop_on_signals(self):
+                rep = self._drive(setup_s)
         finally:
             self.teardown()
         path = report_mod.write_report(rep, self.out)
@@ -332,7 +335,8 @@ class Harness:
         rep["faults_skipped"] = [r.as_dict() for r in self.records if not r.injected]
         rep["faults_deferred_unfired"] = [{"kind": e.kind, "seq": e.seq, "at_s": e.at_s} for e in self.deferred]
         rep["cache_stats_per_worker_process"] = per_proc
-        if self.table_errors:
+        rep["interrupted"] = self.interrupted
+        if self.table_errors or self.interrupted:
             rep["passed"], rep["exit_code"] = False, 1
         return rep
 
@@ -348,6 +352,29 @@ class Harness:
                 closer()
             except Exception as exc:
                 self.log(f"stress: teardown: {type(exc).__name__}: {exc}")
+
+
+class _stop_on_signals:
+    """SIGINT/SIGTERM end the run early but cleanly: streams stop, faults are cleared, the offload
+    fs is unmounted, Ray is shut down, and report.json says `interrupted` (and fails)."""
+
+    def __init__(self, harness):
+        self.harness = harness
+        self.saved = {}
+
+    def _handler(self, signum, frame):
+        self.harness.interrupted = signal.Signals(signum).name
+        self.harness.stop.set()
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.saved[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self.saved.items():
+            signal.signal(sig, old)
 
 
 def run_stress(cfg, out_dir, duration_s=None, max_batches=None, log=print):
