@@ -48,7 +48,7 @@ def test_classify_example_runs_the_demo_model(tmp_path):
     from colibri_dist.config import DemoConfig
     from colibri_dist.jobs.demo_model import ensure_demo
     model = ensure_demo(DemoConfig(cache_dir=str(tmp_path), layers=2), log=lambda *a: None).model
-    subprocess.run(["make", "-s", "-C", f"{ROOT}/native", "example"], check=True, capture_output=True, timeout=300)
+    subprocess.run(["make", "-s", "-j2", "-C", f"{ROOT}/native", "example"], check=True, capture_output=True, timeout=300)
     proc = subprocess.run([f"{ROOT}/native/examples/classify", model, "--verify", *map(str, IDS)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
