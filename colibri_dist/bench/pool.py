@@ -5,7 +5,8 @@
 Role: measures, in one run and on one synthetic Mixtral-style model (demo
 generator: Zipf token popularity, a few hot experts):
   throughput   tokens/s of Pool(workers=W, threads_per_worker=T/W) over Engine(threads=T)
-               for layer batches 256..8192 (same machine, same total threads T);
+               for layer batches 256..8192 (same machine, same total threads T); the pool
+               first measures loads on one batch and rebalances with replicas = experts/2;
   overhead     one-token moe_forward latency through the pool vs the engine;
   imbalance    rows per worker, max/mean per layer batch (what a batch waits for) and over
                the run, for token-bucket, round-robin and home-only
@@ -57,13 +58,15 @@ def _time(fn, reps):
     return statistics.median(times)
 
 
-def throughput(path, batches, sizes, threads, workers, reps):
+def throughput(path, batches, sizes, threads, workers, reps, replicas):
     from ..engine import Engine
     from ..pool import Pool
     rows = []
     with Engine(path, threads=threads) as eng, \
             Pool(path, workers=workers, threads_per_worker=max(1, threads // workers)) as pool:
         layer = eng.model.moe_layers[0]
+        pool.moe_forward(layer, batches(2048))  # measure expert loads, then place homes + replicas
+        pool.rebalance(replicas=replicas)
         for n in sizes:
             x = batches(n)
             t_eng = _time(lambda: eng.moe_forward(layer, x), reps)
@@ -75,7 +78,7 @@ def throughput(path, batches, sizes, threads, workers, reps):
             print(f"  batch {n:>5}: engine {n / t_eng:>10.0f} tok/s  pool {n / t_pool:>10.0f} tok/s  "
                   f"ratio {t_eng / t_pool:.3f}  | per call: router route+dispatch "
                   f"{parts['route_dispatch_ms']:.1f} ms, wait {parts['collect_ms']:.1f} ms, combine "
-                  f"{parts['combine_ms']:.1f} ms; worker busy {parts['worker_busy_ms']}")
+                  f"{parts['combine_ms']:.1f} ms; worker busy {parts['worker_busy_ms']} ms, rows {parts['worker_rows']}")
         x1 = batches(1)
         t1_eng = _time(lambda: eng.moe_forward(layer, x1), max(5, reps * 3))
         t1_pool = _time(lambda: pool.moe_forward(layer, x1), max(5, reps * 3))
@@ -92,6 +95,7 @@ def _breakdown(before, after, calls):
     out = {f"{k[:-2]}_ms": (t1[k] - t0[k]) / calls * 1e3 for k in t1}
     out["worker_busy_ms"] = [round((b["busy_s"] - a["busy_s"]) / calls * 1e3, 2)
                              for a, b in zip(before["workers"], after["workers"])]
+    out["worker_rows"] = [round((b["tokens"] - a["tokens"]) / calls) for a, b in zip(before["workers"], after["workers"])]
     return out
 
 
@@ -160,15 +164,16 @@ def main(argv=None):
     connect(None)  # one local Ray (loopback) for every pool of this run
     print(f"throughput: engine threads={args.threads} vs pool workers={args.workers} "
           f"x {max(1, args.threads // args.workers)} threads")
-    rows, overhead = throughput(path, batches, sizes, args.threads, args.workers, reps)
+    replicas = dims["experts"] // 2
+    rows, overhead = throughput(path, batches, sizes, args.threads, args.workers, reps, replicas)
     print("imbalance under Zipf-skewed routing (rows per worker):")
     skew = expert_skew(path, batches, imb[0])
-    balance = imbalance(path, batches, imb[0], imb[1], max(args.workers, 4), replicas=dims["experts"] // 2)
+    balance = imbalance(path, batches, imb[0], imb[1], max(args.workers, 4), replicas=replicas)
     policy = policy_cost(path, batches, imb[0] // 4, 4)
     print(f"routing.policy=balanced vs exact: mean cosine {policy['mean_cosine']:.4f}, "
           f"min {policy['min_cosine']:.4f}, replaced {policy['replaced_share']:.3%}")
     result = {"bench": "pool", "quick": args.quick, "model": dims, "threads": args.threads,
-              "workers": args.workers, "host": platform.node(), "cpus": os.cpu_count(),
+              "workers": args.workers, "replicas": replicas, "host": platform.node(), "cpus": os.cpu_count(),
               "throughput": rows, "overhead": overhead, "expert_skew": skew, "imbalance": balance,
               "policy_balanced": policy,
               "target": {"ratio_at_ge_2048": 0.85,
