@@ -8,8 +8,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <unistd.h>
 #include "cb_internal.h"
+
+/* 1 if the process may run on `cpu` (Linux affinity mask), else 0. */
+static int cpu_allowed(int32_t cpu) {
+#ifdef __linux__
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+    return cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set);
+#else
+    (void)cpu;
+    return 1;
+#endif
+}
 
 static int32_t online_cpus(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -24,7 +38,9 @@ cb_status cb_engine_create(int32_t n_threads, const int32_t *cpus, int32_t n_cpu
     if (n_cpus < 0 || (n_cpus > 0 && !cpus))
         return cb_fail(CB_E_INVALID, "cb_engine_create: bad cpu list (n_cpus %d)", (int)n_cpus);
     for (int32_t i = 0; i < n_cpus; i++)
-        if (cpus[i] < 0 || cpus[i] >= 1024) return cb_fail(CB_E_INVALID, "cb_engine_create: cpu %d out of range", (int)cpus[i]);
+        if (cpus[i] < 0 || cpus[i] >= 1024 || !cpu_allowed(cpus[i]))
+            return cb_fail(CB_E_INVALID, "cb_engine_create: cpu %d out of range or not in this process's affinity mask",
+                           (int)cpus[i]);
     if (n_threads == 0) n_threads = n_cpus > 0 ? n_cpus : online_cpus();
     cb_engine *e = calloc(1, sizeof *e);
     if (!e) return cb_fail(CB_E_NOMEM, "cb_engine_create: no memory");

@@ -130,6 +130,8 @@ def test_closed_runtime_and_bad_threads():
         Runtime(threads=0)
     with pytest.raises(NativeError, match="cpu"):
         Runtime(threads=1, cpus=[-1])
+    with pytest.raises(NativeError, match="affinity mask"):
+        Runtime(threads=2, cpus=[1023])
 
 
 CRASH_PRONE = {
