@@ -181,7 +181,8 @@ class Router:
         else:
             groups = {(e, 0): ts for e, ts in groups.items()}
         loads = {key: (float(w[t, s].sum()), len(t)) for key, (t, s) in groups.items()}
-        assign = self.balancer.assign(loads, lambda key: self._replicas(layer, key[0]))
+        assign = self.balancer.assign(loads, lambda key: self._replicas(layer, key[0]),
+                                      expert_of=lambda key: (layer, key[0]))
         self.off_home += sum(1 for key, wk in assign.items() if wk != self._replicas(layer, key[0])[0])
         spans = shared_chunks(len(idx), self.balancer.live()) if with_shared else None
         version = ea.table_version(self.engine)

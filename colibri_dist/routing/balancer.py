@@ -6,11 +6,15 @@ expert's rows. Balancers only decide *where* an expert runs, never which experts
 a token uses, so outputs are unchanged whatever they pick.
 
 Strategies (pool.balancer.kind):
-  token-bucket  per worker, a ring buffer of the gate-score mass of its last
-                `window` assignments; pick the replica with the smallest sum,
-                skipping replicas whose sum exceeds `threshold` x the mean over
-                live workers; if every replica is skipped, fall back to the least
-                loaded live worker (every worker can serve every expert).
+  token-bucket  for each replica (worker) of an expert, a ring buffer of the gate-score
+                mass of the last `window` assignments of that expert to that worker;
+                pick the replica with the smallest sum, skipping replicas whose worker
+                carries more than `threshold` x the mean recent load of live workers
+                (a worker's recent load = the sum of its rings); if every replica is
+                skipped, fall back to the least loaded live worker (every worker can
+                serve every expert). Per-expert rings spread each expert's traffic
+                evenly over its copies, which is what the EPLB placement assumes
+                (each copy carries load / copies).
   round-robin   cycle through an expert's replicas.
   home          always the expert's home worker (first replica).
 """
@@ -38,7 +42,7 @@ class _Ring:
 
 
 class _BaseBalancer:
-    """Common bookkeeping: live workers and per-worker assigned mass/tokens."""
+    """Common bookkeeping: live workers and per-worker assigned mass/rows."""
 
     kind = None
 
@@ -70,24 +74,25 @@ class _BaseBalancer:
             raise InvalidArgument("no live worker left to run an expert")
         return live  # every replica is down: any live worker can serve the expert
 
-    def choose(self, key, replicas, mass, rows=1):
-        """Pick a worker among `replicas` for expert `key` carrying `mass` gate score over `rows` rows."""
-        worker = self._pick(key, self._live_replicas(replicas), float(mass))
-        self.record(worker, float(mass), int(rows))
+    def choose(self, expert, replicas, mass, rows=1):
+        """Pick a worker among `replicas` for `expert` carrying `mass` gate score over `rows` rows."""
+        worker = self._pick(expert, self._live_replicas(replicas), float(mass))
+        self.record(expert, worker, float(mass), int(rows))
         return worker
 
-    def record(self, worker, mass, rows=1):
+    def record(self, expert, worker, mass, rows=1):
         self.assigned_mass[worker] += mass
         self.assigned_rows[worker] += rows
 
-    def assign(self, loads, replicas_of):
+    def assign(self, loads, replicas_of, expert_of=lambda key: key):
         """Assign a whole layer batch: loads = {key: (mass, rows)}; returns {key: worker}.
 
-        Heavier experts are placed first (ties by key) so the greedy sees the big
-        items while there is still room to spread them.
+        Heavier units are placed first (ties by key) so the greedy sees the big
+        items while there is still room to spread them. expert_of(key) names the
+        expert of a unit (several units may be chunks of one expert).
         """
         order = sorted(loads, key=lambda k: (-loads[k][0], k))
-        return {k: self.choose(k, replicas_of(k), loads[k][0], loads[k][1]) for k in order}
+        return {k: self.choose(expert_of(k), replicas_of(k), loads[k][0], loads[k][1]) for k in order}
 
     def state(self):
         return {"kind": self.kind, "dead": sorted(self.dead),
@@ -95,7 +100,7 @@ class _BaseBalancer:
 
 
 class TokenBucketBalancer(_BaseBalancer):
-    """Smallest recent gate-score mass among an expert's replicas, with a cap at threshold x mean."""
+    """Per (expert, replica) rings of recent gate mass; smallest ring wins, hot workers are skipped."""
 
     kind = "token-bucket"
 
@@ -107,32 +112,42 @@ class TokenBucketBalancer(_BaseBalancer):
             raise InvalidArgument(f"balancer threshold must be > 0, got {threshold}")
         self.window = int(window)
         self.threshold = float(threshold)
-        self.rings = [_Ring(self.window) for _ in range(self.n_workers)]
+        self.rings = {}                           # (expert, worker) -> _Ring
+        self.loads = [0.0] * self.n_workers       # sum of each worker's rings
         self.fallbacks = 0
 
-    def bucket(self, worker):
-        return self.rings[worker].total
+    def bucket(self, expert, worker):
+        ring = self.rings.get((expert, worker))
+        return ring.total if ring else 0.0
 
-    def mean_bucket(self):
+    def load(self, worker):
+        return self.loads[worker]
+
+    def mean_load(self):
         live = self.live()
-        return sum(self.rings[w].total for w in live) / len(live) if live else 0.0
+        return sum(self.loads[w] for w in live) / len(live) if live else 0.0
 
-    def _pick(self, key, candidates, mass):
-        cap = self.threshold * self.mean_bucket()
-        under = [w for w in candidates if self.rings[w].total <= cap]
+    def _pick(self, expert, candidates, mass):
+        cap = self.threshold * self.mean_load()
+        under = [w for w in candidates if self.loads[w] <= cap]
         if under:
-            return min(under, key=lambda w: (self.rings[w].total, candidates.index(w)))
+            return min(under, key=lambda w: (self.bucket(expert, w), candidates.index(w)))
         self.fallbacks += 1
-        return min(self.live(), key=lambda w: (self.rings[w].total, w))
+        return min(self.live(), key=lambda w: (self.loads[w], w))
 
-    def record(self, worker, mass, rows=1):
-        super().record(worker, mass, rows)
-        self.rings[worker].push(mass)
+    def record(self, expert, worker, mass, rows=1):
+        super().record(expert, worker, mass, rows)
+        ring = self.rings.get((expert, worker))
+        if ring is None:
+            ring = self.rings[(expert, worker)] = _Ring(self.window)
+        before = ring.total
+        ring.push(mass)
+        self.loads[worker] += ring.total - before
 
     def state(self):
         out = super().state()
         out.update(window=self.window, threshold=self.threshold, fallbacks=self.fallbacks,
-                   buckets=[r.total for r in self.rings])
+                   worker_loads=list(self.loads))
         return out
 
 

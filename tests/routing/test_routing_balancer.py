@@ -10,36 +10,46 @@ from colibri_dist.routing.placement import plan
 
 def test_token_bucket_picks_replica_with_smallest_recent_mass_ties_to_replica_order():
     b = TokenBucketBalancer(3, window=8, threshold=100.0)
-    b.record(0, 5.0)
-    b.record(1, 2.0)
+    b.record("e", 0, 5.0)
+    b.record("e", 1, 2.0)
     picks = [b.choose("e", [0, 1], 1.0) for _ in range(4)]
-    # bucket 1 grows 2->3->4->5; at 5 vs 5 the tie goes to the first replica (0)
+    # expert e's ring on worker 1 grows 2->3->4->5; at 5 vs 5 the tie goes to the first replica (0)
     assert picks == [1, 1, 1, 0]
-    assert b.bucket(0) == pytest.approx(6.0) and b.bucket(1) == pytest.approx(5.0)
+    assert b.bucket("e", 0) == pytest.approx(6.0) and b.bucket("e", 1) == pytest.approx(5.0)
+    assert b.load(0) == pytest.approx(6.0) and b.load(2) == 0.0
+
+
+def test_rings_are_per_expert_so_each_expert_spreads_over_its_own_replicas():
+    b = TokenBucketBalancer(2, window=8, threshold=100.0)
+    b.record("a", 0, 5.0)  # worker 0 is busy with expert a ...
+    assert b.choose("b", [0, 1], 1.0) == 0  # ... but b's own rings are empty: tie -> first replica
+    assert b.choose("b", [0, 1], 1.0) == 1  # then b alternates by its own recent mass
+    assert b.bucket("a", 1) == 0.0 and b.load(0) == pytest.approx(6.0)
 
 
 def test_token_bucket_window_forgets_old_assignments():
     b = TokenBucketBalancer(2, window=2, threshold=100.0)
-    b.record(0, 10.0)
-    b.record(0, 1.0)
-    assert b.bucket(0) == pytest.approx(11.0)
-    b.record(0, 1.0)  # the 10.0 falls out of the 2-slot window
-    assert b.bucket(0) == pytest.approx(2.0)
-    for _ in range(1000):  # running sum stays exact over many laps
-        b.record(0, 0.1)
-    assert b.bucket(0) == pytest.approx(0.2)
+    b.record("e", 0, 10.0)
+    b.record("e", 0, 1.0)
+    assert b.bucket("e", 0) == pytest.approx(11.0)
+    b.record("e", 0, 1.0)  # the 10.0 falls out of the 2-slot window
+    assert b.bucket("e", 0) == pytest.approx(2.0) and b.load(0) == pytest.approx(2.0)
+    for _ in range(1000):  # running sums stay exact over many laps
+        b.record("e", 0, 0.1)
+    assert b.bucket("e", 0) == pytest.approx(0.2) and b.load(0) == pytest.approx(0.2)
 
 
-def test_token_bucket_skips_replicas_over_threshold_and_falls_back_to_least_loaded():
+def test_token_bucket_skips_workers_over_threshold_and_falls_back_to_least_loaded():
     b = TokenBucketBalancer(3, window=4, threshold=1.8)
-    b.record(1, 9.0)
-    b.record(2, 3.0)  # mean = 4, cap = 7.2: worker 1 is over
-    assert b.choose("e", [1], 0.5) == 0  # only replica over the cap -> least loaded live worker
+    b.record("x", 1, 9.0)
+    b.record("y", 2, 3.0)  # worker loads 0, 9, 3: mean 4, cap 7.2 -> worker 1 is over
+    assert b.choose("e", [1, 2], 0.5) == 2  # e's buckets tie; worker 1 is skipped
+    assert b.choose("f", [1], 0.5) == 0  # the only replica is over the cap -> least loaded live worker
     assert b.fallbacks == 1
     loose = TokenBucketBalancer(3, window=4, threshold=3.0)
-    loose.record(1, 9.0)
-    loose.record(2, 3.0)  # cap = 12: worker 1 is allowed
-    assert loose.choose("e", [1], 0.5) == 1
+    loose.record("x", 1, 9.0)
+    loose.record("y", 2, 3.0)  # cap = 12: worker 1 is allowed
+    assert loose.choose("f", [1], 0.5) == 1
     assert loose.fallbacks == 0
 
 
@@ -66,11 +76,13 @@ def test_round_robin_cycles_through_replicas_and_home_sticks_to_the_first():
     assert home.choose("e", [2, 0], 1.0) == 0
 
 
-def test_assign_places_heavier_experts_first_and_counts_rows():
+def test_assign_places_heavier_units_first_and_spreads_chunks_of_one_expert():
     b = TokenBucketBalancer(2, threshold=100.0)
-    out = b.assign({"a": (1.0, 3), "b": (5.0, 7)}, lambda k: [0, 1])
-    assert out == {"b": 0, "a": 1}
-    assert b.assigned_rows == [7, 3]
+    out = b.assign({("e", 0): (2.0, 4), ("e", 1): (2.0, 4), ("f", 0): (5.0, 7)}, lambda k: [0, 1],
+                   expert_of=lambda k: k[0])
+    assert out[("f", 0)] == 0  # heaviest first
+    assert {out[("e", 0)], out[("e", 1)]} == {0, 1}  # e's chunks land on both of its replicas
+    assert sum(b.assigned_rows) == 15
 
 
 def test_make_balancer_accepts_config_mapping_and_rejects_bad_options():
