@@ -103,12 +103,25 @@ class MultiRaylet:
         ppid = _ppid(worker_pid)
         return self.raylet_pids().get(ppid)
 
+    def protected_nodes(self):
+        """Worker raylets that must stay: the driver's, and any running the pool's Router actor
+        (Ray titles actor processes `ray::<Class>`; the Router is not restartable)."""
+        keep = set()
+        driver = ray._private.worker.global_worker.node
+        for raylet_pid, node in self.raylet_pids().items():
+            if driver is not None and node._raylet_socket_name == driver._raylet_socket_name:
+                keep.add(id(node))
+            elif any(_cmdline(child).startswith("ray::Router") for child in _children(raylet_pid)):
+                keep.add(id(node))
+        return keep
+
     def remove_worker_node(self, worker_pids, seq=0):
-        """Remove the raylet hosting one of worker_pids (chosen by seq); a dict describing it, or None."""
-        hosts = {}
+        """Remove the raylet hosting one of worker_pids (chosen by seq), never a protected one;
+        a dict describing it, or None when there is no such raylet."""
+        hosts, keep = {}, self.protected_nodes()
         for pid in sorted(worker_pids):
             node = self.node_of(pid)
-            if node is not None:
+            if node is not None and id(node) not in keep:
                 hosts.setdefault(id(node), (node, []))[1].append(pid)
         if not hosts:
             return None
@@ -120,6 +133,22 @@ class MultiRaylet:
     def shutdown(self):
         ray.shutdown()
         self.cluster.shutdown()
+
+
+def _children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _ppid(pid):
