@@ -74,9 +74,12 @@ AVX2_FN float finish(int dtype, const wdesc *d, int32_t r, __m256 acc, const uns
     return s;
 }
 
-/* TT tokens x TR rows starting at row r. */
+AVX2_FN size_t elem_bytes(int dtype) { return dtype == CB_F32 ? 4 : (dtype == CB_F16 || dtype == CB_BF16) ? 2 : 1; }
+
+/* TT tokens x TR rows starting at row r. pf != 0: software-prefetch the weights pf bytes
+ * ahead of each row (the next row tile), one cache line at a time. */
 AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const float *const *xs,
-                  float *const *outs) {
+                  float *const *outs, size_t pf) {
     __m256 acc[4][8];
     const unsigned char *row[8];
     const float *gs[8], *xp[4];
@@ -93,6 +96,9 @@ AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const fl
         for (int j = 0; j < TR; j++) acc[i][j] = _mm256_setzero_ps();
     }
     for (size_t k = 0; k < K8; k += 8) {
+        if (pf && ((k * elem_bytes(dtype)) & 63) == 0)
+#pragma GCC unroll 8
+            for (int j = 0; j < TR; j++) _mm_prefetch((const char *)row[j] + pf + k * elem_bytes(dtype), _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int j = 0; j < TR; j++) {
             __m256 w = dec8(dtype, row[j], gs[j], d->zero, k);
@@ -106,36 +112,38 @@ AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const fl
         for (int j = 0; j < TR; j++) outs[i][r + j] = finish(dtype, d, r + j, acc[i][j], row[j], gs[j], xp[i]);
 }
 
-/* Row tiles outer, token tiles inner: the tile's weight rows stay in L1 while
- * token rows stream from L2 (the caller keeps a token chunk L2-sized). */
 AVX2_FN void rows_for_dtype(int dtype, const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,
                             float *const *outs, int64_t nt) {
-    if (nt == 1) {
+    size_t rb = d->row_bytes;
+    if (nt == 1) {           /* decode: memory bound, prefetch the next 8-row tile */
         int32_t r = r0;
-        for (; r + 8 <= r1; r += 8) tile(dtype, 1, 8, d, r, xs, outs);
-        for (; r < r1; r++) tile(dtype, 1, 1, d, r, xs, outs);
+        for (; r + 8 <= r1; r += 8) tile(dtype, 1, 8, d, r, xs, outs, 8 * rb);
+        for (; r < r1; r++) tile(dtype, 1, 1, d, r, xs, outs, 0);
         return;
     }
     if (nt < 4) {     /* 2-3 tokens (an expert's share of a small batch): decode each weight once */
         int32_t r = r0;
         if (nt == 2)
-            for (; r + 4 <= r1; r += 4) tile(dtype, 2, 4, d, r, xs, outs);
+            for (; r + 4 <= r1; r += 4) tile(dtype, 2, 4, d, r, xs, outs, 4 * rb);
         else
-            for (; r + 3 <= r1; r += 3) tile(dtype, 3, 3, d, r, xs, outs);
+            for (; r + 3 <= r1; r += 3) tile(dtype, 3, 3, d, r, xs, outs, 3 * rb);
         for (; r < r1; r++)
-            for (int64_t t = 0; t < nt; t++) tile(dtype, 1, 1, d, r, xs + t, outs + t);
+            for (int64_t t = 0; t < nt; t++) tile(dtype, 1, 1, d, r, xs + t, outs + t, 0);
         return;
     }
+    /* Row tiles outer, token tiles inner: the tile's weight rows stay in L1 while token rows
+     * stream from L2 (the caller keeps a token chunk L2-sized); the first token tile of a
+     * row tile prefetches the next row tile from memory. */
     int32_t r = r0;
     for (; r + 3 <= r1; r += 3) {
         int64_t t = 0;
-        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 3, d, r, xs + t, outs + t);
-        for (; t < nt; t++) tile(dtype, 1, 3, d, r, xs + t, outs + t);
+        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 3, d, r, xs + t, outs + t, t == 0 ? 3 * rb : 0);
+        for (; t < nt; t++) tile(dtype, 1, 3, d, r, xs + t, outs + t, 0);
     }
     for (; r < r1; r++) {
         int64_t t = 0;
-        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 1, d, r, xs + t, outs + t);
-        for (; t < nt; t++) tile(dtype, 1, 1, d, r, xs + t, outs + t);
+        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 1, d, r, xs + t, outs + t, 0);
+        for (; t < nt; t++) tile(dtype, 1, 1, d, r, xs + t, outs + t, 0);
     }
 }
 
