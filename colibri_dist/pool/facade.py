@@ -69,6 +69,8 @@ class Pool:
             self._ready = _unwrap(self._router.ready.remote())
         except Exception:
             self._kill_router()
+            if self._started_ray:
+                ray.shutdown()
             raise
 
     @staticmethod

@@ -14,6 +14,7 @@ model afresh and so starts on the current table.
 """
 import os
 import time
+import warnings
 
 import numpy as np
 
@@ -30,7 +31,10 @@ def _numa_pin(index, n_workers, numa, node_hint=None):
         mem = numa.get("mem_policy", "bind")
         plan = numa_room.plan(topo, workers_per_node=per_node, mem_policy=mem if mem != "preferred" else "bind")
         candidates = [w for w in plan.workers if node_hint is None or w.node == node_hint] or list(plan.workers)
-        report = numa_room.apply(candidates[index % len(candidates)], read_numa_maps=False)
+        with warnings.catch_warnings(record=True) as caught:  # reported in stats, not printed per worker
+            warnings.simplefilter("always")
+            report = numa_room.apply(candidates[index % len(candidates)], read_numa_maps=False)
+        report["warnings"] = [str(w.message) for w in caught]
     except Exception as exc:  # pinning decides speed, never results: run unpinned
         return {"mode": "unpinned", "error": f"{type(exc).__name__}: {exc}"}, None
     cpus = report["requested"]["cpus"] if report["mode"] == "numa" else report["cpus"]
