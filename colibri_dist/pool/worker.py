@@ -29,7 +29,7 @@ def _numa_pin(index, n_workers, numa, node_hint=None):
         n_nodes = max(1, len(topo.cpu_nodes))
         per_node = max(int(numa.get("workers_per_node", 1)), -(-n_workers // n_nodes))
         mem = numa.get("mem_policy", "bind")
-        plan = numa_room.plan(topo, workers_per_node=per_node, mem_policy=mem if mem != "preferred" else "bind")
+        plan = numa_room.plan(topo, workers_per_node=per_node, mem_policy=mem)
         candidates = [w for w in plan.workers if node_hint is None or w.node == node_hint] or list(plan.workers)
         with warnings.catch_warnings(record=True) as caught:  # reported in stats, not printed per worker
             warnings.simplefilter("always")
