@@ -76,6 +76,7 @@ def test_pool_equals_engine_for_1_to_4_workers(ray_address, tiny_models, tmp_pat
         _check_identical(pool, path, n=53, seed=workers)
         st = pool.stats()
         assert len(st["workers"]) == workers and all(w["alive"] for w in st["workers"])
+        assert all(w["numa"]["mode"] in ("numa", "fallback", "unpinned") for w in st["workers"])  # pinning ran
         evictions = sum(w["cache"]["evictions"] for w in st["workers"])
         assert (evictions > 0) == (tier != "mmap")
         if tier == "spill":
