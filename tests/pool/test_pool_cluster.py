@@ -1,5 +1,5 @@
 """Pool on a multi-raylet Ray cluster on one machine (all loopback): workers placed per node by
-the numa_<i> custom resources, and a node removed in the middle of a batch."""
+the numa_<i> custom resources, a node removed in the middle of a batch, and the node coming back."""
 import threading
 import time
 
@@ -74,3 +74,14 @@ def test_removing_a_node_mid_batch_is_survived_bit_identically(cluster, tiny_mod
         assert sum(w["tokens"] for w in st["workers"]) == n * k
         assert [w["alive"] for w in st["workers"]] == [True, False]  # its numa_0 slot is gone with the node
         assert np.array_equal(pool.moe_forward(layer, x), y_ref)  # the survivor serves every expert
+        # the machine comes back: Ray restarts the lost worker on it, the pool takes it back
+        back = c.add_node(num_cpus=1, node_ip_address="127.0.0.1", resources={"numa_0": 1})
+        deadline = time.time() + 90
+        while time.time() < deadline and not all(w["alive"] for w in pool.stats()["workers"]):
+            time.sleep(0.5)
+        st = pool.stats()
+        assert [w["alive"] for w in st["workers"]] == [True, True]
+        assert st["workers"][1]["node"] == back.node_id
+        before = st["workers"][1]["tokens"]
+        assert np.array_equal(pool.moe_forward(layer, x), y_ref)
+        assert pool.stats()["workers"][1]["tokens"] > before  # it takes work again
