@@ -81,7 +81,8 @@ class Router:
         self.down.setdefault(i, self.workers[i].ping.remote())
 
     def _refresh_down(self):
-        """Bring back workers whose ping answered (Ray restarted them) after re-syncing their table."""
+        """Bring back workers whose ping answered (Ray restarted them; a restarted worker opens the
+        model afresh, so it already sees every persisted hot-add)."""
         if not self.down:
             return
         refs = {ref: i for i, ref in self.down.items()}
@@ -116,6 +117,8 @@ class Router:
             raise InvalidArgument(f"layer {layer}: x must have shape [n, {h}], got {list(x.shape)}")
         if x.dtype != np.float32:
             raise InvalidArgument(f"layer {layer}: x must be float32, got {x.dtype}")
+        if not np.isfinite(x).all():  # the balanced policy does not go through the Engine's check
+            raise InvalidArgument(f"layer {layer}: x contains NaN or Inf (non-finite input is rejected)")
         return np.ascontiguousarray(x)
 
     def _route(self, layer, x):
@@ -142,6 +145,8 @@ class Router:
             x_arg = x if x.nbytes < _INLINE_BYTES else ray.put(x)
         self._refresh_down()
         n, k, h = len(x), ea.top_k(self.engine), x.shape[1]
+        if n == 0:
+            return np.zeros((0, h), np.float32)
         idx_all = np.zeros((n, k), np.int32)
         w_all = np.zeros((n, k), np.float32)
         slot_out = np.zeros((n, k, h), np.float32)

@@ -106,6 +106,7 @@ def test_bad_input_gets_named_errors_before_or_from_the_pool(ray_address, tiny_m
             pool.moe_forward(99, np.zeros((3, 32), np.float32))
         with pytest.raises(InvalidArgument, match="NaN"):
             pool.moe_forward(layer, np.full((2, 32), np.nan, np.float32))
+        assert pool.moe_forward(layer, np.zeros((0, 32), np.float32)).shape == (0, 32)  # like the Engine
         _check_identical(pool, path, n=5)  # still serving after the errors
         _check_identical(pool, path, n=1200)  # 150 KB: x travels by object reference, not inline
 
@@ -246,6 +247,8 @@ def test_balanced_routing_policy_in_the_pool_matches_the_same_policy_in_process(
     x = (_x(48, 32, 21) + 2.0 * row / np.linalg.norm(row)).astype(np.float32)  # expert 0 runs hot
     with Pool(path, workers=2, threads_per_worker=1, routing_policy="balanced", micro_batch=16,
               balancer={"kind": "token-bucket", "window": 64, "threshold": 1.8}) as pool:
+        with pytest.raises(InvalidArgument, match="NaN"):  # rejected before the policy sees it
+            pool.moe_forward(layer, np.full((2, 32), np.inf, np.float32))
         y = pool.moe_forward(layer, x)
     with cd.Engine(path, threads=1) as eng:
         idx, w = route_balanced(BalancedRouting(64, 1.8), eng, layer, x)
