@@ -82,11 +82,26 @@ class Router:
 
     def _refresh_down(self):
         """Bring back workers whose ping answered (Ray restarted them; a restarted worker opens the
-        model afresh, so it already sees every persisted hot-add)."""
+        model afresh, so it already sees every persisted hot-add). When every worker is down at
+        once, wait for Ray to restart one (up to opts["restart_timeout_s"]) instead of planning a
+        batch with nobody to run it."""
+        deadline = time.monotonic() + float(self.opts.get("restart_timeout_s", 120.0))
+        self._poll_down(timeout=0)
+        while self.down and len(self.down) >= self.n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PoolError(f"all {self.n} workers are down and none came back within "
+                                f"{self.opts.get('restart_timeout_s', 120.0)} s (Ray max_restarts "
+                                f"{self.opts.get('max_restarts', 3)} may be used up)")
+            self._poll_down(timeout=min(left, 1.0))
+            if len(self.down) >= self.n:
+                time.sleep(0.1)  # a permanently dead actor answers at once: do not spin
+
+    def _poll_down(self, timeout):
         if not self.down:
             return
         refs = {ref: i for i, ref in self.down.items()}
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         for ref in ready:
             i = refs[ref]
             try:

@@ -141,6 +141,35 @@ def test_sigkilled_worker_mid_batch_is_retried_bit_identically_without_losing_to
         assert np.array_equal(pool.moe_forward(layer, x), y_ref)
 
 
+def test_every_worker_killed_at_once_waits_for_restarts_and_loses_nothing(ray_address, tiny_models):
+    """Both workers SIGKILLed mid-batch, and their restarted successors again between batches:
+    every batch completes bit-identically and each (token, slot) is credited exactly once."""
+    path = tiny_models["mixtral"]
+    layer = cd.open_model(path).moe_layers[-1]
+    n, k = 64, 2
+    x = _x(n, 32, 11)
+    y_ref, _ = _reference(path, layer, x)
+    with Pool(path, workers=2, threads_per_worker=1, micro_batch=8, worker_delay_s=0.1,
+              max_restarts=3) as pool:
+        victims = [w["pid"] for w in pool.stats()["workers"]]
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("y", pool.moe_forward(layer, x)))
+        t.start()
+        time.sleep(0.4)
+        assert t.is_alive()
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        t.join(timeout=120)
+        assert np.array_equal(out["y"], y_ref)
+        for pid in pool.worker_pids():  # kill the restarted ones too, unknown to the router
+            os.kill(pid, signal.SIGKILL)
+        assert np.array_equal(pool.moe_forward(layer, x), y_ref)
+        st = pool.stats()
+        assert st["retries"] >= 2
+        assert sum(w["tokens"] for w in st["workers"]) == 2 * n * k  # each (token, slot) exactly once per batch
+        assert not set(victims) & set(pool.worker_pids())
+
+
 def _cli(*args, check=True):
     env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     proc = subprocess.run([sys.executable, "-m", "colibri_dist", *args], capture_output=True, text=True,
