@@ -127,15 +127,16 @@ class Engine:
         idx, w = self._route(layer, x)
         n, k = idx.shape
         union = np.unique(idx)
-        self._prefetch(layer, union)
-        self._lookahead(layer, x)
         if len(union) * self.store.source.nbytes(layer, 0) <= self.store.cache_bytes:
+            self._prefetch(layer, union)
+            self._lookahead(layer, x)
             return self._moe_held(layer, x, union), idx
+        # the budget is below this layer's own experts: no lookahead (it would evict them)
         slot_out = np.empty((n, k, self.config.hidden), dtype=np.float32)
-        for e in union:
-            tokens, slots = np.nonzero(idx == e)
-            with self.store.get(layer, int(e)) as h:
-                slot_out[tokens, slots] = self.runtime.expert_forward(x, h.view, rows=tokens.astype(np.int32))
+        picks = [np.nonzero(idx == e) for e in union]
+        outs = self._run_experts(layer, x, [(int(e), t.astype(np.int32)) for e, (t, _) in zip(union, picks)])
+        for (tokens, slots), out in zip(picks, outs):
+            slot_out[tokens, slots] = out
         y = self._native.combine(w, slot_out, self.shared_forward(layer, x))
         return y, idx
 
@@ -158,16 +159,40 @@ class Engine:
                 h.release()
 
     def expert_forward(self, layer, e, x, rows=None):
-        """One expert on x (or on x[rows]); what pool workers call."""
+        """One expert on x (or on x[rows])."""
+        return self.experts_forward(layer, x, [(e, rows)])[0]
+
+    def experts_forward(self, layer, x, items):
+        """Several experts on one layer batch: items [(e, rows or None)] -> outputs in that order.
+        What pool workers call; x is checked once for the whole request."""
         layer = self._check_layer(layer)
         x = self._check_x(layer, x)
-        if rows is not None:
-            rows = np.ascontiguousarray(rows, dtype=np.int32)
-            if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= x.shape[0])):
-                raise InvalidArgument(f"layer {layer} expert {e}: rows must be 1-D indices into x "
-                                      f"(0..{x.shape[0] - 1})")
-        with self.store.get(layer, e) as h:
-            return self.runtime.expert_forward(x, h.view, rows=rows)
+        return self._run_experts(layer, x, [(e, self._check_rows(layer, e, x, rows)) for e, rows in items])
+
+    @staticmethod
+    def _check_rows(layer, e, x, rows):
+        if rows is None:
+            return None
+        rows = np.ascontiguousarray(rows, dtype=np.int32)
+        if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= x.shape[0])):
+            raise InvalidArgument(f"layer {layer} expert {e}: rows must be 1-D indices into x "
+                                  f"(0..{x.shape[0] - 1})")
+        return rows
+
+    def _run_experts(self, layer, x, items):
+        """Run experts that are already in RAM first, prefetching the rest meanwhile: a cache
+        smaller than the request then still hits on what the last request left resident,
+        where a fixed order would evict each expert just before its next use. Each output
+        is its own cb_expert_forward call, so the order never changes a bit."""
+        resident = {e for (l, e) in self.store.resident() if l == layer}
+        order = sorted(range(len(items)), key=lambda i: int(items[i][0]) not in resident)  # stable
+        self._prefetch(layer, [int(items[i][0]) for i in order[1:]])  # order[0] is loaded on demand now
+        outs = [None] * len(items)
+        for i in order:
+            e, rows = items[i]
+            with self.store.get(layer, int(e)) as h:
+                outs[i] = self.runtime.expert_forward(x, h.view, rows=rows)
+        return outs
 
     def shared_forward(self, layer, x):
         """Shared expert (with its sigmoid gate if any) on x, or None if the layer has none."""
@@ -188,6 +213,8 @@ class Engine:
     # ---- prefetch and lookahead
     def _fit(self, layer):
         """How many experts of a layer the prefetcher may hold (one slot left for demand loads)."""
+        if self.store.cache_bytes is None:      # zero-copy mmap: nothing to load ahead
+            return 0
         nbytes = self.store.source.nbytes(layer, 0)
         return max(0, self.store.cache_bytes // max(1, nbytes) - 1)
 

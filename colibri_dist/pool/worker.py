@@ -86,7 +86,7 @@ class ExpertWorker:
             time.sleep(self.delay_s)
         started = time.perf_counter()
         layer = req["layer"]
-        outs = [self.engine.expert_forward(layer, e, x, rows) for e, rows in req["experts"]]
+        outs = self.engine.experts_forward(layer, x, req["experts"])
         out = np.concatenate(outs) if outs else np.zeros((0, x.shape[1]), np.float32)
         shared = None
         if req["shared"] is not None:

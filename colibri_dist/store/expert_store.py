@@ -116,11 +116,12 @@ class ExpertStore:
             raise StoreError("expert store is closed")
         if self.cache_bytes is None:
             return self._get_mapped(key)
+        waited = False
         while True:
             with self._lock:
                 ent = self._entries.get(key)
                 if ent is not None and ent.ready:
-                    return self._hit(ent)
+                    return self._hit(ent, waited)
                 waiting = self._inflight.get(key)
                 if waiting is None:
                     self.stats_.gets += 1
@@ -129,6 +130,7 @@ class ExpertStore:
                     self._inflight[key] = threading.Event()
                     break
             waiting.wait()
+            waited = True
         return self._load_for_get(key)
 
     def _get_mapped(self, key):
@@ -146,12 +148,18 @@ class ExpertStore:
             self.stats_.hit("mmap")
         return ExpertHandle(key[0], key[1], blob, self.source.layout(*key), "mmap")
 
-    def _hit(self, ent):
-        """Under the lock: pin a ready entry and count the hit."""
+    def _hit(self, ent, waited=False):
+        """Under the lock: pin a ready entry and count it: a hit, unless this get had to wait
+        for the entry's load (a prefetch issued too late): that is a miss (prefetch_late)."""
         st = self.stats_
         st.gets += 1
-        st.hits += 1
-        st.hit("ram")
+        if waited:
+            st.misses += 1
+            st.miss("ram")
+            st.prefetch_late += 1
+        else:
+            st.hits += 1
+            st.hit("ram")
         ent.protected = None
         if ent.prefetched:
             ent.prefetched = False

@@ -13,6 +13,7 @@ plain dict. Definitions (docs/STORE.md):
                           (no cache) or reads (cache); misses = failed reads
     evictions, bytes_loaded (into RAM from ssd or source), load_ms {p50, p99},
     prefetch_issued, prefetch_used (first get of a prefetched entry),
+    prefetch_late (gets that waited for an in-flight load: counted as RAM misses),
     prefetch_dropped (no room), checksum_failures (spill files), spill_bytes,
     bypass (loads served without caching: every entry pinned)
 """
@@ -32,6 +33,7 @@ class StoreStats:
         self.prefetch_issued = 0
         self.prefetch_used = 0
         self.prefetch_dropped = 0
+        self.prefetch_late = 0
         self.checksum_failures = 0
         self.bypass = 0
         self.hits = 0
@@ -58,7 +60,8 @@ class StoreStats:
             **{t: dict(v) for t, v in self.tiers.items()},
             "evictions": self.evictions, "bytes_loaded": self.bytes_loaded, "load_ms": load_ms,
             "prefetch_issued": self.prefetch_issued, "prefetch_used": self.prefetch_used,
-            "prefetch_dropped": self.prefetch_dropped, "checksum_failures": self.checksum_failures,
+            "prefetch_dropped": self.prefetch_dropped, "prefetch_late": self.prefetch_late,
+            "checksum_failures": self.checksum_failures,
             "spill_bytes": spill_bytes, "bypass": self.bypass,
             "resident_bytes": resident_bytes, "resident": resident, "cache_bytes": cache_bytes,
         }
