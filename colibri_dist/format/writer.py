@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from ..errors import FormatError
+from ..fsutil import fsync_dir
 from . import spec
 from .layout import BLOB_ALIGN
 
@@ -140,7 +141,7 @@ class ContainerWriter:
             raise FormatError(f"{self.path}: could not complete the file ({exc.strerror or exc}); "
                               f"no file was left behind") from exc
         self._done = True
-        _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         return self.path
 
     def abort(self):
@@ -161,16 +162,3 @@ def _bytes_view(data):
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data)
     return memoryview(data).cast("B")
-
-
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

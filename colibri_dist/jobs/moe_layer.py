@@ -10,7 +10,7 @@ import io
 import numpy as np
 
 from ..errors import ConfigError, FormatError
-from .shards import atomic_write
+from ..fsutil import atomic_write
 
 
 class MoeLayer:
@@ -76,5 +76,5 @@ class MoeLayer:
         buf = io.BytesIO()
         np.save(buf, out, allow_pickle=False)
         data = buf.getvalue()
-        atomic_write(out_path, lambda fh: fh.write(data))
+        atomic_write(out_path, [data])
         return {"rows": shard.rows, "tokens": shard.rows, "bytes": len(data)}

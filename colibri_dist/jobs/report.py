@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from .metrics import delta_cache
-from .shards import atomic_write
+from ..fsutil import atomic_write
 
 
 def percentiles(values):
@@ -79,11 +79,11 @@ def build_report(cfg, meter, final_stats, manifest, executor_kind, startup_s, mo
 
 def write_all(rep, meter, out_dir, report_cfg, stream):
     data = json.dumps(rep, indent=2).encode()
-    atomic_write(os.path.join(out_dir, "report.json"), lambda fh: fh.write(data))
+    atomic_write(os.path.join(out_dir, "report.json"), [data])
     if report_cfg.html:
         from .report_html import render_html
         html = render_html(rep, meter).encode()
-        atomic_write(os.path.join(out_dir, "report.html"), lambda fh: fh.write(html))
+        atomic_write(os.path.join(out_dir, "report.html"), [html])
     if report_cfg.summary:
         print(summary_table(rep, out_dir, report_cfg.html), file=stream, flush=True)
 

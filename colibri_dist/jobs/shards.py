@@ -16,6 +16,7 @@ import shutil
 from dataclasses import dataclass
 
 from ..errors import ConfigError, InvalidArgument
+from ..fsutil import atomic_write
 
 MANIFEST = "manifest.json"
 
@@ -61,36 +62,6 @@ def plan_shards(paths, count_rows, shard_rows=None):
             name = stem if shard_rows is None else f"{stem}.part{i:05d}"
             shards.append(Shard(name, path, start, min(start + step, n)))
     return shards
-
-
-def fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path, write, mode="wb"):
-    """Call write(fileobj) on a temp file beside `path`, fsync it, then rename it into place."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, mode) as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    fsync_dir(directory)
 
 
 def clean_temp_files(out_dir):
@@ -145,4 +116,4 @@ class Manifest:
     def save(self):
         data = {"signature": self.signature, "shards": self.shard_names, "done": self.done,
                 "complete": len(self.done) == len(self.shard_names)}
-        atomic_write(self.path, lambda fh: fh.write(json.dumps(data, indent=1).encode()))
+        atomic_write(self.path, [json.dumps(data, indent=1).encode()])

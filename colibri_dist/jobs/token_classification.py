@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ConfigError, FormatError, InvalidArgument
 from .dense import ClassifierHead, rms_norm_eps, rmsnorm
-from .shards import atomic_write
+from ..fsutil import atomic_write
 
 
 class TokenClassification:
@@ -137,7 +137,7 @@ class TokenClassification:
             lines.append(json.dumps({"id": row_id, "pred": pred.tolist(),
                                      "probs": [[float(v) for v in tok] for tok in p]}))
         data = ("\n".join(lines) + ("\n" if lines else "")).encode()
-        atomic_write(out_path, lambda fh: fh.write(data))
+        atomic_write(out_path, [data])
         return len(data)
 
 

@@ -20,7 +20,6 @@ import fcntl
 import json
 import os
 import struct
-import tempfile
 import threading
 import zlib
 
@@ -28,6 +27,7 @@ import numpy as np
 
 from ..errors import FormatError, StoreError
 from ..format.layout import ExpertLayout, MatrixLayout
+from ..fsutil import atomic_write
 
 MAGIC = b"CBSEG001"
 HEAD = 4096
@@ -51,31 +51,8 @@ def _crc(buf):
     return zlib.crc32(buf) & 0xFFFFFFFF
 
 
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_atomic(path, chunks):
-    """temp file in the same dir, write, fsync, rename."""
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for c in chunks:
-                f.write(memoryview(c))
-            f.flush()
-            os.fsync(f.fileno())
-        _rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, chunks, replace=_rename)
 
 
 def _rename(src, dst):
@@ -221,7 +198,6 @@ class Segments:
             rec["removed"] = sorted(set(rec["removed"]) | {int(remove[1])})
         text = json.dumps({"version": version, "layers": layers}, indent=1).encode()
         _write_atomic(os.path.join(self.dir, MANIFEST), [text])
-        _fsync_dir(self.dir)
 
     def _file_lock(self):
         return _FileLock(os.path.join(self.dir, ".lock"))

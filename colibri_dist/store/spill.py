@@ -30,6 +30,7 @@ import warnings
 import numpy as np
 
 from ..errors import InvalidArgument
+from ..fsutil import atomic_write
 from .buffers import PAGE, aligned_empty
 
 MAGIC = b"CBSPILL1"
@@ -146,19 +147,9 @@ class SpillTier:
         return True
 
     def _write_file(self, path, header, payload):
-        """temp + rename so a reader never sees a partial file (tests patch this)."""
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(header)
-                f.write(memoryview(payload))
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        """temp + rename so a reader never sees a partial file; no fsync: spills are scratch
+        and carry their own checksum (tests patch this)."""
+        atomic_write(path, [header, payload], durable=False)
 
     # ---- read
     def read(self, key, take_buffer):
