@@ -12,6 +12,8 @@
 #include "kernels.h"
 
 #define ROW_BLOCK 48    /* output rows per work item (multiple of the 3- and 8-row tiles) */
+#define ROW_BLOCK_FEW 192 /* ... when the task has <= TOKEN_CHUNK rows: its weights are streamed once,
+                           * and longer items mean fewer cold starts of the row prefetch */
 #define TOKEN_CHUNK 16  /* tokens per pass over an item's weights (keeps x in L2) */
 
 typedef struct { int32_t task, r0, r1; } ffn_item;
@@ -120,8 +122,9 @@ static int64_t make_items(ffn_run *run, int32_t n_tasks, int kind) {
             continue;
         }
         int32_t rows = kind == ITEMS_DOWN ? t->ex->down.rows : t->ex->gate.rows;
-        for (int32_t r = 0; r < rows; r += ROW_BLOCK)
-            run->items[k++] = (ffn_item){i, r, r + ROW_BLOCK < rows ? r + ROW_BLOCK : rows};
+        int32_t step = t->n <= TOKEN_CHUNK ? ROW_BLOCK_FEW : ROW_BLOCK;
+        for (int32_t r = 0; r < rows; r += step)
+            run->items[k++] = (ffn_item){i, r, r + step < rows ? r + step : rows};
     }
     return k;
 }
