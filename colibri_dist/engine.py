@@ -117,7 +117,8 @@ class Engine:
             for e in tbl.ids:
                 with self.store.get(layer, int(e)) as h:
                     views.append(h.view)
-            cached = self._mapped[layer] = (tbl.version, views)
+            table = self._native.ExpertTable(views, len(views), self.config.hidden)
+            cached = self._mapped[layer] = (tbl.version, table)
         shared, gate = self._shared_parts(layer)
         y, idx, _ = self.runtime.moe_forward(x, tbl.router, tbl.gating, cached[1], bias=tbl.bias,
                                              shared=shared, shared_gate=gate)

@@ -13,8 +13,8 @@ checked when quantized (format/quantize.py) and router logits again in C
 """
 from ._lib import NATIVE_ERRORS, check_status, simd_force, simd_name
 from .gating import GATING_KINDS, Gating
-from .runtime import Runtime, combine, gate_logits
+from .runtime import ExpertTable, Runtime, combine, gate_logits
 from .views import ExpertView, expert_view
 
-__all__ = ["Gating", "GATING_KINDS", "Runtime", "combine", "gate_logits", "ExpertView", "expert_view",
+__all__ = ["Gating", "GATING_KINDS", "Runtime", "ExpertTable", "combine", "gate_logits", "ExpertView", "expert_view",
            "simd_name", "simd_force", "check_status", "NATIVE_ERRORS"]

@@ -94,3 +94,29 @@ def test_no_allocation_after_warm_up(runtimes):
     _forward(rt, layer, np.concatenate([x] * 4))                  # a bigger batch grows the arena once
     assert rt.stats()["arena_mallocs"] == before + 1
     rt.close()
+
+
+def test_a_reused_expert_table_gives_the_same_bits_and_is_checked():
+    """ExpertTable is built once per layer and reused across calls (the Engine's mapped path):
+    same bits as passing the views; a table of the wrong shape is refused."""
+    from colibri_dist.errors import InvalidArgument
+    from colibri_dist.format.quantize import pack_expert
+    from colibri_dist.native import ExpertTable, Gating, Runtime, expert_view
+    rng = np.random.default_rng(4)
+    h, inter, E = 48, 40, 6
+    views = [expert_view(*pack_expert(rng.standard_normal((inter, h), dtype=np.float32),
+                                      rng.standard_normal((inter, h), dtype=np.float32),
+                                      rng.standard_normal((h, inter), dtype=np.float32), "int8"))
+             for _ in range(E)]
+    router = rng.standard_normal((E, h), dtype=np.float32)
+    gating = Gating("softmax_topk_norm", E, 2)
+    table = ExpertTable(views, E, h)
+    with Runtime(threads=2) as rt:
+        for n in (1, 5):
+            x = rng.standard_normal((n, h), dtype=np.float32)
+            want = rt.moe_forward(x, router, gating, views)
+            for _ in range(2):
+                got = rt.moe_forward(x, router, gating, table)
+                assert all(np.array_equal(a, b) for a, b in zip(got, want))
+        with pytest.raises(InvalidArgument, match="expert table is for 6 experts"):
+            rt.moe_forward(x, router[:5], Gating("softmax_topk_norm", 5, 2), table)
