@@ -17,7 +17,7 @@ from ..errors import FormatError, InvalidArgument
 from . import spec
 from .layout import ExpertLayout, DTYPE_NAMES
 from .model_config import ModelConfig
-from .validate import check_entries, check_header
+from .validate import check_entries, check_header, describe
 
 _NP_DTYPES = {0: np.float32, 1: np.float16, 2: np.uint16, 3: np.int8, 4: np.uint8,
               5: np.int16, 6: np.int32, 7: np.int64, 8: np.float64, 9: np.bool_}
@@ -186,14 +186,6 @@ def _unpack_entry(path, table, i):
         return spec.Entry.unpack(bytes(table[i * spec.ENTRY_SIZE:(i + 1) * spec.ENTRY_SIZE]))
     except ValueError as exc:
         raise FormatError(f"{path}: tensor table entry {i} is invalid ({exc})") from exc
-
-
-def describe(entry):
-    if entry.kind == spec.KIND_EXPERT:
-        return f"layer {entry.layer} expert {entry.expert}"
-    if entry.kind == spec.KIND_TENSOR:
-        return f"tensor {entry.name}"
-    return f"layer {entry.layer} {spec.KIND_NAMES[entry.kind]} ({entry.name})"
 
 
 def _layout(entry):

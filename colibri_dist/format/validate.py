@@ -82,7 +82,7 @@ def _require(path, by_slot, kind, layer, expert, what):
 
 
 def _check_entry(path, cfg, e, data_end):
-    where = f"{path}: {_where(e)}"
+    where = f"{path}: {describe(e)}"
     if e.dtype not in spec.DTYPES or e.kind not in spec.KIND_NAMES:
         raise FormatError(f"{where}: unknown dtype {e.dtype} or kind {e.kind}")
     if e.offset < spec.DATA_START or e.offset + e.nbytes > data_end or e.offset % spec.TENSOR_ALIGN:
@@ -142,7 +142,7 @@ def expected_scales(m):
     return m.rows * ((m.cols + g - 1) // g)
 
 
-def _where(e):
+def describe(e):
     if e.kind == spec.KIND_EXPERT:
         return f"layer {e.layer} expert {e.expert}"
     if e.kind == spec.KIND_TENSOR:

@@ -85,14 +85,14 @@ class Router:
         model afresh, so it already sees every persisted hot-add). When every worker is down at
         once, wait for Ray to restart one (up to opts["restart_timeout_s"]) instead of planning a
         batch with nobody to run it."""
-        deadline = time.monotonic() + float(self.opts.get("restart_timeout_s", 120.0))
+        patience = float(self.opts.get("restart_timeout_s", 120.0))
+        deadline = time.monotonic() + patience
         self._poll_down(timeout=0)
         while self.down and len(self.down) >= self.n:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise PoolError(f"all {self.n} workers are down and none came back within "
-                                f"{self.opts.get('restart_timeout_s', 120.0)} s (Ray max_restarts "
-                                f"{self.opts.get('max_restarts', 3)} may be used up)")
+                raise PoolError(f"all {self.n} workers are down and none came back within {patience} s "
+                                f"(Ray max_restarts {self.opts.get('max_restarts', 3)} may be used up)")
             self._poll_down(timeout=min(left, 1.0))
             if len(self.down) >= self.n:
                 time.sleep(0.1)  # a permanently dead actor answers at once: do not spin

@@ -40,22 +40,14 @@ class LRUPolicy:
         return list(self._order)
 
 
-class LFUPolicy:
-    """Perfect LFU: access counts survive eviction (the key universe, layers x
-    experts, is small), so a popular expert that was pushed out returns with its
-    history. Ties go to the least recently used."""
-    name = "lfu"
+class _ScoredPolicy:
+    """Shared bookkeeping of the frequency policies: which keys are cached, a clock,
+    and eviction in ascending _rank order. Subclasses keep per-key history in _bump
+    (it survives eviction) and define _rank."""
 
     def __init__(self):
-        self._count = {}
-        self._last = {}
         self._cached = set()
         self._clock = 0
-
-    def _bump(self, key):
-        self._clock += 1
-        self._count[key] = self._count.get(key, 0) + 1
-        self._last[key] = self._clock
 
     def insert(self, key):
         self._cached.add(key)
@@ -69,10 +61,30 @@ class LFUPolicy:
         self._cached.discard(key)
 
     def victims(self):
-        return sorted(self._cached, key=lambda k: (self._count[k], self._last[k]))
+        return sorted(self._cached, key=self._rank)
 
 
-class LFRUPolicy:
+class LFUPolicy(_ScoredPolicy):
+    """Perfect LFU: access counts survive eviction (the key universe, layers x
+    experts, is small), so a popular expert that was pushed out returns with its
+    history. Ties go to the least recently used."""
+    name = "lfu"
+
+    def __init__(self):
+        super().__init__()
+        self._count = {}
+        self._last = {}
+
+    def _bump(self, key):
+        self._clock += 1
+        self._count[key] = self._count.get(key, 0) + 1
+        self._last[key] = self._clock
+
+    def _rank(self, key):
+        return (self._count[key], self._last[key])
+
+
+class LFRUPolicy(_ScoredPolicy):
     """LRFU: score(t) = sum over past accesses a of 2^-((t - a) / half_life).
 
     The victim order only needs log2(score) + t_last / half_life, which does not
@@ -83,10 +95,9 @@ class LFRUPolicy:
     def __init__(self, half_life=256.0):
         if half_life <= 0:
             raise InvalidArgument(f"lfru half_life must be > 0, got {half_life}")
+        super().__init__()
         self.half_life = float(half_life)
         self._score = {}      # key -> (score at t_last, t_last); kept across evictions
-        self._cached = set()
-        self._clock = 0
 
     def _bump(self, key):
         self._clock += 1
@@ -94,23 +105,9 @@ class LFRUPolicy:
         decayed = score * 2.0 ** (-(self._clock - last) / self.half_life)
         self._score[key] = (decayed + 1.0, self._clock)
 
-    def insert(self, key):
-        self._cached.add(key)
-        self._bump(key)
-
-    def access(self, key):
-        if key in self._cached:
-            self._bump(key)
-
-    def remove(self, key):
-        self._cached.discard(key)
-
     def _rank(self, key):
         score, last = self._score[key]
         return math.log2(score) + last / self.half_life
-
-    def victims(self):
-        return sorted(self._cached, key=self._rank)
 
 
 def make_policy(name, **options):

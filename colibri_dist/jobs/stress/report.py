@@ -9,11 +9,13 @@ a run that did no work), and `write_report` stores it atomically
 import json
 import os
 
+from ...fsutil import atomic_write
+
 
 TIERS = ("ram", "ssd", "mmap")
 # store counters that add up over worker processes (gauges like resident_bytes do not)
 COUNTERS = ("gets", "hits", "misses", "ram", "ssd", "mmap", "evictions", "bytes_loaded", "prefetch_issued",
-            "prefetch_used", "prefetch_dropped", "checksum_failures", "spill_bytes", "bypass")
+            "prefetch_used", "prefetch_dropped", "prefetch_late", "checksum_failures", "spill_bytes", "bypass")
 
 
 def hit_rates(cache_stats):
@@ -107,13 +109,8 @@ def build_report(*, ledger, batches, elapsed_s, faults, planned, rss, rss_slack_
 def write_report(report, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "report.json")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=2, sort_keys=False, default=_jsonable)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    text = json.dumps(report, indent=2, sort_keys=False, default=_jsonable) + "\n"
+    atomic_write(path, [text.encode()])
     return path
 
 

@@ -11,6 +11,8 @@ worker without the variable runs untouched.
 import os
 import time
 
+from ...fsutil import atomic_write
+
 CONTROL_ENV = "COLIBRI_STRESS_CONTROL"
 SLOW_FILE = "slow_source_ms"
 _CHECK_EVERY_S = 0.05
@@ -63,7 +65,4 @@ def set_slow_source(control_dir, ms):
     """Driver side: turn the slowdown on (ms > 0) or off (0) for every worker."""
     os.makedirs(control_dir, exist_ok=True)
     path = os.path.join(control_dir, SLOW_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{float(ms)}\n")
-    os.replace(tmp, path)
+    atomic_write(path, [f"{float(ms)}\n".encode()], durable=False)
