@@ -11,7 +11,7 @@ import numpy as np
 
 from .detok import NullDetokenizer
 from .outputs import Completion, Score, StreamEvent
-from .sampler import log_softmax
+from .sampler import logsumexp
 
 
 class Request:
@@ -68,7 +68,7 @@ class Request:
     def _collect_score(self, start, n, logits):
         want = [(j, self.prompt[start + j + 1]) for j in range(n) if start + j + 1 < len(self.prompt)]
         for j, tok in want:
-            self.score_lps.append(float(log_softmax(logits[j])[tok]))
+            self.score_lps.append(float(np.float64(np.float32(logits[j][tok])) - logsumexp(logits[j])))
         if self.computed < len(self.prompt):
             return False
         self.result = Score(list(self.prompt), list(self.score_lps), float(np.sum(self.score_lps, dtype=np.float64)),

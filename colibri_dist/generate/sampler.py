@@ -8,6 +8,7 @@ so a request's stream never depends on what else is in the batch. All arithmetic
 row in float64, so the result is a function of the logits' bits alone.
 """
 import hashlib
+import math
 
 import numpy as np
 
@@ -42,50 +43,89 @@ class Sampler:
         return token, lp
 
 
-def log_softmax(logits):
-    x = np.asarray(logits, dtype=np.float64)
+def logsumexp(logits):
+    """log(sum(exp(logits))) of a float32 row: exp in float32 around the max, summed in float64."""
+    x = np.asarray(logits, dtype=np.float32)
     m = np.max(x)
-    return x - (m + np.log(np.sum(np.exp(x - m))))
+    return float(m) + math.log(float(np.sum(np.exp(x - m), dtype=np.float64)))
+
+
+def log_softmax(logits):
+    """The whole log_softmax row (float64); every logprob reported is exactly an entry of this."""
+    return np.asarray(logits, dtype=np.float32).astype(np.float64) - logsumexp(logits)
 
 
 def token_logprobs(logits, token, n):
-    lp = log_softmax(logits)
-    chosen = lp[token]
-    rank = 1 + int(np.count_nonzero(lp > chosen))
-    return TokenLogprobs(int(token), float(chosen), rank, top_n(lp, n))
+    x = np.asarray(logits, dtype=np.float32)
+    lse = logsumexp(x)
+    chosen = float(np.float64(x[token]) - lse)
+    rank = 1 + int(np.count_nonzero(x > x[token]))
+    top = tuple((int(i), float(np.float64(x[i]) - lse)) for i in top_n_ids(x, n))
+    return TokenLogprobs(int(token), chosen, rank, top)
+
+
+def top_n_ids(x, n):
+    """Ids of the n largest entries of x, largest first, ties by token id."""
+    n = min(n, x.shape[0])
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    cand = top_candidates(x, n)
+    if cand.shape[0] > 4 * n:                 # narrow to the n-th value's ties before sorting
+        kth = np.partition(x[cand], cand.shape[0] - n)[cand.shape[0] - n]
+        cand = cand[x[cand] >= kth]
+    return cand[np.lexsort((cand, -x[cand]))][:n]
 
 
 def top_n(lp, n):
-    """The n largest entries of lp as ((id, value), ...), ties ordered by token id."""
-    n = min(n, lp.shape[0])
-    if n <= 0:
-        return ()
-    kth = np.partition(lp, lp.shape[0] - n)[lp.shape[0] - n]
-    cand = np.flatnonzero(lp >= kth)             # every tie at the threshold, in id order
-    order = cand[np.lexsort((cand, -lp[cand]))][:n]
-    return tuple((int(i), float(lp[i])) for i in order)
+    """(id, value) pairs of the n largest entries of a logprob row, ties by token id (test helper)."""
+    return tuple((int(i), float(lp[i])) for i in top_n_ids(np.asarray(lp), n))
+
+
+def top_candidates(x, n):
+    """Sorted ids of a set holding the n largest entries of x and every tie of the n-th (a superset:
+    all entries within a widening margin of the max, else everything). Cheap for peaked rows."""
+    xmax = np.max(x)
+    for margin in (2.0, 8.0, 32.0):
+        cand = np.flatnonzero(x >= xmax - margin)
+        if cand.shape[0] >= n:
+            return cand
+    return np.arange(x.shape[0])
 
 
 def _sample_filtered(logits, temperature, top_k, top_p, u):
     """vLLM semantics: scale by 1/T, keep the top_k largest (ties with the k-th kept), then the
     smallest most-likely set whose mass reaches top_p (a token is kept when the mass of the tokens
-    ranked above it is < top_p; the most likely always stays), renormalize, invert the CDF at u
-    over the kept tokens in token-id order."""
-    x = np.asarray(logits, dtype=np.float64) / temperature
-    keep = np.ones(x.shape[0], dtype=bool)
-    if 0 < top_k < x.shape[0]:
-        kth = np.partition(x, x.shape[0] - top_k)[x.shape[0] - top_k]
-        keep &= x >= kth
-    ids = np.flatnonzero(keep)
-    z = x[ids]
-    probs = np.exp(z - np.max(z))
-    probs /= np.sum(probs)
+    ranked above it, most likely first and ties by id, is < top_p; the most likely always stays),
+    renormalize, invert the CDF at u over the kept tokens in token-id order. Every step is a
+    function of this row alone; the candidate shortcuts only skip tokens that cannot be kept."""
+    z = np.asarray(logits, dtype=np.float32) / np.float32(temperature)
+    ids = np.arange(z.shape[0])
+    if 0 < top_k < z.shape[0]:
+        cand = top_candidates(z, top_k)
+        kth = np.partition(z[cand], cand.shape[0] - top_k)[cand.shape[0] - top_k]
+        ids = cand[z[cand] >= kth]
+    e = np.exp(z[ids] - np.max(z[ids]))
+    probs = e.astype(np.float64) / np.sum(e, dtype=np.float64)
     if top_p < 1.0:
-        order = np.lexsort((ids, -probs))        # most likely first, ties by token id
-        above = np.cumsum(probs[order]) - probs[order]
-        kept = order[above < top_p]
-        kept.sort()                              # back to token-id order (ids is sorted)
-        ids, probs = ids[kept], probs[kept]
+        keep = _nucleus(probs, top_p)
+        ids, probs = ids[keep], probs[keep]
     cdf = np.cumsum(probs)
     j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
     return int(ids[min(j, ids.shape[0] - 1)])
+
+
+def _nucleus(probs, top_p):
+    """Sorted positions kept by top_p. Only tokens of a candidate set holding >= top_p of the mass
+    can be kept, so the sort runs over that set (the whole row when the distribution is flat)."""
+    pmax = np.max(probs)
+    cand = None
+    for ratio in (1e-2, 1e-4, 1e-8):
+        c = np.flatnonzero(probs >= pmax * ratio)
+        if np.sum(probs[c]) >= top_p:
+            cand = c
+            break
+    if cand is None:
+        cand = np.arange(probs.shape[0])
+    order = cand[np.lexsort((cand, -probs[cand]))]
+    above = np.cumsum(probs[order]) - probs[order]
+    return np.sort(order[above < top_p])

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from colibri_dist.generate import SamplingParams
-from colibri_dist.generate.sampler import Sampler, derive_seed, log_softmax, top_n
+from colibri_dist.generate.sampler import Sampler, _sample_filtered, derive_seed, log_softmax, token_logprobs, top_n
 
 
 def test_greedy_ties_go_to_lowest_id():
@@ -74,3 +74,43 @@ def test_seeds():
     y = Sampler(SamplingParams(temperature=1.0), base_seed=3, request_id="r").sample(logits)[0]
     assert x == y
     assert derive_seed(0, 1) == 9620783941981340731   # pinned: derived seeds must not change between releases
+
+
+def _reference_sample(x, temperature, top_k, top_p, u):
+    """The definition, on the whole row with full sorts (what the shortcuts must reproduce exactly)."""
+    z = x.astype(np.float32) / np.float32(temperature)
+    ids = np.arange(z.shape[0])
+    if 0 < top_k < z.shape[0]:
+        kth = np.sort(z)[::-1][top_k - 1]
+        ids = np.flatnonzero(z >= kth)
+    e = np.exp(z[ids] - np.max(z[ids]))
+    probs = e.astype(np.float64) / np.sum(e, dtype=np.float64)
+    if top_p < 1.0:
+        pos = np.arange(probs.shape[0])
+        order = pos[np.lexsort((pos, -probs))]
+        above = np.cumsum(probs[order]) - probs[order]
+        keep = np.sort(order[above < top_p])
+        ids, probs = ids[keep], probs[keep]
+    cdf = np.cumsum(probs)
+    return int(ids[min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), ids.shape[0] - 1)])
+
+
+@pytest.mark.parametrize("scale", [0.3, 3.0, 30.0])
+def test_shortcuts_equal_the_definition(scale):
+    rng = np.random.default_rng(int(scale * 10))
+    for trial in range(60):
+        v = int(rng.integers(2, 3000))
+        x = (rng.standard_normal(v) * scale).astype(np.float32)
+        if trial % 3 == 0:
+            x = np.round(x).astype(np.float32)            # many exact ties
+        t = float(rng.choice([0.2, 0.7, 1.0, 1.6]))
+        k = int(rng.choice([0, 1, 2, 5, 40, v]))
+        p = float(rng.choice([1.0, 0.999, 0.9, 0.5, 0.05]))
+        u = float(rng.random())
+        assert _sample_filtered(x, t, k, p, u) == _reference_sample(x, t, k, p, u)
+        n = int(rng.integers(1, 25))
+        lp = log_softmax(x)
+        full = np.lexsort((np.arange(v), -lp))[:n]
+        assert top_n(lp, n) == tuple((int(i), float(lp[i])) for i in full)
+        tl = token_logprobs(x, int(full[0]), n)
+        assert tl.top == top_n(lp, n) and tl.logprob == float(lp[full[0]]) and tl.rank == 1
