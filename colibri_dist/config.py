@@ -30,6 +30,14 @@ class Size(int):
     """Marker type: a byte count given as an int or a string like "64MiB"."""
 
 
+class RawMapping(dict):
+    """Marker type: a free-form mapping validated by the room that uses it (e.g. job.sampling_params,
+    checked against SamplingParams by the generation jobs). `where[key]` is "file:line:column" of
+    each key, `at` that of the mapping, so those checks can name the position too."""
+    where = {}
+    at = ""
+
+
 def _enum(*choices, default, doc=""):
     return field(default=default, metadata={"choices": choices, "doc": doc})
 
@@ -80,7 +88,8 @@ class RoutingConfig:
 
 @dataclass
 class JobSection:
-    kind: str = field(default=REQUIRED, metadata={"choices": ("moe-layer", "token-classification")})
+    kind: str = field(default=REQUIRED, metadata={"choices": ("moe-layer", "token-classification", "generate",
+                                                               "score")})
     input: Optional[str] = None
     output: Optional[str] = None
     batch_tokens: int = 1024
@@ -93,6 +102,16 @@ class JobSection:
     tokenizer: Optional[str] = None
     executor: str = _enum("pool", "engine", default="pool")
     threads: Optional[int] = None
+    # generate / score
+    prompt_field: str = "prompt"
+    messages_field: str = "messages"
+    prompt_ids_field: str = "prompt_token_ids"
+    sampling_field: str = "sampling_params"
+    sampling_params: RawMapping = field(default_factory=RawMapping)
+    seed: int = 0
+    on_error: str = _enum("continue", "fail", default="continue")
+    max_num_seqs: int = 64
+    prefill_chunk: Optional[int] = None
 
 
 @dataclass
@@ -284,6 +303,8 @@ def _build_value(hint, f, node, source, path):
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     if dataclasses.is_dataclass(hint):
         return _build_dataclass(hint, node, source, path)
+    if hint is RawMapping:
+        return _raw_mapping(node, where, path, source)
     if path.endswith("layers") and hint == Union[str, int, list]:
         return _layers_value(node, where, path)
     if not isinstance(node, yaml.ScalarNode):
@@ -334,6 +355,19 @@ def _describe(hint, f, optional):
     else:
         text = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
     return text + (" or null" if optional else "")
+
+
+def _raw_mapping(node, where, path, source):
+    out = RawMapping()
+    out.at, out.where = str(where), {}
+    if isinstance(node, yaml.ScalarNode) and _scalar_value(node) is None:
+        return out
+    if not isinstance(node, yaml.MappingNode):
+        _fail(where, path, f"expected a mapping, got {_type_name(node)}")
+    for key, key_node, value_node in _mapping_items(node, source, path):
+        out[key] = _scalar_value(value_node)
+        out.where[key] = str(_Where(source, key_node))
+    return out
 
 
 def _layers_value(node, where, path):
@@ -400,13 +434,18 @@ def _validate_pool(pool, at, prefix="pool"):
 
 def _validate_job(cfg, at):
     job = cfg.job
-    _check_positive(job, ["batch_tokens", "shard_rows", "threads"], at, "job")
+    _check_positive(job, ["batch_tokens", "shard_rows", "threads", "max_num_seqs", "prefill_chunk"], at, "job")
+    if job.seed < 0:
+        _fail(at("job.seed"), "job.seed", f"expected an integer >= 0, got {job.seed}")
     if job.input is None and cfg.model is not None:
         _fail(at("job"), "job.input", "missing required key: a model is given, so the input data must be too "
                                       "(only the demo model, `model: null`, comes with a generated dataset)")
-    if job.input is None and job.kind != "token-classification":
+    if job.input is None and job.kind == "moe-layer":
         _fail(at("job"), "job.input", "missing required key: the generated demo dataset is token ids, "
                                       "so a moe-layer job needs `job.input` (.npy shards)")
+    if job.input is None and job.kind in ("generate", "score"):
+        _fail(at("job"), "job.input", f"missing required key: a {job.kind} job reads prompts from "
+                                      f"`job.input` (JSONL or Parquet)")
     demo = cfg.demo
     _check_positive(demo, ["vocab_size", "hidden", "inter", "layers", "experts", "top_k", "classes"],
                     at, "demo")

@@ -72,3 +72,49 @@ class JobProgress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+class RequestProgress:
+    """Progress of a generation job: requests done, generated tokens/s and ETA (bar on a tty, else
+    log lines every `log_every_s`). `on_token` is the scheduler's per-token callback."""
+
+    def __init__(self, total_rows, done_rows=0, mode="auto", log_every_s=5.0, stream=None):
+        self.stream = stream or sys.stderr
+        self.mode = choose_mode(mode, self.stream)
+        self.total, self.done, self.start_done = total_rows, done_rows, done_rows
+        self.tokens, self.log_every_s = 0, log_every_s
+        self.t0 = self.last_log = time.perf_counter()
+        self.bar = None
+        if self.mode == "bar":
+            from tqdm import tqdm
+            self.bar = tqdm(total=total_rows, initial=done_rows, unit="req", file=self.stream,
+                            desc="colibri run", ncols=_columns())
+
+    def on_token(self, event):
+        self.tokens += 1
+        if event.finish_reason is not None:
+            self._tick()
+
+    def rows_done(self, n):
+        self.done += n
+        if self.bar is not None:
+            self.bar.n = self.done
+            self.bar.refresh()
+        self._tick(force=True)
+
+    def _tick(self, force=False):
+        now = time.perf_counter()
+        rate = self.tokens / (now - self.t0) if now > self.t0 else 0.0
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{rate:,.0f} tok/s")
+        elif self.mode == "log" and (force or now - self.last_log >= self.log_every_s):
+            self.last_log = now
+            rows_rate = (self.done - self.start_done) / (now - self.t0) if now > self.t0 else 0.0
+            eta = (self.total - self.done) / rows_rate if rows_rate > 0 else float("nan")
+            print(f"[{time.strftime('%H:%M:%S')}] {self.done}/{self.total} requests, {self.tokens} tokens generated, "
+                  f"{rate:,.0f} tok/s, ETA {eta:.0f}s", file=self.stream, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -25,15 +25,20 @@ from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
 from .token_classification import TokenClassification, find_tokenizer
 
 KINDS = {"token-classification": TokenClassification, "moe-layer": MoeLayer}
+GENERATION_KINDS = ("generate", "score")
 DEFAULT_OUT = "colibri-out"
 
 
-def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, stream=None, model_opener=None):
+def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, stream=None, model_opener=None,
+            llm_factory=None):
     """Run (or resume) the job described by a JobConfig; returns the report dict.
 
     executor_factory(cfg, model_path, offload_dir) and model_opener(path) are injectable for tests.
+    `generate`/`score` jobs run on llm_factory(cfg) -> an LLM (see generation_job.py).
     """
     stream = stream or sys.stderr
+    if cfg.job.kind in GENERATION_KINDS:
+        return _run_generation(cfg, out_dir, restart, stream, llm_factory)
     out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
     os.makedirs(out_dir, exist_ok=True)
     log = _logger(cfg, stream)
@@ -56,6 +61,19 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
             log(f"resuming in {out_dir}: {len(shards) - len(pending)} of {len(shards)} shards already written")
         report = _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor_factory, stream)
     return report
+
+
+def _run_generation(cfg, out_dir, restart, stream, llm_factory):
+    from .generation_job import check_config, run_generation_job
+    check_config(cfg)
+    if llm_factory is None:
+        raise InvalidArgument(f"job.kind {cfg.job.kind!r} runs on the whole-model engine (an LLM), "
+                              f"which `colibri run` does not build yet; call "
+                              f"colibri_dist.jobs.generation_job.run_generation_job(cfg, llm) from Python")
+    llm = llm_factory(cfg)
+    model_sig = getattr(llm, "signature", None)
+    return run_generation_job(cfg, llm, out_dir=out_dir, restart=restart, stream=stream,
+                              model_signature=model_sig() if callable(model_sig) else model_sig)
 
 
 def resolve_sources(cfg, log):

@@ -6,8 +6,8 @@ from colibri_dist.errors import InvalidArgument
 from colibri_dist.generate import SamplingParams
 from colibri_dist.generate.api import as_prompt_list, generate, score
 
-from .fake_model import FakeStepModel
-from .tokenizers_fixture import word_level
+from gen_fake_model import FakeStepModel
+from gen_tokenizers import word_level
 
 
 def test_prompt_forms():

@@ -6,8 +6,8 @@ from colibri_dist.generate import SamplingParams
 from colibri_dist.generate.api import chat
 from colibri_dist.generate.chat import ChatTemplate
 
-from .fake_model import FakeStepModel
-from .tokenizers_fixture import byte_level_bpe
+from gen_fake_model import FakeStepModel
+from gen_tokenizers import byte_level_bpe
 
 transformers = pytest.importorskip("transformers")
 

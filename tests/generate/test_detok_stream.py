@@ -6,8 +6,8 @@ from colibri_dist.generate import SamplingParams, SchedulerConfig
 from colibri_dist.generate.api import generate
 from colibri_dist.generate.detok import Detokenizer
 
-from .fake_model import FakeStepModel
-from .tokenizers_fixture import ALL, CORPUS
+from gen_fake_model import FakeStepModel
+from gen_tokenizers import ALL, CORPUS
 
 TOKENIZERS = {name: make() for name, make in ALL.items()}
 

@@ -7,7 +7,7 @@ from colibri_dist.generate.api import generate, score
 from colibri_dist.generate.sampler import log_softmax
 from colibri_dist.generate.scheduler import Scheduler
 
-from .fake_model import FakeStepModel
+from gen_fake_model import FakeStepModel
 
 VOCAB = 97
 

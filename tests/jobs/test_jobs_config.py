@@ -45,7 +45,7 @@ def test_good_config_and_defaults(tmp_path):
      "unknown key; expected one of kind, input"),
     ("job:\n  kind: token-classification\npool:\n  workers: two\n", ":4:12:", "pool.workers",
      "expected an integer, got str 'two'"),
-    ("job:\n  kind: classify\n", ":2:9:", "job.kind", "expected one of moe-layer | token-classification"),
+    ("job:\n  kind: classify\n", ":2:9:", "job.kind", "expected one of moe-layer | token-classification | generate | score"),
     ("job:\n  batch_tokens: 4\n", ":2:3:", "job.kind", "missing required key"),
     ("job:\n  kind: token-classification\npool:\n  cache_bytes: 12XB\n", ":4:16:", "pool.cache_bytes",
      "expected a byte size"),
@@ -130,7 +130,7 @@ def test_every_key_is_documented_in_config_md():
 
     def keys(cls, prefix):
         for name, default in C.defaults_of(cls).items():
-            if isinstance(default, dict):
+            if isinstance(default, dict) and not isinstance(default, C.RawMapping):
                 yield from keys(_section_type(cls, name), f"{prefix}{name}.")
             else:
                 yield f"{prefix}{name}"

@@ -1,0 +1,169 @@
+"""Job kinds `generate` and `score`, run against an LLM object, and their resumable runner.
+
+Role in the data flow: `run_generation_job(cfg, llm)` plans shards of `job.input` (JSONL/Parquet),
+skips those the manifest already holds (resume), and per shard: rows -> prompts (generation_rows)
+-> ONE llm.generate / llm.score call over all of the shard's good rows (the scheduler batches them
+continuously) -> one JSONL output row per input row, written atomically -> manifest -> report.json.
+
+The LLM object (the whole-model engine's `LLM`, a fake in tests) provides:
+    llm.tokenizer       tokenizers.Tokenizer or None        llm.chat_template  ChatTemplate or None
+    llm.generate(list of token-id lists, list of SamplingParams[, on_token=callable]) -> [Completion]
+    llm.score(list of token-id lists) -> [Score]
+Output rows:
+    generate: id, generated_text, generated_tokens, num_input_tokens, num_generated_tokens, finish_reason
+              (+ logprobs: [{token_id, logprob, rank, top: [[id, logprob], ...]}] when asked)
+    score:    id, prompt_logprobs, total_logprob, num_tokens
+    a bad row: id, error (what is wrong); `job.on_error: fail` stops at the first and names the row.
+"""
+import inspect
+import json
+import os
+import sys
+import time
+
+from ..errors import InvalidArgument
+from ..fsutil import atomic_write
+from .generation_rows import INPUT_EXTS, RowReader, check_sampling_defaults, count_rows
+from .progress import RequestProgress
+from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
+
+DEFAULT_OUT = "colibri-out"
+
+
+class _GenerationKind:
+    kind = None
+
+    def __init__(self, cfg, llm):
+        self.cfg, self.job, self.llm = cfg, cfg.job, llm
+        self.reader = RowReader(cfg.job, self.kind, getattr(llm, "tokenizer", None),
+                                getattr(llm, "chat_template", None))
+
+    def signature(self):
+        j = self.job
+        return {"fields": [j.prompt_field, j.messages_field, j.prompt_ids_field, j.sampling_field, j.id_field],
+                "sampling_params": dict(j.sampling_params), "seed": j.seed}
+
+    def run_shard(self, shard, progress, out_path):
+        rows = self.reader.read(shard)
+        self._fail_fast(rows)
+        good = [r for r in rows if r.error is None]
+        results = self._run([r for r in good], progress) if good else []
+        out = {}
+        for r, res in zip(good, results):
+            if res.error is not None:
+                r.error = str(res.error)
+            out[r.index] = res
+        self._fail_fast(rows)
+        lines = [json.dumps(self._out_row(r, out.get(r.index))) for r in rows]
+        data = ("\n".join(lines) + ("\n" if lines else "")).encode()
+        atomic_write(out_path, [data])
+        return dict(self._summary(rows, out), rows=len(rows), errors=sum(r.error is not None for r in rows),
+                    bytes=len(data))
+
+    def _fail_fast(self, rows):
+        if self.job.on_error == "fail":
+            bad = next((r for r in rows if r.error is not None), None)
+            if bad is not None:
+                raise InvalidArgument(f"{bad.where}: row {bad.id!r}: {bad.error} (job.on_error: fail)")
+
+
+class GenerateKind(_GenerationKind):
+    kind = "generate"
+
+    def _run(self, rows, progress):
+        kwargs = {}
+        if "on_token" in inspect.signature(self.llm.generate).parameters:
+            kwargs["on_token"] = progress.on_token
+        return self.llm.generate([r.prompt_ids for r in rows], [r.params for r in rows], **kwargs)
+
+    def _out_row(self, row, c):
+        if row.error is not None:
+            return {"id": row.id, "error": row.error}
+        out = {"id": row.id, "generated_text": c.text, "generated_tokens": list(c.token_ids),
+               "num_input_tokens": len(c.prompt_token_ids), "num_generated_tokens": len(c.token_ids),
+               "finish_reason": c.finish_reason}
+        if row.params.logprobs > 0:
+            out["logprobs"] = [lp.to_dict() for lp in c.logprobs]
+        return out
+
+    def _summary(self, rows, out):
+        ok = [c for c in out.values() if c.error is None]
+        reasons = {}
+        for c in ok:
+            reasons[c.finish_reason] = reasons.get(c.finish_reason, 0) + 1
+        return {"tokens": sum(len(c.token_ids) for c in ok), "input_tokens": sum(len(c.prompt_token_ids) for c in ok),
+                "finish_reasons": reasons}
+
+
+class ScoreKind(_GenerationKind):
+    kind = "score"
+
+    def _run(self, rows, progress):
+        return self.llm.score([r.prompt_ids for r in rows])
+
+    def _out_row(self, row, s):
+        if row.error is not None:
+            return {"id": row.id, "error": row.error}
+        return {"id": row.id, "prompt_logprobs": list(s.token_logprobs), "total_logprob": s.total_logprob,
+                "num_tokens": s.num_tokens}
+
+    def _summary(self, rows, out):
+        ok = [s for s in out.values() if s.error is None]
+        return {"tokens": 0, "input_tokens": sum(s.num_tokens for s in ok), "finish_reasons": {}}
+
+
+KINDS = {"generate": GenerateKind, "score": ScoreKind}
+
+
+def check_config(cfg):
+    """What a generation job checks before touching the disk (ConfigError naming file:line:column)."""
+    if cfg.job.kind not in KINDS:
+        raise InvalidArgument(f"job.kind {cfg.job.kind!r} is not a generation job (generate | score)")
+    if cfg.job.kind == "generate":
+        check_sampling_defaults(cfg.job)
+
+
+def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model_signature=None):
+    """Run (or resume) a generate/score job on `llm`; returns the report dict (also report.json)."""
+    check_config(cfg)
+    stream = stream or sys.stderr
+    paths = discover_inputs(cfg.job.input, INPUT_EXTS)
+    kind = KINDS[cfg.job.kind](cfg, llm)
+    shards = plan_shards(paths, count_rows, cfg.job.shard_rows)
+    out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
+    os.makedirs(out_dir, exist_ok=True)
+    files = [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]
+    signature = {"kind": cfg.job.kind, "model": model_signature, "inputs": files, "shard_rows": cfg.job.shard_rows,
+                 "kind_settings": kind.signature()}
+    manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
+    clean_temp_files(out_dir)
+    pending = [s for s in shards if not manifest.is_done(s.name)]
+    progress = RequestProgress(sum(s.rows for s in shards), sum(s.rows for s in shards if s not in pending),
+                               mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
+    t0 = time.perf_counter()
+    try:
+        for shard in pending:
+            name = f"{shard.name}.jsonl"
+            info = kind.run_shard(shard, progress, os.path.join(out_dir, name))
+            manifest.mark_done(shard.name, dict(info, output=name))
+            progress.rows_done(info["rows"])
+    finally:
+        progress.close()
+    report = build_report(cfg, manifest, len(pending), time.perf_counter() - t0)
+    atomic_write(os.path.join(out_dir, "report.json"), [json.dumps(report, indent=1).encode()])
+    return report
+
+
+def build_report(cfg, manifest, shards_this_run, elapsed_s):
+    done = list(manifest.done.values())
+    reasons = {}
+    for info in done:
+        for k, v in info.get("finish_reasons", {}).items():
+            reasons[k] = reasons.get(k, 0) + v
+    generated = sum(i.get("tokens", 0) for i in done)
+    return {"job": {"kind": cfg.job.kind, "config": os.path.abspath(cfg.source) if cfg.source else None},
+            "rows": sum(i["rows"] for i in done), "errors": sum(i["errors"] for i in done),
+            "generated_tokens": generated, "input_tokens": sum(i.get("input_tokens", 0) for i in done),
+            "finish_reasons": reasons,
+            "shards": {"total": len(manifest.shard_names), "written_this_run": shards_this_run},
+            "elapsed_s_this_run": elapsed_s}
