@@ -36,7 +36,7 @@ class _GenerationKind:
     def __init__(self, cfg, llm):
         self.cfg, self.job, self.llm = cfg, cfg.job, llm
         self.reader = RowReader(cfg.job, self.kind, getattr(llm, "tokenizer", None),
-                                getattr(llm, "chat_template", None))
+                                lambda: getattr(llm, "chat_template", None))
 
     def signature(self):
         j = self.job
@@ -166,4 +166,5 @@ def build_report(cfg, manifest, shards_this_run, elapsed_s):
             "generated_tokens": generated, "input_tokens": sum(i.get("input_tokens", 0) for i in done),
             "finish_reasons": reasons,
             "shards": {"total": len(manifest.shard_names), "written_this_run": shards_this_run},
+            "complete": len(manifest.done) == len(manifest.shard_names),
             "elapsed_s_this_run": elapsed_s}

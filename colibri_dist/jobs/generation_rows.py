@@ -96,10 +96,17 @@ def check_sampling_defaults(job):
 class RowReader:
     """Turns a shard's rows into Row records for one job kind ("generate" or "score")."""
 
-    def __init__(self, job, kind, tokenizer=None, chat_template=None, vocab_size=None):
+    def __init__(self, job, kind, tokenizer=None, chat_template=None):
+        """chat_template: a ChatTemplate, None, or a callable returning one (asked on the first
+        `messages` row; an InvalidArgument it raises, e.g. "no chat template", is that row's error)."""
         self.job, self.kind = job, kind
-        self.tokenizer, self.chat_template = tokenizer, chat_template
+        self.tokenizer, self._template = tokenizer, chat_template
         self.defaults = check_sampling_defaults(job) if kind == "generate" else {}
+
+    def chat_template(self):
+        if callable(self._template) and not hasattr(self._template, "render"):
+            self._template = self._template()
+        return self._template
 
     def read(self, shard):
         return [self._row(i, where, obj, err) for i, where, obj, err in iter_objects(shard.path, shard.start,
@@ -135,9 +142,10 @@ class RowReader:
                 raise InvalidArgument(f"'{j.prompt_ids_field}' must be a list of integer token ids")
             return value
         if fields[0] == j.messages_field:
-            if self.chat_template is None:
+            template = self.chat_template()
+            if template is None:
                 raise InvalidArgument(f"'{j.messages_field}' needs a chat template, and the model has none")
-            return self._encode(self.chat_template.render(value, add_generation_prompt=True), False)
+            return self._encode(template.render(value, add_generation_prompt=True), False)
         if not isinstance(value, str):
             raise InvalidArgument(f"'{j.prompt_field}' must be a string, got {type(value).__name__}")
         return self._encode(value, True)

@@ -6,45 +6,11 @@ import pytest
 
 from colibri_dist.config import load_config
 from colibri_dist.errors import ConfigError, InvalidArgument
-from colibri_dist.generate import SamplingParams, SchedulerConfig
-from colibri_dist.generate.api import generate, score
-from colibri_dist.generate.chat import ChatTemplate
+from colibri_dist.generate import SamplingParams
 from colibri_dist.generate.sampler import derive_seed
 from colibri_dist.jobs.generation_job import run_generation_job
 
-from gen_fake_model import FakeStepModel
-from gen_tokenizers import word_level
-
-TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-            "{% if add_generation_prompt %}assistant:{% endif %}")
-
-
-class FakeLLM:
-    """The LLM surface the job kinds use, over the fake step model."""
-
-    def __init__(self, fail_on_call=None):
-        self.tokenizer = word_level()
-        self.chat_template = ChatTemplate(TEMPLATE)
-        self.calls, self.fail_on_call = 0, fail_on_call
-
-    def _model(self):
-        return FakeStepModel(vocab_size=self.tokenizer.get_vocab_size(), max_seq_len=24, eos_token_ids=(1,),
-                             eos_boost=1.0, num_blocks=12, block_size=4)
-
-    def _tick(self):
-        self.calls += 1
-        if self.fail_on_call == self.calls:
-            raise RuntimeError("killed")
-
-    def generate(self, prompts, sampling_params=None, on_token=None):
-        self._tick()
-        return generate(self._model(), self.tokenizer, prompts, sampling_params,
-                        SchedulerConfig(max_num_batched_tokens=16, prefill_chunk_size=5), on_token=on_token)
-
-    def score(self, prompts):
-        self._tick()
-        return score(self._model(), self.tokenizer, prompts, SchedulerConfig(max_num_batched_tokens=16))
-
+from gen_fake_llm import FakeLLM
 
 GOOD = [
     {"id": "a", "prompt": "one two three"},
@@ -212,3 +178,11 @@ def test_run_job_dispatches_generation_kinds(tmp_path):
         run_job(cfg, out_dir=str(tmp_path / "out"))
     rep = run_job(cfg, out_dir=str(tmp_path / "out"), llm_factory=lambda c: FakeLLM())
     assert rep["rows"] == 1 and _rows(tmp_path / "out")[0]["id"] == "a"
+
+
+def test_messages_rows_without_a_chat_template(tmp_path):
+    os.makedirs(tmp_path / "data")
+    _write(tmp_path / "data" / "in.jsonl", GOOD[:3])
+    rep = run_generation_job(_cfg(tmp_path), FakeLLM(template=None), out_dir=str(tmp_path / "out"))
+    rows = _rows(tmp_path / "out")
+    assert "no chat template" in rows[2]["error"] and "error" not in rows[0] and rep["errors"] == 1

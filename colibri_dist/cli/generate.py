@@ -1,0 +1,139 @@
+"""`colibri generate MODEL "prompt"` (streams tokens as they come) and `colibri score MODEL FILE`.
+
+Role in the data flow: argv -> SamplingParams -> an LLM for MODEL (the whole-model engine,
+`colibri_dist.model.LLM`) -> llm.generate/chat with an on_token callback that writes each
+StreamEvent's text to stdout at once (like `llama-cli -p`); a one-line summary (tokens, finish
+reason, time to first token, tokens/s, load time) goes to stderr. `score` prints one JSON object.
+"""
+import json
+import math
+import sys
+import time
+
+
+def register(subparsers):
+    p = subparsers.add_parser("generate", help="generate text from a prompt, streaming tokens",
+                              description="Generate a completion of PROMPT with MODEL, printing tokens as they "
+                                          "come. Sampling flags follow vLLM's SamplingParams.")
+    p.add_argument("model", metavar="MODEL", help=".colibri model")
+    p.add_argument("prompt", metavar="PROMPT", help="prompt text (with --chat: the user message)")
+    p.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens to generate at most (128)")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0, metavar="P")
+    p.add_argument("--top-k", type=int, default=0, metavar="K", help="0 = off")
+    p.add_argument("--seed", type=int, default=None, metavar="S")
+    p.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--chat", action="store_true", help="wrap PROMPT as a user turn in the model's chat template")
+    p.add_argument("--system", default=None, metavar="TEXT", help="with --chat: a system message first")
+    _engine_flags(p)
+    p.set_defaults(func=main_generate)
+    s = subparsers.add_parser("score", help="log-probabilities of a text under a model",
+                              description="Score FILE's text with MODEL: the log-probability of every token "
+                                          "after the first; prints a JSON object.")
+    s.add_argument("model", metavar="MODEL", help=".colibri model")
+    s.add_argument("file", metavar="FILE", help="UTF-8 text file ('-' = stdin)")
+    s.add_argument("--tokens", action="store_true", help="include the per-token log-probabilities")
+    _engine_flags(s)
+    s.set_defaults(func=main_score)
+
+
+def _engine_flags(p):
+    p.add_argument("--workers", type=int, default=0, metavar="N", help="expert workers on a Ray pool (0 = in-process)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="native threads (default: all cores)")
+
+
+def open_llm(args):
+    """-> (LLM for MODEL, the Pool its experts run on or None). Tests replace this function."""
+    from ..model import LLM
+    pool = None
+    if args.workers < 0:
+        from ..errors import InvalidArgument
+        raise InvalidArgument(f"--workers: expected an integer >= 0, got {args.workers}")
+    if args.workers:
+        from ..pool import Pool
+        pool = Pool(args.model, workers=args.workers, threads_per_worker=args.threads)
+    try:
+        return LLM(args.model, threads=args.threads, moe=pool), pool
+    except BaseException:
+        if pool is not None:
+            pool.shutdown()
+        raise
+
+
+def _close(llm, pool):
+    if hasattr(llm, "close"):
+        llm.close()
+    if pool is not None:
+        pool.shutdown()
+
+
+def main_generate(args, out=None, err=None):
+    from ..generate import SamplingParams
+    out, err = out or sys.stdout, err or sys.stderr
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                            top_k=args.top_k, seed=args.seed, stop=args.stop, ignore_eos=args.ignore_eos)
+    t0 = time.perf_counter()
+    llm, pool = open_llm(args)
+    try:
+        return _stream(args, params, llm, out, err, time.perf_counter() - t0)
+    finally:
+        _close(llm, pool)
+
+
+def _stream(args, params, llm, out, err, t_load):
+    first = []
+
+    def on_token(event):
+        if not first:
+            first.append(time.perf_counter())
+        if event.text:
+            out.write(event.text)
+            out.flush()
+    t1 = time.perf_counter()
+    if args.chat:
+        conv = ([{"role": "system", "content": args.system}] if args.system else []) + \
+               [{"role": "user", "content": args.prompt}]
+        c = llm.chat([conv], params, on_token=on_token)[0]
+    else:
+        c = llm.generate([args.prompt], params, on_token=on_token)[0]
+    t_end = time.perf_counter()
+    if c.error is not None:
+        raise c.error
+    out.write("\n")
+    out.flush()
+    ttft = (first[0] - t1) if first else float("nan")
+    decode_s = t_end - first[0] if first else 0.0
+    rate = (len(c.token_ids) - 1) / decode_s if decode_s > 0 and len(c.token_ids) > 1 else float("nan")
+    print(f"colibri: {len(c.prompt_token_ids)} prompt tokens, {len(c.token_ids)} generated "
+          f"(finish: {c.finish_reason}); first token {ttft * 1e3:.0f} ms, {rate:.1f} tok/s; "
+          f"model load {t_load:.2f} s", file=err, flush=True)
+    return 0
+
+
+def main_score(args, out=None):
+    from ..errors import InvalidArgument
+    out = out or sys.stdout
+    try:
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.file, encoding="utf-8") as fh:
+                text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"{args.file}: cannot read UTF-8 text: {exc}") from None
+    llm, pool = open_llm(args)
+    try:
+        s = llm.score([text])[0]
+    finally:
+        _close(llm, pool)
+    if s.error is not None:
+        raise s.error
+    n = len(s.token_logprobs)
+    res = {"num_tokens": s.num_tokens, "total_logprob": s.total_logprob,
+           "mean_logprob": s.total_logprob / n if n else None,
+           "perplexity": math.exp(-s.total_logprob / n) if n else None}
+    if args.tokens:
+        res["token_logprobs"] = s.token_logprobs
+    print(json.dumps(res), file=out)
+    return 0
