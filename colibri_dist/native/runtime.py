@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import InvalidArgument
 from ._lib import check_status, ffi, lib, simd_name
 from .gating import GatingSpec, to_c
+from .model_ops import ModelOps
 from .views import ExpertView
 
 
@@ -85,9 +86,10 @@ def gate_logits(logits, gating, bias=None):
     return idx, w
 
 
-class Runtime:
+class Runtime(ModelOps):
     """Runtime(threads=None, cpus=None, w8a8=False): threads None = one per CPU in `cpus` or online CPU.
 
+    Whole-model ops (matmul, matmul_many, matmul_heads, attention) come from model_ops.ModelOps.
     w8a8=True (opt-in): experts stored as per-row int8 ("int8") multiply per-token int8
     activations with exact integer dots (about 1.5x the f32 path's throughput at large
     batch, slightly less accurate: docs/KERNELS.md). Still batch invariant.
