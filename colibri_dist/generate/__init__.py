@@ -1,0 +1,11 @@
+"""Generation room: sampling parameters, per-request samplers, the continuous-batching scheduler,
+incremental detokenization, chat templates and the generate/chat/score entry points.
+
+Everything here works against a duck-typed step model (see scheduler.py, "StepModel protocol");
+the whole-model engine is passed in, never imported.
+"""
+from .outputs import Completion, Score, StreamEvent, TokenLogprobs
+from .params import SamplingParams
+from .scheduler import SchedulerConfig
+
+__all__ = ["Completion", "SamplingParams", "SchedulerConfig", "Score", "StreamEvent", "TokenLogprobs"]

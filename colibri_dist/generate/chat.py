@@ -1,0 +1,119 @@
+"""Chat templates: render a conversation exactly as transformers' apply_chat_template(tokenize=False).
+
+Role in the data flow: chat() in api.py renders each conversation to a prompt string here, then
+encodes it without adding special tokens (the template writes them), as transformers does. The
+jinja2 environment copies transformers' conventions: sandboxed, trim_blocks + lstrip_blocks,
+loopcontrols, a `{% generation %}` block that just renders its body, `raise_exception`, `tojson`
+(json.dumps, no HTML escaping), `strftime_now`, and the tokenizer's named special tokens
+(bos_token, eos_token, ...) as variables, plus messages/tools/documents/add_generation_prompt.
+"""
+import json
+import os
+from datetime import datetime
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..errors import InvalidArgument
+
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
+class _Generation(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}` (assistant-mask markers) renders its body unchanged."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
+def _raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt):
+    return datetime.now().strftime(fmt)
+
+
+def _environment():
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[_Generation, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+class ChatTemplate:
+    def __init__(self, template, special_tokens=None, source="<chat template>"):
+        if not isinstance(template, str) or not template:
+            raise InvalidArgument(f"{source}: the chat template must be a non-empty string")
+        self.source = source
+        self.special_tokens = {k: v for k, v in (special_tokens or {}).items() if v is not None}
+        try:
+            self._template = _environment().from_string(template)
+        except jinja2.TemplateSyntaxError as exc:
+            raise InvalidArgument(f"{source}: chat template syntax error at line {exc.lineno}: {exc.message}") from None
+
+    @classmethod
+    def from_dir(cls, path):
+        """From a saved tokenizer directory: chat_template.jinja, or tokenizer_config.json's chat_template."""
+        cfg_path = os.path.join(path, "tokenizer_config.json")
+        cfg = {}
+        if os.path.exists(cfg_path):
+            with open(cfg_path, encoding="utf-8") as f:
+                cfg = json.load(f)
+        jinja_path = os.path.join(path, "chat_template.jinja")
+        text = None
+        if os.path.exists(jinja_path):
+            with open(jinja_path, encoding="utf-8") as f:
+                text = f.read()
+        return cls.from_config(cfg, text, source=path)
+
+    @classmethod
+    def from_config(cls, tokenizer_config, template_text=None, source="tokenizer_config.json"):
+        template = template_text if template_text is not None else tokenizer_config.get("chat_template")
+        if isinstance(template, list):    # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        if not template:
+            raise InvalidArgument(f"{source}: no chat template (tokenizer_config.json chat_template "
+                                  f"or chat_template.jinja)")
+        return cls(template, special_tokens_from_config(tokenizer_config), source=source)
+
+    def render(self, messages, add_generation_prompt=True, tools=None, documents=None, **kwargs):
+        """The prompt text; InvalidArgument (naming the template) when the template rejects the messages."""
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise InvalidArgument("a conversation must be a non-empty list of {'role', 'content'} messages")
+        for m in messages:
+            if not isinstance(m, dict):
+                raise InvalidArgument(f"chat messages must be dicts, got {m!r}")
+        msgs = [{k: v for k, v in m.items() if v is not None} for m in messages]
+        variables = {**self.special_tokens, **kwargs}
+        try:
+            return self._template.render(messages=msgs, tools=tools, documents=documents,
+                                         add_generation_prompt=add_generation_prompt, **variables)
+        except jinja2.TemplateError as exc:
+            raise InvalidArgument(f"{self.source}: chat template: {exc}") from None
+
+
+def special_tokens_from_config(cfg):
+    """Named special tokens of a tokenizer_config.json (strings or AddedToken dicts) as strings."""
+    out = {}
+    for key in SPECIAL_TOKEN_KEYS:
+        v = cfg.get(key)
+        if isinstance(v, dict):
+            v = v.get("content")
+        if isinstance(v, str):
+            out[key] = v
+    return out

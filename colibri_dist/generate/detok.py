@@ -1,0 +1,58 @@
+"""Incremental detokenization for streaming: text deltas as tokens arrive, only complete UTF-8.
+
+Role in the data flow: the scheduler feeds every generated token of a request to its Detokenizer
+and streams (and checks stop strings on) the text it returns. The method is vLLM's/TGI's offset
+window: decode the tokens from `prefix` on, subtract the decoded text of the tokens before `read`,
+and emit the difference unless it ends in U+FFFD (an incomplete UTF-8 sequence of a byte-level
+tokenizer). `finish()` returns what remains so that the emitted text equals
+`tokenizer.decode(all_tokens, skip_special_tokens=True)`.
+"""
+
+
+class Detokenizer:
+    def __init__(self, tokenizer, skip_special_tokens=True):
+        self.tokenizer = tokenizer
+        self.skip = skip_special_tokens
+        self.ids = []
+        self.prefix = 0       # first token of the decode window (one token of context for spacing)
+        self.read = 0         # tokens whose text has been emitted
+        self.text = ""        # everything emitted so far
+
+    def _decode(self, ids):
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip)
+
+    def add(self, token_id):
+        """Append one token; return the newly completed text ("" when none)."""
+        self.ids.append(int(token_id))
+        prefix_text = self._decode(self.ids[self.prefix:self.read])
+        new_text = self._decode(self.ids[self.prefix:])
+        if len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd"):
+            return ""
+        if not new_text.startswith(prefix_text):
+            return ""             # the window's text changed shape; wait, finish() reconciles
+        delta = new_text[len(prefix_text):]
+        self.prefix, self.read = self.read, len(self.ids)
+        self.text += delta
+        return delta
+
+    def finish(self):
+        """The rest of the text (after the last add) such that self.text == decode(all ids)."""
+        full = self._decode(self.ids)
+        if full.startswith(self.text):
+            delta = full[len(self.text):]
+        else:                      # cannot happen for prefix-stable decoders; keep the exact final text
+            delta = ""
+        self.text = full
+        self.read = len(self.ids)
+        return delta
+
+
+class NullDetokenizer:
+    """Used without a tokenizer (token-id prompts): no text."""
+    text = ""
+
+    def add(self, token_id):
+        return ""
+
+    def finish(self):
+        return ""

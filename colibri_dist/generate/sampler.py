@@ -1,0 +1,131 @@
+"""Per-request token sampling: greedy, temperature, top-k, top-p, and logprobs.
+
+Role in the data flow: the scheduler hands each request's last-position logits (float32 [vocab],
+straight from the model) to that request's Sampler and gets back the next token (and its logprobs).
+Each Sampler owns one numpy Generator seeded from the request's seed (or, without one, from the
+caller's base seed and the request id) and consumes exactly one uniform draw per generated token,
+so a request's stream never depends on what else is in the batch. All arithmetic is on that one
+row in float64, so the result is a function of the logits' bits alone.
+"""
+import hashlib
+import math
+
+import numpy as np
+
+from .outputs import TokenLogprobs
+
+
+def derive_seed(base_seed, request_id):
+    """The seed of a request that has none: stable across runs, processes and Python versions."""
+    digest = hashlib.blake2b(f"{int(base_seed)}\x00{request_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def make_rng(params, base_seed=0, request_id=0):
+    seed = params.seed if params.seed is not None else derive_seed(base_seed, request_id)
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+class Sampler:
+    def __init__(self, params, base_seed=0, request_id=0):
+        self.params = params
+        self.rng = make_rng(params, base_seed, request_id)
+
+    def sample(self, logits):
+        """logits: float32 [vocab] -> (token_id, TokenLogprobs | None)."""
+        u = self.rng.random()                    # the one draw of this token, greedy or not
+        p = self.params
+        if p.greedy:
+            token = int(np.argmax(logits))       # first maximum = lowest token id among ties
+        else:
+            token = _sample_filtered(logits, p.temperature, p.top_k, p.top_p, u)
+        lp = token_logprobs(logits, token, p.logprobs) if p.logprobs > 0 else None
+        return token, lp
+
+
+def logsumexp(logits):
+    """log(sum(exp(logits))) of a float32 row: exp in float32 around the max, summed in float64."""
+    x = np.asarray(logits, dtype=np.float32)
+    m = np.max(x)
+    return float(m) + math.log(float(np.sum(np.exp(x - m), dtype=np.float64)))
+
+
+def log_softmax(logits):
+    """The whole log_softmax row (float64); every logprob reported is exactly an entry of this."""
+    return np.asarray(logits, dtype=np.float32).astype(np.float64) - logsumexp(logits)
+
+
+def token_logprobs(logits, token, n):
+    x = np.asarray(logits, dtype=np.float32)
+    lse = logsumexp(x)
+    chosen = float(np.float64(x[token]) - lse)
+    rank = 1 + int(np.count_nonzero(x > x[token]))
+    top = tuple((int(i), float(np.float64(x[i]) - lse)) for i in top_n_ids(x, n))
+    return TokenLogprobs(int(token), chosen, rank, top)
+
+
+def top_n_ids(x, n):
+    """Ids of the n largest entries of x, largest first, ties by token id."""
+    n = min(n, x.shape[0])
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    cand = top_candidates(x, n)
+    if cand.shape[0] > 4 * n:                 # narrow to the n-th value's ties before sorting
+        kth = np.partition(x[cand], cand.shape[0] - n)[cand.shape[0] - n]
+        cand = cand[x[cand] >= kth]
+    return cand[np.lexsort((cand, -x[cand]))][:n]
+
+
+def top_n(lp, n):
+    """(id, value) pairs of the n largest entries of a logprob row, ties by token id (test helper)."""
+    return tuple((int(i), float(lp[i])) for i in top_n_ids(np.asarray(lp), n))
+
+
+def top_candidates(x, n):
+    """Sorted ids of a set holding the n largest entries of x and every tie of the n-th (a superset:
+    all entries within a widening margin of the max, else everything). Cheap for peaked rows."""
+    xmax = np.max(x)
+    for margin in (2.0, 8.0, 32.0):
+        cand = np.flatnonzero(x >= xmax - margin)
+        if cand.shape[0] >= n:
+            return cand
+    return np.arange(x.shape[0])
+
+
+def _sample_filtered(logits, temperature, top_k, top_p, u):
+    """vLLM semantics: scale by 1/T, keep the top_k largest (ties with the k-th kept), then the
+    smallest most-likely set whose mass reaches top_p (a token is kept when the mass of the tokens
+    ranked above it, most likely first and ties by id, is < top_p; the most likely always stays),
+    renormalize, invert the CDF at u over the kept tokens in token-id order. Every step is a
+    function of this row alone; the candidate shortcuts only skip tokens that cannot be kept."""
+    z = np.asarray(logits, dtype=np.float32) / np.float32(temperature)
+    ids = np.arange(z.shape[0])
+    if 0 < top_k < z.shape[0]:
+        cand = top_candidates(z, top_k)
+        kth = np.partition(z[cand], cand.shape[0] - top_k)[cand.shape[0] - top_k]
+        ids = cand[z[cand] >= kth]
+    e = np.exp(z[ids] - np.max(z[ids]))
+    probs = e.astype(np.float64) / np.sum(e, dtype=np.float64)
+    if top_p < 1.0:
+        keep = _nucleus(probs, top_p)
+        ids, probs = ids[keep], probs[keep]
+    cdf = np.cumsum(probs)
+    j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    return int(ids[min(j, ids.shape[0] - 1)])
+
+
+def _nucleus(probs, top_p):
+    """Sorted positions kept by top_p. Only tokens of a candidate set holding >= top_p of the mass
+    can be kept, so the sort runs over that set (the whole row when the distribution is flat)."""
+    pmax = np.max(probs)
+    cand = None
+    for ratio in (1e-2, 1e-4, 1e-8):
+        c = np.flatnonzero(probs >= pmax * ratio)
+        if np.sum(probs[c]) >= top_p:
+            cand = c
+            break
+    if cand is None:
+        cand = np.arange(probs.shape[0])
+    order = cand[np.lexsort((cand, -probs[cand]))]
+    above = np.cumsum(probs[order]) - probs[order]
+    return np.sort(order[above < top_p])

@@ -1,0 +1,213 @@
+"""Continuous batching over a step model: admission, chunked prefill, preemption, stop conditions.
+
+Role in the data flow: api.py (or a job) adds requests; every `step()` builds ONE batched model call
+that mixes the decode tokens of running sequences with prefill chunks of waiting ones, under
+`max_num_batched_tokens` and `max_num_seqs`, checking KV blocks before scheduling anything. When
+blocks run out the NEWEST running sequence is preempted (released, requeued at the front of the
+waiting queue) and later recomputed from prompt + tokens generated so far. Otherwise FIFO.
+Because a sequence's logits depend only on its own history and each request samples with its own
+RNG, a request's tokens and logprobs are the same bits whatever else is scheduled with it.
+
+StepModel protocol (duck-typed; the whole-model engine provides it):
+    vocab_size: int; max_seq_len: int; eos_token_ids: tuple; block_size: int
+    free_blocks() -> int                 KV blocks currently free
+    blocks_needed(seq, n_new) -> int     blocks seq needs to append n_new tokens (seq None = new)
+    new_sequence() -> seq                an opaque handle with an empty cache
+    release(seq) -> None                 frees its blocks
+    forward([(seq, token_ids, want_all), ...]) -> [float32 [len(token_ids) or 1, vocab], ...]
+"""
+from collections import deque
+from dataclasses import dataclass
+
+from ..errors import InvalidArgument
+from .detok import Detokenizer
+from .outputs import Completion, Score
+from .request import Request
+from .sampler import Sampler
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_batched_tokens: int = 2048   # tokens per model call (decode tokens + prefill chunks)
+    max_num_seqs: int = 64               # sequences holding a KV cache at once
+    prefill_chunk_size: int | None = None  # most prompt tokens of one sequence per step (None = budget)
+    base_seed: int = 0                   # seeds of requests without one derive from this and their id
+
+    def __post_init__(self):
+        for name in ("max_num_batched_tokens", "max_num_seqs"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InvalidArgument(f"SchedulerConfig.{name} must be an integer >= 1, got {v!r}")
+        c = self.prefill_chunk_size
+        if c is not None and (not isinstance(c, int) or isinstance(c, bool) or c < 1):
+            raise InvalidArgument(f"SchedulerConfig.prefill_chunk_size must be None or an integer >= 1, got {c!r}")
+        if not isinstance(self.base_seed, int) or isinstance(self.base_seed, bool):
+            raise InvalidArgument(f"SchedulerConfig.base_seed must be an integer, got {self.base_seed!r}")
+
+
+class Scheduler:
+    def __init__(self, model, config=None, tokenizer=None):
+        self.model, self.cfg, self.tokenizer = model, config or SchedulerConfig(), tokenizer
+        self.requests, self.waiting, self.running = [], deque(), []
+        self.stats = {"steps": 0, "prefill_tokens": 0, "decode_tokens": 0, "preemptions": 0,
+                      "max_running": 0, "max_batch_tokens": 0, "failed": 0}
+
+    # ------------------------------------------------------------ requests
+    def add_generate(self, prompt_token_ids, params, request_id=None):
+        """Queue a generation; returns its index. Invalid requests finish at once with .error set."""
+        index = len(self.requests)
+        rid = index if request_id is None else request_id
+        err = self._validate(prompt_token_ids, index, rid)
+        if err is None and not hasattr(params, "max_tokens"):
+            err = InvalidArgument(f"request {rid!r}: sampling params must be SamplingParams, got {params!r}")
+        if err is not None:
+            return self._add_failed(Completion(_as_list(prompt_token_ids), error=err, request_id=rid))
+        detok = Detokenizer(self.tokenizer) if self.tokenizer is not None else None
+        req = Request(index, rid, "generate", list(prompt_token_ids), params,
+                      Sampler(params, self.cfg.base_seed, rid), detok)
+        return self._enqueue(req)
+
+    def add_score(self, prompt_token_ids, request_id=None):
+        index = len(self.requests)
+        rid = index if request_id is None else request_id
+        err = self._validate(prompt_token_ids, index, rid)
+        if err is not None:
+            return self._add_failed(Score(_as_list(prompt_token_ids), error=err, request_id=rid))
+        return self._enqueue(Request(index, rid, "score", list(prompt_token_ids)))
+
+    def fail(self, result):
+        """Record a request that failed before reaching the scheduler (e.g. a bad prompt string)."""
+        return self._add_failed(result)
+
+    def _validate(self, ids, index, rid):
+        m = self.model
+        if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            return InvalidArgument(f"request {rid!r}: prompt token ids must be a list of integers")
+        if not ids:
+            return InvalidArgument(f"request {rid!r}: empty prompt")
+        if len(ids) > m.max_seq_len:
+            return InvalidArgument(f"request {rid!r}: prompt has {len(ids)} tokens, longer than "
+                                   f"max_seq_len {m.max_seq_len}")
+        bad = next((t for t in ids if not 0 <= t < m.vocab_size), None)
+        if bad is not None:
+            return InvalidArgument(f"request {rid!r}: token id {bad} outside the vocabulary [0, {m.vocab_size})")
+        return None
+
+    def _add_failed(self, result):
+        req = Request(len(self.requests), result.request_id, "failed", result.prompt_token_ids)
+        req.result = result
+        self.requests.append(req)
+        self.stats["failed"] += 1
+        return req.index
+
+    def _enqueue(self, req):
+        self.requests.append(req)
+        self.waiting.append(req)
+        return req.index
+
+    # ------------------------------------------------------------ running
+    def has_work(self):
+        return bool(self.waiting or self.running)
+
+    def run(self, on_token=None):
+        """Step until every request is done; results in the order added."""
+        while self.has_work():
+            self.step(on_token)
+        return [r.result for r in self.requests]
+
+    def step(self, on_token=None):
+        """One batched model call; returns the requests that finished in it."""
+        sched = self._schedule()
+        if not sched:
+            return []
+        outs = self.model.forward([(r.seq, r.pending(n), r.kind == "score") for r, n in sched])
+        if len(outs) != len(sched):
+            raise InvalidArgument(f"model.forward returned {len(outs)} results for {len(sched)} steps")
+        self._count(sched)
+        done = [r for (r, n), logits in zip(sched, outs) if r.advance(n, logits, self.model, on_token)]
+        for r in done:
+            self.running.remove(r)
+            self.model.release(r.seq)
+            r.seq = None
+        return done
+
+    def _count(self, sched):
+        st = self.stats
+        st["steps"] += 1
+        for r, n in sched:
+            st["decode_tokens" if n == 1 and r.computed >= len(r.prompt) else "prefill_tokens"] += n
+        st["max_running"] = max(st["max_running"], len(self.running))
+        st["max_batch_tokens"] = max(st["max_batch_tokens"], sum(n for _, n in sched))
+
+    def _chunk(self, r, budget):
+        n = min(r.num_pending(), budget)
+        return min(n, self.cfg.prefill_chunk_size) if self.cfg.prefill_chunk_size else n
+
+    def _schedule(self):
+        """[(request, n_tokens)]: running sequences first (oldest first), then admissions (FIFO)."""
+        budget, reserved, sched, preempted = self.cfg.max_num_batched_tokens, 0, [], False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            r = self.running[i]
+            n = self._chunk(r, budget)
+            need = self.model.blocks_needed(r.seq, n)
+            while need > self.model.free_blocks() - reserved:
+                if i == 0 and len(self.running) == 1:
+                    self._fail_too_big(r, need)
+                    self.running.pop()
+                    break
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is r:
+                    break
+            if i >= len(self.running) or self.running[i] is not r:
+                break                          # r itself was preempted or failed: nothing after it
+            reserved += need
+            sched.append((r, n))
+            budget -= n
+            i += 1
+        if not preempted:
+            self._admit(sched, budget, reserved)
+        return sched
+
+    def _admit(self, sched, budget, reserved):
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            r = self.waiting[0]
+            n = self._chunk(r, budget)
+            need = self.model.blocks_needed(r.seq, n)
+            if need > self.model.free_blocks() - reserved:
+                if self.running:
+                    return                     # FIFO: wait for blocks rather than skip ahead
+                self.waiting.popleft()
+                self._fail_too_big(r, need)
+                continue
+            self.waiting.popleft()
+            r.seq = self.model.new_sequence()
+            self.running.append(r)
+            reserved += need
+            sched.append((r, n))
+            budget -= n
+
+    def _preempt(self, r):
+        self.model.release(r.seq)
+        r.reset_cache()
+        self.waiting.appendleft(r)
+        self.stats["preemptions"] += 1
+
+    def _fail_too_big(self, r, need):
+        if r.seq is not None:
+            self.model.release(r.seq)
+        r.seq = None
+        err = InvalidArgument(f"request {r.request_id!r}: needs {need} more KV blocks at {r.num_tokens()} tokens "
+                              f"but only {self.model.free_blocks()} are free with nothing else running "
+                              f"(the KV cache budget is too small for this request)")
+        cls = Score if r.kind == "score" else Completion
+        r.result = cls(list(r.prompt), error=err, request_id=r.request_id)
+        if r.kind != "score":
+            r.result.token_ids = list(r.output)
+        self.stats["failed"] += 1
+
+
+def _as_list(ids):
+    return list(ids) if isinstance(ids, (list, tuple)) else []
