@@ -21,6 +21,7 @@ how many of the experts the next layer really used had been predicted (recall).
 import numpy as np
 
 from .errors import FormatError, InvalidArgument
+from .format.gating_spec import GatingSpec
 from .store import ExpertStore, Segments
 from .store.routing_table import build_table
 
@@ -84,7 +85,7 @@ class Engine:
         """RoutingTable of a layer (rebuilt when hot-added/removed experts change)."""
         tbl = self._tables.get(layer)
         if tbl is None or tbl.version != self.segments.version:
-            tbl = self._tables[layer] = build_table(self.model, self.segments, layer, self._native.Gating)
+            tbl = self._tables[layer] = build_table(self.model, self.segments, layer, GatingSpec)
         return tbl
 
     def _route(self, layer, x):

@@ -20,6 +20,11 @@ def register(subparsers):
     p.add_argument("dst", metavar="DST", help="output .colibri file (written as DST.partial, then renamed)")
     p.add_argument("--experts", choices=list(SCHEMES), default="int8",
                    help="expert weight encoding (default: int8, symmetric per row)")
+    p.add_argument("--dense", choices=list(SCHEMES), default=None,
+                   help="encoding of dense matrices: attention projections, lm_head, dense MLP layers "
+                        "(default: the same as --experts)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing DST and drop its hot-added experts (DST.experts/)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_convert)
 
@@ -36,12 +41,13 @@ def register(subparsers):
 
 def run_convert(args):
     from ..format.convert import convert
-    convert(args.src, args.dst, experts=args.experts, progress=not args.no_progress)
+    convert(args.src, args.dst, experts=args.experts, dense=args.dense, force=args.force,
+            progress=not args.no_progress)
     from ..format.reader import open_model
     with open_model(args.dst) as model:
         c = model.config
         print(f"wrote {args.dst}: {c.family}, {len(c.moe_layers)} MoE layers x {c.n_experts} experts "
-              f"({args.experts})")
+              f"({args.experts}; dense {model.dense_scheme}; tokenizer {'yes' if model.tokenizer_files() else 'none'})")
     return 0
 
 
@@ -63,7 +69,23 @@ def describe(model):
         "tensors": len(model.entries),
         "bytes_by_dtype": model.bytes_by_dtype(),
         "file_bytes": model.header["file_size"],
+        "dense_scheme": model.dense_scheme,
+        "tokenizer_files": sorted(model.tokenizer_files()),
+        "hot_added": hot_added(model.path),
     }
+
+
+def hot_added(path):
+    """{layer: {"added": [ids], "removed": [ids]}} from the container's hot-add directory ({} if none)."""
+    from ..store.segments import Segments
+    seg = Segments(path)
+    layers = seg.layers()
+    out = {}
+    for layer in layers:
+        added, removed = list(seg.added(layer)), sorted(seg.removed(layer))
+        if added or removed:
+            out[str(layer)] = {"added": added, "removed": removed}
+    return out
 
 
 def run_inspect(args):
@@ -84,6 +106,13 @@ def run_inspect(args):
     print(f"  layers {info['n_layers']}: MoE {_ranges(info['moe_layers'])}  dense {_ranges(info['dense_layers'])}")
     print(f"  expert blobs {info['experts_total']} x {info['expert_blob_bytes']:,} bytes; "
           f"{info['tensors']} tensors in the table")
+    print(f"  dense matrices {info['dense_scheme'] or 'as stored (container without whole-model entries)'}; "
+          f"tokenizer {', '.join(info['tokenizer_files']) or 'none'}")
+    if info["hot_added"]:
+        for layer, h in info["hot_added"].items():
+            print(f"  hot-added experts, layer {layer}: added {h['added'] or '-'}  removed {h['removed'] or '-'}")
+    else:
+        print("  hot-added experts: none")
     print("  bytes by dtype:")
     for key, n in sorted(info["bytes_by_dtype"].items()):
         print(f"    {key:<16} {n:>16,}")

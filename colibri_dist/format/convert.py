@@ -1,12 +1,16 @@
-"""convert(src_dir, dst, experts="int8"): Hugging Face safetensors checkpoint -> .colibri.
+"""convert(src_dir, dst, experts="int8", dense=None): Hugging Face safetensors checkpoint -> .colibri.
 
 Role in the data flow: the way models enter colibri. It reads config.json,
 picks the family (families.py), checks up front that every MoE tensor exists
 with the right shape (so a bad checkpoint fails before a byte is written),
 then streams: per MoE layer the router (f32), the correction bias, the shared
 gate, the shared expert blob and each expert blob (pack_expert, one expert in
-memory at a time), and finally every other tensor copied as it comes in
-bounded chunks. The writer makes the file appear only when complete.
+memory at a time); the dense matrices (attention projections, lm_head; the tied
+embedding as lm_head) encoded in the `dense` scheme one at a time (dense_plan.py),
+dense MLP layers as blobs; every other tensor copied as it comes in bounded
+chunks; the tokenizer files into the metadata. The writer makes the file appear
+only when complete; an existing DST (and its hot-added experts) is replaced only
+with force=True, never merged.
 """
 import json
 import os
@@ -19,15 +23,21 @@ from . import spec
 from .families import detect
 from .hf_source import SafetensorsSource, storage_dtype
 from .layout import SCHEMES
+from .dense_plan import write_dense
+from .destination import check_destination
 from .progress import bar
+from .tokenizer_files import tokenizer_files
 from .quantize import pack_expert
 from .writer import ContainerWriter
 
 
-def convert(src_dir, dst, experts="int8", progress=True):
-    if experts not in SCHEMES:
-        raise InvalidArgument(f"unknown expert scheme {experts!r}; choose from {', '.join(SCHEMES)}")
+def convert(src_dir, dst, experts="int8", progress=True, dense=None, force=False):
+    dense = experts if dense is None else dense
+    for what, scheme in (("expert", experts), ("dense", dense)):
+        if scheme not in SCHEMES:
+            raise InvalidArgument(f"unknown {what} scheme {scheme!r}; choose from {', '.join(SCHEMES)}")
     src_dir, dst = os.fspath(src_dir), os.fspath(dst)
+    replaced = check_destination(dst, force)
     config_path = os.path.join(src_dir, "config.json")
     try:
         hf = json.load(open(config_path, encoding="utf-8"))
@@ -43,11 +53,15 @@ def convert(src_dir, dst, experts="int8", progress=True):
             for lp in plan:
                 write_layer(writer, cfg, source, lp, pbar)
             used = {n for lp in plan for n in lp.sources}
+            used |= write_dense(writer, source, hf, cfg, dense, used, pbar)
             for name in sorted(set(source.refs) - used):
                 copy_dense(writer, source, name, pbar)
-            writer.finish(cfg.header_fields(), _meta(hf, src_dir, family, cfg))
+            meta = dict(_meta(hf, src_dir, family, cfg), dense_scheme=dense,
+                        tokenizer_files=tokenizer_files(src_dir))
+            writer.finish(cfg.header_fields(), meta, before_rename=replaced.move_aside)
     finally:
         source.close()
+    replaced.discard()
     return dst
 
 

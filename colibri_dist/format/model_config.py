@@ -3,21 +3,21 @@
 Role in the data flow: built by convert.py from a Hugging Face config.json
 (via families.py), packed into the header by the writer, rebuilt by the reader
 from the header, and handed to routing/engine code. `gating` is a
-colibri_dist.native.Gating so the kernels take it as is.
+plain GatingSpec (format/gating_spec.py); the native boundary converts it.
 """
 from dataclasses import dataclass, field
 
 from ..errors import FormatError, InvalidArgument
 from . import spec
+from .gating_spec import GatingSpec
 from .layout import SCHEMES
 
 
 def make_gating(kind, n_experts, top_k, n_group=1, topk_group=1, norm_topk_prob=True,
                 routed_scaling_factor=1.0, where="config.json"):
-    """A validated native.Gating; FormatError naming `where` if the parameters are invalid."""
-    from ..native import Gating
+    """A validated GatingSpec; FormatError naming `where` if the parameters are invalid."""
     try:
-        return Gating(kind, n_experts, top_k, n_group=n_group, topk_group=topk_group,
+        return GatingSpec(kind, n_experts, top_k, n_group=n_group, topk_group=topk_group,
                       norm_topk_prob=norm_topk_prob, routed_scaling_factor=routed_scaling_factor)
     except InvalidArgument as exc:
         raise FormatError(f"{where}: invalid gating: {exc}") from exc

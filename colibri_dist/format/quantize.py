@@ -155,3 +155,25 @@ def _assemble(parts, scheme):
         z_off = offsets.get((name, "zero"), (-1, 0, 0))[0]
         mls[name] = MatrixLayout(code, rows, cols, d_off, d_bytes, s_off, s_count, z_off)
     return blob, ExpertLayout(mls["gate"], mls["up"], mls["down"], blob.size, scheme)
+
+
+def pack_matrix(w, scheme):
+    """Quantize one dense matrix [rows, cols] into a blob: data, then scales, then zero point, each
+    PART_ALIGN-aligned. Returns (blob uint8[nbytes], MatrixLayout)."""
+    data, scales, zero = quantize_matrix(w, scheme)
+    parts, offset = [], 0
+    for arr in (data, scales, zero):
+        if arr is None:
+            parts.append((-1, None))
+            continue
+        raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+        parts.append((offset, raw))
+        offset = _align(offset + raw.size)
+    blob = np.zeros(max(offset, PART_ALIGN), dtype=np.uint8)
+    for off, raw in parts:
+        if raw is not None:
+            blob[off:off + raw.size] = raw
+    rows, cols = data.shape
+    layout = MatrixLayout(SCHEMES[scheme], rows, cols, parts[0][0], parts[0][1].size, parts[1][0],
+                          0 if scales is None else scales.size, parts[2][0])
+    return blob, layout

@@ -15,8 +15,9 @@ import numpy as np
 
 from ..errors import FormatError, InvalidArgument
 from . import spec
-from .layout import ExpertLayout, DTYPE_NAMES
+from .layout import DTYPE_NAMES, ExpertLayout, MatrixLayout
 from .model_config import ModelConfig
+from .quantize import bf16_bits_to_f32, dequantize
 from .validate import check_entries, check_header, describe
 
 _NP_DTYPES = {0: np.float32, 1: np.float16, 2: np.uint16, 3: np.int8, 4: np.uint8,
@@ -60,7 +61,8 @@ class Model:
         self.header = header
         self.config = ModelConfig.from_header(header, extra=self.meta, where=self.path)
         self._by_name = {e.name: e for e in self.entries}
-        self._by_slot = {(e.kind, e.layer, e.expert): e for e in self.entries if e.kind != spec.KIND_TENSOR}
+        self._by_slot = {(e.kind, e.layer, e.expert): e for e in self.entries
+                         if e.kind not in (spec.KIND_TENSOR, spec.KIND_MATRIX)}
         check_entries(self.path, self.config, self.entries, self._by_slot, header["table_offset"])
 
     # -- lifecycle ------------------------------------------------------------
@@ -150,10 +152,58 @@ class Model:
         return None if entry is None else self._view(entry)
 
     def tensor(self, name):
+        """A stored tensor as a view (bfloat16 as raw uint16 words); an encoded matrix decoded to float32."""
+        entry = self._entry(name)
+        if entry.kind == spec.KIND_MATRIX:
+            return dequantize(self._view(entry), entry.matrices[0])
+        return self._view(entry)
+
+    def tensor_f32(self, name):
+        """A float tensor decoded to a float32 array (float16 / bfloat16 widened exactly)."""
+        entry = self._entry(name)
+        arr = self.tensor(name)
+        if entry.kind == spec.KIND_TENSOR and entry.dtype == 2:
+            return bf16_bits_to_f32(arr).reshape(entry.shape)
+        if entry.kind == spec.KIND_TENSOR and entry.dtype not in (0, 1, 8):
+            raise FormatError(f"{self.path}: tensor {name!r} is {spec.DTYPES[entry.dtype]}, not a float tensor")
+        return np.ascontiguousarray(arr, dtype=np.float32)
+
+    def has_tensor(self, name):
+        return name in self._by_name
+
+    def _entry(self, name):
         entry = self._by_name.get(name)
         if entry is None:
             raise InvalidArgument(f"{self.path}: no tensor named {name!r}")
-        return self._view(entry)   # bfloat16 tensors come back as their raw uint16 words
+        return entry
+
+    def matrix(self, name):
+        """(uint8 buffer, MatrixLayout) of a dense matrix for the kernels: an encoded matrix entry as
+        stored, or (containers without them) a 2-D float32/float16/bfloat16 tensor as its raw bytes."""
+        entry = self._entry(name)
+        if entry.kind == spec.KIND_MATRIX:
+            return self._view(entry), entry.matrices[0]
+        code = {0: 0, 1: 1, 2: 2}.get(entry.dtype)
+        if entry.kind != spec.KIND_TENSOR or code is None or len(entry.shape) != 2:
+            raise FormatError(f"{self.path}: tensor {name!r} is {spec.DTYPES[entry.dtype]} {list(entry.shape)}, "
+                              f"not a float matrix")
+        raw = np.frombuffer(self._mm, dtype=np.uint8, count=entry.nbytes, offset=entry.offset)
+        return raw, MatrixLayout(code, entry.shape[0], entry.shape[1], 0, entry.nbytes)
+
+    def dense_mlp(self, layer):
+        """(blob, ExpertLayout) of a non-MoE layer's SwiGLU MLP, or None when it is not stored as a blob."""
+        entry = self._slot(spec.KIND_DENSE_MLP, layer, required=False)
+        return None if entry is None else (self._view(entry), _layout(entry))
+
+    @property
+    def dense_scheme(self):
+        """Encoding of dense matrices (meta; None for containers from before whole-model support)."""
+        return self.meta.get("dense_scheme")
+
+    def tokenizer_files(self):
+        """{file name: text} of the tokenizer files copied from the checkpoint ({} when there are none)."""
+        files = self.meta.get("tokenizer_files") or {}
+        return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
 
     def tensor_names(self):
         return [e.name for e in self.entries]
@@ -161,7 +211,8 @@ class Model:
     def bytes_by_dtype(self):
         totals = {}
         for e in self.entries:
-            key = f"expert:{_layout(e).scheme}" if e.kind in spec.BLOB_KINDS else spec.DTYPES[e.dtype]
+            key = f"{_BLOB_LABEL.get(e.kind, 'expert')}:{DTYPE_NAMES.get(e.matrices[0].dtype, '?')}" \
+                if e.kind in spec.BLOB_KINDS else spec.DTYPES[e.dtype]
             totals[key] = totals.get(key, 0) + e.nbytes
         return totals
 
@@ -179,6 +230,9 @@ class Model:
         if damaged:
             raise FormatError(f"{self.path}: {len(damaged)} damaged: " + "; ".join(damaged))
         return True
+
+
+_BLOB_LABEL = {spec.KIND_MATRIX: "matrix", spec.KIND_DENSE_MLP: "dense_mlp"}
 
 
 def _unpack_entry(path, table, i):

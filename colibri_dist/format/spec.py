@@ -52,9 +52,14 @@ assert ENTRY_STRUCT.size == ENTRY_SIZE, ENTRY_STRUCT.size
 
 # Entry kinds
 KIND_TENSOR, KIND_EXPERT, KIND_SHARED, KIND_ROUTER, KIND_BIAS, KIND_SHARED_GATE = range(6)
+# Whole-model entries: a dense matrix (attention projections, lm_head) encoded like an expert matrix,
+# its one MatrixLayout in the entry's `gate` slot; a dense SwiGLU MLP layer as an expert blob.
+KIND_MATRIX, KIND_DENSE_MLP = 6, 7
 KIND_NAMES = {KIND_TENSOR: "tensor", KIND_EXPERT: "expert", KIND_SHARED: "shared_expert",
-              KIND_ROUTER: "router", KIND_BIAS: "correction_bias", KIND_SHARED_GATE: "shared_gate"}
-BLOB_KINDS = (KIND_EXPERT, KIND_SHARED)
+              KIND_ROUTER: "router", KIND_BIAS: "correction_bias", KIND_SHARED_GATE: "shared_gate",
+              KIND_MATRIX: "matrix", KIND_DENSE_MLP: "dense_mlp"}
+BLOB_KINDS = (KIND_EXPERT, KIND_SHARED, KIND_MATRIX, KIND_DENSE_MLP)
+MOE_KINDS = (KIND_EXPERT, KIND_SHARED, KIND_ROUTER, KIND_BIAS, KIND_SHARED_GATE)   # layer must be a MoE layer
 
 # Storage dtypes of table entries (blobs are U8; their matrices carry cb_dtype codes)
 DTYPES = {0: "float32", 1: "float16", 2: "bfloat16", 3: "int8", 4: "uint8",

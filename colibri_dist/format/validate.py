@@ -87,8 +87,13 @@ def _check_entry(path, cfg, e, data_end):
         raise FormatError(f"{where}: unknown dtype {e.dtype} or kind {e.kind}")
     if e.offset < spec.DATA_START or e.offset + e.nbytes > data_end or e.offset % spec.TENSOR_ALIGN:
         raise FormatError(f"{where}: data [{e.offset}, +{e.nbytes}) out of bounds or misaligned")
-    if e.kind != spec.KIND_TENSOR and (e.layer not in cfg.moe_layers):
+    if e.kind in spec.MOE_KINDS and (e.layer not in cfg.moe_layers):
         raise FormatError(f"{where}: layer {e.layer} is not a MoE layer")
+    if e.kind == spec.KIND_DENSE_MLP and (e.layer in cfg.moe_layers or not 0 <= e.layer < cfg.n_layers):
+        raise FormatError(f"{where}: dense MLP of layer {e.layer}, which is a MoE layer or outside the model")
+    if e.kind in (spec.KIND_MATRIX, spec.KIND_DENSE_MLP):
+        _check_dense_blob(where, e)
+        return
     if e.kind in spec.BLOB_KINDS:
         _check_blob(where, cfg, e)
         return
@@ -115,16 +120,34 @@ def _check_blob(where, cfg, e):
         if m.dtype != scheme_code or (m.rows, m.cols) != (rows, cols):
             raise FormatError(f"{where}: {part} is {DTYPE_NAMES.get(m.dtype, m.dtype)} [{m.rows},{m.cols}], "
                               f"expected [{rows},{cols}]")
-        for off, size in ((m.data_offset, m.data_bytes), (m.scale_offset, 4 * m.scale_count),
-                          (m.zero_offset, 4)):
-            if off != -1 and not (0 <= off and off + size <= e.nbytes and off % 4 == 0):
-                raise FormatError(f"{where}: {part} part [{off}, +{size}) misaligned or outside the "
-                                  f"{e.nbytes}-byte blob")
-        if m.data_offset < 0 or m.data_bytes != rows * cols * _ELEM[m.dtype] \
-                or m.scale_count != expected_scales(m) or (m.dtype >= 3) != (m.scale_offset >= 0) \
-                or (m.dtype == 7) != (m.zero_offset >= 0):
-            raise FormatError(f"{where}: {part} data/scale sizes inconsistent with "
-                              f"{DTYPE_NAMES[m.dtype]} [{rows},{cols}]")
+        _check_part(where, e, part, m, rows, cols)
+
+
+def _check_dense_blob(where, e):
+    """A matrix (one layout, `gate` slot) or dense MLP (gate/up/down) blob: each part inside, sizes consistent."""
+    if e.offset % BLOB_ALIGN:
+        raise FormatError(f"{where}: blob not {BLOB_ALIGN}-aligned")
+    parts = (("matrix", e.matrices[0]),) if e.kind == spec.KIND_MATRIX else zip(("gate", "up", "down"), e.matrices)
+    for part, m in parts:
+        _check_part(where, e, part, m, m.rows, m.cols)
+    if e.kind == spec.KIND_DENSE_MLP:
+        g, u, d = e.matrices
+        if (u.rows, u.cols) != (g.rows, g.cols) or (d.rows, d.cols) != (g.cols, g.rows) or not g.dtype == u.dtype == d.dtype:
+            raise FormatError(f"{where}: dense MLP parts disagree: gate {g.rows}x{g.cols}, up {u.rows}x{u.cols}, "
+                              f"down {d.rows}x{d.cols}")
+
+
+def _check_part(where, e, part, m, rows, cols):
+    if m.dtype not in DTYPE_NAMES or m.rows <= 0 or m.cols <= 0:
+        raise FormatError(f"{where}: {part} has unknown encoding {m.dtype} or empty shape [{m.rows},{m.cols}]")
+    for off, size in ((m.data_offset, m.data_bytes), (m.scale_offset, 4 * m.scale_count), (m.zero_offset, 4)):
+        if off != -1 and not (0 <= off and off + size <= e.nbytes and off % 4 == 0):
+            raise FormatError(f"{where}: {part} part [{off}, +{size}) misaligned or outside the "
+                              f"{e.nbytes}-byte blob")
+    if m.data_offset < 0 or m.data_bytes != rows * cols * _ELEM[m.dtype] \
+            or m.scale_count != expected_scales(m) or (m.dtype >= 3) != (m.scale_offset >= 0) \
+            or (m.dtype == 7) != (m.zero_offset >= 0):
+        raise FormatError(f"{where}: {part} data/scale sizes inconsistent with {DTYPE_NAMES[m.dtype]} [{rows},{cols}]")
 
 
 _ELEM = {0: 4, 1: 2, 2: 2, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}
@@ -145,6 +168,6 @@ def expected_scales(m):
 def describe(e):
     if e.kind == spec.KIND_EXPERT:
         return f"layer {e.layer} expert {e.expert}"
-    if e.kind == spec.KIND_TENSOR:
+    if e.kind in (spec.KIND_TENSOR, spec.KIND_MATRIX):
         return f"tensor {e.name}"
     return f"layer {e.layer} {spec.KIND_NAMES.get(e.kind, f'kind {e.kind}')} ({e.name})"

@@ -116,9 +116,18 @@ class ContainerWriter:
                            0, 0, 0, (layout.gate, layout.up, layout.down))
         return self._append(entry, [blob], BLOB_ALIGN)
 
+    def add_matrix(self, name, blob, layout):
+        """A dense matrix blob from pack_matrix (attention projection, lm_head), 4096-aligned."""
+        if len(blob) < layout.data_offset + layout.data_bytes:
+            raise FormatError(f"{self.path}: matrix {name!r}: blob of {len(blob)} bytes is shorter than its data")
+        entry = spec.Entry(name, spec.KIND_MATRIX, spec.DTYPE_CODES["uint8"], -1, -1, (len(blob),),
+                           0, 0, 0, (layout, None, None))
+        return self._append(entry, [blob], BLOB_ALIGN)
+
     # -- closing --------------------------------------------------------------
-    def finish(self, config, meta):
-        """config: header fields (family, scheme, hidden, ... moe_mask); meta: JSON-able dict."""
+    def finish(self, config, meta, before_rename=None):
+        """config: header fields (family, scheme, hidden, ... moe_mask); meta: JSON-able dict.
+        before_rename: called after the last byte is synced, just before the file appears."""
         self._pad_to(spec.TENSOR_ALIGN)
         table = b"".join(e.pack() for e in self.entries)
         table_offset = self._pos
@@ -135,6 +144,8 @@ class ContainerWriter:
             _fsync(self._fd)
             os.close(self._fd)
             self._fd = None
+            if before_rename is not None:
+                before_rename()
             os.rename(self.partial, self.path)
         except OSError as exc:
             self.abort()

@@ -11,7 +11,8 @@ import numpy as np
 
 from ..errors import InvalidArgument
 from ._lib import check_status, ffi, lib, simd_name
-from .gating import Gating
+from .gating import GatingSpec, to_c
+from .model_ops import ModelOps
 from .views import ExpertView
 
 
@@ -72,22 +73,23 @@ def combine(w, slot_out, shared=None):
 
 def gate_logits(logits, gating, bias=None):
     """Gating only, on given router logits float32 [n, E] -> (idx int32 [n,k], w float32 [n,k]) (single thread)."""
-    if not isinstance(gating, Gating):
-        raise InvalidArgument(f"gating must be a native.Gating, got {type(gating).__name__}")
+    if not isinstance(gating, GatingSpec):
+        raise InvalidArgument(f"gating must be a GatingSpec (format.gating_spec / native.Gating), got {type(gating).__name__}")
     _f32("logits", logits, 2, (None, gating.n_experts))
     if bias is not None:
         _f32("bias", bias, 1, (gating.n_experts,))
     n = logits.shape[0]
     idx = np.empty((n, gating.top_k), dtype=np.int32)
     w = np.empty((n, gating.top_k), dtype=np.float32)
-    check_status(lib.cb_gate_logits(gating.to_c(), _ptr("float *", logits), _ptr("float *", bias), n,
+    check_status(lib.cb_gate_logits(to_c(gating), _ptr("float *", logits), _ptr("float *", bias), n,
                                     _ptr("int32_t *", idx), _ptr("float *", w)), "gate_logits")
     return idx, w
 
 
-class Runtime:
+class Runtime(ModelOps):
     """Runtime(threads=None, cpus=None, w8a8=False): threads None = one per CPU in `cpus` or online CPU.
 
+    Whole-model ops (matmul, matmul_many, matmul_heads, attention) come from model_ops.ModelOps.
     w8a8=True (opt-in): experts stored as per-row int8 ("int8") multiply per-token int8
     activations with exact integer dots (about 1.5x the f32 path's throughput at large
     batch, slightly less accurate: docs/KERNELS.md). Still batch invariant.
@@ -142,8 +144,8 @@ class Runtime:
 
     # -- routing ---------------------------------------------------------
     def _route_args(self, x, router, gating, bias):
-        if not isinstance(gating, Gating):
-            raise InvalidArgument(f"gating must be a native.Gating, got {type(gating).__name__}")
+        if not isinstance(gating, GatingSpec):
+            raise InvalidArgument(f"gating must be a GatingSpec (format.gating_spec / native.Gating), got {type(gating).__name__}")
         _f32("x", x, 2)
         _f32("router", router, 2, (gating.n_experts, x.shape[1]))
         if bias is not None:
@@ -159,7 +161,7 @@ class Runtime:
         w = np.empty((n, gating.top_k), dtype=np.float32)
         with self._lock:
             e = self._engine()
-            check_status(lib.cb_route(e, gating.to_c(), _ptr("float *", router), _ptr("float *", bias),
+            check_status(lib.cb_route(e, to_c(gating), _ptr("float *", router), _ptr("float *", bias),
                                       _ptr("float *", x), n, h, _ptr("int32_t *", idx), _ptr("float *", w)),
                          "route", e)
         return idx, w
@@ -219,7 +221,7 @@ class Runtime:
         n, h = x.shape
         table = self._expert_table(experts, gating.n_experts, h)
         layer = ffi.new("cb_moe_layer *")
-        layer.hidden, layer.gating = h, gating.to_c()[0]
+        layer.hidden, layer.gating = h, to_c(gating)[0]
         keep = [router, bias, shared_gate, table]
         layer.router, layer.bias = _ptr("float *", router), _ptr("float *", bias)
         layer.experts = table

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import FormatError, StoreError
 from ..format.layout import ExpertLayout, MatrixLayout
+from ..format.paths import hot_add_dir
 from ..fsutil import atomic_write
 
 MAGIC = b"CBSEG001"
@@ -35,7 +36,7 @@ MANIFEST = "MANIFEST.json"
 
 
 def segments_dir(model_path):
-    return os.fspath(model_path) + ".experts"
+    return hot_add_dir(model_path)
 
 
 def layout_to_dict(layout):
@@ -110,6 +111,11 @@ class Segments:
 
     def added(self, layer):
         return list(self._added.get(layer, []))
+
+    def layers(self):
+        """Layers with hot-added or removed experts."""
+        with self._lock:
+            return sorted(set(self._added) | set(self._removed))
 
     def removed(self, layer):
         return set(self._removed.get(layer, set()))

@@ -171,6 +171,59 @@ cb_status cb_model_get_info(const cb_model *m, cb_model_info *out);
 cb_status cb_model_moe_layer(cb_model *m, int32_t layer, cb_moe_layer *out);
 /* Any stored tensor (f32 only) by name, e.g. "model.embed_tokens.weight". */
 cb_status cb_model_tensor_f32(cb_model *m, const char *name, const float **data, int64_t *shape, int32_t *ndim);
+
+/* ---- whole-model ops (dense.c, norm.c, rope.c, attention.c, kv_write.c) ---- */
+/* Dense products on any cb_matrix encoding. Matrix i: for t < n, r < ws[i]->rows:
+ *   outs[i][t*out_stride + r] = dot(W_i[r,:], xs[i] + t*x_stride) (+ biases[i][r], added after the dot, no FMA)
+ * biases may be NULL or hold NULL entries. Every element through cb_dot_rows' fixed sequence, work split over
+ * (matrix, output-row block) items and token chunks; never over K. Batch/thread invariant. */
+cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *ws, const float *const *biases,
+                          const float *const *xs, int64_t x_stride, float *const *outs, int64_t out_stride, int64_t n);
+/* One matrix: out [n, w->rows] = x [n, w->cols] W^T (+ bias). */
+cb_status cb_matmul(cb_engine *e, const cb_matrix *w, const float *bias, const float *x, int64_t n, float *out);
+/* RMSNorm of n rows of dim: out = x * (1/sqrt(mean(x^2) + eps)) * weight (weight NULL = no weight);
+ * sum of squares in double, fixed order; out may equal x. Single thread. */
+cb_status cb_rmsnorm(const float *x, int64_t n, int32_t dim, const float *weight, float eps, float *out);
+/* Embedding gather: out[t, :] = decoded row ids[t] of w (every encoding: value = decode(q) * row/group scale,
+ * exactly as the kernels decode); ids outside [0, w->rows) -> CB_E_INVALID naming the index. */
+cb_status cb_embed(const cb_matrix *w, const int32_t *ids, int64_t n, float *out);
+/* Rotary embedding in place on x: n tokens x n_heads heads, head h of token t at x + t*token_stride + h*head_stride;
+ * rotates dims [offset, offset + rot_dim) of each head by angles a_i = (float)positions[t] * inv_freq[i]
+ * (f32 multiply), i < rot_dim/2; c = (float)cos((double)a_i) * attention_factor, s likewise with sin.
+ *   rotate-half (interleaved == 0), half = rot_dim/2:  y[i] = x[i]*c - x[i+half]*s;  y[i+half] = x[i+half]*c + x[i]*s
+ *   interleaved (DeepSeek rope_interleave): y[i] = x[2i]*c - x[2i+1]*s;  y[half+i] = x[2i+1]*c + x[2i]*s
+ *   (the output is de-interleaved exactly like transformers' apply_rotary_pos_emb_interleave). */
+typedef struct { int32_t rot_dim; int32_t interleaved; float attention_factor; const float *inv_freq; } cb_rope;
+cb_status cb_rope_apply(const cb_rope *r, float *x, int64_t n, int32_t n_heads, int64_t token_stride,
+                        int32_t head_stride, int32_t offset, const int32_t *positions);
+/* out[t, :] = log_softmax(x[t, :]) (max-subtracted, sum of exp in double, fixed order). */
+cb_status cb_log_softmax(const float *x, int64_t n, int32_t dim, float *out);
+
+/* Paged-KV attention. Cache pools of one layer:
+ *   K: [n_blocks, n_kv_heads, block_size, qk_dim]   V: [n_blocks, n_kv_heads, block_size, v_row]
+ * of cache_dtype (CB_F32, CB_F16 or CB_BF16 words). MLA passes v_cache == k_cache, v_row == qk_dim, v_dim < qk_dim
+ * (values are the first v_dim elements of each K row). Query head h uses kv head h / (n_heads / n_kv_heads). */
+typedef struct {
+    int32_t n_heads, n_kv_heads, qk_dim, v_dim, v_row, block_size, cache_dtype;
+    int32_t window;   /* sliding window: key j visible from position p iff p - window < j <= p; 0 = no window */
+    float scale;      /* score = dot(q, k) * scale (multiply after the dot) */
+} cb_attn;
+/* Sequence s owns tokens seq_start[s] .. seq_start[s+1]-1 of q (q [n_tok, n_heads, qk_dim] f32); token i of s is at
+ * position pos0[s] + (i - seq_start[s]) and attends to keys max(0, p-window+1) .. p, position j stored in block
+ * block_tables[s][j / block_size], slot j % block_size (n_table[s] entries, each < n_blocks; checked).
+ * out [n_tok, n_heads, v_dim] f32. The cache must already hold every visible position (write first).
+ * Per (token, head): scores by cb_dot_rows' fixed sequence, softmax with max subtracted, exp sum in ascending j
+ * (double), probabilities p_j = e_j / sum, out = sum_j p_j * v_j accumulated in ascending j with separate multiply
+ * and add (no FMA): bit-identical whatever the batch, the other sequences, the chunking of a prompt into calls,
+ * the thread count and the SIMD level. */
+cb_status cb_attention(cb_engine *e, const cb_attn *a, const void *k_cache, const void *v_cache, int64_t n_blocks,
+                       int32_t n_seqs, const int32_t *seq_start, const int32_t *pos0,
+                       const int32_t *const *block_tables, const int32_t *n_table, const float *q, float *out);
+/* Store this step's keys/values: k [n_tok, n_kv_heads, qk_dim], v [n_tok, n_kv_heads, v_row] (v may be NULL for MLA)
+ * at the positions defined as in cb_attention, converting to cache_dtype (f16 and bf16: round to nearest even). */
+cb_status cb_kv_write(const cb_attn *a, void *k_cache, void *v_cache, int64_t n_blocks, int32_t n_seqs,
+                      const int32_t *seq_start, const int32_t *pos0, const int32_t *const *block_tables,
+                      const int32_t *n_table, const float *k, const float *v);
 /* CFFI-END */
 
 #ifdef __cplusplus

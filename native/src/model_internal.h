@@ -12,7 +12,8 @@
 #define CBF_VERSION 1
 #define CBF_MAX_LAYERS 1024
 #define CBF_MAX_NDIM 4
-enum { CBF_TENSOR = 0, CBF_EXPERT = 1, CBF_SHARED = 2, CBF_ROUTER = 3, CBF_BIAS = 4, CBF_SHARED_GATE = 5 };
+enum { CBF_TENSOR = 0, CBF_EXPERT = 1, CBF_SHARED = 2, CBF_ROUTER = 3, CBF_BIAS = 4, CBF_SHARED_GATE = 5,
+       CBF_MATRIX = 6, CBF_DENSE_MLP = 7 /* whole-model entries: read by the Python engine, skipped here */ };
 enum { CBF_F32 = 0, CBF_U8 = 4 };
 
 typedef struct {

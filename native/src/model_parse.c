@@ -122,6 +122,31 @@ static int part_ok(int64_t off, int64_t size, uint64_t blob) {
     return off == -1 || (off >= 0 && size >= 0 && (uint64_t)off <= blob && (uint64_t)size <= blob - (uint64_t)off);
 }
 
+/* One encoded matrix inside a blob of `blob` bytes: sizes consistent with its encoding, parts inside. */
+static int matrix_ok(const cbf_matrix *x, uint64_t blob) {
+    if (x->dtype < 0 || x->dtype > 7 || x->rows <= 0 || x->cols <= 0) return 0;
+    if (x->data_off < 0 || x->data_bytes != (int64_t)x->rows * x->cols * elem_size[x->dtype]) return 0;
+    if (x->scale_count != expected_scales(x) || (x->dtype >= 3) != (x->scale_off >= 0)
+        || (x->dtype == 7) != (x->zero_off >= 0))
+        return 0;
+    return part_ok(x->data_off, x->data_bytes, blob) && part_ok(x->scale_off, 4 * (int64_t)x->scale_count, blob)
+           && part_ok(x->zero_off, 4, blob) && x->data_off % 4 == 0 && !(x->scale_off > 0 && x->scale_off % 4)
+           && !(x->zero_off > 0 && x->zero_off % 4);
+}
+
+/* Whole-model entries (not used by this reader, validated like the Python reader does). */
+static int dense_blob_ok(const cb_model *m, const cbf_entry *e) {
+    if (e->dtype != CBF_U8 || e->ndim != 1 || e->shape[0] < 0 || (uint64_t)e->shape[0] != e->nbytes || e->offset % 4096)
+        return 0;
+    if (e->kind == CBF_MATRIX) return matrix_ok(&e->mats[0], e->nbytes);
+    const cbf_matrix *g = &e->mats[0], *u = &e->mats[1], *d = &e->mats[2];
+    if (e->layer < 0 || e->layer >= m->info.n_layers || is_moe(m, e->layer)) return 0;
+    for (int k = 0; k < 3; k++)
+        if (!matrix_ok(&e->mats[k], e->nbytes)) return 0;
+    return u->rows == g->rows && u->cols == g->cols && d->rows == g->cols && d->cols == g->rows
+           && g->dtype == u->dtype && g->dtype == d->dtype;
+}
+
 static int blob_ok(const cb_model *m, const cbf_entry *e) {
     int32_t inter = e->kind == CBF_EXPERT ? m->info.inter : m->info.shared_inter, h = m->info.hidden;
     int32_t want[3][2] = {{inter, h}, {inter, h}, {h, inter}};
@@ -129,23 +154,16 @@ static int blob_ok(const cb_model *m, const cbf_entry *e) {
         return 0;
     for (int k = 0; k < 3; k++) {
         const cbf_matrix *x = &e->mats[k];
-        if (x->dtype != m->scheme || x->rows != want[k][0] || x->cols != want[k][1]) return 0;
-        if (x->data_off < 0 || x->data_bytes != (int64_t)x->rows * x->cols * elem_size[x->dtype]) return 0;
-        if (x->scale_count != expected_scales(x) || (x->dtype >= 3) != (x->scale_off >= 0)
-            || (x->dtype == 7) != (x->zero_off >= 0))
-            return 0;
-        if (!part_ok(x->data_off, x->data_bytes, e->nbytes) || !part_ok(x->scale_off, 4 * (int64_t)x->scale_count, e->nbytes)
-            || !part_ok(x->zero_off, 4, e->nbytes) || x->data_off % 4 || (x->scale_off > 0 && x->scale_off % 4)
-            || (x->zero_off > 0 && x->zero_off % 4))
-            return 0;
+        if (x->dtype != m->scheme || x->rows != want[k][0] || x->cols != want[k][1] || !matrix_ok(x, e->nbytes)) return 0;
     }
     return 1;
 }
 
 static int entry_ok(const cb_model *m, const cbf_entry *e, uint64_t data_end) {
-    if (e->dtype > 9 || e->kind > CBF_SHARED_GATE || e->ndim > CBF_MAX_NDIM) return 0;
+    if (e->dtype > 9 || e->kind > CBF_DENSE_MLP || e->ndim > CBF_MAX_NDIM) return 0;
     if (e->offset < CBF_DATA_START || e->offset > data_end || e->nbytes > data_end - e->offset || e->offset % 64)
         return 0;
+    if (e->kind == CBF_MATRIX || e->kind == CBF_DENSE_MLP) return dense_blob_ok(m, e);
     if (e->kind != CBF_TENSOR && !is_moe(m, e->layer)) return 0;
     if (e->kind == CBF_EXPERT || e->kind == CBF_SHARED) return blob_ok(m, e);
     uint64_t count = 1;

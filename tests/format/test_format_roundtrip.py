@@ -47,9 +47,15 @@ def test_deepseek_dense_first_layer_bias_and_shared(converted):
         assert np.array_equal(_matrix(blob, layout.down), mlp.shared_experts.down_proj.weight.detach().numpy())
         g = model.config.gating
         assert (g.kind, g.n_group, g.topk_group, g.routed_scaling_factor) == ("sigmoid_group", 4, 2, 2.5)
-        # the dense layer-0 MLP is stored as it came
-        assert np.array_equal(model.tensor("model.layers.0.mlp.gate_proj.weight"),
-                              hf.model.layers[0].mlp.gate_proj.weight.detach().numpy())
+        # the dense layer-0 MLP is one dense-MLP blob in the dense scheme (f32 here: exact)
+        blob, layout = model.dense_mlp(0)
+        for part in ("gate", "up", "down"):
+            assert np.array_equal(_matrix(blob, getattr(layout, part)),
+                                  getattr(hf.model.layers[0].mlp, f"{part}_proj").weight.detach().numpy())
+        assert model.dense_mlp(1) is None
+        # attention projections are encoded matrices; tensor() decodes them
+        assert np.array_equal(model.tensor("model.layers.0.self_attn.kv_b_proj.weight"),
+                              hf.model.layers[0].self_attn.kv_b_proj.weight.detach().numpy())
 
 
 def test_qwen2_shared_gate_and_gating_kind(converted):

@@ -1,0 +1,58 @@
+"""Dense part of a whole model in the container: which source tensors become encoded matrices.
+
+Role in the data flow: convert.py calls write_dense after the MoE layers. Matrices the
+decoder multiplies by (attention projections of every family, lm_head) are encoded in the
+`dense` scheme (pack_matrix) one at a time, so peak memory is one matrix; a tied embedding
+also becomes `lm_head.weight`; each non-MoE layer's SwiGLU MLP (DeepSeek's first dense layers,
+Qwen's mlp_only_layers) becomes one dense-MLP blob. Norm weights, biases and the embedding
+table stay plain tensors (the embedding is gathered, not streamed, per token).
+"""
+import re
+
+from ..errors import FormatError, InvalidArgument
+from . import spec
+from .quantize import pack_expert, pack_matrix
+
+MATRIX_NAME = re.compile(r"^(lm_head\.weight|model\.layers\.\d+\.self_attn\."
+                         r"(q_proj|k_proj|v_proj|o_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)\.weight)$")
+EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"
+_MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
+
+
+def dense_mlp_names(layer):
+    return tuple(f"model.layers.{layer}.mlp.{part}.weight" for part in _MLP_PARTS)
+
+
+def write_dense(writer, source, hf, cfg, scheme, used, pbar):
+    """Write the encoded matrices and dense-MLP blobs; returns the source names consumed."""
+    done = set()
+    for layer in range(cfg.n_layers):
+        names = dense_mlp_names(layer)
+        if layer in cfg.moe_layers or not all(n in source for n in names):
+            continue
+        mats = [source.read_f32(n, tuple(source.ref(n).shape)) for n in names]
+        try:
+            blob, layout = pack_expert(mats[0], mats[1], mats[2], scheme)
+        except InvalidArgument as exc:
+            raise FormatError(f"{source.dir}: dense MLP of layer {layer}: cannot encode as {scheme}: {exc}") from exc
+        writer.add_blob(f"model.layers.{layer}.mlp", blob, layout, spec.KIND_DENSE_MLP, layer, -1)
+        pbar.update(sum(source.ref(n).nbytes for n in names))
+        done.update(names)
+    for name in sorted(n for n in source.refs if MATRIX_NAME.match(n) and n not in used):
+        _matrix(writer, source, name, name, scheme)
+        pbar.update(source.ref(name).nbytes)
+        done.add(name)
+    if hf.get("tie_word_embeddings") and LM_HEAD not in source and EMBED in source:
+        _matrix(writer, source, EMBED, LM_HEAD, scheme)
+    return done
+
+
+def _matrix(writer, source, src_name, name, scheme):
+    ref = source.ref(src_name)
+    if len(ref.shape) != 2:
+        raise FormatError(f"{ref.file}: tensor {src_name!r} has shape {list(ref.shape)}, expected a matrix")
+    try:
+        blob, layout = pack_matrix(source.read_f32(src_name, tuple(ref.shape)), scheme)
+    except InvalidArgument as exc:
+        raise FormatError(f"{ref.file}: tensor {src_name!r}: cannot encode as {scheme}: {exc}") from exc
+    writer.add_matrix(name, blob, layout)

@@ -1,0 +1,74 @@
+"""Decoder: one batched forward step of the whole model over many sequences.
+
+Role in the data flow: LLM (and the generation scheduler through it) calls forward(steps), each
+step = (sequence, new token ids, want_all). The tokens of all steps go through the stack together:
+embed -> per layer [rmsnorm -> attention (attention.py, paged KV) -> residual -> rmsnorm ->
+MoE (Engine: route/group/experts/combine over the expert store) or dense MLP -> residual] ->
+final norm -> lm_head on the rows asked for. Every op is row-wise or per (token, head), so a
+sequence's logits are bit-identical whatever else is in the step, how its prompt was chunked,
+the thread count, the expert cache budget or tier.
+"""
+import numpy as np
+
+from ..errors import InvalidArgument
+from .. import native
+from .attention import Batch, attend, attn_spec
+from .kv_cache import KVCacheFull
+from .weights import check_ids
+
+
+class Decoder:
+    def __init__(self, arch, weights, engine, cache):
+        self.arch, self.w, self.engine, self.cache = arch, weights, engine, cache
+        self.rt = engine.runtime
+        self.specs = [attn_spec(arch, i, cache) for i in range(arch.n_layers)]
+        self.tokens_processed = 0
+
+    def _plan(self, steps):
+        """Check every step, then reserve KV blocks for all (nothing reserved when one cannot fit)."""
+        if not steps:
+            raise InvalidArgument("forward: no steps given")
+        ids, need, seen = [], 0, set()
+        for i, (seq, tokens, _) in enumerate(steps):
+            if id(seq) in seen:
+                raise InvalidArgument(f"forward: sequence {seq.id} appears twice in one step")
+            seen.add(id(seq))
+            ids.append(check_ids(tokens, self.arch.vocab_size, f"step {i} (sequence {seq.id})"))
+            if seq.length + len(ids[-1]) > self.cache.max_seq_len:
+                raise KVCacheFull(f"step {i}: sequence {seq.id} would hold {seq.length + len(ids[-1])} tokens, "
+                                  f"more than max_seq_len={self.cache.max_seq_len}")
+            need += self.cache.blocks_needed(seq, len(ids[-1]))
+        if need > self.cache.free_blocks():
+            raise KVCacheFull(f"KV cache full: the step needs {need} more blocks, {self.cache.free_blocks()} of "
+                              f"{self.cache.n_blocks} are free")
+        for (seq, _, _), t in zip(steps, ids):
+            self.cache.reserve(seq, len(t))
+        return ids
+
+    def forward(self, steps):
+        ids = self._plan(steps)
+        counts = np.array([len(t) for t in ids], dtype=np.int64)
+        seq_start = np.zeros(len(ids) + 1, dtype=np.int32)
+        seq_start[1:] = np.cumsum(counts)
+        pos0 = np.array([s.length for s, _, _ in steps], dtype=np.int32)
+        positions = np.concatenate([np.arange(p, p + c, dtype=np.int32) for p, c in zip(pos0, counts)])
+        batch = Batch(seq_start, pos0, positions, [s.table() for s, _, _ in steps])
+        h = native.embed(self.w.embed, np.concatenate(ids))
+        for layer, lw in enumerate(self.w.layers):
+            x = native.rmsnorm(h, lw.ln_attn, self.arch.rms_eps)
+            h = h + attend(self.rt, self.arch, layer, lw, x, batch, self.cache, self.specs[layer])
+            x = native.rmsnorm(h, lw.ln_mlp, self.arch.rms_eps)
+            h = h + (self.rt.shared_forward(x, lw.mlp) if lw.mlp is not None else self.engine.moe_forward(layer, x))
+        for (seq, _, _), c in zip(steps, counts):
+            self.cache.commit(seq, int(c))
+        self.tokens_processed += int(counts.sum())
+        rows = np.concatenate([np.arange(seq_start[i], seq_start[i + 1]) if want_all else [seq_start[i + 1] - 1]
+                               for i, (_, _, want_all) in enumerate(steps)])
+        x = native.rmsnorm(np.ascontiguousarray(h[rows]), self.w.final_norm, self.arch.rms_eps)
+        logits = self.rt.matmul(x, self.w.lm_head)
+        out, at = [], 0
+        for (_, _, want_all), c in zip(steps, counts):
+            k = int(c) if want_all else 1
+            out.append(logits[at:at + k])
+            at += k
+        return out

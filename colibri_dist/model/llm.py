@@ -1,0 +1,134 @@
+"""LLM: a whole MoE language model in process — logits now, generation on top (generate/).
+
+Role in the data flow: the user-facing object. It opens the container, builds the Architecture
+(arch.py) and the kernel-ready weights (weights.py), an Engine for the MoE layers (expert store:
+RAM cache, mmap, SSD offload, prefetch, hot-add), a paged KVCache, and the Decoder. Besides the
+teacher-forced `logits` / `logits_batch`, it exposes the step-model protocol the generation
+scheduler drives: new_sequence / forward(steps) / release / free_blocks / blocks_needed.
+"""
+import numpy as np
+
+from ..errors import FormatError, InvalidArgument
+from .arch import architecture, kv_row_dims
+from .decoder import Decoder
+from .kv_cache import KVCache
+from .tokenizer import chat_template, eos_token_ids, load_tokenizer, tokenizer_config
+from .weights import check_ids, load_weights
+
+DEFAULT_KV_BYTES = 256 << 20
+
+
+class LLM:
+    def __init__(self, path, threads=None, cache_bytes=None, offload_dir=None, kv_cache_bytes=None,
+                 max_seq_len=None, kv_cache_dtype="f32", block_size=16, policy="lru", prefetch_workers=2):
+        from ..engine import Engine
+        self.path = str(path)
+        self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
+                             policy=policy, prefetch_workers=prefetch_workers)
+        try:
+            self._setup(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size)
+        except BaseException:
+            self.engine.close()
+            raise
+        self._closed = False
+
+    def _setup(self, kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size):
+        model = self.engine.model
+        meta = model.meta if isinstance(model.meta, dict) else {}
+        self.arch = architecture(model.config.family, meta.get("source_config"), where=self.path)
+        self.weights = load_weights(model, self.arch)
+        limit = self.arch.max_position_embeddings
+        if max_seq_len is None:
+            max_seq_len = limit
+        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len <= 0:
+            raise InvalidArgument(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
+        k_row, v_row, _ = kv_row_dims(self.arch)
+        n_kv = 1 if self.arch.mla else self.arch.n_kv_heads
+        budget = DEFAULT_KV_BYTES if kv_cache_bytes is None else kv_cache_bytes
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
+            raise InvalidArgument(f"kv_cache_bytes must be a positive integer, got {kv_cache_bytes!r}")
+        self.cache = KVCache(self.arch.n_layers, n_kv, k_row, v_row, int(budget), max_seq_len, block_size,
+                             kv_cache_dtype, separate_v=not self.arch.mla)
+        self.max_seq_len = min(max_seq_len, self.cache.n_blocks * block_size)
+        self.cache.max_seq_len = self.max_seq_len
+        self.decoder = Decoder(self.arch, self.weights, self.engine, self.cache)
+        files = model.tokenizer_files()
+        self.tokenizer = load_tokenizer(files, self.path)
+        self.chat_template = chat_template(files, self.path)
+        self.tokenizer_config = tokenizer_config(files, self.path)
+        self.eos_token_ids = eos_token_ids(files, self.tokenizer, self.path)
+
+    # -- facts ------------------------------------------------------------------
+    @property
+    def config(self):
+        return self.arch
+
+    @property
+    def vocab_size(self):
+        return self.arch.vocab_size
+
+    @property
+    def block_size(self):
+        return self.cache.block_size
+
+    # -- step-model protocol (generate/ drives these) ----------------------------
+    def new_sequence(self):
+        self._check_open()
+        return self.cache.new_sequence()
+
+    def release(self, seq):
+        self.cache.release(seq)
+
+    def free_blocks(self):
+        return self.cache.free_blocks()
+
+    def blocks_needed(self, seq, n_new):
+        return self.cache.blocks_needed(seq, n_new)
+
+    def forward(self, steps):
+        """steps: [(seq, token_ids, want_all)] -> per step float32 logits [len or 1, vocab]."""
+        self._check_open()
+        return self.decoder.forward(steps)
+
+    # -- teacher-forced logits ---------------------------------------------------
+    def logits(self, token_ids):
+        """float32 [len(token_ids), vocab]: the logits after each position of one sequence."""
+        return self.logits_batch([token_ids])[0]
+
+    def logits_batch(self, sequences):
+        """One batched forward over several sequences -> list of float32 [len_i, vocab]."""
+        self._check_open()
+        if not isinstance(sequences, (list, tuple)) or not sequences:
+            raise InvalidArgument("logits_batch: expected a non-empty list of token id lists")
+        ids = [check_ids(s, self.vocab_size, f"sequence {i}") for i, s in enumerate(sequences)]
+        seqs = [self.cache.new_sequence() for _ in ids]
+        try:
+            return self.decoder.forward([(s, t, True) for s, t in zip(seqs, ids)])
+        finally:
+            for s in seqs:
+                self.cache.release(s)
+
+    # -- lifecycle ---------------------------------------------------------------
+    def stats(self):
+        s = dict(self.engine.stats())
+        s["kv_cache"] = {"blocks": self.cache.n_blocks, "block_size": self.cache.block_size,
+                         "used_blocks": self.cache.used_blocks(), "peak_blocks": self.cache.peak_blocks,
+                         "bytes": self.cache.nbytes(), "dtype": self.cache.dtype}
+        s["tokens_processed"] = self.decoder.tokens_processed
+        return s
+
+    def _check_open(self):
+        if getattr(self, "_closed", False):
+            raise InvalidArgument(f"{self.path}: the LLM is closed")
+
+    def close(self):
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            self.engine.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,201 @@
+/* attention.c — cb_attention: causal (optionally sliding-window) attention over a paged KV cache.
+ *
+ * Role: the attention core of a decoder layer, between cb_kv_write and the o
+ * projection. GQA, MQA and MLA-style shared values (v_cache == k_cache) are
+ * the same code. A work item is (sequence, kv head, chunk of <= QCHUNK query
+ * vectors) where the group's query vectors are listed token-major (token,
+ * head in group); the item's vectors are the token list of cb_dot_rows over
+ * each K block (tile reuse), scores for whole blocks are computed and masked
+ * afterwards (each element is independent). Then, per vector, in plain C:
+ * scale, max, e_j = exp(s_j - max) summed in double in ascending j,
+ * p_j = (float)(e_j / sum), out = sum_j p_j * v_j in ascending j with
+ * separate multiply and add. Nothing depends on the item split, the thread,
+ * the other sequences or the SIMD level.
+ *
+ * Scratch: one slot per engine thread (scores, e, accumulators), claimed by
+ * an item for its duration; at most n_threads items run at once.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+#include "cb_internal.h"
+#include "kernels.h"
+#include "kv_internal.h"
+
+#define QCHUNK 16
+
+typedef struct { int32_t seq, kvh, v0, v1; } at_item;
+
+typedef struct {
+    float *scores;   /* [QCHUNK][lk_max] */
+    double *e;       /* [lk_max] */
+    float *acc;      /* [QCHUNK][v_dim] */
+    float *vrow;     /* [v_dim] */
+} at_slot;
+
+typedef struct {
+    const cb_attn *a;
+    const unsigned char *k, *v;
+    const int32_t *seq_start, *pos0;
+    const int32_t *const *tables;
+    const float *q;
+    float *out;
+    const at_item *items;
+    at_slot *slots;
+    atomic_int *busy;
+    int32_t n_slots;
+    int64_t lk_max;
+} at_run;
+
+static int claim(at_run *r) {
+    for (int32_t i = 0;; i = (i + 1) % r->n_slots) {
+        int expect = 0;
+        if (atomic_compare_exchange_strong(&r->busy[i], &expect, 1)) return i;
+    }
+}
+
+/* Scores of nq query vectors against keys [lo, hi] (indices relative to base), block by block. */
+static void scores(const at_run *r, const at_item *it, const float *const *qp, float *const *srow, int nq,
+                   int32_t lo, int32_t hi, int32_t base) {
+    const cb_attn *a = r->a;
+    int32_t bs = a->block_size;
+    size_t word = cb_kv_word(a->cache_dtype);
+    float *outs[QCHUNK];
+    for (int32_t b = lo / bs; b <= hi / bs; b++) {
+        int32_t bid = r->tables[it->seq][b], first = b * bs;
+        cb_matrix m = {r->k + cb_kv_row(a, bid, it->kvh, 0, a->qk_dim) * word, NULL, NULL, a->cache_dtype, bs, a->qk_dim};
+        int32_t r0 = (lo > first ? lo : first) - first, r1 = (hi < first + bs - 1 ? hi : first + bs - 1) - first + 1;
+        for (int i = 0; i < nq; i++) outs[i] = srow[i] + (first - base);
+        cb_dot_rows(&m, r0, r1, qp, outs, nq);
+    }
+}
+
+/* One vector's scores over its keys [lo, p] -> probabilities, in place. */
+static void softmax_row(float *s, double *e, int32_t n, float scale) {
+    float m = -INFINITY;
+    for (int32_t j = 0; j < n; j++) {
+        s[j] = s[j] * scale;
+        if (s[j] > m) m = s[j];
+    }
+    double sum = 0.0;
+    for (int32_t j = 0; j < n; j++) {
+        e[j] = exp((double)(s[j] - m));
+        sum += e[j];
+    }
+    for (int32_t j = 0; j < n; j++) s[j] = (float)(e[j] / sum);
+}
+
+static const float *value_row(const at_run *r, const at_item *it, int32_t j, float *buf) {
+    const cb_attn *a = r->a;
+    int32_t bid = r->tables[it->seq][j / a->block_size];
+    size_t at = cb_kv_row(a, bid, it->kvh, j % a->block_size, a->v_row);
+    if (a->cache_dtype == CB_F32) return (const float *)r->v + at;
+    const uint16_t *w = (const uint16_t *)r->v + at;
+    if (a->cache_dtype == CB_F16)
+        for (int32_t c = 0; c < a->v_dim; c++) buf[c] = cb_f16_to_f32(w[c]);
+    else
+        for (int32_t c = 0; c < a->v_dim; c++) buf[c] = cb_bf16_to_f32(w[c]);
+    return buf;
+}
+
+static void attend_item(void *ctx, int64_t index) {
+    at_run *r = ctx;
+    const at_item *it = &r->items[index];
+    const cb_attn *a = r->a;
+    int32_t G = a->n_heads / a->n_kv_heads, nq = it->v1 - it->v0, vd = a->v_dim, slot = claim(r);
+    at_slot *sl = &r->slots[slot];
+    const float *qp[QCHUNK];
+    float *srow[QCHUNK];
+    int32_t lo_q[QCHUNK], p_q[QCHUNK];
+    for (int i = 0; i < nq; i++) {
+        int32_t v = it->v0 + i, tok = r->seq_start[it->seq] + v / G, head = it->kvh * G + v % G;
+        qp[i] = r->q + ((size_t)tok * (size_t)a->n_heads + (size_t)head) * (size_t)a->qk_dim;
+        srow[i] = sl->scores + (size_t)i * (size_t)r->lk_max;
+        p_q[i] = r->pos0[it->seq] + v / G;
+        lo_q[i] = cb_kv_lo(a, p_q[i]);
+    }
+    int32_t lo = lo_q[0], hi = p_q[nq - 1], base = lo / a->block_size * a->block_size;
+    scores(r, it, qp, srow, nq, lo, hi, base);
+    for (int i = 0; i < nq; i++)
+        softmax_row(srow[i] + (lo_q[i] - base), sl->e, p_q[i] - lo_q[i] + 1, a->scale);
+    memset(sl->acc, 0, sizeof(float) * (size_t)nq * (size_t)vd);
+    for (int32_t j = lo; j <= hi; j++) {
+        const float *vr = value_row(r, it, j, sl->vrow);
+        for (int i = 0; i < nq; i++) {
+            if (j < lo_q[i] || j > p_q[i]) continue;
+            float pj = srow[i][j - base], *acc = sl->acc + (size_t)i * (size_t)vd;
+            for (int32_t c = 0; c < vd; c++) acc[c] = acc[c] + pj * vr[c];
+        }
+    }
+    for (int i = 0; i < nq; i++) {
+        int32_t v = it->v0 + i, tok = r->seq_start[it->seq] + v / G, head = it->kvh * G + v % G;
+        memcpy(r->out + ((size_t)tok * (size_t)a->n_heads + (size_t)head) * (size_t)vd, sl->acc + (size_t)i * (size_t)vd,
+               sizeof(float) * (size_t)vd);
+    }
+    atomic_store(&r->busy[slot], 0);
+}
+
+/* Items of every (sequence, kv head, vector chunk); returns the count and the widest key span. */
+static int64_t make_items(const cb_attn *a, int32_t n_seqs, const int32_t *seq_start, const int32_t *pos0,
+                          at_item *items, int64_t *lk_max) {
+    int32_t G = a->n_heads / a->n_kv_heads, bs = a->block_size;
+    int64_t k = 0;
+    *lk_max = 1;
+    for (int32_t s = 0; s < n_seqs; s++) {
+        int32_t nv = (seq_start[s + 1] - seq_start[s]) * G;
+        for (int32_t v0 = 0; v0 < nv; v0 += QCHUNK) {
+            int32_t v1 = v0 + QCHUNK < nv ? v0 + QCHUNK : nv, lo = cb_kv_lo(a, pos0[s] + v0 / G);
+            int64_t span = (int64_t)pos0[s] + (v1 - 1) / G - lo / bs * bs + 1;
+            if (span > *lk_max) *lk_max = span;
+            for (int32_t h = 0; h < a->n_kv_heads; h++)
+                if (items) items[k + h] = (at_item){s, h, v0, v1};
+            k += a->n_kv_heads;
+        }
+    }
+    return k;
+}
+
+static size_t slot_bytes(const cb_attn *a, int64_t lk) {
+    return cb_arena_need(sizeof(float) * QCHUNK * (size_t)lk) + cb_arena_need(sizeof(double) * (size_t)lk) +
+           cb_arena_need(sizeof(float) * QCHUNK * (size_t)a->v_dim) + cb_arena_need(sizeof(float) * (size_t)a->v_dim);
+}
+
+static void carve_slots(cb_engine *e, const cb_attn *a, at_run *r) {
+    for (int32_t i = 0; i < r->n_slots; i++) {
+        r->slots[i].scores = cb_arena_alloc(e->arena, sizeof(float) * QCHUNK * (size_t)r->lk_max);
+        r->slots[i].e = cb_arena_alloc(e->arena, sizeof(double) * (size_t)r->lk_max);
+        r->slots[i].acc = cb_arena_alloc(e->arena, sizeof(float) * QCHUNK * (size_t)a->v_dim);
+        r->slots[i].vrow = cb_arena_alloc(e->arena, sizeof(float) * (size_t)a->v_dim);
+        atomic_init(&r->busy[i], 0);
+    }
+}
+
+cb_status cb_attention(cb_engine *e, const cb_attn *a, const void *k_cache, const void *v_cache, int64_t n_blocks,
+                       int32_t n_seqs, const int32_t *seq_start, const int32_t *pos0,
+                       const int32_t *const *block_tables, const int32_t *n_table, const float *q, float *out) {
+    if (!e) return cb_fail(CB_E_INVALID, "cb_attention: engine is NULL");
+    int64_t n_tok = 0, lk_max = 1;
+    cb_status st = cb_kv_check("cb_attention", a, k_cache, n_blocks, n_seqs, seq_start, pos0, block_tables, n_table,
+                               1, &n_tok);
+    if (st == CB_OK && !v_cache) st = cb_fail(CB_E_INVALID, "cb_attention: v_cache is NULL (MLA passes k_cache)");
+    if (st == CB_OK && v_cache == k_cache && a->v_row != a->qk_dim)
+        st = cb_fail(CB_E_INVALID, "cb_attention: shared K/V pool needs v_row %d == qk_dim %d", (int)a->v_row,
+                     (int)a->qk_dim);
+    if (st == CB_OK && n_tok > 0 && (!q || !out)) st = cb_fail(CB_E_INVALID, "cb_attention: q or out is NULL");
+    if (st != CB_OK) return cb_engine_fail(e, st);
+    if (n_tok == 0) return CB_OK;
+    int64_t n_items = make_items(a, n_seqs, seq_start, pos0, NULL, &lk_max);
+    int32_t n_slots = cb_engine_threads(e);
+    size_t bytes = cb_arena_need(sizeof(at_item) * (size_t)n_items) + cb_arena_need(sizeof(at_slot) * (size_t)n_slots) +
+                   cb_arena_need(sizeof(atomic_int) * (size_t)n_slots) + (size_t)n_slots * slot_bytes(a, lk_max);
+    if ((st = cb_engine_scratch(e, bytes)) != CB_OK) return cb_engine_fail(e, st);
+    at_run r = {a, k_cache, v_cache, seq_start, pos0, block_tables, q, out, NULL, NULL, NULL, n_slots, lk_max};
+    at_item *items = cb_arena_alloc(e->arena, sizeof(at_item) * (size_t)n_items);
+    make_items(a, n_seqs, seq_start, pos0, items, &lk_max);
+    r.items = items;
+    r.slots = cb_arena_alloc(e->arena, sizeof(at_slot) * (size_t)n_slots);
+    r.busy = cb_arena_alloc(e->arena, sizeof(atomic_int) * (size_t)n_slots);
+    carve_slots(e, a, &r);
+    cb_pool_run(e->pool, attend_item, &r, n_items);
+    return CB_OK;
+}

@@ -1,0 +1,109 @@
+/* dense.c — cb_matmul_batch / cb_matmul: dense products of the whole-model path.
+ *
+ * Role: every projection outside the experts (attention q/k/v/o, MLA down/up
+ * projections, dense MLPs, the LM head) is out = x W^T (+ bias) on any
+ * cb_matrix encoding. Work items are (matrix, output-row block, token span);
+ * a span is walked in chunks of TOKEN_CHUNK tokens. Each element goes through
+ * cb_dot_rows' fixed sequence and the bias is a separate add, so no split,
+ * thread or batch size changes a bit (K is never split).
+ */
+#include <stdio.h>
+#include "cb_internal.h"
+#include "kernels.h"
+
+#define ROW_BLOCK 64      /* output rows per item */
+#define TOKEN_CHUNK 16    /* tokens per pass over an item's weight rows */
+#define MAX_MATS 4096
+
+typedef struct { int32_t mat, r0, r1; int64_t t0, t1; } mm_item;
+
+typedef struct {
+    const cb_matrix *const *ws;
+    const float *const *biases, *const *xs;
+    float *const *outs;
+    int64_t x_stride, out_stride;
+    const mm_item *items;
+} mm_run;
+
+static void mm_block(void *ctx, int64_t item) {
+    const mm_run *run = ctx;
+    mm_item it = run->items[item];
+    const cb_matrix *w = run->ws[it.mat];
+    const float *bias = run->biases ? run->biases[it.mat] : NULL;
+    const float *xs[TOKEN_CHUNK];
+    float *outs[TOKEN_CHUNK];
+    for (int64_t c = it.t0; c < it.t1; c += TOKEN_CHUNK) {
+        int64_t m = it.t1 - c < TOKEN_CHUNK ? it.t1 - c : TOKEN_CHUNK;
+        for (int64_t i = 0; i < m; i++) {
+            xs[i] = run->xs[it.mat] + (size_t)(c + i) * (size_t)run->x_stride;
+            outs[i] = run->outs[it.mat] + (size_t)(c + i) * (size_t)run->out_stride;
+        }
+        cb_dot_rows(w, it.r0, it.r1, xs, outs, m);
+        if (bias)
+            for (int64_t i = 0; i < m; i++)
+                for (int32_t r = it.r0; r < it.r1; r++) outs[i][r] = outs[i][r] + bias[r];
+    }
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Tokens per item: all of them when the row blocks alone give every thread several items,
+ * else fewer (a multiple of TOKEN_CHUNK) so prefill of a small matrix still spreads. */
+static int64_t token_span(int64_t row_items, int64_t n, int32_t threads) {
+    int64_t want = 4 * (int64_t)threads;
+    if (threads <= 1 || row_items >= want || n <= TOKEN_CHUNK) return n;
+    int64_t spans = ceil_div(want, row_items), span = ceil_div(ceil_div(n, spans), TOKEN_CHUNK) * TOKEN_CHUNK;
+    return span < n ? span : n;
+}
+
+static cb_status check_args(int32_t n_mats, const cb_matrix *const *ws, const float *const *xs, int64_t x_stride,
+                            float *const *outs, int64_t out_stride, int64_t n) {
+    if (n_mats <= 0 || n_mats > MAX_MATS)
+        return cb_fail(CB_E_INVALID, "cb_matmul_batch: n_mats %d outside 1..%d", (int)n_mats, MAX_MATS);
+    if (!ws || !xs || !outs) return cb_fail(CB_E_INVALID, "cb_matmul_batch: ws, xs or outs is NULL");
+    if (n < 0 || n > CB_MAX_ROWS) return cb_fail(CB_E_INVALID, "cb_matmul_batch: n %lld invalid", (long long)n);
+    for (int32_t i = 0; i < n_mats; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "matrix %d", (int)i);
+        if (!ws[i]) return cb_fail(CB_E_INVALID, "%s is NULL", name);
+        cb_status s = cb_check_matrix(ws[i], name, ws[i]->rows, ws[i]->cols);
+        if (s != CB_OK) return s;
+        if (n > 0 && (!xs[i] || !outs[i])) return cb_fail(CB_E_INVALID, "%s: input or output is NULL", name);
+        if (n > 1 && (x_stride < ws[i]->cols || out_stride < ws[i]->rows))
+            return cb_fail(CB_E_INVALID, "%s [%d, %d]: x_stride %lld / out_stride %lld smaller than a row", name,
+                           (int)ws[i]->rows, (int)ws[i]->cols, (long long)x_stride, (long long)out_stride);
+    }
+    return CB_OK;
+}
+
+cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *ws, const float *const *biases,
+                          const float *const *xs, int64_t x_stride, float *const *outs, int64_t out_stride, int64_t n) {
+    if (!e) return cb_fail(CB_E_INVALID, "cb_matmul_batch: engine is NULL");
+    cb_status s = check_args(n_mats, ws, xs, x_stride, outs, out_stride, n);
+    if (s != CB_OK || n == 0) return s == CB_OK ? s : cb_engine_fail(e, s);
+    int64_t row_items = 0, n_items = 0;
+    for (int32_t i = 0; i < n_mats; i++) row_items += ceil_div(ws[i]->rows, ROW_BLOCK);
+    int64_t span = token_span(row_items, n, cb_engine_threads(e));
+    n_items = row_items * ceil_div(n, span);
+    if ((s = cb_engine_scratch(e, cb_arena_need(sizeof(mm_item) * (size_t)n_items))) != CB_OK)
+        return cb_engine_fail(e, s);
+    mm_item *items = cb_arena_alloc(e->arena, sizeof(mm_item) * (size_t)n_items);
+    int64_t k = 0;
+    for (int64_t t = 0; t < n; t += span)          /* token spans outer: early items start on the first tokens */
+        for (int32_t i = 0; i < n_mats; i++)
+            for (int32_t r = 0; r < ws[i]->rows; r += ROW_BLOCK)
+                items[k++] = (mm_item){i, r, r + ROW_BLOCK < ws[i]->rows ? r + ROW_BLOCK : ws[i]->rows,
+                                       t, t + span < n ? t + span : n};
+    mm_run run = {ws, biases, xs, outs, x_stride, out_stride, items};
+    cb_pool_run(e->pool, mm_block, &run, n_items);
+    return CB_OK;
+}
+
+cb_status cb_matmul(cb_engine *e, const cb_matrix *w, const float *bias, const float *x, int64_t n, float *out) {
+    if (!e) return cb_fail(CB_E_INVALID, "cb_matmul: engine is NULL");
+    if (!w) return cb_engine_fail(e, cb_fail(CB_E_INVALID, "cb_matmul: matrix is NULL"));
+    const cb_matrix *ws[1] = {w};
+    const float *bs[1] = {bias}, *xs[1] = {x};
+    float *os[1] = {out};
+    return cb_matmul_batch(e, 1, ws, bs, xs, w->cols, os, w->rows, n);
+}

@@ -1,0 +1,85 @@
+"""Imports point down only: every intra-package import, at any depth of any module, goes to a lower room.
+
+Walks the AST of every module of colibri_dist (function-level imports included) and fails on an import
+of a room at the same rank from another room, or of a higher room. The package's __init__/__main__ are
+the facade on top and may import anything.
+"""
+import ast
+import pathlib
+
+import colibri_dist
+
+# rank of each room; a module may import rooms of a strictly lower rank (and its own room)
+RANKS = {
+    "errors": -1, "fsutil": 0, "config": 0,
+    "format": 1,
+    "native": 2,
+    "routing": 3, "numa": 3,
+    "store": 4,
+    "engine": 5,
+    "generate": 6,
+    "model": 7,
+    "pool": 8,
+    "jobs": 9,
+    "ray_data": 10,
+    "bench": 11,
+    "cli": 12,
+}
+FACADE = {"__init__", "__main__", "_native"}
+ROOT = pathlib.Path(colibri_dist.__file__).parent
+
+
+def _room(parts):
+    return parts[0].removesuffix(".py") if parts else None
+
+
+def _targets(path, tree):
+    """(line, room imported) for every import of colibri_dist inside this module."""
+    pkg = path.relative_to(ROOT).parent.parts
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(pkg[:len(pkg) - (node.level - 1)]) if node.level > 1 else list(pkg)
+                if node.level - 1 > len(pkg):
+                    raise AssertionError(f"{path}:{node.lineno}: relative import above the package")
+                mod = base + (node.module.split(".") if node.module else [])
+                names = [mod + [a.name] for a in node.names] if not node.module and not base else [mod]
+                for m in names:
+                    yield node.lineno, _room(m)
+            elif node.module and node.module.split(".")[0] == "colibri_dist":
+                yield node.lineno, _room(node.module.split(".")[1:])
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "colibri_dist":
+                    yield node.lineno, _room(a.name.split(".")[1:])
+
+
+def test_every_room_is_ranked():
+    rooms = {p.name.removesuffix(".py") for p in ROOT.iterdir()
+             if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
+    assert rooms - FACADE - set(RANKS) == set(), "give every room a rank in RANKS"
+
+
+def test_imports_point_down_only():
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        own = _room(path.relative_to(ROOT).parts)
+        if own in FACADE:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, target in _targets(path, tree):
+            if target is None or target == own or target in FACADE - {"_native"}:
+                continue
+            if target == "_native" and own == "native":
+                continue
+            if target == "_native" or RANKS[target] >= RANKS[own]:
+                bad.append(f"{path.relative_to(ROOT.parent)}:{line}: {own} (rank {RANKS[own]}) imports "
+                           f"{target} (rank {RANKS.get(target, '-')})")
+    assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
+
+
+def test_format_does_not_need_the_compiled_core():
+    # the layering rule that made `colibri inspect` need the C build
+    for path in (ROOT / "format").rglob("*.py"):
+        for line, target in _targets(path, ast.parse(path.read_text(encoding="utf-8"))):
+            assert target not in ("native", "_native"), f"{path}:{line} imports {target}"

@@ -1,0 +1,101 @@
+"""Placement decides speed, never results: a sequence's logits are bit-identical (exact equality)
+whatever else is in the batch, how its prompt is chunked, the thread count, the expert cache
+budget and tier (RAM cache, SSD offload), the KV block size, and the SIMD level."""
+import numpy as np
+import pytest
+
+import colibri_dist as cd
+from colibri_dist import native
+
+CASES = ["mixtral", "qwen2_moe", "deepseek_v3"]     # GQA + window, biases + dense layer + shared, MLA
+
+
+def ids(n, seed, vocab=97):
+    return np.random.default_rng(seed).integers(0, vocab, n).tolist()
+
+
+def chunked(llm, tokens, sizes):
+    """Prefill `tokens` in chunks of the given sizes (cycled); returns all logits rows."""
+    seq, rows, at, i = llm.new_sequence(), [], 0, 0
+    try:
+        while at < len(tokens):
+            n = sizes[i % len(sizes)]
+            rows.append(llm.forward([(seq, tokens[at:at + n], True)])[0])
+            at, i = at + n, i + 1
+        return np.concatenate(rows)
+    finally:
+        llm.release(seq)
+
+
+@pytest.fixture(scope="module", params=CASES)
+def case(request, whole_model):
+    path, _ = whole_model(request.param, experts="int8", dense="int8")
+    return path
+
+
+def test_alone_vs_beside_other_sequences(case):
+    target = ids(40, 1)
+    others = [ids(n, 10 + n) for n in (1, 7, 33, 64)]
+    with cd.LLM(case) as llm:
+        alone = llm.logits(target)
+        for k in range(1, len(others) + 1):
+            batch = llm.logits_batch(others[:k] + [target] + others[k:][:1])
+            assert np.array_equal(batch[k], alone)
+
+
+def test_prefill_chunking_and_token_by_token(case):
+    target = ids(37, 2)
+    with cd.LLM(case) as llm:
+        whole = llm.logits(target)
+        for sizes in ([37], [16, 21], [5, 3, 8], [1]):
+            assert np.array_equal(chunked(llm, target, sizes), whole), sizes
+
+
+def test_decode_steps_beside_other_sequences_in_the_same_call(case):
+    a, b = ids(20, 3), ids(9, 4)
+    with cd.LLM(case) as llm:
+        ref = chunked(llm, a + [5, 6, 7], [20, 1, 1, 1])
+        sa, sb = llm.new_sequence(), llm.new_sequence()
+        got = [llm.forward([(sa, a, True), (sb, b, True)])[0]]
+        for tok, other in zip([5, 6, 7], [11, 12, 13]):
+            got.append(llm.forward([(sb, [other], False), (sa, [tok], False)])[1])
+        assert np.array_equal(np.concatenate(got), ref)
+
+
+@pytest.mark.parametrize("kw", [dict(threads=1), dict(threads=2), dict(block_size=4), dict(block_size=64)])
+def test_threads_and_kv_block_size(case, kw):
+    target = ids(29, 5)
+    with cd.LLM(case) as llm:
+        ref = llm.logits(target)
+    with cd.LLM(case, **kw) as llm:
+        assert np.array_equal(llm.logits(target), ref)
+
+
+def test_expert_cache_budget_and_offload_tier(case, tmp_path):
+    target = ids(31, 6)
+    with cd.LLM(case) as llm:
+        ref = llm.logits(target)
+        blob = llm.engine.model.expert_layout(llm.engine.model.moe_layers[0]).nbytes
+    for budget in (2 * blob, 5 * blob):
+        with cd.LLM(case, cache_bytes=budget, offload_dir=tmp_path / f"off{budget}") as llm:
+            assert np.array_equal(llm.logits(target), ref)
+            assert np.array_equal(llm.logits(target), ref)     # second pass: some experts from the SSD tier
+
+
+def test_simd_levels(case):
+    target = ids(23, 7)
+    with cd.LLM(case) as llm:
+        ref = llm.logits(target)
+        with native.simd_force("scalar"):
+            assert np.array_equal(llm.logits(target), ref)
+
+
+def test_16_bit_kv_cache_is_invariant_too(case):
+    target = ids(26, 8)
+    with cd.LLM(case, kv_cache_dtype="bf16") as llm:
+        ref = llm.logits(target)
+        assert np.array_equal(chunked(llm, target, [3, 10]), ref)
+        assert np.array_equal(llm.logits_batch([ids(5, 9), target])[1], ref)
+    with cd.LLM(case) as f32:
+        exact = f32.logits(target)
+    assert np.abs(ref - exact).max() <= 0.05 * np.abs(exact).max()
