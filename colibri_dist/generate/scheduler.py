@@ -110,10 +110,24 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def run(self, on_token=None):
-        """Step until every request is done; results in the order added."""
-        while self.has_work():
-            self.step(on_token)
+        """Step until every request is done; results in the order added. If anything raises (the
+        model, the callback, Ctrl-C), every sequence's KV blocks are released before it propagates."""
+        try:
+            while self.has_work():
+                self.step(on_token)
+        except BaseException:
+            self.abort()
+            raise
         return [r.result for r in self.requests]
+
+    def abort(self):
+        """Release every running sequence and drop all unfinished requests (their result stays None)."""
+        for r in self.running:
+            if r.seq is not None:
+                self.model.release(r.seq)
+                r.seq = None
+        self.running.clear()
+        self.waiting.clear()
 
     def step(self, on_token=None):
         """One batched model call; returns the requests that finished in it."""

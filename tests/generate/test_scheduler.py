@@ -199,3 +199,16 @@ def test_generate_and_score_in_one_scheduler(alone):
     for i in range(10):
         assert _key(res[2 * i]) == _key(alone[i])
         assert res[2 * i + 1].token_logprobs == _ref_score(PROMPTS[i])
+
+
+def test_a_raising_callback_releases_every_sequence():
+    m = _model(num_blocks=40)
+
+    def boom(event):
+        if event.index == 3:
+            raise RuntimeError("client went away")
+    with pytest.raises(RuntimeError, match="client went away"):
+        generate(m, None, PROMPTS[:10], PARAMS[:10], SchedulerConfig(max_num_batched_tokens=16), on_token=boom)
+    assert not m.live and m.used == 0
+    again = generate(m, None, PROMPTS[:2], PARAMS[:2], request_ids=IDS[:2])     # the model is still usable
+    assert all(c.error is None for c in again)
