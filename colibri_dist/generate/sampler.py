@@ -36,7 +36,7 @@ class Sampler:
         u = self.rng.random()                    # the one draw of this token, greedy or not
         p = self.params
         if p.greedy:
-            token = int(np.argmax(logits))       # first maximum = lowest token id among ties
+            token = int(logits.argmax())       # first maximum = lowest token id among ties
         else:
             token = _sample_filtered(logits, p.temperature, p.top_k, p.top_p, u)
         lp = token_logprobs(logits, token, p.logprobs) if p.logprobs > 0 else None
@@ -46,8 +46,8 @@ class Sampler:
 def logsumexp(logits):
     """log(sum(exp(logits))) of a float32 row: exp in float32 around the max, summed in float64."""
     x = np.asarray(logits, dtype=np.float32)
-    m = np.max(x)
-    return float(m) + math.log(float(np.sum(np.exp(x - m), dtype=np.float64)))
+    m = x.max()
+    return float(m) + math.log(float(np.exp(x - m).sum(dtype=np.float64)))
 
 
 def log_softmax(logits):
@@ -84,7 +84,7 @@ def top_n(lp, n):
 def top_candidates(x, n):
     """Sorted ids of a set holding the n largest entries of x and every tie of the n-th (a superset:
     all entries within a widening margin of the max, else everything). Cheap for peaked rows."""
-    xmax = np.max(x)
+    xmax = x.max()
     for margin in (2.0, 8.0, 32.0):
         cand = np.flatnonzero(x >= xmax - margin)
         if cand.shape[0] >= n:
@@ -104,28 +104,32 @@ def _sample_filtered(logits, temperature, top_k, top_p, u):
         cand = top_candidates(z, top_k)
         kth = np.partition(z[cand], cand.shape[0] - top_k)[cand.shape[0] - top_k]
         ids = cand[z[cand] >= kth]
-    e = np.exp(z[ids] - np.max(z[ids]))
-    probs = e.astype(np.float64) / np.sum(e, dtype=np.float64)
+    zk = z[ids]
+    e = np.exp(zk - zk.max())
+    probs = e.astype(np.float64) / e.sum(dtype=np.float64)
     if top_p < 1.0:
         keep = _nucleus(probs, top_p)
         ids, probs = ids[keep], probs[keep]
-    cdf = np.cumsum(probs)
-    j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    cdf = probs.cumsum()
+    j = int(cdf.searchsorted(u * cdf[-1], side="right"))
     return int(ids[min(j, ids.shape[0] - 1)])
 
 
 def _nucleus(probs, top_p):
     """Sorted positions kept by top_p. Only tokens of a candidate set holding >= top_p of the mass
     can be kept, so the sort runs over that set (the whole row when the distribution is flat)."""
-    pmax = np.max(probs)
+    pmax = probs.max()
     cand = None
     for ratio in (1e-2, 1e-4, 1e-8):
         c = np.flatnonzero(probs >= pmax * ratio)
-        if np.sum(probs[c]) >= top_p:
+        if probs[c].sum() >= top_p:
             cand = c
             break
     if cand is None:
         cand = np.arange(probs.shape[0])
     order = cand[np.lexsort((cand, -probs[cand]))]
-    above = np.cumsum(probs[order]) - probs[order]
-    return np.sort(order[above < top_p])
+    po = probs[order]
+    above = po.cumsum() - po
+    kept = order[above < top_p]
+    kept.sort()
+    return kept
