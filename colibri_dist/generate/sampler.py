@@ -99,37 +99,47 @@ def _sample_filtered(logits, temperature, top_k, top_p, u):
     renormalize, invert the CDF at u over the kept tokens in token-id order. Every step is a
     function of this row alone; the candidate shortcuts only skip tokens that cannot be kept."""
     z = np.asarray(logits, dtype=np.float32) / np.float32(temperature)
-    ids = np.arange(z.shape[0])
+    ids = None                                 # None = every token (no top_k): positions are token ids
     if 0 < top_k < z.shape[0]:
         cand = top_candidates(z, top_k)
         kth = np.partition(z[cand], cand.shape[0] - top_k)[cand.shape[0] - top_k]
         ids = cand[z[cand] >= kth]
-    zk = z[ids]
-    e = np.exp(zk - zk.max())
+        z = z[ids]
+    e = np.exp(z - z.max())
     probs = e.astype(np.float64) / e.sum(dtype=np.float64)
     if top_p < 1.0:
-        keep = _nucleus(probs, top_p)
-        ids, probs = ids[keep], probs[keep]
+        keep = _nucleus(probs, e, top_p)
+        ids = keep if ids is None else ids[keep]
+        probs = probs[keep]
     cdf = probs.cumsum()
-    j = int(cdf.searchsorted(u * cdf[-1], side="right"))
-    return int(ids[min(j, ids.shape[0] - 1)])
+    j = min(int(cdf.searchsorted(u * cdf[-1], side="right")), cdf.shape[0] - 1)
+    return int(j if ids is None else ids[j])
 
 
-def _nucleus(probs, top_p):
+def _nucleus(probs, e, top_p):
     """Sorted positions kept by top_p. Only tokens of a candidate set holding >= top_p of the mass
-    can be kept, so the sort runs over that set (the whole row when the distribution is flat)."""
-    pmax = probs.max()
-    cand = None
-    for ratio in (1e-2, 1e-4, 1e-8):
-        c = np.flatnonzero(probs >= pmax * ratio)
-        if probs[c].sum() >= top_p:
-            cand = c
-            break
-    if cand is None:
-        cand = np.arange(probs.shape[0])
+    can be kept, so the sort runs over the first such set found: the tokens within 1e-2 of the most
+    likely one, else the top 512, 4096, 32768 (with every tie), else the whole row. `e` (float32,
+    probs = e / sum(e) in float64) orders and ties exactly as probs and is cheaper to partition."""
+    cand = _nucleus_candidates(probs, e, top_p)
     order = cand[np.lexsort((cand, -probs[cand]))]
     po = probs[order]
     above = po.cumsum() - po
     kept = order[above < top_p]
     kept.sort()
     return kept
+
+
+def _nucleus_candidates(probs, e, top_p):
+    n = probs.shape[0]
+    cand = np.flatnonzero(probs >= probs.max() * 1e-2)
+    if probs[cand].sum() >= top_p:
+        return cand
+    for m in (512, 4096, 32768):
+        if m >= n:
+            break
+        kth = np.partition(e, n - m)[n - m]
+        cand = np.flatnonzero(e >= kth)
+        if probs[cand].sum() >= top_p:
+            return cand
+    return np.arange(n)
