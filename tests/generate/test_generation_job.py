@@ -186,3 +186,15 @@ def test_messages_rows_without_a_chat_template(tmp_path):
     rep = run_generation_job(_cfg(tmp_path), FakeLLM(template=None), out_dir=str(tmp_path / "out"))
     rows = _rows(tmp_path / "out")
     assert "no chat template" in rows[2]["error"] and "error" not in rows[0] and rep["errors"] == 1
+
+
+def test_progress_log_lines(tmp_path):
+    import io
+    os.makedirs(tmp_path / "data")
+    _write(tmp_path / "data" / "in.jsonl", GOOD)
+    p = tmp_path / "job.yaml"
+    p.write_text("job:\n  kind: generate\n  input: data\n  shard_rows: 2\nreport: {progress: log}\n")
+    stream = io.StringIO()
+    run_generation_job(load_config(str(p)), FakeLLM(), out_dir=str(tmp_path / "out"), stream=stream)
+    lines = stream.getvalue().splitlines()
+    assert lines[-1].endswith("ETA 0s") and "5/5 requests" in lines[-1] and "tokens generated" in lines[-1]
