@@ -2,7 +2,7 @@
 import importlib
 import sys
 
-NAMES = ["kernels", "store", "pool", "convert", "numa"]
+NAMES = ["kernels", "model", "store", "pool", "convert", "numa"]
 
 
 def main(argv=None):
