@@ -45,7 +45,11 @@ class AttnSpec:
 
 def _pools(spec, k_cache, v_cache, writable):
     """-> (k pool, v pool or None when shared with K, n_blocks)."""
-    dt = _POOL_DTYPES.get(spec.cache_dtype, ())
+    if not isinstance(spec, AttnSpec):
+        raise InvalidArgument(f"spec must be a native.AttnSpec, got {type(spec).__name__}")
+    if spec.cache_dtype not in CACHE_DTYPES:
+        raise InvalidArgument(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {spec.cache_dtype!r}")
+    dt = _POOL_DTYPES[spec.cache_dtype]
     k = _args.array("k_cache", k_cache, dt, 4, (None, spec.n_kv_heads, spec.block_size, spec.qk_dim), writable)
     shared = v_cache is None or v_cache is k_cache or (
         isinstance(v_cache, np.ndarray) and _args.address(v_cache) == _args.address(k) and v_cache.shape == k.shape)
