@@ -6,10 +6,10 @@
  * vectors) where the group's query vectors are listed token-major (token,
  * head in group); the item's vectors are the token list of cb_dot_rows over
  * each K block (tile reuse), scores for whole blocks are computed and masked
- * afterwards (each element is independent). Then, per vector, in plain C:
+ * afterwards (each element is independent). Then, per vector:
  * scale, max, e_j = exp(s_j - max) summed in double in ascending j,
  * p_j = (float)(e_j / sum), out = sum_j p_j * v_j in ascending j with
- * separate multiply and add. Nothing depends on the item split, the thread,
+ * separate multiply and add (attn_simd.c). Nothing depends on the item split, the thread,
  * the other sequences or the SIMD level.
  *
  * Scratch: one slot per engine thread (scores, e, accumulators), claimed by
@@ -91,8 +91,7 @@ static const float *value_row(const at_run *r, const at_item *it, int32_t j, flo
     size_t at = cb_kv_row(a, bid, it->kvh, j % a->block_size, a->v_row);
     if (a->cache_dtype == CB_F32) return (const float *)r->v + at;
     const uint16_t *w = (const uint16_t *)r->v + at;
-    if (a->cache_dtype == CB_F16)
-        for (int32_t c = 0; c < a->v_dim; c++) buf[c] = cb_f16_to_f32(w[c]);
+    if (a->cache_dtype == CB_F16) cb_f16_row(w, buf, a->v_dim);
     else
         for (int32_t c = 0; c < a->v_dim; c++) buf[c] = cb_bf16_to_f32(w[c]);
     return buf;
@@ -123,8 +122,7 @@ static void attend_item(void *ctx, int64_t index) {
         const float *vr = value_row(r, it, j, sl->vrow);
         for (int i = 0; i < nq; i++) {
             if (j < lo_q[i] || j > p_q[i]) continue;
-            float pj = srow[i][j - base], *acc = sl->acc + (size_t)i * (size_t)vd;
-            for (int32_t c = 0; c < vd; c++) acc[c] = acc[c] + pj * vr[c];
+            cb_acc_scaled(sl->acc + (size_t)i * (size_t)vd, srow[i][j - base], vr, vd);
         }
     }
     for (int i = 0; i < nq; i++) {
