@@ -190,3 +190,16 @@ def test_attention_and_kv_write_errors(rts):
         kv_write(spec, cache.k, cache.v, [0, 1], [0], [np.array(t)], k[:1])
     with pytest.raises(InvalidArgument, match="non-decreasing"):
         kv_write(spec, cache.k, cache.v, [0, 2, 1], [0, 0], [np.array(t), np.array(t)], k[:1], v[:1])
+
+
+def test_no_arena_growth_after_warm_up():
+    rng = np.random.default_rng(6)
+    q, k, v = sequence(rng, GQA, 12)
+    cache = Cache(GQA, 8)
+    cache.write([(0, 0, 12)], k, v)
+    with Runtime(threads=2) as rt:
+        cache.attend(rt, [(0, 0, 12)], q)                                   # warm-up: the widest call first
+        before = rt.stats()["arena_mallocs"]
+        for n in (1, 5, 12):
+            cache.attend(rt, [(0, 12 - n, n)], np.ascontiguousarray(q[-n:]))
+        assert rt.stats()["arena_mallocs"] == before
