@@ -203,3 +203,24 @@ def test_no_arena_growth_after_warm_up():
         for n in (1, 5, 12):
             cache.attend(rt, [(0, 12 - n, n)], np.ascontiguousarray(q[-n:]))
         assert rt.stats()["arena_mallocs"] == before
+
+
+@pytest.mark.parametrize("window", [0, 100])
+def test_long_context_crosses_value_blocks(rts, window):
+    """150 positions: several 64-row value blocks, unaligned chunk edges; reference, chunked and SIMD agree."""
+    spec = spec_of(GQA, cache_dtype="f16", window=window, block_size=16)
+    rng = np.random.default_rng(7)
+    q, k, v = sequence(rng, spec, 150)
+    whole = Cache(spec, 16)
+    whole.write([(0, 0, 150)], k, v)
+    out = whole.attend(rts[2], [(0, 0, 150)], q)
+    ref = ref_attention(spec, q, rounded(k, "f16"), rounded(v, "f16"))
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    for path in PATHS:
+        with simd_force(path):
+            chunked = Cache(spec, 16, seed=3)
+            parts = []
+            for a, b in ((0, 70), (70, 71), (71, 150)):
+                chunked.write([(0, a, b - a)], k[a:b], v[a:b])
+                parts.append(chunked.attend(rts[1], [(0, a, b - a)], np.ascontiguousarray(q[a:b])))
+            assert np.array_equal(np.concatenate(parts), out)
