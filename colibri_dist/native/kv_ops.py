@@ -68,13 +68,13 @@ class _Seqs:
         self.start = _args.int32s("seq_start", seq_start)
         if self.start.size < 1:
             raise InvalidArgument("seq_start needs n_seqs + 1 entries, got 0")
-        self.n = self.start.size - 1
-        if self.n and np.any(np.diff(self.start) < 0):
-            raise InvalidArgument(f"seq_start must be non-decreasing, got {self.start.tolist()}")
+        self.n = self.start.size - 1             # monotonicity, positions and table entries: checked in C
         self.pos0 = _args.int32s("pos0", pos0, self.n)
         if len(block_tables) != self.n:
             raise InvalidArgument(f"block_tables has {len(block_tables)} tables for {self.n} sequences")
         self.tables = [_args.int32s(f"block_tables[{s}]", t, lo=-2**31) for s, t in enumerate(block_tables)]
+        if self.start[-1] < self.start[0]:
+            raise InvalidArgument(f"seq_start must be non-decreasing, got {self.start.tolist()}")
         self.n_table = np.array([t.size for t in self.tables], dtype=np.int32)
         self.c_tables = ffi.new("int32_t *[]", max(self.n, 1))
         for s, t in enumerate(self.tables):

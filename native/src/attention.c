@@ -23,6 +23,7 @@
 #include "kv_internal.h"
 
 #define QMAX 64                      /* most query vectors per item */
+#define INLINE_WORK 32768.0          /* multiply-adds below which the caller runs every item itself */
 #define VBLOCK 64                    /* value rows decoded and accumulated together */
 #define SCORE_BUDGET (16u << 20)      /* bytes of one slot's score rows before the chunk shrinks */
 
@@ -212,6 +213,10 @@ cb_status cb_attention(cb_engine *e, const cb_attn *a, const void *k_cache, cons
     r.slots = cb_arena_alloc(e->arena, sizeof(at_slot) * (size_t)n_slots);
     r.busy = cb_arena_alloc(e->arena, sizeof(atomic_int) * (size_t)n_slots);
     carve_slots(e, a, &r);
-    cb_pool_run(e->pool, attend_item, &r, n_items);
+    double work = (double)n_tok * a->n_heads * (double)lk_max * (a->qk_dim + a->v_dim);
+    if (work < INLINE_WORK)
+        for (int64_t i = 0; i < n_items; i++) attend_item(&r, i);
+    else
+        cb_pool_run(e->pool, attend_item, &r, n_items);
     return CB_OK;
 }

@@ -188,8 +188,10 @@ def test_attention_and_kv_write_errors(rts):
         kv_write(spec, cache.k, cache.v, [0, 1], [-1], [np.array(t)], k[:1], v[:1])
     with pytest.raises(InvalidArgument, match="v is None"):
         kv_write(spec, cache.k, cache.v, [0, 1], [0], [np.array(t)], k[:1])
-    with pytest.raises(InvalidArgument, match="non-decreasing"):
+    with pytest.raises(NativeError, match=r"seq_start\[2\] = 1 < seq_start\[1\] = 2"):
         kv_write(spec, cache.k, cache.v, [0, 2, 1], [0, 0], [np.array(t), np.array(t)], k[:1], v[:1])
+    with pytest.raises(InvalidArgument, match="non-decreasing"):
+        kv_write(spec, cache.k, cache.v, [1, 0], [0], [np.array(t)], k[:0], v[:0])
 
 
 def test_no_arena_growth_after_warm_up():
