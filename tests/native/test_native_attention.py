@@ -226,3 +226,24 @@ def test_long_context_crosses_value_blocks(rts, window):
                 chunked.write([(0, a, b - a)], k[a:b], v[a:b])
                 parts.append(chunked.attend(rts[1], [(0, a, b - a)], np.ascontiguousarray(q[a:b])))
             assert np.array_equal(np.concatenate(parts), out)
+
+
+def test_kv_write_conversion_matches_numpy_on_every_half_and_random_floats():
+    rng = np.random.default_rng(8)
+    halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    finite = halves[np.isfinite(halves)].astype(np.float32)
+    mids = (finite[:-1].astype(np.float64) + np.diff(finite.astype(np.float64)) / 2).astype(np.float32)  # ties
+    rand = (rng.standard_normal(20000) * np.exp2(rng.integers(-30, 20, 20000))).astype(np.float32)
+    vals = np.concatenate([finite, mids, rand, np.float32([np.inf, -np.inf, 7e4, -7e4])])
+    vals = np.concatenate([vals, np.zeros(-vals.size % 64, np.float32)]).reshape(-1, 1, 64)
+    spec16, spec_b = AttnSpec(1, 1, 64, 1, 1, 1, "f16"), AttnSpec(1, 1, 64, 1, 1, 1, "bf16")
+    n = vals.shape[0]
+    for spec, want in ((spec16, None), (spec_b, f32_to_bf16_bits(vals).reshape(n, 64))):
+        k_cache = np.zeros((n, 1, 1, 64), np.uint16)
+        v_cache = np.zeros((n, 1, 1, 1), np.uint16)
+        kv_write(spec, k_cache, v_cache, [0, n], [0], [np.arange(n, dtype=np.int32)], vals,
+                 np.zeros((n, 1, 1), np.float32))
+        if want is None:
+            with np.errstate(over="ignore"):
+                want = vals.astype(np.float16).view(np.uint16).reshape(n, 64)
+        assert np.array_equal(k_cache.reshape(n, 64), want)
