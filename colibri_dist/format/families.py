@@ -68,12 +68,29 @@ def detect(hf, path="config.json"):
 
 
 def _need(hf, key, default=None):
-    """hf[key] (key may be a tuple of aliases, first present wins), else default, else FormatError."""
+    """hf[key] as a positive integer (key may be a tuple of aliases, first present wins), else default,
+    else FormatError naming the key."""
     keys = key if isinstance(key, tuple) else (key,)
     value = next((hf[k] for k in keys if hf.get(k) is not None), default)
     if value is None:
         raise FormatError(f"config.json: missing key {keys[0]!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise FormatError(f"config.json: {keys[0]!r} must be a positive integer, got {value!r}")
     return value
+
+
+def _float(hf, key, default):
+    value = hf.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FormatError(f"config.json: {key!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def _layer_list(hf, key):
+    value = hf.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise FormatError(f"config.json: {key!r} must be a list of layer indices, got {value!r}")
+    return set(value)
 
 
 # transformers >= 5 saves some configs with the aliased name (e.g. Qwen3-MoE num_local_experts)
@@ -86,8 +103,8 @@ def _softmax_kind(norm):
 
 def _qwen_moe_layers(hf):
     n_layers = _need(hf, "num_hidden_layers")
-    skip = set(hf.get("mlp_only_layers") or [])
-    step = hf.get("decoder_sparse_step", 1) or 1
+    skip = _layer_list(hf, "mlp_only_layers")
+    step = _need(hf, "decoder_sparse_step", 1)
     return tuple(i for i in range(n_layers)
                  if i not in skip and _need(hf, _N_EXPERTS) > 0 and (i + 1) % step == 0)
 
@@ -103,7 +120,7 @@ def _mixtral(hf, scheme):
 def _qwen2(hf, scheme):
     n_exp, k = _need(hf, _N_EXPERTS, 60), _need(hf, "num_experts_per_tok", 4)
     gating = make_gating(_softmax_kind(hf.get("norm_topk_prob", False)), n_exp, k)
-    shared = _need(hf, "shared_expert_intermediate_size", 5632)
+    shared = _need(hf, "shared_expert_intermediate_size", 5632) if hf.get("shared_expert_intermediate_size") != 0 else 0
     return ModelConfig("qwen2_moe", _need(hf, "hidden_size"), _need(hf, "moe_intermediate_size", 1408),
                        n_exp, k, gating, _need(hf, "num_hidden_layers"), _qwen_moe_layers(hf),
                        shared_inter=shared, shared_gate=shared > 0, scheme=scheme)
@@ -129,13 +146,16 @@ def _deepseek_v3(hf, scheme):
     inter = _need(hf, "moe_intermediate_size", 2048)
     n_layers = _need(hf, "num_hidden_layers")
     first_dense = hf.get("first_k_dense_replace", 3) or 0
+    if isinstance(first_dense, bool) or not isinstance(first_dense, int) or first_dense < 0:
+        raise FormatError(f"config.json: 'first_k_dense_replace' must be a non-negative integer, got {first_dense!r}")
     gating = make_gating("sigmoid_group", n_exp, k, n_group=_need(hf, "n_group", 8),
                          topk_group=_need(hf, "topk_group", 4),
                          norm_topk_prob=bool(hf.get("norm_topk_prob", True)),
-                         routed_scaling_factor=float(hf.get("routed_scaling_factor", 2.5)))
+                         routed_scaling_factor=_float(hf, "routed_scaling_factor", 2.5))
     return ModelConfig("deepseek_v3", _need(hf, "hidden_size"), inter, n_exp, k, gating, n_layers,
                        tuple(range(first_dense, n_layers)),
-                       shared_inter=inter * (hf.get("n_shared_experts", 1) or 0), scheme=scheme)
+                       shared_inter=inter * (_need(hf, "n_shared_experts", 1) if hf.get("n_shared_experts", 1) else 0),
+                       scheme=scheme)
 
 
 _CONFIG_BUILDERS = {"mixtral": _mixtral, "qwen2_moe": _qwen2, "qwen3_moe": _qwen3,

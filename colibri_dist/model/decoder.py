@@ -18,8 +18,9 @@ from .weights import check_ids
 
 
 class Decoder:
-    def __init__(self, arch, weights, engine, cache):
+    def __init__(self, arch, weights, engine, cache, moe=None):
         self.arch, self.w, self.engine, self.cache = arch, weights, engine, cache
+        self.moe = moe if moe is not None else engine      # anything with moe_forward(layer, x)
         self.rt = engine.runtime
         self.specs = [attn_spec(arch, i, cache) for i in range(arch.n_layers)]
         self.tokens_processed = 0
@@ -58,7 +59,7 @@ class Decoder:
             x = native.rmsnorm(h, lw.ln_attn, self.arch.rms_eps)
             h = h + attend(self.rt, self.arch, layer, lw, x, batch, self.cache, self.specs[layer])
             x = native.rmsnorm(h, lw.ln_mlp, self.arch.rms_eps)
-            h = h + (self.rt.shared_forward(x, lw.mlp) if lw.mlp is not None else self.engine.moe_forward(layer, x))
+            h = h + (self.rt.shared_forward(x, lw.mlp) if lw.mlp is not None else self.moe.moe_forward(layer, x))
         for (seq, _, _), c in zip(steps, counts):
             self.cache.commit(seq, int(c))
         self.tokens_processed += int(counts.sum())

@@ -1,10 +1,12 @@
-"""LLM: a whole MoE language model in process — logits now, generation on top (generate/).
+"""LLM: a whole MoE language model in process — logits, generate, chat and score (vLLM's names).
 
 Role in the data flow: the user-facing object. It opens the container, builds the Architecture
 (arch.py) and the kernel-ready weights (weights.py), an Engine for the MoE layers (expert store:
-RAM cache, mmap, SSD offload, prefetch, hot-add), a paged KVCache, and the Decoder. Besides the
-teacher-forced `logits` / `logits_batch`, it exposes the step-model protocol the generation
-scheduler drives: new_sequence / forward(steps) / release / free_blocks / blocks_needed.
+RAM cache, mmap, SSD offload, prefetch, hot-add) or a caller-given MoE executor (`moe=`, e.g. a
+Ray pool client: anything with moe_forward(layer, x)), a paged KVCache, and the Decoder. Besides
+the teacher-forced `logits` / `logits_batch` it is the step model the generation scheduler
+drives (new_sequence / forward(steps) / release / free_blocks / blocks_needed) and offers
+generate / chat / score on top of generate/.
 """
 import numpy as np
 
@@ -12,7 +14,7 @@ from ..errors import FormatError, InvalidArgument
 from .arch import architecture, kv_row_dims
 from .decoder import Decoder
 from .kv_cache import KVCache
-from .tokenizer import chat_template, eos_token_ids, load_tokenizer, tokenizer_config
+from .tokenizer import eos_token_ids, load_tokenizer, tokenizer_config
 from .weights import check_ids, load_weights
 
 DEFAULT_KV_BYTES = 256 << 20
@@ -20,19 +22,23 @@ DEFAULT_KV_BYTES = 256 << 20
 
 class LLM:
     def __init__(self, path, threads=None, cache_bytes=None, offload_dir=None, kv_cache_bytes=None,
-                 max_seq_len=None, kv_cache_dtype="f32", block_size=16, policy="lru", prefetch_workers=2):
+                 max_seq_len=None, kv_cache_dtype="f32", block_size=16, policy="lru", prefetch_workers=2,
+                 max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None):
         from ..engine import Engine
+        from ..generate import SchedulerConfig
         self.path = str(path)
+        self.scheduler_config = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
+                                                max_num_seqs=max_num_seqs, base_seed=seed)
         self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
                              policy=policy, prefetch_workers=prefetch_workers)
         try:
-            self._setup(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size)
+            self._setup(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe)
         except BaseException:
             self.engine.close()
             raise
         self._closed = False
 
-    def _setup(self, kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size):
+    def _setup(self, kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe):
         model = self.engine.model
         meta = model.meta if isinstance(model.meta, dict) else {}
         self.arch = architecture(model.config.family, meta.get("source_config"), where=self.path)
@@ -51,11 +57,12 @@ class LLM:
                              kv_cache_dtype, separate_v=not self.arch.mla)
         self.max_seq_len = min(max_seq_len, self.cache.n_blocks * block_size)
         self.cache.max_seq_len = self.max_seq_len
-        self.decoder = Decoder(self.arch, self.weights, self.engine, self.cache)
+        self.decoder = Decoder(self.arch, self.weights, self.engine, self.cache, moe=moe)
         files = model.tokenizer_files()
         self.tokenizer = load_tokenizer(files, self.path)
-        self.chat_template = chat_template(files, self.path)
         self.tokenizer_config = tokenizer_config(files, self.path)
+        self._template_text = files.get("chat_template.jinja")
+        self._chat_template = None
         self.eos_token_ids = eos_token_ids(files, self.tokenizer, self.path)
 
     # -- facts ------------------------------------------------------------------
@@ -107,6 +114,34 @@ class LLM:
         finally:
             for s in seqs:
                 self.cache.release(s)
+
+    # -- generation (generate/: continuous batching, per-request RNG) -------------
+    @property
+    def chat_template(self):
+        """generate.chat.ChatTemplate of the container (InvalidArgument when it carries none)."""
+        if self._chat_template is None:
+            from ..generate.chat import ChatTemplate
+            self._chat_template = ChatTemplate.from_config(self.tokenizer_config, self._template_text, source=self.path)
+        return self._chat_template
+
+    def generate(self, prompts, sampling_params=None, on_token=None, request_ids=None):
+        """prompts: str | token ids | list of those -> list[Completion] in prompt order."""
+        from ..generate.api import generate
+        self._check_open()
+        return generate(self, self.tokenizer, prompts, sampling_params, self.scheduler_config, on_token, request_ids)
+
+    def chat(self, conversations, sampling_params=None, on_token=None, request_ids=None):
+        """Conversations of {"role", "content"} rendered with the container's chat template."""
+        from ..generate.api import chat
+        self._check_open()
+        return chat(self, self.tokenizer, self.chat_template, conversations, sampling_params,
+                    self.scheduler_config, on_token, request_ids)
+
+    def score(self, prompts, request_ids=None):
+        """-> list[Score]: log-probability of each prompt token after the first."""
+        from ..generate.api import score
+        self._check_open()
+        return score(self, self.tokenizer, prompts, self.scheduler_config, request_ids)
 
     # -- lifecycle ---------------------------------------------------------------
     def stats(self):

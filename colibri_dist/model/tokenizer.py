@@ -1,7 +1,7 @@
 """The tokenizer, chat template and eos ids a container carries (format/tokenizer_files.py).
 
-Role in the data flow: LLM builds a `tokenizers.Tokenizer` from the copied tokenizer.json, takes the
-chat template from tokenizer_config.json (or chat_template.jinja) and the eos ids from
+Role in the data flow: LLM builds a `tokenizers.Tokenizer` from the copied tokenizer.json, reads
+tokenizer_config.json (the chat template is generate/chat.py's) and the eos ids from
 generation_config.json (falling back to tokenizer_config's eos_token). Damaged files are a
 FormatError naming the container and the file.
 """
@@ -30,15 +30,6 @@ def load_tokenizer(files, where):
         return Tokenizer.from_str(files["tokenizer.json"])
     except Exception as exc:       # the Rust side raises its own Exception type
         raise FormatError(f"{where}: tokenizer.json inside the container cannot be loaded ({exc})") from exc
-
-
-def chat_template(files, where):
-    if "chat_template.jinja" in files:
-        return files["chat_template.jinja"]
-    tpl = _json(files, "tokenizer_config.json", where).get("chat_template")
-    if isinstance(tpl, list):       # named templates: the default one
-        tpl = next((t.get("template") for t in tpl if isinstance(t, dict) and t.get("name") == "default"), None)
-    return tpl if isinstance(tpl, str) else None
 
 
 def tokenizer_config(files, where):

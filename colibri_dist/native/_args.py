@@ -37,16 +37,16 @@ def f32(name, a, ndim, shape=None, writable=False):
 
 def int32s(name, a, length=None, lo=0, hi=INT32_MAX):
     """1-D integer sequence -> C-contiguous int32 array, every value in [lo, hi]."""
-    arr = np.asarray(a)
+    arr = a if isinstance(a, np.ndarray) else np.asarray(a)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise InvalidArgument(f"{name} must be a 1-D integer array, got {arr.dtype} {arr.shape}")
     if length is not None and arr.size != length:
         raise InvalidArgument(f"{name} has {arr.size} entries, expected {length}")
-    if arr.size:
-        bad = np.flatnonzero((arr < lo) | (arr > hi))
-        if bad.size:
-            i = int(bad[0])
-            raise InvalidArgument(f"{name}[{i}] = {int(arr[i])} outside [{lo}, {hi}]")
+    if arr.size and (arr.min() < lo or arr.max() > hi):
+        i = int(np.flatnonzero((arr < lo) | (arr > hi))[0])
+        raise InvalidArgument(f"{name}[{i}] = {int(arr[i])} outside [{lo}, {hi}]")
+    if arr.dtype == np.int32 and arr.flags.c_contiguous:
+        return arr
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 

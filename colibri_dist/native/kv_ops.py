@@ -45,7 +45,11 @@ class AttnSpec:
 
 def _pools(spec, k_cache, v_cache, writable):
     """-> (k pool, v pool or None when shared with K, n_blocks)."""
-    dt = _POOL_DTYPES.get(spec.cache_dtype, ())
+    if not isinstance(spec, AttnSpec):
+        raise InvalidArgument(f"spec must be a native.AttnSpec, got {type(spec).__name__}")
+    if spec.cache_dtype not in CACHE_DTYPES:
+        raise InvalidArgument(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {spec.cache_dtype!r}")
+    dt = _POOL_DTYPES[spec.cache_dtype]
     k = _args.array("k_cache", k_cache, dt, 4, (None, spec.n_kv_heads, spec.block_size, spec.qk_dim), writable)
     shared = v_cache is None or v_cache is k_cache or (
         isinstance(v_cache, np.ndarray) and _args.address(v_cache) == _args.address(k) and v_cache.shape == k.shape)
@@ -64,13 +68,13 @@ class _Seqs:
         self.start = _args.int32s("seq_start", seq_start)
         if self.start.size < 1:
             raise InvalidArgument("seq_start needs n_seqs + 1 entries, got 0")
-        self.n = self.start.size - 1
-        if self.n and np.any(np.diff(self.start) < 0):
-            raise InvalidArgument(f"seq_start must be non-decreasing, got {self.start.tolist()}")
+        self.n = self.start.size - 1             # monotonicity, positions and table entries: checked in C
         self.pos0 = _args.int32s("pos0", pos0, self.n)
         if len(block_tables) != self.n:
             raise InvalidArgument(f"block_tables has {len(block_tables)} tables for {self.n} sequences")
         self.tables = [_args.int32s(f"block_tables[{s}]", t, lo=-2**31) for s, t in enumerate(block_tables)]
+        if self.start[-1] < self.start[0]:
+            raise InvalidArgument(f"seq_start must be non-decreasing, got {self.start.tolist()}")
         self.n_table = np.array([t.size for t in self.tables], dtype=np.int32)
         self.c_tables = ffi.new("int32_t *[]", max(self.n, 1))
         for s, t in enumerate(self.tables):

@@ -2,14 +2,14 @@
  *
  * Role: the attention core of a decoder layer, between cb_kv_write and the o
  * projection. GQA, MQA and MLA-style shared values (v_cache == k_cache) are
- * the same code. A work item is (sequence, kv head, chunk of <= QCHUNK query
- * vectors) where the group's query vectors are listed token-major (token,
+ * the same code. A work item is (sequence, kv head, chunk of <= 64 query
+ * vectors; the chunk size is picked per call, see pick_chunk) where the group's query vectors are listed token-major (token,
  * head in group); the item's vectors are the token list of cb_dot_rows over
  * each K block (tile reuse), scores for whole blocks are computed and masked
- * afterwards (each element is independent). Then, per vector, in plain C:
+ * afterwards (each element is independent). Then, per vector:
  * scale, max, e_j = exp(s_j - max) summed in double in ascending j,
  * p_j = (float)(e_j / sum), out = sum_j p_j * v_j in ascending j with
- * separate multiply and add. Nothing depends on the item split, the thread,
+ * separate multiply and add (attn_simd.c). Nothing depends on the item split, the thread,
  * the other sequences or the SIMD level.
  *
  * Scratch: one slot per engine thread (scores, e, accumulators), claimed by
@@ -22,15 +22,18 @@
 #include "kernels.h"
 #include "kv_internal.h"
 
-#define QCHUNK 16
+#define QMAX 64                      /* most query vectors per item */
+#define INLINE_WORK 32768.0          /* multiply-adds below which the caller runs every item itself */
+#define VBLOCK 64                    /* value rows decoded and accumulated together */
+#define SCORE_BUDGET (16u << 20)      /* bytes of one slot's score rows before the chunk shrinks */
 
 typedef struct { int32_t seq, kvh, v0, v1; } at_item;
 
 typedef struct {
-    float *scores;   /* [QCHUNK][lk_max] */
+    float *scores;   /* [chunk][lk_max] */
     double *e;       /* [lk_max] */
-    float *acc;      /* [QCHUNK][v_dim] */
-    float *vrow;     /* [v_dim] */
+    float *acc;      /* [chunk][v_dim] */
+    float *vbuf;     /* [VBLOCK][v_dim] decoded value rows */
 } at_slot;
 
 typedef struct {
@@ -43,7 +46,7 @@ typedef struct {
     const at_item *items;
     at_slot *slots;
     atomic_int *busy;
-    int32_t n_slots;
+    int32_t n_slots, chunk;
     int64_t lk_max;
 } at_run;
 
@@ -60,7 +63,7 @@ static void scores(const at_run *r, const at_item *it, const float *const *qp, f
     const cb_attn *a = r->a;
     int32_t bs = a->block_size;
     size_t word = cb_kv_word(a->cache_dtype);
-    float *outs[QCHUNK];
+    float *outs[QMAX];
     for (int32_t b = lo / bs; b <= hi / bs; b++) {
         int32_t bid = r->tables[it->seq][b], first = b * bs;
         cb_matrix m = {r->k + cb_kv_row(a, bid, it->kvh, 0, a->qk_dim) * word, NULL, NULL, a->cache_dtype, bs, a->qk_dim};
@@ -91,8 +94,7 @@ static const float *value_row(const at_run *r, const at_item *it, int32_t j, flo
     size_t at = cb_kv_row(a, bid, it->kvh, j % a->block_size, a->v_row);
     if (a->cache_dtype == CB_F32) return (const float *)r->v + at;
     const uint16_t *w = (const uint16_t *)r->v + at;
-    if (a->cache_dtype == CB_F16)
-        for (int32_t c = 0; c < a->v_dim; c++) buf[c] = cb_f16_to_f32(w[c]);
+    if (a->cache_dtype == CB_F16) cb_f16_row(w, buf, a->v_dim);
     else
         for (int32_t c = 0; c < a->v_dim; c++) buf[c] = cb_bf16_to_f32(w[c]);
     return buf;
@@ -104,9 +106,9 @@ static void attend_item(void *ctx, int64_t index) {
     const cb_attn *a = r->a;
     int32_t G = a->n_heads / a->n_kv_heads, nq = it->v1 - it->v0, vd = a->v_dim, slot = claim(r);
     at_slot *sl = &r->slots[slot];
-    const float *qp[QCHUNK];
-    float *srow[QCHUNK];
-    int32_t lo_q[QCHUNK], p_q[QCHUNK];
+    const float *qp[QMAX];
+    float *srow[QMAX];
+    int32_t lo_q[QMAX], p_q[QMAX];
     for (int i = 0; i < nq; i++) {
         int32_t v = it->v0 + i, tok = r->seq_start[it->seq] + v / G, head = it->kvh * G + v % G;
         qp[i] = r->q + ((size_t)tok * (size_t)a->n_heads + (size_t)head) * (size_t)a->qk_dim;
@@ -119,12 +121,15 @@ static void attend_item(void *ctx, int64_t index) {
     for (int i = 0; i < nq; i++)
         softmax_row(srow[i] + (lo_q[i] - base), sl->e, p_q[i] - lo_q[i] + 1, a->scale);
     memset(sl->acc, 0, sizeof(float) * (size_t)nq * (size_t)vd);
-    for (int32_t j = lo; j <= hi; j++) {
-        const float *vr = value_row(r, it, j, sl->vrow);
+    const float *vrows[VBLOCK];
+    for (int32_t jb = lo; jb <= hi; jb += VBLOCK) {       /* value rows in blocks of VBLOCK, ascending */
+        int32_t je = jb + VBLOCK - 1 < hi ? jb + VBLOCK - 1 : hi;
+        for (int32_t j = jb; j <= je; j++)
+            vrows[j - jb] = value_row(r, it, j, sl->vbuf + (size_t)(j - jb) * (size_t)vd);
         for (int i = 0; i < nq; i++) {
-            if (j < lo_q[i] || j > p_q[i]) continue;
-            float pj = srow[i][j - base], *acc = sl->acc + (size_t)i * (size_t)vd;
-            for (int32_t c = 0; c < vd; c++) acc[c] = acc[c] + pj * vr[c];
+            int32_t j0 = jb > lo_q[i] ? jb : lo_q[i], j1 = je < p_q[i] ? je : p_q[i];
+            if (j0 <= j1)
+                cb_pv_rows(sl->acc + (size_t)i * (size_t)vd, srow[i] + (j0 - base), vrows + (j0 - jb), j1 - j0 + 1, vd);
         }
     }
     for (int i = 0; i < nq; i++) {
@@ -135,16 +140,16 @@ static void attend_item(void *ctx, int64_t index) {
     atomic_store(&r->busy[slot], 0);
 }
 
-/* Items of every (sequence, kv head, vector chunk); returns the count and the widest key span. */
+/* Items of every (sequence, kv head, chunk of query vectors); returns the count and the widest key span. */
 static int64_t make_items(const cb_attn *a, int32_t n_seqs, const int32_t *seq_start, const int32_t *pos0,
-                          at_item *items, int64_t *lk_max) {
+                          int32_t chunk, at_item *items, int64_t *lk_max) {
     int32_t G = a->n_heads / a->n_kv_heads, bs = a->block_size;
     int64_t k = 0;
     *lk_max = 1;
     for (int32_t s = 0; s < n_seqs; s++) {
         int32_t nv = (seq_start[s + 1] - seq_start[s]) * G;
-        for (int32_t v0 = 0; v0 < nv; v0 += QCHUNK) {
-            int32_t v1 = v0 + QCHUNK < nv ? v0 + QCHUNK : nv, lo = cb_kv_lo(a, pos0[s] + v0 / G);
+        for (int32_t v0 = 0; v0 < nv; v0 += chunk) {
+            int32_t v1 = v0 + chunk < nv ? v0 + chunk : nv, lo = cb_kv_lo(a, pos0[s] + v0 / G);
             int64_t span = (int64_t)pos0[s] + (v1 - 1) / G - lo / bs * bs + 1;
             if (span > *lk_max) *lk_max = span;
             for (int32_t h = 0; h < a->n_kv_heads; h++)
@@ -155,17 +160,29 @@ static int64_t make_items(const cb_attn *a, int32_t n_seqs, const int32_t *seq_s
     return k;
 }
 
-static size_t slot_bytes(const cb_attn *a, int64_t lk) {
-    return cb_arena_need(sizeof(float) * QCHUNK * (size_t)lk) + cb_arena_need(sizeof(double) * (size_t)lk) +
-           cb_arena_need(sizeof(float) * QCHUNK * (size_t)a->v_dim) + cb_arena_need(sizeof(float) * (size_t)a->v_dim);
+/* Largest chunk (64, 32, 16 vectors) that still gives every thread an item and keeps a slot's score
+ * rows within SCORE_BUDGET: big groups (MLA: all heads share one latent cache) read K once per
+ * 64 vectors instead of once per 16. Only the schedule depends on it, never a bit. */
+static int32_t pick_chunk(const cb_attn *a, int32_t n_seqs, const int32_t *seq_start, const int32_t *pos0,
+                          int32_t threads) {
+    for (int32_t c = QMAX; c > 16; c /= 2) {
+        int64_t lk, items = make_items(a, n_seqs, seq_start, pos0, c, NULL, &lk);
+        if (items >= threads && (size_t)c * (size_t)lk * sizeof(float) <= SCORE_BUDGET) return c;
+    }
+    return 16;
+}
+
+static size_t slot_bytes(const cb_attn *a, int32_t chunk, int64_t lk) {
+    return cb_arena_need(sizeof(float) * (size_t)chunk * (size_t)lk) + cb_arena_need(sizeof(double) * (size_t)lk) +
+           cb_arena_need(sizeof(float) * (size_t)chunk * (size_t)a->v_dim) + cb_arena_need(sizeof(float) * VBLOCK * (size_t)a->v_dim);
 }
 
 static void carve_slots(cb_engine *e, const cb_attn *a, at_run *r) {
     for (int32_t i = 0; i < r->n_slots; i++) {
-        r->slots[i].scores = cb_arena_alloc(e->arena, sizeof(float) * QCHUNK * (size_t)r->lk_max);
+        r->slots[i].scores = cb_arena_alloc(e->arena, sizeof(float) * (size_t)r->chunk * (size_t)r->lk_max);
         r->slots[i].e = cb_arena_alloc(e->arena, sizeof(double) * (size_t)r->lk_max);
-        r->slots[i].acc = cb_arena_alloc(e->arena, sizeof(float) * QCHUNK * (size_t)a->v_dim);
-        r->slots[i].vrow = cb_arena_alloc(e->arena, sizeof(float) * (size_t)a->v_dim);
+        r->slots[i].acc = cb_arena_alloc(e->arena, sizeof(float) * (size_t)r->chunk * (size_t)a->v_dim);
+        r->slots[i].vbuf = cb_arena_alloc(e->arena, sizeof(float) * VBLOCK * (size_t)a->v_dim);
         atomic_init(&r->busy[i], 0);
     }
 }
@@ -184,18 +201,22 @@ cb_status cb_attention(cb_engine *e, const cb_attn *a, const void *k_cache, cons
     if (st == CB_OK && n_tok > 0 && (!q || !out)) st = cb_fail(CB_E_INVALID, "cb_attention: q or out is NULL");
     if (st != CB_OK) return cb_engine_fail(e, st);
     if (n_tok == 0) return CB_OK;
-    int64_t n_items = make_items(a, n_seqs, seq_start, pos0, NULL, &lk_max);
-    int32_t n_slots = cb_engine_threads(e);
+    int32_t n_slots = cb_engine_threads(e), chunk = pick_chunk(a, n_seqs, seq_start, pos0, n_slots);
+    int64_t n_items = make_items(a, n_seqs, seq_start, pos0, chunk, NULL, &lk_max);
     size_t bytes = cb_arena_need(sizeof(at_item) * (size_t)n_items) + cb_arena_need(sizeof(at_slot) * (size_t)n_slots) +
-                   cb_arena_need(sizeof(atomic_int) * (size_t)n_slots) + (size_t)n_slots * slot_bytes(a, lk_max);
+                   cb_arena_need(sizeof(atomic_int) * (size_t)n_slots) + (size_t)n_slots * slot_bytes(a, chunk, lk_max);
     if ((st = cb_engine_scratch(e, bytes)) != CB_OK) return cb_engine_fail(e, st);
-    at_run r = {a, k_cache, v_cache, seq_start, pos0, block_tables, q, out, NULL, NULL, NULL, n_slots, lk_max};
+    at_run r = {a, k_cache, v_cache, seq_start, pos0, block_tables, q, out, NULL, NULL, NULL, n_slots, chunk, lk_max};
     at_item *items = cb_arena_alloc(e->arena, sizeof(at_item) * (size_t)n_items);
-    make_items(a, n_seqs, seq_start, pos0, items, &lk_max);
+    make_items(a, n_seqs, seq_start, pos0, chunk, items, &lk_max);
     r.items = items;
     r.slots = cb_arena_alloc(e->arena, sizeof(at_slot) * (size_t)n_slots);
     r.busy = cb_arena_alloc(e->arena, sizeof(atomic_int) * (size_t)n_slots);
     carve_slots(e, a, &r);
-    cb_pool_run(e->pool, attend_item, &r, n_items);
+    double work = (double)n_tok * a->n_heads * (double)lk_max * (a->qk_dim + a->v_dim);
+    if (work < INLINE_WORK)
+        for (int64_t i = 0; i < n_items; i++) attend_item(&r, i);
+    else
+        cb_pool_run(e->pool, attend_item, &r, n_items);
     return CB_OK;
 }

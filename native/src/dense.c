@@ -14,6 +14,7 @@
 #define ROW_BLOCK 64      /* output rows per item */
 #define TOKEN_CHUNK 16    /* tokens per pass over an item's weight rows */
 #define MAX_MATS 4096
+#define INLINE_WORK 32768.0   /* multiply-adds below which waking the pool costs more than it saves */
 
 typedef struct { int32_t mat, r0, r1; int64_t t0, t1; } mm_item;
 
@@ -82,7 +83,11 @@ cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *
     cb_status s = check_args(n_mats, ws, xs, x_stride, outs, out_stride, n);
     if (s != CB_OK || n == 0) return s == CB_OK ? s : cb_engine_fail(e, s);
     int64_t row_items = 0, n_items = 0;
-    for (int32_t i = 0; i < n_mats; i++) row_items += ceil_div(ws[i]->rows, ROW_BLOCK);
+    double work = 0.0;
+    for (int32_t i = 0; i < n_mats; i++) {
+        row_items += ceil_div(ws[i]->rows, ROW_BLOCK);
+        work += (double)ws[i]->rows * (double)ws[i]->cols * (double)n;
+    }
     int64_t span = token_span(row_items, n, cb_engine_threads(e));
     n_items = row_items * ceil_div(n, span);
     if ((s = cb_engine_scratch(e, cb_arena_need(sizeof(mm_item) * (size_t)n_items))) != CB_OK)
@@ -95,7 +100,10 @@ cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *
                 items[k++] = (mm_item){i, r, r + ROW_BLOCK < ws[i]->rows ? r + ROW_BLOCK : ws[i]->rows,
                                        t, t + span < n ? t + span : n};
     mm_run run = {ws, biases, xs, outs, x_stride, out_stride, items};
-    cb_pool_run(e->pool, mm_block, &run, n_items);
+    if (work < INLINE_WORK)                        /* tiny (decode of a small matrix): the caller alone */
+        for (int64_t i = 0; i < n_items; i++) mm_block(&run, i);
+    else
+        cb_pool_run(e->pool, mm_block, &run, n_items);
     return CB_OK;
 }
 

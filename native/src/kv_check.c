@@ -10,12 +10,14 @@
 
 #define MAX_SEQS (1 << 20)
 #define MAX_BLOCK (1 << 20)
+#define MAX_HEADS (1 << 16)
+#define MAX_POOL_WORDS 1099511627776.0   /* 2^40 words per pool: every index stays far inside size_t */
 
 static cb_status check_spec(const char *fn, const cb_attn *a) {
     if (!a) return cb_fail(CB_E_INVALID, "%s: attention spec is NULL", fn);
-    if (a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads)
-        return cb_fail(CB_E_INVALID, "%s: n_heads %d must be a positive multiple of n_kv_heads %d", fn,
-                       (int)a->n_heads, (int)a->n_kv_heads);
+    if (a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->n_heads > MAX_HEADS)
+        return cb_fail(CB_E_INVALID, "%s: n_heads %d must be a positive multiple of n_kv_heads %d (at most %d)", fn,
+                       (int)a->n_heads, (int)a->n_kv_heads, MAX_HEADS);
     if (a->qk_dim <= 0 || a->qk_dim > CB_MAX_HIDDEN || a->v_dim <= 0 || a->v_dim > a->v_row || a->v_row > CB_MAX_HIDDEN)
         return cb_fail(CB_E_INVALID, "%s: qk_dim %d / v_dim %d / v_row %d invalid (need 0 < v_dim <= v_row)", fn,
                        (int)a->qk_dim, (int)a->v_dim, (int)a->v_row);
@@ -48,8 +50,8 @@ cb_status cb_kv_check(const char *fn, const cb_attn *a, const void *k_cache, int
     cb_status st = check_spec(fn, a);
     if (st != CB_OK) return st;
     if (!k_cache) return cb_fail(CB_E_INVALID, "%s: k_cache is NULL", fn);
-    int64_t row = a->qk_dim > a->v_row ? a->qk_dim : a->v_row;
-    if (n_blocks <= 0 || n_blocks > (INT64_C(1) << 40) / ((int64_t)a->n_kv_heads * a->block_size * row))
+    double row = a->qk_dim > a->v_row ? a->qk_dim : a->v_row;
+    if (n_blocks <= 0 || (double)n_blocks * a->n_kv_heads * a->block_size * row > MAX_POOL_WORDS)
         return cb_fail(CB_E_INVALID, "%s: n_blocks %lld empty or too large for this geometry", fn, (long long)n_blocks);
     if (n_seqs < 0 || n_seqs > MAX_SEQS) return cb_fail(CB_E_INVALID, "%s: n_seqs %d invalid", fn, (int)n_seqs);
     *n_tok = 0;

@@ -27,4 +27,8 @@ static inline int32_t cb_kv_lo(const cb_attn *a, int32_t p) {
 cb_status cb_kv_check(const char *fn, const cb_attn *a, const void *k_cache, int64_t n_blocks, int32_t n_seqs,
                       const int32_t *seq_start, const int32_t *pos0, const int32_t *const *block_tables,
                       const int32_t *n_table, int attend, int64_t *n_tok);
+/* attn_simd.c: acc[c] = acc[c] + p[j] * v[j][c] for j = 0 .. nj-1 in order, c < n (no FMA), and exact
+ * f16 -> f32 rows; same bits on every SIMD level. */
+void cb_pv_rows(float *acc, const float *p, const float *const *v, int32_t nj, int32_t n);
+void cb_f16_row(const uint16_t *src, float *dst, int32_t n);
 #endif

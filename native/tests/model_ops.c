@@ -146,15 +146,15 @@ static void ref_attn(const float *q, const float *kd, const float *vd, int P, in
 }
 
 static void test_attention(cb_engine *e1, cb_engine *e3) {
-    enum { P = 11, NH = 4, NKV = 2, D = 8, BS = 4, NB = 4 };
+    enum { P = 40, NH = 4, NKV = 2, D = 8, BS = 4, NB = 12 };   /* big enough for the pooled path */
     static float q[P * NH * D], k[P * NKV * D], v[P * NKV * D], kc[NB * NKV * BS * D], vc[NB * NKV * BS * D];
     static float out[P * NH * D], part[P * NH * D];
     unsigned s = 21;
     for (int i = 0; i < P * NH * D; i++) q[i] = rnd(&s);
     for (int i = 0; i < P * NKV * D; i++) { k[i] = rnd(&s); v[i] = rnd(&s); }
-    int32_t tbl[3] = {2, 0, 3}, nt[1] = {3}, start[2] = {0, P}, pos0[1] = {0};
+    int32_t tbl[10] = {2, 0, 3, 11, 5, 9, 1, 10, 4, 7}, nt[1] = {10}, start[2] = {0, P}, pos0[1] = {0};
     const int32_t *tables[1] = {tbl};
-    for (int window = 0; window <= 5; window += 5) {
+    for (int window = 0; window <= 13; window += 13) {
         cb_attn a = {NH, NKV, D, D, D, BS, CB_F32, window, 0.5f};
         CHECK_OK(cb_kv_write(&a, kc, vc, NB, 1, start, pos0, tables, nt, k, v));
         CHECK_OK(cb_attention(e3, &a, kc, vc, NB, 1, start, pos0, tables, nt, q, out));
@@ -172,7 +172,7 @@ static void test_attention(cb_engine *e1, cb_engine *e3) {
     cb_attn a = {NH, NKV, D, D, D, BS, CB_F32, 0, 0.5f};
     tbl[1] = NB;
     CHECK(cb_attention(e1, &a, kc, vc, NB, 1, start, pos0, tables, nt, q, out) == CB_E_INVALID &&
-          has(cb_engine_last_error(e1), "block_tables[0][1] = 4 outside [0, 4)"));
+          has(cb_engine_last_error(e1), "block_tables[0][1] = 12 outside [0, 12)"));
     tbl[1] = 0;
     a.n_heads = 3;
     CHECK(cb_attention(e1, &a, kc, vc, NB, 1, start, pos0, tables, nt, q, out) == CB_E_INVALID &&
