@@ -34,7 +34,7 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
     """Run (or resume) the job described by a JobConfig; returns the report dict.
 
     executor_factory(cfg, model_path, offload_dir) and model_opener(path) are injectable for tests.
-    `generate`/`score` jobs run on llm_factory(cfg) -> an LLM (see generation_job.py).
+    `generate`/`score` jobs run on llm_factory(cfg) -> an LLM (default: generation_job.open_job_llm).
     """
     stream = stream or sys.stderr
     if cfg.job.kind in GENERATION_KINDS:
@@ -64,16 +64,16 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
 
 
 def _run_generation(cfg, out_dir, restart, stream, llm_factory):
-    from .generation_job import check_config, run_generation_job
+    from .generation_job import check_config, open_job_llm, run_generation_job
     check_config(cfg)
-    if llm_factory is None:
-        raise InvalidArgument(f"job.kind {cfg.job.kind!r} runs on the whole-model engine (an LLM), "
-                              f"which `colibri run` does not build yet; call "
-                              f"colibri_dist.jobs.generation_job.run_generation_job(cfg, llm) from Python")
-    llm = llm_factory(cfg)
-    model_sig = getattr(llm, "signature", None)
-    return run_generation_job(cfg, llm, out_dir=out_dir, restart=restart, stream=stream,
-                              model_signature=model_sig() if callable(model_sig) else model_sig)
+    llm = (llm_factory or open_job_llm)(cfg)
+    try:
+        model_sig = getattr(llm, "signature", None)
+        return run_generation_job(cfg, llm, out_dir=out_dir, restart=restart, stream=stream,
+                                  model_signature=model_sig() if callable(model_sig) else model_sig)
+    finally:
+        if hasattr(llm, "close"):
+            llm.close()
 
 
 def resolve_sources(cfg, log):

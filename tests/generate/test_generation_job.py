@@ -174,10 +174,12 @@ def test_run_job_dispatches_generation_kinds(tmp_path):
     os.makedirs(tmp_path / "data")
     _write(tmp_path / "data" / "in.jsonl", GOOD[:1])
     cfg = _cfg(tmp_path)
-    with pytest.raises(InvalidArgument, match="runs on the whole-model engine"):
-        run_job(cfg, out_dir=str(tmp_path / "out"))
-    rep = run_job(cfg, out_dir=str(tmp_path / "out"), llm_factory=lambda c: FakeLLM())
-    assert rep["rows"] == 1 and _rows(tmp_path / "out")[0]["id"] == "a"
+    with pytest.raises(InvalidArgument, match="needs `model:`"):
+        run_job(cfg, out_dir=str(tmp_path / "out"))                # the default factory builds cd.LLM(model)
+    made = []
+    rep = run_job(cfg, out_dir=str(tmp_path / "out"), llm_factory=lambda c: made.append(FakeLLM()) or made[-1])
+    assert rep["rows"] == 1 and rep["complete"] and _rows(tmp_path / "out")[0]["id"] == "a"
+    assert made[0].closed
 
 
 def test_messages_rows_without_a_chat_template(tmp_path):
