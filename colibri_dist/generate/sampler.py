@@ -105,41 +105,45 @@ def _sample_filtered(logits, temperature, top_k, top_p, u):
         kth = np.partition(z[cand], cand.shape[0] - top_k)[cand.shape[0] - top_k]
         ids = cand[z[cand] >= kth]
         z = z[ids]
-    e = np.exp(z - z.max())
-    probs = e.astype(np.float64) / e.sum(dtype=np.float64)
-    if top_p < 1.0:
-        keep = _nucleus(probs, e, top_p)
+    e = np.exp(z - z.max())                    # float32, the most likely token's is exactly 1
+    total = e.sum(dtype=np.float64)
+    if top_p < 1.0:                            # probabilities (e / total in float64) of candidates only
+        keep = _nucleus(e, total, top_p)
         ids = keep if ids is None else ids[keep]
-        probs = probs[keep]
+        probs = e[keep].astype(np.float64) / total
+    else:
+        probs = e.astype(np.float64) / total
     cdf = probs.cumsum()
     j = min(int(cdf.searchsorted(u * cdf[-1], side="right")), cdf.shape[0] - 1)
     return int(j if ids is None else ids[j])
 
 
-def _nucleus(probs, e, top_p):
-    """Sorted positions kept by top_p. Only tokens of a candidate set holding >= top_p of the mass
-    can be kept, so the sort runs over the first such set found: the tokens within 1e-2 of the most
-    likely one, else the top 512, 4096, 32768 (with every tie), else the whole row. `e` (float32,
-    probs = e / sum(e) in float64) orders and ties exactly as probs and is cheaper to partition."""
-    cand = _nucleus_candidates(probs, e, top_p)
-    order = cand[np.lexsort((cand, -probs[cand]))]
-    po = probs[order]
+def _nucleus(e, total, top_p):
+    """Sorted positions kept by top_p, probabilities being e / total (float64). Only tokens of a
+    candidate set holding >= top_p of the mass can be kept, so the sort runs over the first such set
+    found: the tokens within 1e-2 of the most likely one, else the top 512, 4096, 32768 (with every
+    tie), else the whole row. e orders and ties exactly as the probabilities do (float32 -> float64
+    division by one positive number is monotone and keeps distinct values distinct)."""
+    cand = _nucleus_candidates(e, total, top_p)
+    pc = e[cand].astype(np.float64) / total
+    order = np.lexsort((cand, -pc))
+    po = pc[order]
     above = po.cumsum() - po
-    kept = order[above < top_p]
+    kept = cand[order[above < top_p]]
     kept.sort()
     return kept
 
 
-def _nucleus_candidates(probs, e, top_p):
-    n = probs.shape[0]
-    cand = np.flatnonzero(probs >= probs.max() * 1e-2)
-    if probs[cand].sum() >= top_p:
+def _nucleus_candidates(e, total, top_p):
+    n = e.shape[0]
+    cand = np.flatnonzero(e >= e.max() * np.float32(1e-2))
+    if (e[cand].astype(np.float64) / total).sum() >= top_p:
         return cand
     for m in (512, 4096, 32768):
         if m >= n:
             break
         kth = np.partition(e, n - m)[n - m]
         cand = np.flatnonzero(e >= kth)
-        if probs[cand].sum() >= top_p:
+        if (e[cand].astype(np.float64) / total).sum() >= top_p:
             return cand
     return np.arange(n)
