@@ -13,18 +13,19 @@ from .scheduler import Scheduler
 
 
 def generate(model, tokenizer, prompts, sampling_params=None, scheduler_config=None, on_token=None,
-             request_ids=None):
-    """-> list[Completion]; on_token(StreamEvent) is called for every generated token."""
+             request_ids=None, on_step=None):
+    """-> list[Completion]; on_token(StreamEvent) is called for every generated token, on_step(StepStats)
+    after every batched model call."""
     items = as_prompt_list(prompts)
     params = _params_list(sampling_params, len(items))
     sched = Scheduler(model, scheduler_config, tokenizer)
     for i, (item, sp) in enumerate(zip(items, params)):
         _add_generate(sched, tokenizer, item, sp, _rid(request_ids, i), add_special_tokens=True)
-    return sched.run(on_token)
+    return sched.run(on_token, on_step)
 
 
 def chat(model, tokenizer, template, conversations, sampling_params=None, scheduler_config=None,
-         on_token=None, request_ids=None):
+         on_token=None, request_ids=None, on_step=None):
     """Each conversation (a list of {"role", "content"}) rendered with `template` (a ChatTemplate) and
     add_generation_prompt=True, encoded without added special tokens, then generated."""
     convs = as_conversation_list(conversations)
@@ -38,10 +39,10 @@ def chat(model, tokenizer, template, conversations, sampling_params=None, schedu
             sched.fail(Completion([], error=InvalidArgument(f"request {rid!r}: {exc}"), request_id=rid))
             continue
         _add_generate(sched, tokenizer, text, sp, rid, add_special_tokens=False)
-    return sched.run(on_token)
+    return sched.run(on_token, on_step)
 
 
-def score(model, tokenizer, prompts, scheduler_config=None, request_ids=None):
+def score(model, tokenizer, prompts, scheduler_config=None, request_ids=None, on_step=None):
     """-> list[Score]: log-probability of every prompt token after the first."""
     sched = Scheduler(model, scheduler_config, tokenizer)
     for i, item in enumerate(as_prompt_list(prompts)):
@@ -51,7 +52,7 @@ def score(model, tokenizer, prompts, scheduler_config=None, request_ids=None):
             sched.fail(Score([], error=err, request_id=rid))
         else:
             sched.add_score(ids, rid)
-    return sched.run()
+    return sched.run(None, on_step)
 
 
 # ---------------------------------------------------------------- normalization

@@ -21,6 +21,24 @@ class TokenLogprobs:
                 "top": [[t, lp] for t, lp in self.top]}
 
 
+@dataclass(frozen=True)
+class RequestMetrics:
+    """time.perf_counter() stamps of one request (vLLM's RequestOutput.metrics) and its preemptions."""
+    arrival_time: float
+    first_scheduled_time: float | None
+    first_token_time: float | None        # None for scores
+    finished_time: float
+    preemptions: int
+
+    @property
+    def time_to_first_token(self):
+        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+
+    @property
+    def latency(self):
+        return self.finished_time - self.arrival_time
+
+
 @dataclass
 class Completion:
     prompt_token_ids: list
@@ -31,6 +49,7 @@ class Completion:
     stop_reason: object = None         # the stop string or stop token id that ended it (vLLM's stop_reason)
     error: Exception | None = None
     request_id: object = None
+    metrics: RequestMetrics | None = None
 
 
 @dataclass
@@ -41,6 +60,7 @@ class Score:
     num_tokens: int = 0                                    # tokens in the prompt (len(token_logprobs) + 1)
     error: Exception | None = None
     request_id: object = None
+    metrics: RequestMetrics | None = None
 
 
 @dataclass(frozen=True)
@@ -52,3 +72,17 @@ class StreamEvent:
     token_id: int
     text: str
     finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One scheduler step (one batched model call), for reports: what ran and what was left."""
+    t_start: float                 # time.perf_counter() around the model call and the sampling after it
+    t_end: float
+    prefill_tokens: int            # prompt (or recomputed) tokens fed in this step
+    decode_tokens: int             # one per sequence that was generating
+    running: int                   # sequences holding a KV cache after the step
+    waiting: int                   # requests queued (new or preempted) after the step
+    free_blocks: int               # KV blocks free after the step
+    finished: int                  # requests that finished in this step
+    preemptions: int               # preemptions while scheduling this step

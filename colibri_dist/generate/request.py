@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from .detok import NullDetokenizer
-from .outputs import Completion, Score, StreamEvent
+from .outputs import Completion, RequestMetrics, Score, StreamEvent
 from .sampler import logsumexp
 
 
@@ -25,7 +25,8 @@ class Request:
         self.streamed = 0                     # characters of text already streamed
         self.holdback = max((len(s) for s in params.stop), default=1) - 1 if params else 0
         self.result = None
-        self.t_added, self.t_first, self.t_done = time.perf_counter(), None, None
+        self.t_added, self.t_sched, self.t_first, self.t_done = time.perf_counter(), None, None, None
+        self.preemptions = 0
 
     def num_tokens(self):
         return len(self.prompt) + len(self.output)
@@ -44,6 +45,10 @@ class Request:
     def reset_cache(self):
         self.seq, self.computed = None, 0
         self.score_lps = []
+        self.preemptions += 1
+
+    def metrics(self):
+        return RequestMetrics(self.t_added, self.t_sched, self.t_first, self.t_done, self.preemptions)
 
     # ------------------------------------------------------------ after a forward
     def advance(self, n, logits, model, on_token):
@@ -71,9 +76,9 @@ class Request:
             self.score_lps.append(float(np.float64(np.float32(logits[j][tok])) - logsumexp(logits[j])))
         if self.computed < len(self.prompt):
             return False
-        self.result = Score(list(self.prompt), list(self.score_lps), float(np.sum(self.score_lps, dtype=np.float64)),
-                            len(self.prompt), request_id=self.request_id)
         self.t_done = time.perf_counter()
+        self.result = Score(list(self.prompt), list(self.score_lps), float(np.sum(self.score_lps, dtype=np.float64)),
+                            len(self.prompt), request_id=self.request_id, metrics=self.metrics())
         return True
 
     def _check_stop(self, token, delta, model):
@@ -109,10 +114,10 @@ class Request:
             else:
                 text = self.detok.text[:cut]
             delta = text[self.streamed:]
+            self.t_done = time.perf_counter()
             self.result = Completion(list(self.prompt), list(self.output), text, reason,
                                      list(self.logprobs) if self.params.logprobs > 0 else None,
-                                     stop_reason, request_id=self.request_id)
-            self.t_done = time.perf_counter()
+                                     stop_reason, request_id=self.request_id, metrics=self.metrics())
         self.streamed += len(delta)
         if on_token is not None:
             on_token(StreamEvent(self.index, token, delta, reason))

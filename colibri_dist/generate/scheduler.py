@@ -16,12 +16,13 @@ StepModel protocol (duck-typed; the whole-model engine provides it):
     release(seq) -> None                 frees its blocks
     forward([(seq, token_ids, want_all), ...]) -> [float32 [len(token_ids) or 1, vocab], ...]
 """
+import time
 from collections import deque
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from .detok import Detokenizer
-from .outputs import Completion, Score
+from .outputs import Completion, Score, StepStats
 from .request import Request
 from .sampler import Sampler
 
@@ -109,12 +110,12 @@ class Scheduler:
     def has_work(self):
         return bool(self.waiting or self.running)
 
-    def run(self, on_token=None):
+    def run(self, on_token=None, on_step=None):
         """Step until every request is done; results in the order added. If anything raises (the
-        model, the callback, Ctrl-C), every sequence's KV blocks are released before it propagates."""
+        model, a callback, Ctrl-C), every sequence's KV blocks are released before it propagates."""
         try:
             while self.has_work():
-                self.step(on_token)
+                self.step(on_token, on_step)
         except BaseException:
             self.abort()
             raise
@@ -129,29 +130,38 @@ class Scheduler:
         self.running.clear()
         self.waiting.clear()
 
-    def step(self, on_token=None):
-        """One batched model call; returns the requests that finished in it."""
+    def step(self, on_token=None, on_step=None):
+        """One batched model call; returns the requests that finished in it. on_step(StepStats)."""
+        t0, preempted = time.perf_counter(), self.stats["preemptions"]
         sched = self._schedule()
         if not sched:
             return []
         outs = self.model.forward([(r.seq, r.pending(n), r.kind == "score") for r, n in sched])
         if len(outs) != len(sched):
             raise InvalidArgument(f"model.forward returned {len(outs)} results for {len(sched)} steps")
-        self._count(sched)
+        prefill, decode = self._count(sched)
         done = [r for (r, n), logits in zip(sched, outs) if r.advance(n, logits, self.model, on_token)]
         for r in done:
             self.running.remove(r)
             self.model.release(r.seq)
             r.seq = None
+        if on_step is not None:
+            on_step(StepStats(t0, time.perf_counter(), prefill, decode, len(self.running), len(self.waiting),
+                              self.model.free_blocks(), len(done), self.stats["preemptions"] - preempted))
         return done
 
     def _count(self, sched):
+        """Update the totals; -> (prefill tokens, decode tokens) of this step."""
         st = self.stats
         st["steps"] += 1
-        for r, n in sched:
-            st["decode_tokens" if n == 1 and r.computed >= len(r.prompt) else "prefill_tokens"] += n
+        decode = sum(n for r, n in sched if r.kind != "score" and r.computed == r.num_tokens() - 1 and n == 1
+                     and r.computed >= len(r.prompt))
+        prefill = sum(n for _, n in sched) - decode
+        st["decode_tokens"] += decode
+        st["prefill_tokens"] += prefill
         st["max_running"] = max(st["max_running"], len(self.running))
-        st["max_batch_tokens"] = max(st["max_batch_tokens"], sum(n for _, n in sched))
+        st["max_batch_tokens"] = max(st["max_batch_tokens"], prefill + decode)
+        return prefill, decode
 
     def _chunk(self, r, budget):
         n = min(r.num_pending(), budget)
@@ -198,6 +208,8 @@ class Scheduler:
                 continue
             self.waiting.popleft()
             r.seq = self.model.new_sequence()
+            if r.t_sched is None:
+                r.t_sched = time.perf_counter()
             self.running.append(r)
             reserved += need
             sched.append((r, n))

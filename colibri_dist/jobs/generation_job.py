@@ -23,6 +23,7 @@ import time
 
 from ..errors import InvalidArgument
 from ..fsutil import atomic_write
+from .generation_metrics import GenerationMeter
 from .generation_rows import INPUT_EXTS, RowReader, check_sampling_defaults, count_rows
 from .progress import RequestProgress
 from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
@@ -43,11 +44,13 @@ class _GenerationKind:
         return {"fields": [j.prompt_field, j.messages_field, j.prompt_ids_field, j.sampling_field, j.id_field],
                 "sampling_params": dict(j.sampling_params), "seed": j.seed}
 
-    def run_shard(self, shard, progress, out_path):
+    def run_shard(self, shard, progress, out_path, meter=None):
         rows = self.reader.read(shard)
         self._fail_fast(rows)
         good = [r for r in rows if r.error is None]
-        results = self._run([r for r in good], progress) if good else []
+        results = self._run(good, progress, meter) if good else []
+        if meter is not None:
+            meter.add_results(results)
         out = {}
         for r, res in zip(good, results):
             if res.error is not None:
@@ -70,10 +73,8 @@ class _GenerationKind:
 class GenerateKind(_GenerationKind):
     kind = "generate"
 
-    def _run(self, rows, progress):
-        kwargs = {}
-        if "on_token" in inspect.signature(self.llm.generate).parameters:
-            kwargs["on_token"] = progress.on_token
+    def _run(self, rows, progress, meter):
+        kwargs = _callbacks(self.llm.generate, on_token=progress.on_token, on_step=meter and meter.on_step)
         return self.llm.generate([r.prompt_ids for r in rows], [r.params for r in rows], **kwargs)
 
     def _out_row(self, row, c):
@@ -98,8 +99,9 @@ class GenerateKind(_GenerationKind):
 class ScoreKind(_GenerationKind):
     kind = "score"
 
-    def _run(self, rows, progress):
-        return self.llm.score([r.prompt_ids for r in rows])
+    def _run(self, rows, progress, meter):
+        kwargs = _callbacks(self.llm.score, on_step=meter and meter.on_step)
+        return self.llm.score([r.prompt_ids for r in rows], **kwargs)
 
     def _out_row(self, row, s):
         if row.error is not None:
@@ -113,6 +115,12 @@ class ScoreKind(_GenerationKind):
 
 
 KINDS = {"generate": GenerateKind, "score": ScoreKind}
+
+
+def _callbacks(method, **callbacks):
+    """The callbacks `method` accepts (an LLM may not take on_step or on_token)."""
+    params = inspect.signature(method).parameters
+    return {k: v for k, v in callbacks.items() if v is not None and k in params}
 
 
 def open_job_llm(cfg):
@@ -187,16 +195,17 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
     pending = [s for s in shards if not manifest.is_done(s.name)]
     progress = RequestProgress(sum(s.rows for s in shards), sum(s.rows for s in shards if s not in pending),
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
-    t0 = time.perf_counter()
+    t0, meter = time.perf_counter(), GenerationMeter()
     try:
         for shard in pending:
             name = f"{shard.name}.jsonl"
-            info = kind.run_shard(shard, progress, os.path.join(out_dir, name))
+            info = kind.run_shard(shard, progress, os.path.join(out_dir, name), meter)
             manifest.mark_done(shard.name, dict(info, output=name))
             progress.rows_done(info["rows"])
     finally:
         progress.close()
     report = build_report(cfg, manifest, len(pending), time.perf_counter() - t0)
+    report["this_run"] = meter.report()
     atomic_write(os.path.join(out_dir, "report.json"), [json.dumps(report, indent=1).encode()])
     return report
 

@@ -35,10 +35,11 @@ class FakeLLM:
         if self.fail_on_call == self.calls:
             raise RuntimeError("killed")
 
-    def generate(self, prompts, sampling_params=None, on_token=None):
+    def generate(self, prompts, sampling_params=None, on_token=None, on_step=None):
         self._tick()
         return generate(self._model(), self.tokenizer, prompts, sampling_params,
-                        SchedulerConfig(max_num_batched_tokens=16, prefill_chunk_size=5), on_token=on_token)
+                        SchedulerConfig(max_num_batched_tokens=16, prefill_chunk_size=5), on_token=on_token,
+                        on_step=on_step)
 
     def chat(self, conversations, sampling_params=None, on_token=None):
         self._tick()

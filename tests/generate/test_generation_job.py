@@ -200,3 +200,25 @@ def test_progress_log_lines(tmp_path):
     run_generation_job(load_config(str(p)), FakeLLM(), out_dir=str(tmp_path / "out"), stream=stream)
     lines = stream.getvalue().splitlines()
     assert lines[-1].endswith("ETA 0s") and "5/5 requests" in lines[-1] and "tokens generated" in lines[-1]
+
+
+def test_report_latency_throughput_timeline(tmp_path):
+    os.makedirs(tmp_path / "data")
+    _write(tmp_path / "data" / "in.jsonl", GOOD + [BAD[0][0]])
+    rep = run_generation_job(_cfg(tmp_path), FakeLLM(), out_dir=str(tmp_path / "out"))
+    run = rep["this_run"]
+    assert run["latency"]["time_to_first_token_s"]["n"] == 5 == run["latency"]["request_latency_s"]["n"]
+    lat = run["latency"]["request_latency_s"]
+    assert 0 <= lat["p50"] <= lat["p90"] <= lat["p99"]
+    tp = run["throughput"]
+    if run["preemptions"] == 0:
+        assert tp["decode_tokens"] == rep["generated_tokens"] - 5 and tp["prefill_tokens"] == rep["input_tokens"]
+    else:                                       # recomputed tokens are prefill again
+        assert tp["decode_tokens"] <= rep["generated_tokens"] - 5 and tp["prefill_tokens"] > rep["input_tokens"]
+    assert tp["decode_tokens_per_s"] > 0 and tp["step_s"] > 0
+    assert sum(b["finished"] for b in run["timeline"]) == 5 and run["timeline"][0]["t"] == 0
+    with open(tmp_path / "out" / "report.json") as fh:
+        assert json.load(fh)["this_run"]["latency"] == run["latency"]
+    score_rep = run_generation_job(_cfg(tmp_path, kind="score"), FakeLLM(), out_dir=str(tmp_path / "s"))
+    # the fake's score() takes no on_step: no timeline, the latencies still come from the results
+    assert score_rep["this_run"]["timeline"] == [] and score_rep["this_run"]["latency"]["request_latency_s"]["n"] == 4

@@ -212,3 +212,27 @@ def test_a_raising_callback_releases_every_sequence():
     assert not m.live and m.used == 0
     again = generate(m, None, PROMPTS[:2], PARAMS[:2], request_ids=IDS[:2])     # the model is still usable
     assert all(c.error is None for c in again)
+
+
+def test_step_stats_and_request_metrics():
+    steps = []
+    out = generate(_model(), None, PROMPTS[:20], PARAMS[:20], SchedulerConfig(max_num_batched_tokens=24,
+                                                                               prefill_chunk_size=6),
+                   request_ids=IDS[:20], on_step=steps.append)
+    assert sum(s.prefill_tokens for s in steps) == sum(len(p) for p in PROMPTS[:20])
+    assert sum(s.decode_tokens for s in steps) == sum(len(c.token_ids) - 1 for c in out)
+    assert sum(s.finished for s in steps) == 20 and steps[-1].running == steps[-1].waiting == 0
+    assert all(s.prefill_tokens + s.decode_tokens <= 24 and s.t_end >= s.t_start for s in steps)
+    for c in out:
+        m = c.metrics
+        assert m.arrival_time <= m.first_scheduled_time <= m.first_token_time <= m.finished_time
+        assert m.time_to_first_token >= 0 and m.latency >= m.time_to_first_token and m.preemptions == 0
+    tight = []
+    sched = Scheduler(_model(num_blocks=16, block_size=4), SchedulerConfig(max_num_batched_tokens=64))
+    for p, sp, rid in zip(PROMPTS, PARAMS, IDS):
+        sched.add_generate(p, sp, rid)
+    res = sched.run(on_step=tight.append)
+    assert sum(c.metrics.preemptions for c in res) == sched.stats["preemptions"] == sum(s.preemptions for s in tight)
+    assert min(s.free_blocks for s in tight) >= 0 and max(s.running for s in tight) <= 16
+    sc = score(_model(), None, PROMPTS[:3], on_step=tight.append)
+    assert all(s.metrics.first_token_time is None and s.metrics.latency >= 0 for s in sc)
