@@ -193,6 +193,10 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
     manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
     clean_temp_files(out_dir)
     pending = [s for s in shards if not manifest.is_done(s.name)]
+    if cfg.report.progress != "none":
+        resumed = f", {len(shards) - len(pending)} already written" if len(pending) < len(shards) else ""
+        print(f"colibri: {cfg.job.kind} job: {sum(s.rows for s in shards)} rows in {len(shards)} shard(s)"
+              f"{resumed}; output {out_dir}", file=stream, flush=True)
     progress = RequestProgress(sum(s.rows for s in shards), sum(s.rows for s in shards if s not in pending),
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
     t0, meter = time.perf_counter(), GenerationMeter()
