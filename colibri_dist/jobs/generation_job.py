@@ -44,24 +44,33 @@ class _GenerationKind:
         return {"fields": [j.prompt_field, j.messages_field, j.prompt_ids_field, j.sampling_field, j.id_field],
                 "sampling_params": dict(j.sampling_params), "seed": j.seed}
 
-    def run_shard(self, shard, progress, out_path, meter=None):
-        rows = self.reader.read(shard)
-        self._fail_fast(rows)
-        good = [r for r in rows if r.error is None]
+    def run_group(self, shards, progress, out_dir, meter=None):
+        """Generate for the rows of several shards in ONE llm call (the scheduler keeps its batch full
+        across shard boundaries), then write each shard atomically; -> [(shard, output name, info)]."""
+        per_shard = [self.reader.read(s) for s in shards]
+        for rows in per_shard:
+            self._fail_fast(rows)
+        good = [r for rows in per_shard for r in rows if r.error is None]
         results = self._run(good, progress, meter) if good else []
         if meter is not None:
             meter.add_results(results)
-        out = {}
+        result_of = {}
         for r, res in zip(good, results):
             if res.error is not None:
                 r.error = str(res.error)
-            out[r.index] = res
-        self._fail_fast(rows)
-        lines = [json.dumps(self._out_row(r, out.get(r.index))) for r in rows]
+            result_of[id(r)] = res
+        for rows in per_shard:
+            self._fail_fast(rows)
+        return [self._write(shard, rows, result_of, out_dir) for shard, rows in zip(shards, per_shard)]
+
+    def _write(self, shard, rows, result_of, out_dir):
+        name = f"{shard.name}.jsonl"
+        lines = [json.dumps(self._out_row(r, result_of.get(id(r)))) for r in rows]
         data = ("\n".join(lines) + ("\n" if lines else "")).encode()
-        atomic_write(out_path, [data])
-        return dict(self._summary(rows, out), rows=len(rows), errors=sum(r.error is not None for r in rows),
-                    bytes=len(data))
+        atomic_write(os.path.join(out_dir, name), [data])
+        ok = [result_of[id(r)] for r in rows if r.error is None]
+        return shard, name, dict(self._summary(ok), rows=len(rows), errors=sum(r.error is not None for r in rows),
+                                 bytes=len(data))
 
     def _fail_fast(self, rows):
         if self.job.on_error == "fail":
@@ -87,8 +96,7 @@ class GenerateKind(_GenerationKind):
             out["logprobs"] = [lp.to_dict() for lp in c.logprobs]
         return out
 
-    def _summary(self, rows, out):
-        ok = [c for c in out.values() if c.error is None]
+    def _summary(self, ok):
         reasons = {}
         for c in ok:
             reasons[c.finish_reason] = reasons.get(c.finish_reason, 0) + 1
@@ -109,8 +117,7 @@ class ScoreKind(_GenerationKind):
         return {"id": row.id, "prompt_logprobs": list(s.token_logprobs), "total_logprob": s.total_logprob,
                 "num_tokens": s.num_tokens}
 
-    def _summary(self, rows, out):
-        ok = [s for s in out.values() if s.error is None]
+    def _summary(self, ok):
         return {"tokens": 0, "input_tokens": sum(s.num_tokens for s in ok), "finish_reasons": {}}
 
 
@@ -201,17 +208,31 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
     t0, meter = time.perf_counter(), GenerationMeter()
     try:
-        for shard in pending:
-            name = f"{shard.name}.jsonl"
-            info = kind.run_shard(shard, progress, os.path.join(out_dir, name), meter)
-            manifest.mark_done(shard.name, dict(info, output=name))
-            progress.rows_done(info["rows"])
+        for group in _groups(pending, cfg.job):
+            for shard, name, info in kind.run_group(group, progress, out_dir, meter):
+                manifest.mark_done(shard.name, dict(info, output=name))
+                progress.rows_done(info["rows"])
     finally:
         progress.close()
     report = build_report(cfg, manifest, len(pending), time.perf_counter() - t0)
     report["this_run"] = meter.report()
     atomic_write(os.path.join(out_dir, "report.json"), [json.dumps(report, indent=1).encode()])
     return report
+
+
+def _groups(pending, job):
+    """Consecutive shards with >= 4 x max_num_seqs rows together (one llm call each), so small shards
+    do not drain the batch at every boundary; one shard at a time with `on_error: fail` (stop there)."""
+    target = 4 * job.max_num_seqs if job.on_error == "continue" else 0
+    group, rows = [], 0
+    for shard in pending:
+        group.append(shard)
+        rows += shard.rows
+        if rows >= target:
+            yield group
+            group, rows = [], 0
+    if group:
+        yield group
 
 
 def build_report(cfg, manifest, shards_this_run, elapsed_s):

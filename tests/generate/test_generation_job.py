@@ -115,18 +115,23 @@ def test_killed_run_resumes_to_the_same_bytes(tmp_path):
              "sampling_params": {"temperature": 0.8 * (i % 2)}} for i in range(11)]
     _write(tmp_path / "data" / "a.jsonl", rows[:6])
     _write(tmp_path / "data" / "b.jsonl", rows[6:])
-    cfg = _cfg(tmp_path, extra="  shard_rows: 2\n")
-    run_generation_job(cfg, FakeLLM(), out_dir=str(tmp_path / "ref"))
+    cfg = _cfg(tmp_path, extra="  shard_rows: 2\n  max_num_seqs: 1\n")   # llm calls of >= 4 rows: 2 shards
+    ref = FakeLLM()
+    run_generation_job(cfg, ref, out_dir=str(tmp_path / "ref"))
+    assert ref.calls == 3
     with pytest.raises(RuntimeError, match="killed"):
         run_generation_job(cfg, FakeLLM(fail_on_call=3), out_dir=str(tmp_path / "cut"))
-    assert len([n for n in os.listdir(tmp_path / "cut") if n.endswith(".jsonl")]) == 2
+    assert len([n for n in os.listdir(tmp_path / "cut") if n.endswith(".jsonl")]) == 4
     again = FakeLLM()
     rep = run_generation_job(cfg, again, out_dir=str(tmp_path / "cut"))
-    assert again.calls == 6 - 2 and rep["shards"] == {"total": 6, "written_this_run": 4} and rep["rows"] == 11
+    assert again.calls == 1 and rep["shards"] == {"total": 6, "written_this_run": 2} and rep["rows"] == 11
+    one_call = tmp_path / "one"                    # default grouping: the whole job in one call, same bytes
+    run_generation_job(_cfg(tmp_path, extra="  shard_rows: 2\n"), FakeLLM(), out_dir=str(one_call))
     names = sorted(n for n in os.listdir(tmp_path / "ref") if n.endswith(".jsonl"))
     assert names == sorted(n for n in os.listdir(tmp_path / "cut") if n.endswith(".jsonl")) and len(names) == 6
     for n in names:
         assert (tmp_path / "ref" / n).read_bytes() == (tmp_path / "cut" / n).read_bytes()
+        assert (tmp_path / "ref" / n).read_bytes() == (one_call / n).read_bytes()
     assert [r["id"] for r in _rows(tmp_path / "cut")] == [r["id"] for r in rows]
 
 
