@@ -15,10 +15,9 @@ Rounding to int8 is round-half-to-even (np.rint). Inputs must be finite.
 """
 import numpy as np
 
+from ..encodings import BY_NAME, SCALE_GROUP, SCALE_ROW, encoding
 from ..errors import InvalidArgument
-from .layout import GROUP_SIZE, PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout
-
-_ELEM_BYTES = {0: 4, 1: 2, 2: 2}
+from .layout import PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout
 
 
 def _align(n, a=PART_ALIGN):
@@ -52,19 +51,17 @@ def quantize_matrix(w, scheme):
         raise InvalidArgument(f"weight matrix must be 2-D and non-empty, got shape {w.shape}")
     if not np.isfinite(w).all():
         raise InvalidArgument("weight matrix contains NaN or Inf")
-    code = SCHEMES[scheme]
-    if code == 0:
-        return np.ascontiguousarray(w), None, None
-    if code == 1:
-        return w.astype(np.float16).view(np.uint16), None, None
-    if code == 2:
-        return f32_to_bf16_bits(w), None, None
-    if code == 3:
+    enc = BY_NAME[scheme]
+    if not enc.is_int:
+        if enc.bits == 32:
+            return np.ascontiguousarray(w), None, None
+        return (w.astype(np.float16).view(np.uint16) if enc.name == "f16" else f32_to_bf16_bits(w)), None, None
+    if enc.scale_kind == SCALE_ROW:
         q, scale = _symmetric_int8(w, np.abs(w).max(axis=1, keepdims=True))
         scale = scale.reshape(-1)
         return q, scale, None
-    if code in GROUP_SIZE:
-        return _quantize_groups(w, GROUP_SIZE[code])
+    if enc.scale_kind == SCALE_GROUP:
+        return _quantize_groups(w, enc.group)
     return _quantize_minmax(w)
 
 
@@ -94,18 +91,20 @@ def dequantize(blob, m):
     blob = np.asarray(blob, dtype=np.uint8).reshape(-1)
     raw = blob[m.data_offset:m.data_offset + m.data_bytes]
     shape = (m.rows, m.cols)
-    if m.dtype == 0:
+    name = encoding(m.dtype).name
+    if name == "f32":
         return raw.view(np.float32).reshape(shape).copy()
-    if m.dtype == 1:
+    if name == "f16":
         return raw.view(np.float16).astype(np.float32).reshape(shape)
-    if m.dtype == 2:
+    if name == "bf16":
         return bf16_bits_to_f32(raw.view(np.uint16)).reshape(shape)
+    enc = encoding(m.dtype)
     q = raw.view(np.int8).reshape(shape)
     scales = blob[m.scale_offset:m.scale_offset + 4 * m.scale_count].view(np.float32)
-    if m.dtype == 3:
+    if enc.scale_kind == SCALE_ROW:
         return q.astype(np.float32) * scales[:, None]
-    if m.dtype in GROUP_SIZE:
-        g = GROUP_SIZE[m.dtype]
+    if enc.scale_kind == SCALE_GROUP:
+        g = enc.group
         per_col = np.repeat(scales.reshape(m.rows, -1), g, axis=1)[:, :m.cols]
         return (q.astype(np.float32) * per_col).astype(np.float32)
     zero = int(blob[m.zero_offset:m.zero_offset + 4].view(np.int32)[0])

@@ -8,6 +8,7 @@
  * attributes: no global -m flags.
  */
 #include "kernels.h"
+#include "cb_internal.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #include <math.h>
@@ -166,9 +167,8 @@ DTYPE_KERNEL(k_i8mm, CB_I8_MINMAX)
 
 void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                       float *const *outs, int64_t nt) {
-    static const size_t elem[8] = {4, 2, 2, 1, 1, 1, 1, 1};
     int32_t g = cb_group_size(w->dtype);
-    wdesc d = {(const unsigned char *)w->data, w->scales, elem[w->dtype] * (size_t)w->cols, w->cols,
+    wdesc d = {(const unsigned char *)w->data, w->scales, (size_t)cb_row_bytes(w->dtype, w->cols), w->cols,
                g ? (w->cols + g - 1) / g : 0, w->zero ? w->zero[0] : 0};
     switch (w->dtype) {
     case CB_F32: k_f32(&d, r0, r1, xs, outs, nt); break;

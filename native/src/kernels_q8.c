@@ -16,7 +16,7 @@ static float row_amax(const float *x, int32_t K) {
     return amax;
 }
 
-static void quantize_scalar(const float *x, int32_t K, float inv, int16_t *q) {
+void cb_quantize_q8_scalar(const float *x, int32_t K, float inv, int16_t *q) {
     for (int32_t k = 0; k < K; k++) {
         float v = rintf(x[k] * inv);
         q[k] = (int16_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
@@ -27,7 +27,7 @@ static void quantize_scalar(const float *x, int32_t K, float inv, int16_t *q) {
 #include <immintrin.h>
 /* Same bits as quantize_scalar: one rounded multiply, round-to-nearest-even, clamp. */
 __attribute__((target("avx2,fma,f16c")))
-static void quantize_avx2(const float *x, int32_t K, float inv, int16_t *q) {
+void cb_quantize_q8_avx2(const float *x, int32_t K, float inv, int16_t *q) {
     size_t n = (size_t)K, n8 = n - n % 8;
     __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
     for (size_t k = 0; k < n8; k += 8) {
@@ -36,18 +36,14 @@ static void quantize_avx2(const float *x, int32_t K, float inv, int16_t *q) {
         __m128i p = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
         _mm_storeu_si128((__m128i *)(q + k), p);
     }
-    quantize_scalar(x + n8, (int32_t)(n - n8), inv, q + n8);
+    cb_quantize_q8_scalar(x + n8, (int32_t)(n - n8), inv, q + n8);
 }
 #endif
 
 void cb_quantize_row_q8(const float *x, int32_t K, int16_t *q, float *scale) {
     float amax = row_amax(x, K);
     float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (cb_simd_level() == 2) quantize_avx2(x, K, inv, q);
-    else
-#endif
-        quantize_scalar(x, K, inv, q);
+    cb_kernels()->quantize_q8(x, K, inv, q);
     *scale = amax / 127.0f;
 }
 
@@ -127,6 +123,7 @@ void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16
     }
 }
 #else
+void cb_quantize_q8_avx2(const float *x, int32_t K, float inv, int16_t *q) { cb_quantize_q8_scalar(x, K, inv, q); }
 void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                          const float *sx, float *const *outs, int64_t nt) {
     cb_dot_rows_q8_scalar(w, r0, r1, xq, sx, outs, nt);
@@ -135,6 +132,5 @@ void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16
 
 void cb_dot_rows_q8(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq, const float *sx,
                     float *const *outs, int64_t nt) {
-    if (cb_simd_level() == 2) cb_dot_rows_q8_avx2(w, r0, r1, xq, sx, outs, nt);
-    else cb_dot_rows_q8_scalar(w, r0, r1, xq, sx, outs, nt);
+    cb_kernels()->dot_rows_q8(w, r0, r1, xq, sx, outs, nt);
 }

@@ -1,12 +1,12 @@
-"""Expert FFN on every weight scheme vs the numpy reference, on both SIMD paths; scalar == avx2 bit for bit."""
+"""Expert FFN on every weight scheme vs the numpy reference, on every SIMD level; each level == scalar bit for bit."""
 import numpy as np
 import pytest
 
 from colibri_dist.format.quantize import dequantize, pack_expert
 from colibri_dist.native import Runtime, simd_force, simd_name
-from native_helpers import SCHEMES, decoded, ffn_ref, rand_expert, view_of
+from native_helpers import AVAILABLE_LEVELS, simd_params, SCHEMES, decoded, ffn_ref, rand_expert, view_of
 
-PATHS = ["avx2", "scalar"] if simd_name() == "avx2" else ["scalar"]
+PATHS = simd_params()
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +29,14 @@ def test_expert_forward_matches_decoded_reference(rt, path, scheme, hidden, inte
     assert np.abs(out - ref).max() <= 2e-5 * np.abs(ref).max()
 
 
-@pytest.mark.skipif(len(PATHS) < 2, reason="AVX2 kernels unavailable (CPU lacks AVX2/FMA/F16C or COLIBRI_SIMD=scalar)")
+@pytest.mark.parametrize("path", [p for p in PATHS if p.values[0] != "scalar"])
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_scalar_and_avx2_are_bit_identical(rt, scheme):
-    rng = np.random.default_rng(7)
-    view = view_of(rand_expert(rng, 131, 70), scheme)
-    x = rng.standard_normal((9, 131)).astype(np.float32)
-    with simd_force("avx2"):
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 9, 17])
+def test_every_simd_level_is_bit_identical_to_scalar(rt, path, scheme, n):
+    rng = np.random.default_rng(7 + n)
+    view = view_of(rand_expert(rng, 131, 70), scheme)      # 131, 70: odd K tails and short last groups
+    x = rng.standard_normal((n, 131)).astype(np.float32)
+    with simd_force(path):
         a = rt.expert_forward(x, view)
     with simd_force("scalar"):
         b = rt.expert_forward(x, view)
