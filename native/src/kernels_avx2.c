@@ -10,18 +10,7 @@
 #include "kernels.h"
 #include "cb_internal.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#include <math.h>
-
-#define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-#define AVX2_OUTLINE __attribute__((noinline, target("avx2,fma,f16c")))
-
-typedef struct {
-    const unsigned char *data; /* row 0 start */
-    const float *scales;
-    size_t row_bytes;
-    int32_t cols, ngroups, zero;
-} wdesc;
+#include "kernels_x86.h"
 
 /* Indices are size_t throughout: the Python build adds -fwrapv, which makes
  * int32 induction variables cost a sign extension per load. */
@@ -46,36 +35,6 @@ AVX2_FN __m256 dec8(int dtype, const unsigned char *row, const float *gscale, in
     }
     }
 }
-
-AVX2_FN float dec1(int dtype, const unsigned char *row, const float *gscale, int32_t zero, size_t k) {
-    switch (dtype) {
-    case CB_F32: return ((const float *)row)[k];
-    case CB_F16: return cb_f16_to_f32(((const uint16_t *)row)[k]);
-    case CB_BF16: return cb_bf16_to_f32(((const uint16_t *)row)[k]);
-    case CB_I8_ROW: return (float)((const int8_t *)row)[k];
-    case CB_I8_MINMAX: return (float)((int32_t)((const int8_t *)row)[k] - zero);
-    default: return (float)((const int8_t *)row)[k] * gscale[k / (size_t)cb_group_size(dtype)];
-    }
-}
-
-AVX2_FN float hsum(__m256 a) {
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-    return _mm_cvtss_f32(v);
-}
-
-AVX2_FN float finish(int dtype, const wdesc *d, int32_t r, __m256 acc, const unsigned char *row,
-                     const float *gscale, const float *x) {
-    size_t K = (size_t)d->cols, K8 = K - K % 8;
-    float s = hsum(acc);
-    for (size_t k = K8; k < K; k++) s = fmaf(dec1(dtype, row, gscale, d->zero, k), x[k], s);
-    if (dtype == CB_I8_ROW) s = s * d->scales[r];
-    else if (dtype == CB_I8_MINMAX) s = s * d->scales[0];
-    return s;
-}
-
-AVX2_FN size_t elem_bytes(int dtype) { return dtype == CB_F32 ? 4 : (dtype == CB_F16 || dtype == CB_BF16) ? 2 : 1; }
 
 /* TT tokens x TR rows starting at row r. pf != 0: software-prefetch (into L2: T0 measured
  * ~30% slower, it crowds L1's miss buffers) the weights pf bytes ahead (the next row tile). */

@@ -75,8 +75,9 @@ Q8_FN int32_t hsum_i32(__m256i a) {
     return _mm_cvtsi128_si32(v);
 }
 
+/* pf != 0: prefetch into L2 the block pf bytes ahead (the next row tile), linearly over the k loop. */
 Q8_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_t *const *xq, const float *sx,
-                   float *const *outs) {
+                   float *const *outs, size_t pf) {
     size_t K = (size_t)w->cols, K16 = K - K % 16;
     const int8_t *row[4];
     __m256i acc[4][4];
@@ -87,6 +88,9 @@ Q8_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_t 
 #pragma GCC unroll 4
         for (int j = 0; j < TR; j++) acc[i][j] = _mm256_setzero_si256();
     for (size_t k = 0; k < K16; k += 16) {
+        if (pf && (k & 63) == 0)
+            for (size_t b = 0; b < (size_t)TR * 64; b += 64)
+                _mm_prefetch((const char *)row[0] + pf + k * (size_t)TR + b, _MM_HINT_T1);
 #pragma GCC unroll 4
         for (int j = 0; j < TR; j++) {
             __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row[j] + k)));
@@ -106,20 +110,31 @@ Q8_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_t 
 }
 
 /* 4 tokens x 2 rows keeps 8 accumulators + temporaries in the 16 ymm registers
- * (4 x 3 spilled); a lone token uses 1 x 4. */
+ * (4 x 3 spilled); 2-3 tokens share each widened weight; a lone token uses 1 x 4
+ * with the next tile prefetched (decode is memory bound). */
 __attribute__((target("avx2,fma,f16c")))
 void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                          const float *sx, float *const *outs, int64_t nt) {
+    size_t rb = (size_t)w->cols;
     int64_t t = 0;
+    if (nt > 1 && nt < 4) {
+        int32_t r = r0;
+        for (; r + 3 <= r1; r += 3)
+            if (nt == 2) tile_q8(2, 3, w, r, xq, sx, outs, 3 * rb);
+            else tile_q8(3, 3, w, r, xq, sx, outs, 3 * rb);
+        for (; r < r1; r++)
+            for (t = 0; t < nt; t++) tile_q8(1, 1, w, r, xq + t, sx + t, outs + t, 0);
+        return;
+    }
     for (; t + 4 <= nt; t += 4) {
         int32_t r = r0;
-        for (; r + 2 <= r1; r += 2) tile_q8(4, 2, w, r, xq + t, sx + t, outs + t);
-        for (; r < r1; r++) tile_q8(4, 1, w, r, xq + t, sx + t, outs + t);
+        for (; r + 2 <= r1; r += 2) tile_q8(4, 2, w, r, xq + t, sx + t, outs + t, 0);
+        for (; r < r1; r++) tile_q8(4, 1, w, r, xq + t, sx + t, outs + t, 0);
     }
     for (; t < nt; t++) {
         int32_t r = r0;
-        for (; r + 4 <= r1; r += 4) tile_q8(1, 4, w, r, xq + t, sx + t, outs + t);
-        for (; r < r1; r++) tile_q8(1, 1, w, r, xq + t, sx + t, outs + t);
+        for (; r + 4 <= r1; r += 4) tile_q8(1, 4, w, r, xq + t, sx + t, outs + t, nt == 1 ? 4 * rb : 0);
+        for (; r < r1; r++) tile_q8(1, 1, w, r, xq + t, sx + t, outs + t, 0);
     }
 }
 #else
