@@ -61,20 +61,36 @@ def quantize_matrix(w, scheme):
         scale = scale.reshape(-1)
         return q, scale, None
     if enc.scale_kind == SCALE_GROUP:
-        return _quantize_groups(w, enc.group)
+        q, scale, zero = _quantize_groups(w, enc.group, enc.qmax)
+        return (pack_int4(q) if enc.bits == 4 else q), scale, zero
     return _quantize_minmax(w)
 
 
-def _quantize_groups(w, g):
+def pack_int4(q):
+    """int8 codes in [-8, 7] [rows, cols] -> uint8 [rows, ceil(cols/2)], low nibble = even column."""
+    rows, cols = q.shape
+    nib = np.zeros((rows, cols + cols % 2), dtype=np.uint8)
+    nib[:, :cols] = q.astype(np.uint8) & 0x0F
+    return (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
+
+
+def unpack_int4(packed, cols):
+    """uint8 [rows, ceil(cols/2)] -> int8 codes [rows, cols] (two's-complement nibbles)."""
+    p = np.asarray(packed, dtype=np.uint8)
+    nib = np.stack([p & 0x0F, p >> 4], axis=2).reshape(p.shape[0], -1)[:, :cols].astype(np.int8)
+    return ((nib ^ 8) - 8).astype(np.int8)
+
+
+def _quantize_groups(w, g, qmax=127):
     rows, cols = w.shape
     ng = -(-cols // g)
     padded = np.zeros((rows, ng * g), dtype=np.float32)
     padded[:, :cols] = w
     amax = np.abs(padded.reshape(rows, ng, g)).max(axis=2)          # [rows, ng]
-    scale = (amax / np.float32(127.0)).astype(np.float32)
+    scale = (amax / np.float32(qmax)).astype(np.float32)
     per_col = np.repeat(scale, g, axis=1)[:, :cols]
     safe = np.where(per_col > 0, per_col, np.float32(1.0))
-    q = np.clip(np.rint(w / safe), -127, 127).astype(np.int8)
+    q = np.clip(np.rint(w / safe), -qmax, qmax).astype(np.int8)
     return q, scale.reshape(-1), None
 
 
@@ -99,7 +115,7 @@ def dequantize(blob, m):
     if name == "bf16":
         return bf16_bits_to_f32(raw.view(np.uint16)).reshape(shape)
     enc = encoding(m.dtype)
-    q = raw.view(np.int8).reshape(shape)
+    q = unpack_int4(raw.reshape(m.rows, -1), m.cols) if enc.bits == 4 else raw.view(np.int8).reshape(shape)
     scales = blob[m.scale_offset:m.scale_offset + 4 * m.scale_count].view(np.float32)
     if enc.scale_kind == SCALE_ROW:
         return q.astype(np.float32) * scales[:, None]
@@ -128,10 +144,10 @@ def pack_expert(gate, up, down, scheme):
             parts[name] = quantize_matrix(w, scheme)
         except InvalidArgument as exc:
             raise InvalidArgument(f"expert matrix {name!r}: {exc}") from None
-    return _assemble(parts, scheme)
+    return _assemble(parts, scheme, shapes)
 
 
-def _assemble(parts, scheme):
+def _assemble(parts, scheme, shapes):
     code = SCHEMES[scheme]
     offset, chunks, offsets = 0, [], {}
     for kind, pick in (("data", 0), ("scale", 1), ("zero", 2)):
@@ -148,7 +164,7 @@ def _assemble(parts, scheme):
         blob[off:off + raw.size] = raw
     mls = {}
     for name in ("gate", "up", "down"):
-        rows, cols = parts[name][0].shape
+        rows, cols = shapes[name]
         d_off, d_bytes, _ = offsets[(name, "data")]
         s_off, _, s_count = offsets.get((name, "scale"), (-1, 0, 0))
         z_off = offsets.get((name, "zero"), (-1, 0, 0))[0]

@@ -43,11 +43,16 @@ typedef enum {
  *                 of g along cols; ngroups = ceil(cols/g); last group may be short)
  *   CB_I8_MINMAX  (q[r,c] - zero[0]) * scales[0]           (one scale, one int32
  *                 zero point per matrix)
+ *   CB_I4_G32/64  q[r,c] * scales[r*ngroups + c/g]     (symmetric int4 per group
+ *                 of g along cols, q in [-7, 7]; a row is ceil(cols/2) bytes,
+ *                 element c in byte c/2: low nibble for even c, high nibble for
+ *                 odd c, two's complement; an odd row's last high nibble is 0)
  * cb_encoding_of() gives these facts as data: the one table Python derives its
  * scheme names, group sizes and size rules from. */
 typedef enum {
     CB_F32 = 0, CB_F16 = 1, CB_BF16 = 2, CB_I8_ROW = 3,
-    CB_I8_G32 = 4, CB_I8_G64 = 5, CB_I8_G128 = 6, CB_I8_MINMAX = 7, CB_DTYPE_COUNT = 8
+    CB_I8_G32 = 4, CB_I8_G64 = 5, CB_I8_G128 = 6, CB_I8_MINMAX = 7,
+    CB_I4_G32 = 8, CB_I4_G64 = 9, CB_DTYPE_COUNT = 10
 } cb_dtype;
 
 typedef enum {

@@ -16,6 +16,8 @@ static const cb_encoding TABLE[CB_DTYPE_COUNT] = {
     {"int8-g64", CB_I8_G64, 8, 1, CB_SCALE_GROUP, 64, 0, 127},
     {"int8-g128", CB_I8_G128, 8, 1, CB_SCALE_GROUP, 128, 0, 127},
     {"int8-minmax", CB_I8_MINMAX, 8, 1, CB_SCALE_MATRIX, 0, 1, 127},
+    {"int4-g32", CB_I4_G32, 4, 1, CB_SCALE_GROUP, 32, 0, 7},
+    {"int4-g64", CB_I4_G64, 4, 1, CB_SCALE_GROUP, 64, 0, 7},
 };
 
 const cb_encoding *cb_encoding_of(int32_t dtype) {

@@ -10,7 +10,7 @@
  *
  * Per element (K = cols, K8 = K rounded down to a multiple of 8):
  *   v(k)  = decoded weight: f32 as is; f16/bf16 exact widening; I8_ROW (float)q;
- *           I8_Gg (float)q * scale[r, k/g] (rounded to f32); I8_MINMAX (float)(q - zero)
+ *           I8_Gg and I4_Gg (float)q * scale[r, k/g] (rounded to f32); I8_MINMAX (float)(q - zero)
  *   a[l]  = 0;  for k = 0, 8, .., K8-8:  a[l] = fma(v(k+l), x[k+l], a[l])   (l = 0..7)
  *   s     = ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))
  *   for k = K8 .. K-1:  s = fma(v(k), x[k], s)
@@ -82,6 +82,14 @@ static inline float cb_bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v = {(uint32_t)h << 16};
     return v.f;
 }
+
+/* Signed 4-bit code k of an int4 row (colibri.h nibble order). */
+static inline int32_t cb_i4_at(const unsigned char *row, size_t k) {
+    int32_t b = row[k >> 1];
+    return ((((k & 1) ? b >> 4 : b) & 15) ^ 8) - 8;
+}
+
+static inline int cb_is_i4(int32_t dtype) { return dtype == CB_I4_G32 || dtype == CB_I4_G64; }
 
 /* Group size of a CB_SCALE_GROUP dtype (0 otherwise), from the encoding table. */
 static inline int32_t cb_group_size(int32_t dtype) {

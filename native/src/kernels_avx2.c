@@ -29,15 +29,14 @@ AVX2_FN __m256 dec8(int dtype, const unsigned char *row, const float *gscale, in
         return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(zero)));
     }
     default: {
-        size_t shift = dtype == CB_I8_G32 ? 5 : dtype == CB_I8_G64 ? 6 : 7;
-        __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + k))));
-        return _mm256_mul_ps(q, _mm256_set1_ps(gscale[k >> shift]));
+        __m256i qi = cb_is_i4(dtype) ? i4x8(row, k) : _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + k)));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(qi), _mm256_set1_ps(gscale[k >> group_shift(dtype)]));
     }
     }
 }
 
-/* TT tokens x TR rows starting at row r. pf != 0: software-prefetch (into L2: T0 measured
- * ~30% slower, it crowds L1's miss buffers) the weights pf bytes ahead (the next row tile). */
+/* TT tokens x TR rows starting at row r. pf != 0: software-prefetch the weights pf bytes
+ * ahead (the next row tile; prefetch_span). */
 AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const float *const *xs,
                   float *const *outs, size_t pf) {
     __m256 acc[4][8];
@@ -55,13 +54,13 @@ AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const fl
 #pragma GCC unroll 8
         for (int j = 0; j < TR; j++) acc[i][j] = _mm256_setzero_ps();
     }
+    size_t bits = elem_bits(dtype);
     for (size_t k = 0; k < K8; k += 8) {
-        if (pf && TR == 8) /* 8 contiguous rows: walk the next tile's block linearly, 64 B per row-chunk */
-            for (size_t b = 0; b < 64 * elem_bytes(dtype); b += 64)
-                _mm_prefetch((const char *)row[0] + pf + k * 8 * elem_bytes(dtype) + b, _MM_HINT_T1);
-        else if (pf && ((k * elem_bytes(dtype)) & 63) == 0)
+        if (pf && TR == 8) /* 8 contiguous rows: walk the next tile's block linearly */
+            prefetch_span(row[0] + pf, k * 8 * bits / 8, (k + 8) * 8 * bits / 8);
+        else if (pf)
 #pragma GCC unroll 8
-            for (int j = 0; j < TR; j++) _mm_prefetch((const char *)row[j] + pf + k * elem_bytes(dtype), _MM_HINT_T1);
+            for (int j = 0; j < TR; j++) prefetch_span(row[j] + pf, k * bits / 8, (k + 8) * bits / 8);
 #pragma GCC unroll 8
         for (int j = 0; j < TR; j++) {
             __m256 w = dec8(dtype, row[j], gs[j], d->zero, k);
@@ -123,6 +122,8 @@ DTYPE_KERNEL(k_i8g32, CB_I8_G32)
 DTYPE_KERNEL(k_i8g64, CB_I8_G64)
 DTYPE_KERNEL(k_i8g128, CB_I8_G128)
 DTYPE_KERNEL(k_i8mm, CB_I8_MINMAX)
+DTYPE_KERNEL(k_i4g32, CB_I4_G32)
+DTYPE_KERNEL(k_i4g64, CB_I4_G64)
 
 void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                       float *const *outs, int64_t nt) {
@@ -137,6 +138,8 @@ void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *c
     case CB_I8_G32: k_i8g32(&d, r0, r1, xs, outs, nt); break;
     case CB_I8_G64: k_i8g64(&d, r0, r1, xs, outs, nt); break;
     case CB_I8_G128: k_i8g128(&d, r0, r1, xs, outs, nt); break;
+    case CB_I4_G32: k_i4g32(&d, r0, r1, xs, outs, nt); break;
+    case CB_I4_G64: k_i4g64(&d, r0, r1, xs, outs, nt); break;
     default: k_i8mm(&d, r0, r1, xs, outs, nt); break;
     }
 }

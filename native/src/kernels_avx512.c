@@ -29,9 +29,21 @@ A512_FN __m256i load2x16(const unsigned char *a, const unsigned char *b, size_t 
                                    _mm_loadu_si128((const __m128i *)(b + o)), 1);
 }
 
-/* Decoded weights k..k+7 of rows a (lanes 0-7) and b (lanes 8-15): the same values dec8 gives. */
-A512_FN __m512 dec16(int dtype, const unsigned char *a, const unsigned char *b, const float *ga, const float *gb,
-                     int32_t zero, size_t k) {
+/* int4 codes k..k+7 of rows a (lanes 0-7) and b (lanes 8-15) as floats: each lane's nibble
+ * shifted to the bottom, then vpermps (which reads only the low 4 index bits) looks up (float)q. */
+A512_FN __m512 i4x16(const unsigned char *a, const unsigned char *b, size_t k) {
+    int32_t va, vb;
+    __builtin_memcpy(&va, a + k / 2, 4);
+    __builtin_memcpy(&vb, b + k / 2, 4);
+    __m512i v = _mm512_inserti64x4(_mm512_set1_epi32(va), _mm256_set1_epi32(vb), 1);
+    const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+    return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), lut);
+}
+
+/* Codes k..k+7 of rows a and b as floats, before any group scale (the scale is applied by the caller,
+ * once per group built: pair_scale). */
+A512_FN __m512 dec16(int dtype, const unsigned char *a, const unsigned char *b, int32_t zero, size_t k) {
     switch (dtype) {
     case CB_F32:
         return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)a + k)),
@@ -39,15 +51,16 @@ A512_FN __m512 dec16(int dtype, const unsigned char *a, const unsigned char *b, 
     case CB_F16: return _mm512_cvtph_ps(load2x16(a, b, 2 * k));
     case CB_BF16:
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load2x16(a, b, 2 * k)), 16));
-    case CB_I8_ROW: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load2x8(a, b, k)));
     case CB_I8_MINMAX:
         return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepi8_epi32(load2x8(a, b, k)), _mm512_set1_epi32(zero)));
-    default: {
-        size_t shift = dtype == CB_I8_G32 ? 5 : dtype == CB_I8_G64 ? 6 : 7;
-        __m512 s = _mm512_insertf32x8(_mm512_set1_ps(ga[k >> shift]), _mm256_set1_ps(gb[k >> shift]), 1);
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load2x8(a, b, k))), s);
+    case CB_I4_G32: case CB_I4_G64: return i4x16(a, b, k);
+    default: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load2x8(a, b, k)));   /* I8_ROW, I8_G* */
     }
-    }
+}
+
+/* Group scales of rows a (lanes 0-7) and b (lanes 8-15) for group gi. */
+A512_FN __m512 pair_scale(const float *ga, const float *gb, size_t gi) {
+    return _mm512_insertf32x8(_mm512_set1_ps(ga[gi]), _mm256_set1_ps(gb[gi]), 1);
 }
 
 /* TT tokens x TP row pairs from row r (single: one row, lanes 8-15 repeat it and are dropped).
@@ -57,7 +70,7 @@ A512_FN void tile(int dtype, int TT, int TP, int single, const wdesc *d, int32_t
     __m512 acc[4][8];
     const unsigned char *row[16];
     const float *gs[16], *xp[4];
-    size_t K8 = (size_t)d->cols - (size_t)d->cols % 8, eb = elem_bytes(dtype);
+    size_t K8 = (size_t)d->cols - (size_t)d->cols % 8, bits = elem_bits(dtype);
     int NR = single ? 1 : 2 * TP;
 #pragma GCC unroll 16
     for (int j = 0; j < 2 * TP; j++) {
@@ -71,16 +84,26 @@ A512_FN void tile(int dtype, int TT, int TP, int single, const wdesc *d, int32_t
 #pragma GCC unroll 8
         for (int p = 0; p < TP; p++) acc[i][p] = _mm512_setzero_ps();
     }
-    for (size_t k = 0; k < K8; k += 8) {
-        if (pf)     /* contiguous rows: walk the next tile's 2*TP*row_bytes linearly over the k loop */
-            for (size_t b = 0; b < (size_t)(2 * TP) * 8 * eb; b += 64)
-                _mm_prefetch((const char *)row[0] + pf + k * (size_t)(2 * TP) * eb + b, _MM_HINT_T1);
+    /* Group-scaled dtypes walk K one group at a time and build each row pair's scale vector once
+     * per group; the products (float)q * scale are the same as dec8's. */
+    size_t shift = d->ngroups ? group_shift(dtype) : 0, G = d->ngroups ? (size_t)1 << shift : (K8 ? K8 : 8);
+    for (size_t k0 = 0; k0 < K8; k0 += G) {
+        __m512 sv[8] = {0};
+        size_t kend = k0 + G < K8 ? k0 + G : K8;
+        if (d->ngroups)
 #pragma GCC unroll 8
-        for (int p = 0; p < TP; p++) {
-            __m512 w = dec16(dtype, row[2 * p], row[2 * p + 1], gs[2 * p], gs[2 * p + 1], d->zero, k);
+            for (int p = 0; p < TP; p++) sv[p] = pair_scale(gs[2 * p], gs[2 * p + 1], k0 >> shift);
+        for (size_t k = k0; k < kend; k += 8) {
+            if (pf) /* contiguous rows: walk the next tile's 2*TP*row_bytes linearly over the k loop */
+                prefetch_span(row[0] + pf, k * (size_t)(2 * TP) * bits / 8, (k + 8) * (size_t)(2 * TP) * bits / 8);
+#pragma GCC unroll 8
+            for (int p = 0; p < TP; p++) {
+                __m512 w = dec16(dtype, row[2 * p], row[2 * p + 1], d->zero, k);
+                if (d->ngroups) w = _mm512_mul_ps(w, sv[p]);
 #pragma GCC unroll 4
-            for (int i = 0; i < TT; i++)
-                acc[i][p] = _mm512_fmadd_ps(w, _mm512_broadcast_f32x8(_mm256_loadu_ps(xp[i] + k)), acc[i][p]);
+                for (int i = 0; i < TT; i++)
+                    acc[i][p] = _mm512_fmadd_ps(w, _mm512_broadcast_f32x8(_mm256_loadu_ps(xp[i] + k)), acc[i][p]);
+            }
         }
     }
 #pragma GCC unroll 4
@@ -154,6 +177,8 @@ DTYPE_KERNEL(k_i8g32, CB_I8_G32)
 DTYPE_KERNEL(k_i8g64, CB_I8_G64)
 DTYPE_KERNEL(k_i8g128, CB_I8_G128)
 DTYPE_KERNEL(k_i8mm, CB_I8_MINMAX)
+DTYPE_KERNEL(k_i4g32, CB_I4_G32)
+DTYPE_KERNEL(k_i4g64, CB_I4_G64)
 
 void cb_dot_rows_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                         float *const *outs, int64_t nt) {
@@ -168,6 +193,8 @@ void cb_dot_rows_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const float 
     case CB_I8_G32: k_i8g32(&d, r0, r1, xs, outs, nt); break;
     case CB_I8_G64: k_i8g64(&d, r0, r1, xs, outs, nt); break;
     case CB_I8_G128: k_i8g128(&d, r0, r1, xs, outs, nt); break;
+    case CB_I4_G32: k_i4g32(&d, r0, r1, xs, outs, nt); break;
+    case CB_I4_G64: k_i4g64(&d, r0, r1, xs, outs, nt); break;
     default: k_i8mm(&d, r0, r1, xs, outs, nt); break;
     }
 }

@@ -4,6 +4,7 @@ import pytest
 
 from colibri_dist.format.quantize import dequantize, pack_expert
 from colibri_dist.native import Runtime, simd_force, simd_name
+from colibri_dist.native import expert_view
 from native_helpers import AVAILABLE_LEVELS, simd_params, SCHEMES, decoded, ffn_ref, rand_expert, view_of
 
 PATHS = simd_params()
@@ -50,7 +51,7 @@ def test_quantizer_roundtrip_error_bounds(scheme):
     blob, layout = pack_expert(g, u, d, scheme)
     back = dequantize(blob, layout.down)
     err = np.abs(back - d).max() / np.abs(d).max()
-    bound = {"f32": 0, "f16": 1e-3, "bf16": 8e-3}.get(scheme, 1 / 127 * 0.51 * 2)
+    bound = {"f32": 0, "f16": 1e-3, "bf16": 8e-3}.get(scheme, 1 / (7 if scheme.startswith("int4") else 127) * 0.51 * 2)
     assert err <= bound
     assert layout.nbytes % 64 == 0 and layout.gate.data_offset % 64 == 0 and layout.down.data_offset % 64 == 0
 
@@ -81,3 +82,25 @@ def test_minmax_zero_point_and_scale_shapes():
     assert layout.gate.scale_count == 1 and -128 <= zero <= 127 and zero != 0
     back = dequantize(blob, layout.gate)
     assert np.abs(back - g).max() <= 0.51 * blob[layout.gate.scale_offset:layout.gate.scale_offset + 4].view(np.float32)[0]
+
+
+@pytest.mark.parametrize("scheme,g", [("int4-g32", 32), ("int4-g64", 64)])
+def test_int4_packing_order_and_odd_rows(rt, scheme, g):
+    """colibri.h: element c in byte c // 2, low nibble for even c; odd rows end in a zero high nibble."""
+    inter, hidden = 3, 2 * g + 3                      # a short last group and an odd row length
+    gate = np.zeros((inter, hidden), np.float32)
+    gate[0, :4] = [7, -7, 1, -3]                     # group amax 7: scale 1, codes exact
+    gate[1, hidden - 1] = -3.5
+    gate[2] = np.linspace(-1, 1, hidden)
+    blob, layout = pack_expert(gate, gate, gate.T.copy(), scheme)
+    m = layout.gate
+    assert m.data_bytes == inter * (hidden + 1) // 2 and m.scale_count == inter * (-(-hidden // g))
+    raw = blob[m.data_offset:m.data_offset + m.data_bytes].reshape(inter, -1)
+    assert raw[0, 0] == (7 | ((-7 & 15) << 4)) and raw[0, 1] == (1 | ((-3 & 15) << 4))
+    assert raw[1, -1] == (-7 & 15)                   # element hidden-1 (even) in the low nibble, high nibble 0
+    assert np.allclose(dequantize(blob, m)[0, :4], [7, -7, 1, -3], atol=1e-6)
+    view = expert_view(blob, layout)
+    x = np.random.default_rng(5).standard_normal((5, hidden)).astype(np.float32)
+    ref = ffn_ref(x, *decoded(view))
+    out = rt.expert_forward(x, view)
+    assert np.abs(out - ref).max() <= 2e-5 * np.abs(ref).max()
