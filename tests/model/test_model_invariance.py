@@ -82,12 +82,17 @@ def test_expert_cache_budget_and_offload_tier(case, tmp_path):
             assert np.array_equal(llm.logits(target), ref)     # second pass: some experts from the SSD tier
 
 
-def test_simd_levels(case):
+@pytest.mark.parametrize("level", list(native.simd_levels()))
+def test_simd_levels(case, level):
+    missing = native.simd_levels()[level]
+    if missing:
+        pytest.skip(f"SIMD level {level} not on this CPU (missing {missing})")
     target = ids(23, 7)
     with cd.LLM(case) as llm:
         ref = llm.logits(target)
-        with native.simd_force("scalar"):
+        with native.simd_force(level):
             assert np.array_equal(llm.logits(target), ref)
+            assert np.array_equal(llm.logits_batch([ids(4, 1), target])[1], ref)
 
 
 def test_16_bit_kv_cache_is_invariant_too(case):
