@@ -104,3 +104,25 @@ def test_16_bit_kv_cache_is_invariant_too(case):
     with cd.LLM(case) as f32:
         exact = f32.logits(target)
     assert np.abs(ref - exact).max() <= 0.05 * np.abs(exact).max()
+
+
+def test_hot_added_expert_serves_the_whole_model_and_removal_restores_the_bits(whole_model, tmp_path):
+    import shutil
+    src, _ = whole_model("mixtral", experts="int8", dense="int8")
+    path = tmp_path / "m.colibri"
+    shutil.copy(src, path)
+    target = ids(21, 9)
+    with cd.LLM(path) as llm:
+        ref = llm.logits(target)
+        eng, h = llm.engine, llm.arch.hidden
+        inter = eng.model.expert_layout(0).inter
+        rng = np.random.default_rng(0)
+        w = {"gate": rng.standard_normal((inter, h)).astype(np.float32),
+             "up": rng.standard_normal((inter, h)).astype(np.float32),
+             "down": rng.standard_normal((h, inter)).astype(np.float32)}
+        e = eng.add_expert(0, w, np.full(h, 3.0, np.float32))     # a router row every token prefers
+        changed = llm.logits(target)
+        assert not np.array_equal(changed, ref)
+        assert e in set(eng.route(0, np.ones((1, h), np.float32))[0].ravel().tolist())
+        eng.remove_expert(0, e)
+        assert np.array_equal(llm.logits(target), ref)
