@@ -33,6 +33,26 @@ def case(request, whole_model):
     return path
 
 
+@pytest.mark.parametrize("name", CASES)
+def test_w8a8_mode_is_invariant_too_and_close(whole_model, name):
+    path, _ = whole_model(name, experts="int8", dense="int8")
+    target, other = ids(27, 12), ids(9, 13)
+    with cd.LLM(path) as llm:
+        weight_only = llm.logits(target)
+    with cd.LLM(path, w8a8=True) as llm:
+        ref = llm.logits(target)
+        assert llm.engine.runtime.w8a8
+        assert np.array_equal(llm.logits_batch([other, target])[1], ref)
+        assert np.array_equal(chunked(llm, target, [4, 9]), ref)
+        for level, missing in native.simd_levels().items():
+            if missing is None:
+                with native.simd_force(level):
+                    assert np.array_equal(llm.logits(target), ref), level
+    assert not np.array_equal(ref, weight_only)          # the integer path really ran
+    cos = float(np.sum(ref * weight_only) / (np.linalg.norm(ref) * np.linalg.norm(weight_only)))
+    assert cos >= 0.99, cos
+
+
 def test_alone_vs_beside_other_sequences(case):
     target = ids(40, 1)
     others = [ids(n, 10 + n) for n in (1, 7, 33, 64)]
