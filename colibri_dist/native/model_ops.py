@@ -34,7 +34,9 @@ class ModelOps:
     def _matmul_batch(self, views, biases, xs, x_stride, outs, out_stride, n):
         k = len(views)
         ws = ffi.new("cb_matrix *[]", [v.c for v in views])
-        bs = ffi.new("float *[]", [_args.ptr("float *", b) for b in biases]) if any(b is not None for b in biases) else ffi.NULL
+        bs = ffi.NULL
+        if any(b is not None for b in biases):
+            bs = ffi.new("float *[]", [_args.ptr("float *", b) for b in biases])
         xp, op = ffi.new("float *[]", xs), ffi.new("float *[]", outs)
         with self._lock:
             e = self._engine()
