@@ -33,6 +33,16 @@ class AttnSpec:
     window: int = 0
     scale: float = 1.0
 
+    def __post_init__(self):
+        for name in ("n_heads", "n_kv_heads", "qk_dim", "v_dim", "v_row", "block_size", "window"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value < 2**31:
+                raise InvalidArgument(f"AttnSpec.{name} must be a non-negative int32, got {value!r}")
+        if not isinstance(self.scale, (int, float, np.floating)) or not np.isfinite(self.scale):
+            raise InvalidArgument(f"AttnSpec.scale must be a finite number, got {self.scale!r}")
+        if self.cache_dtype not in CACHE_DTYPES:
+            raise InvalidArgument(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {self.cache_dtype!r}")
+
     def to_c(self):
         if self.cache_dtype not in CACHE_DTYPES:
             raise InvalidArgument(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {self.cache_dtype!r}")

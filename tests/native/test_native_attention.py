@@ -181,7 +181,11 @@ def test_attention_and_kv_write_errors(rts):
     with pytest.raises(InvalidArgument, match="q has shape"):
         rts[1].attention(spec, cache.k, cache.v, [0, 5], [0], [np.array(t)], q)
     with pytest.raises(InvalidArgument, match="cache_dtype"):
-        rts[1].attention(spec_of(spec, cache_dtype="f8"), cache.k, cache.v, [0, 6], [0], [np.array(t)], q)
+        spec_of(spec, cache_dtype="f8")
+    with pytest.raises(InvalidArgument, match="AttnSpec.qk_dim"):
+        spec_of(spec, qk_dim=20.0)
+    with pytest.raises(InvalidArgument, match="AttnSpec.scale"):
+        spec_of(spec, scale=float("inf"))
     with pytest.raises(NativeError, match="multiple of n_kv_heads"):
         rts[1].attention(spec_of(spec, n_heads=5), cache.k, cache.v, [0, 6], [0], [np.array(t)], q[:, :5].copy())
     with pytest.raises(InvalidArgument, match="pos0\\[0\\] = -1"):
