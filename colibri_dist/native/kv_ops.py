@@ -44,8 +44,6 @@ class AttnSpec:
             raise InvalidArgument(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {self.cache_dtype!r}")
 
     def to_c(self):
-        if self.cache_dtype not in CACHE_DTYPES:
-            raise InvalidArgument(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {self.cache_dtype!r}")
         c = ffi.new("cb_attn *")
         c.n_heads, c.n_kv_heads, c.qk_dim, c.v_dim = self.n_heads, self.n_kv_heads, self.qk_dim, self.v_dim
         c.v_row, c.block_size, c.cache_dtype = self.v_row, self.block_size, CACHE_DTYPES[self.cache_dtype]
@@ -57,8 +55,6 @@ def _pools(spec, k_cache, v_cache, writable):
     """-> (k pool, v pool or None when shared with K, n_blocks)."""
     if not isinstance(spec, AttnSpec):
         raise InvalidArgument(f"spec must be a native.AttnSpec, got {type(spec).__name__}")
-    if spec.cache_dtype not in CACHE_DTYPES:
-        raise InvalidArgument(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {spec.cache_dtype!r}")
     dt = _POOL_DTYPES[spec.cache_dtype]
     k = _args.array("k_cache", k_cache, dt, 4, (None, spec.n_kv_heads, spec.block_size, spec.qk_dim), writable)
     shared = v_cache is None or v_cache is k_cache or (
