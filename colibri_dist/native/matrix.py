@@ -72,6 +72,7 @@ def quantized_matrix(w, scheme):
     for p, off in zip(parts, offsets):
         if p is not None:
             blob[off:off + p.nbytes] = np.ascontiguousarray(p).reshape(-1).view(np.uint8)
-    layout = MatrixLayout(SCHEMES[scheme], data.shape[0], data.shape[1], 0, data.nbytes, offsets[1],
+    rows, cols = np.shape(w)                     # data may pack several codes per byte: shape from w
+    layout = MatrixLayout(SCHEMES[scheme], rows, cols, 0, data.nbytes, offsets[1],
                           0 if scales is None else scales.size, offsets[2])
     return MatrixView(blob, layout)

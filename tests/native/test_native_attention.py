@@ -7,7 +7,7 @@ from colibri_dist.errors import InvalidArgument, NativeError
 from colibri_dist.format.quantize import bf16_bits_to_f32, f32_to_bf16_bits
 from colibri_dist.native import AttnSpec, Runtime, kv_write, simd_force, simd_name
 
-PATHS = ["avx2", "scalar"] if simd_name() == "avx2" else ["scalar"]
+PATHS = sorted({"scalar", simd_name()})          # portable C and the detected level
 GQA = AttnSpec(n_heads=6, n_kv_heads=2, qk_dim=20, v_dim=12, v_row=16, block_size=4, scale=0.3)
 MLA = AttnSpec(n_heads=5, n_kv_heads=1, qk_dim=24, v_dim=16, v_row=24, block_size=8, scale=0.25)
 
