@@ -2,7 +2,11 @@
 import importlib
 import sys
 
+<<<<<<< HEAD
 NAMES = ["kernels", "model", "store", "pool", "convert", "numa"]
+=======
+NAMES = ["kernels", "store", "pool", "convert", "numa", "model_ops"]
+>>>>>>> native-ops
 
 
 def main(argv=None):
