@@ -29,7 +29,7 @@ from .store.routing_table import build_table
 class Engine:
     def __init__(self, path, threads=None, cache_bytes=None, offload_dir=None, policy="lru", cpus=None,
                  compression=None, lookahead=True, prefetch_workers=2, source_delay_s=0.0,
-                 numa_policy=None, numa_nodes=None):
+                 numa_policy=None, numa_nodes=None, w8a8=False):
         from . import native
         from .format.reader import open_model
         self._native = native
@@ -46,7 +46,7 @@ class Engine:
                                      policy=policy, compression=compression, prefetch_workers=prefetch_workers,
                                      source_delay_s=source_delay_s, segments=self.segments,
                                      numa_policy=numa_policy, numa_nodes=numa_nodes)
-            self.runtime = native.Runtime(threads=threads, cpus=cpus)
+            self.runtime = native.Runtime(threads=threads, cpus=cpus, w8a8=w8a8)
         except BaseException:
             if self.store is not None:
                 self.store.close()

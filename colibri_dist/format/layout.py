@@ -8,13 +8,8 @@ blob (mmap view, RAM cache buffer, spill file read, Ray object) is usable as is.
 """
 from dataclasses import dataclass, field
 
-# Scheme names (user facing, CLI --experts) -> cb_dtype codes in colibri.h
-SCHEMES = {
-    "f32": 0, "f16": 1, "bf16": 2, "int8": 3,
-    "int8-g32": 4, "int8-g64": 5, "int8-g128": 6, "int8-minmax": 7,
-}
-DTYPE_NAMES = {v: k for k, v in SCHEMES.items()}
-GROUP_SIZE = {4: 32, 5: 64, 6: 128}
+# Scheme names (user facing, CLI --experts) <-> cb_dtype codes, group sizes: the C table (encodings.py)
+from ..encodings import DTYPE_NAMES, GROUP_SIZE, SCHEMES  # noqa: F401  (re-exported)
 BLOB_ALIGN = 4096      # each expert blob starts on this boundary in the container
 PART_ALIGN = 64        # each part inside a blob starts on this boundary
 

@@ -15,10 +15,9 @@ Rounding to int8 is round-half-to-even (np.rint). Inputs must be finite.
 """
 import numpy as np
 
+from ..encodings import BY_NAME, SCALE_GROUP, SCALE_ROW, encoding
 from ..errors import InvalidArgument
-from .layout import GROUP_SIZE, PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout
-
-_ELEM_BYTES = {0: 4, 1: 2, 2: 2}
+from .layout import PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout
 
 
 def _align(n, a=PART_ALIGN):
@@ -52,32 +51,46 @@ def quantize_matrix(w, scheme):
         raise InvalidArgument(f"weight matrix must be 2-D and non-empty, got shape {w.shape}")
     if not np.isfinite(w).all():
         raise InvalidArgument("weight matrix contains NaN or Inf")
-    code = SCHEMES[scheme]
-    if code == 0:
-        return np.ascontiguousarray(w), None, None
-    if code == 1:
-        return w.astype(np.float16).view(np.uint16), None, None
-    if code == 2:
-        return f32_to_bf16_bits(w), None, None
-    if code == 3:
+    enc = BY_NAME[scheme]
+    if not enc.is_int:
+        if enc.bits == 32:
+            return np.ascontiguousarray(w), None, None
+        return (w.astype(np.float16).view(np.uint16) if enc.name == "f16" else f32_to_bf16_bits(w)), None, None
+    if enc.scale_kind == SCALE_ROW:
         q, scale = _symmetric_int8(w, np.abs(w).max(axis=1, keepdims=True))
         scale = scale.reshape(-1)
         return q, scale, None
-    if code in GROUP_SIZE:
-        return _quantize_groups(w, GROUP_SIZE[code])
+    if enc.scale_kind == SCALE_GROUP:
+        q, scale, zero = _quantize_groups(w, enc.group, enc.qmax)
+        return (pack_int4(q) if enc.bits == 4 else q), scale, zero
     return _quantize_minmax(w)
 
 
-def _quantize_groups(w, g):
+def pack_int4(q):
+    """int8 codes in [-8, 7] [rows, cols] -> uint8 [rows, ceil(cols/2)], low nibble = even column."""
+    rows, cols = q.shape
+    nib = np.zeros((rows, cols + cols % 2), dtype=np.uint8)
+    nib[:, :cols] = q.astype(np.uint8) & 0x0F
+    return (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
+
+
+def unpack_int4(packed, cols):
+    """uint8 [rows, ceil(cols/2)] -> int8 codes [rows, cols] (two's-complement nibbles)."""
+    p = np.asarray(packed, dtype=np.uint8)
+    nib = np.stack([p & 0x0F, p >> 4], axis=2).reshape(p.shape[0], -1)[:, :cols].astype(np.int8)
+    return ((nib ^ 8) - 8).astype(np.int8)
+
+
+def _quantize_groups(w, g, qmax=127):
     rows, cols = w.shape
     ng = -(-cols // g)
     padded = np.zeros((rows, ng * g), dtype=np.float32)
     padded[:, :cols] = w
     amax = np.abs(padded.reshape(rows, ng, g)).max(axis=2)          # [rows, ng]
-    scale = (amax / np.float32(127.0)).astype(np.float32)
+    scale = (amax / np.float32(qmax)).astype(np.float32)
     per_col = np.repeat(scale, g, axis=1)[:, :cols]
     safe = np.where(per_col > 0, per_col, np.float32(1.0))
-    q = np.clip(np.rint(w / safe), -127, 127).astype(np.int8)
+    q = np.clip(np.rint(w / safe), -qmax, qmax).astype(np.int8)
     return q, scale.reshape(-1), None
 
 
@@ -94,18 +107,20 @@ def dequantize(blob, m):
     blob = np.asarray(blob, dtype=np.uint8).reshape(-1)
     raw = blob[m.data_offset:m.data_offset + m.data_bytes]
     shape = (m.rows, m.cols)
-    if m.dtype == 0:
+    name = encoding(m.dtype).name
+    if name == "f32":
         return raw.view(np.float32).reshape(shape).copy()
-    if m.dtype == 1:
+    if name == "f16":
         return raw.view(np.float16).astype(np.float32).reshape(shape)
-    if m.dtype == 2:
+    if name == "bf16":
         return bf16_bits_to_f32(raw.view(np.uint16)).reshape(shape)
-    q = raw.view(np.int8).reshape(shape)
+    enc = encoding(m.dtype)
+    q = unpack_int4(raw.reshape(m.rows, -1), m.cols) if enc.bits == 4 else raw.view(np.int8).reshape(shape)
     scales = blob[m.scale_offset:m.scale_offset + 4 * m.scale_count].view(np.float32)
-    if m.dtype == 3:
+    if enc.scale_kind == SCALE_ROW:
         return q.astype(np.float32) * scales[:, None]
-    if m.dtype in GROUP_SIZE:
-        g = GROUP_SIZE[m.dtype]
+    if enc.scale_kind == SCALE_GROUP:
+        g = enc.group
         per_col = np.repeat(scales.reshape(m.rows, -1), g, axis=1)[:, :m.cols]
         return (q.astype(np.float32) * per_col).astype(np.float32)
     zero = int(blob[m.zero_offset:m.zero_offset + 4].view(np.int32)[0])
@@ -129,10 +144,10 @@ def pack_expert(gate, up, down, scheme):
             parts[name] = quantize_matrix(w, scheme)
         except InvalidArgument as exc:
             raise InvalidArgument(f"expert matrix {name!r}: {exc}") from None
-    return _assemble(parts, scheme)
+    return _assemble(parts, scheme, shapes)
 
 
-def _assemble(parts, scheme):
+def _assemble(parts, scheme, shapes):
     code = SCHEMES[scheme]
     offset, chunks, offsets = 0, [], {}
     for kind, pick in (("data", 0), ("scale", 1), ("zero", 2)):
@@ -149,7 +164,7 @@ def _assemble(parts, scheme):
         blob[off:off + raw.size] = raw
     mls = {}
     for name in ("gate", "up", "down"):
-        rows, cols = parts[name][0].shape
+        rows, cols = shapes[name]
         d_off, d_bytes, _ = offsets[(name, "data")]
         s_off, _, s_count = offsets.get((name, "scale"), (-1, 0, 0))
         z_off = offsets.get((name, "zero"), (-1, 0, 0))[0]
@@ -173,7 +188,7 @@ def pack_matrix(w, scheme):
     for off, raw in parts:
         if raw is not None:
             blob[off:off + raw.size] = raw
-    rows, cols = data.shape
+    rows, cols = np.shape(w)
     layout = MatrixLayout(SCHEMES[scheme], rows, cols, parts[0][0], parts[0][1].size, parts[1][0],
                           0 if scales is None else scales.size, parts[2][0])
     return blob, layout

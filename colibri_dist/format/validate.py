@@ -9,7 +9,8 @@ import math
 
 from ..errors import FormatError
 from . import spec
-from .layout import BLOB_ALIGN, DTYPE_NAMES, GROUP_SIZE, SCHEMES
+from ..encodings import SCALE_NONE, encoding
+from .layout import BLOB_ALIGN, DTYPE_NAMES, SCHEMES
 
 
 def check_header(path, h, size):
@@ -144,25 +145,16 @@ def _check_part(where, e, part, m, rows, cols):
         if off != -1 and not (0 <= off and off + size <= e.nbytes and off % 4 == 0):
             raise FormatError(f"{where}: {part} part [{off}, +{size}) misaligned or outside the "
                               f"{e.nbytes}-byte blob")
-    if m.data_offset < 0 or m.data_bytes != rows * cols * _ELEM[m.dtype] \
-            or m.scale_count != expected_scales(m) or (m.dtype >= 3) != (m.scale_offset >= 0) \
-            or (m.dtype == 7) != (m.zero_offset >= 0):
+    enc = encoding(m.dtype)
+    if m.data_offset < 0 or m.data_bytes != enc.data_bytes(rows, cols) \
+            or m.scale_count != expected_scales(m) or (enc.scale_kind != SCALE_NONE) != (m.scale_offset >= 0) \
+            or enc.zero_point != (m.zero_offset >= 0):
         raise FormatError(f"{where}: {part} data/scale sizes inconsistent with {DTYPE_NAMES[m.dtype]} [{rows},{cols}]")
 
 
-_ELEM = {0: 4, 1: 2, 2: 2, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}
-
-
 def expected_scales(m):
-    """Scale count a matrix of this cb_dtype must carry (colibri.h encodings)."""
-    if m.dtype < 3:
-        return 0
-    if m.dtype == 3:
-        return m.rows
-    if m.dtype == 7:
-        return 1
-    g = GROUP_SIZE[m.dtype]
-    return m.rows * ((m.cols + g - 1) // g)
+    """Scale count a matrix of this cb_dtype must carry (the C encoding table)."""
+    return encoding(m.dtype).scale_count(m.rows, m.cols)
 
 
 def describe(e):

@@ -23,14 +23,14 @@ DEFAULT_KV_BYTES = 256 << 20
 class LLM:
     def __init__(self, path, threads=None, cache_bytes=None, offload_dir=None, kv_cache_bytes=None,
                  max_seq_len=None, kv_cache_dtype="f32", block_size=16, policy="lru", prefetch_workers=2,
-                 max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None):
+                 max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=False):
         from ..engine import Engine
         from ..generate import SchedulerConfig
         self.path = str(path)
         self.scheduler_config = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
                                                 max_num_seqs=max_num_seqs, base_seed=seed)
         self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
-                             policy=policy, prefetch_workers=prefetch_workers)
+                             policy=policy, prefetch_workers=prefetch_workers, w8a8=w8a8)
         try:
             self._setup(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe)
         except BaseException:

@@ -11,14 +11,15 @@ InvalidArgument naming the argument and the first bad row. Weights are
 checked when quantized (format/quantize.py) and router logits again in C
 (CB_E_NONFINITE -> NativeError) in case finite inputs overflow.
 """
-from ._lib import NATIVE_ERRORS, check_status, simd_force, simd_name
+from ._lib import NATIVE_ERRORS, check_status, simd_available, simd_force, simd_levels, simd_name
 from .gating import GATING_KINDS, Gating
-from .model_ops import (AttnSpec, MatrixView, embed, kv_write, log_softmax, matrix_from_array, matrix_view, rmsnorm,
-                        rope_apply)
+from .model_ops import (AttnSpec, MatrixView, embed, kv_write, log_softmax, matrix_from_array, matrix_view,
+                        quantized_matrix, rmsnorm, rope_apply)
 from .runtime import ExpertTable, Runtime, combine, gate_logits
 from .views import ExpertView, expert_view
 
 __all__ = ["Gating", "GATING_KINDS", "Runtime", "ExpertTable", "combine", "gate_logits", "ExpertView", "expert_view",
-           "simd_name", "simd_force", "check_status", "NATIVE_ERRORS",
-           "MatrixView", "matrix_view", "matrix_from_array", "rmsnorm", "embed", "rope_apply", "log_softmax",
+           "simd_name", "simd_force", "simd_levels", "simd_available", "check_status", "NATIVE_ERRORS",
+           "MatrixView", "matrix_view", "matrix_from_array", "quantized_matrix", "rmsnorm", "embed", "rope_apply",
+           "log_softmax",
            "AttnSpec", "kv_write"]

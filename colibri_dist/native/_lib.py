@@ -26,17 +26,32 @@ def check_status(status, where, engine=None):
 
 
 def simd_name():
-    """'avx2' or 'scalar': the kernel family the C core uses right now."""
+    """Name of the kernel family the C core uses right now: 'scalar', 'avx2' or 'avx512'."""
     return ffi.string(lib.cb_simd_name()).decode()
+
+
+def simd_levels():
+    """{name: None if this CPU/OS supports the level, else the missing flags} for every level, lowest first."""
+    out = {}
+    for level in (lib.CB_SIMD_SCALAR, lib.CB_SIMD_AVX2, lib.CB_SIMD_AVX512):
+        missing = ffi.string(lib.cb_simd_missing(level)).decode()
+        out[ffi.string(lib.cb_simd_level_name(level)).decode()] = missing or None
+    return out
+
+
+def simd_available():
+    """Names of the levels this CPU/OS runs, lowest first (always includes 'scalar')."""
+    return [name for name, missing in simd_levels().items() if missing is None]
 
 
 @contextlib.contextmanager
 def simd_force(level):
-    """Temporarily force a kernel family: 'scalar' or 'avx2' (tests, benchmarks)."""
-    codes = {"scalar": 0, "avx2": 2}
-    if level not in codes:
-        raise InvalidArgument(f"simd level must be 'scalar' or 'avx2', got {level!r}")
-    check_status(lib.cb_simd_force(codes[level]), f"simd_force({level!r})")
+    """Temporarily force a kernel family by name ('scalar', 'avx2', 'avx512'; tests, benchmarks).
+    Every level gives the same bits. A level the CPU lacks raises NativeError naming the missing flags."""
+    code = lib.cb_simd_level_of(level.encode()) if isinstance(level, str) else -1
+    if code < 0:
+        raise InvalidArgument(f"simd level must be one of {list(simd_levels())}, got {level!r}")
+    check_status(lib.cb_simd_force(code), f"simd_force({level!r})")
     try:
         yield
     finally:

@@ -33,9 +33,17 @@ class AttnSpec:
     window: int = 0
     scale: float = 1.0
 
-    def to_c(self):
+    def __post_init__(self):
+        for name in ("n_heads", "n_kv_heads", "qk_dim", "v_dim", "v_row", "block_size", "window"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value < 2**31:
+                raise InvalidArgument(f"AttnSpec.{name} must be a non-negative int32, got {value!r}")
+        if not isinstance(self.scale, (int, float, np.floating)) or not np.isfinite(self.scale):
+            raise InvalidArgument(f"AttnSpec.scale must be a finite number, got {self.scale!r}")
         if self.cache_dtype not in CACHE_DTYPES:
             raise InvalidArgument(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {self.cache_dtype!r}")
+
+    def to_c(self):
         c = ffi.new("cb_attn *")
         c.n_heads, c.n_kv_heads, c.qk_dim, c.v_dim = self.n_heads, self.n_kv_heads, self.qk_dim, self.v_dim
         c.v_row, c.block_size, c.cache_dtype = self.v_row, self.block_size, CACHE_DTYPES[self.cache_dtype]
@@ -47,8 +55,6 @@ def _pools(spec, k_cache, v_cache, writable):
     """-> (k pool, v pool or None when shared with K, n_blocks)."""
     if not isinstance(spec, AttnSpec):
         raise InvalidArgument(f"spec must be a native.AttnSpec, got {type(spec).__name__}")
-    if spec.cache_dtype not in CACHE_DTYPES:
-        raise InvalidArgument(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {spec.cache_dtype!r}")
     dt = _POOL_DTYPES[spec.cache_dtype]
     k = _args.array("k_cache", k_cache, dt, 4, (None, spec.n_kv_heads, spec.block_size, spec.qk_dim), writable)
     shared = v_cache is None or v_cache is k_cache or (

@@ -4,12 +4,14 @@ Role: the whole-model path's counterpart of views.ExpertView. Attention and
 dense-MLP projections, embeddings and the LM head come from the container as
 blobs (mmap views, RAM copies) plus a MatrixLayout whose offsets are relative
 to the buffer start; matrix_view() wraps them without copying (the view keeps
-the buffer alive), matrix_from_array() wraps a float32 numpy matrix.
+the buffer alive), matrix_from_array() wraps a float32 numpy matrix and
+quantized_matrix() quantizes one (format.quantize) into a fresh blob.
 """
 import numpy as np
 
 from ..errors import InvalidArgument
-from ..format.layout import MatrixLayout
+from ..format.layout import PART_ALIGN, SCHEMES, MatrixLayout
+from ..format.quantize import quantize_matrix
 from ._lib import ffi
 from .views import _check_matrix
 
@@ -57,3 +59,20 @@ def matrix_from_array(a):
     a = np.ascontiguousarray(a)
     layout = MatrixLayout(0, a.shape[0], a.shape[1], 0, a.nbytes)
     return MatrixView(a.reshape(-1).view(np.uint8), layout)
+
+
+def quantized_matrix(w, scheme):
+    """float 2-D array -> MatrixView of its `scheme` encoding (data, scales, zero point in one blob)."""
+    data, scales, zero = quantize_matrix(w, scheme)
+    parts, offsets, end = [data, scales, zero], [], 0
+    for p in parts:
+        offsets.append(end if p is not None else -1)
+        end += 0 if p is None else -(-p.nbytes // PART_ALIGN) * PART_ALIGN
+    blob = np.zeros(max(end, PART_ALIGN), dtype=np.uint8)
+    for p, off in zip(parts, offsets):
+        if p is not None:
+            blob[off:off + p.nbytes] = np.ascontiguousarray(p).reshape(-1).view(np.uint8)
+    rows, cols = np.shape(w)                     # data may pack several codes per byte: shape from w
+    layout = MatrixLayout(SCHEMES[scheme], rows, cols, 0, data.nbytes, offsets[1],
+                          0 if scales is None else scales.size, offsets[2])
+    return MatrixView(blob, layout)

@@ -13,9 +13,9 @@ from ..errors import InvalidArgument
 from . import _args
 from ._lib import check_status, ffi, lib
 from .kv_ops import CACHE_DTYPES, AttnSpec, attention, kv_write
-from .matrix import MatrixView, matrix_from_array, matrix_view
+from .matrix import MatrixView, matrix_from_array, matrix_view, quantized_matrix
 
-__all__ = ["ModelOps", "MatrixView", "matrix_view", "matrix_from_array", "rmsnorm", "embed", "rope_apply",
+__all__ = ["ModelOps", "MatrixView", "matrix_view", "matrix_from_array", "quantized_matrix", "rmsnorm", "embed", "rope_apply",
            "log_softmax", "AttnSpec", "CACHE_DTYPES", "kv_write"]
 
 
@@ -34,7 +34,9 @@ class ModelOps:
     def _matmul_batch(self, views, biases, xs, x_stride, outs, out_stride, n):
         k = len(views)
         ws = ffi.new("cb_matrix *[]", [v.c for v in views])
-        bs = ffi.new("float *[]", [_args.ptr("float *", b) for b in biases]) if any(b is not None for b in biases) else ffi.NULL
+        bs = ffi.NULL
+        if any(b is not None for b in biases):
+            bs = ffi.new("float *[]", [_args.ptr("float *", b) for b in biases])
         xp, op = ffi.new("float *[]", xs), ffi.new("float *[]", outs)
         with self._lock:
             e = self._engine()

@@ -7,28 +7,27 @@ buffer alive) and checks the layout fits inside the buffer.
 import numpy as np
 
 from ..errors import InvalidArgument
-from ..format.layout import GROUP_SIZE, ExpertLayout, MatrixLayout
+from ..encodings import SCALE_NONE, encoding
+from ..format.layout import ExpertLayout, MatrixLayout
 from ._lib import ffi
-
-_ELEM_BYTES = {0: 4, 1: 2, 2: 2}
 
 
 def _check_matrix(m, nbytes, name):
-    need = m.rows * m.cols * _ELEM_BYTES.get(m.dtype, 1)
-    if not 0 <= m.dtype <= 7:
+    enc = encoding(m.dtype)
+    if enc is None:
         raise InvalidArgument(f"{name}: unknown dtype code {m.dtype}")
+    need = enc.data_bytes(m.rows, m.cols)
     if m.data_bytes != need or m.data_offset < 0 or m.data_offset + need > nbytes:
         raise InvalidArgument(f"{name}: data [{m.data_offset}, +{m.data_bytes}) does not fit {m.rows}x{m.cols} "
                               f"in a {nbytes}-byte blob")
-    if m.dtype >= 3:
-        g = GROUP_SIZE.get(m.dtype)
-        count = m.rows * (-(-m.cols // g)) if g else (1 if m.dtype == 7 else m.rows)
+    if enc.scale_kind != SCALE_NONE:
+        count = enc.scale_count(m.rows, m.cols)
         if m.scale_count != count or m.scale_offset < 0 or m.scale_offset + 4 * count > nbytes or m.scale_offset % 4:
             raise InvalidArgument(f"{name}: scales (offset {m.scale_offset}, count {m.scale_count}) invalid, "
                                   f"expected {count} inside {nbytes} bytes")
-    if m.dtype == 7 and (m.zero_offset < 0 or m.zero_offset + 4 > nbytes or m.zero_offset % 4):
+    if enc.zero_point and (m.zero_offset < 0 or m.zero_offset + 4 > nbytes or m.zero_offset % 4):
         raise InvalidArgument(f"{name}: zero point offset {m.zero_offset} invalid")
-    if m.dtype in (0, 1, 2) and m.data_offset % _ELEM_BYTES[m.dtype]:
+    if not enc.is_int and m.data_offset % (enc.bits // 8):
         raise InvalidArgument(f"{name}: data offset {m.data_offset} misaligned")
 
 

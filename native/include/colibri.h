@@ -42,11 +42,42 @@ typedef enum {
  *   CB_I8_G32/64/128  q[r,c] * scales[r*ngroups + c/g]     (symmetric per group
  *                 of g along cols; ngroups = ceil(cols/g); last group may be short)
  *   CB_I8_MINMAX  (q[r,c] - zero[0]) * scales[0]           (one scale, one int32
- *                 zero point per matrix) */
+ *                 zero point per matrix)
+ *   CB_I4_G32/64  q[r,c] * scales[r*ngroups + c/g]     (symmetric int4 per group
+ *                 of g along cols, q in [-7, 7]; a row is ceil(cols/2) bytes,
+ *                 element c in byte c/2: low nibble for even c, high nibble for
+ *                 odd c, two's complement; an odd row's last high nibble is 0)
+ * cb_encoding_of() gives these facts as data: the one table Python derives its
+ * scheme names, group sizes and size rules from. */
 typedef enum {
     CB_F32 = 0, CB_F16 = 1, CB_BF16 = 2, CB_I8_ROW = 3,
-    CB_I8_G32 = 4, CB_I8_G64 = 5, CB_I8_G128 = 6, CB_I8_MINMAX = 7
+    CB_I8_G32 = 4, CB_I8_G64 = 5, CB_I8_G128 = 6, CB_I8_MINMAX = 7,
+    CB_I4_G32 = 8, CB_I4_G64 = 9, CB_DTYPE_COUNT = 10
 } cb_dtype;
+
+typedef enum {
+    CB_SCALE_NONE = 0,    /* float encodings */
+    CB_SCALE_ROW = 1,     /* one f32 scale per row, applied after the dot */
+    CB_SCALE_GROUP = 2,   /* one f32 scale per (row, group of `group` cols), applied per element */
+    CB_SCALE_MATRIX = 3   /* one f32 scale per matrix, applied after the dot */
+} cb_scale_kind;
+
+typedef struct {
+    const char *name;     /* scheme name (converter --experts, container header): "int8-g32" */
+    int32_t dtype;        /* cb_dtype code */
+    int32_t bits;         /* bits per stored element: 32, 16, 8, 4 */
+    int32_t is_int;       /* 1: integer codes q (scales apply), 0: float words */
+    int32_t scale_kind;   /* cb_scale_kind */
+    int32_t group;        /* CB_SCALE_GROUP: group size along cols, else 0 */
+    int32_t zero_point;   /* 1: one int32 zero point per matrix */
+    int32_t qmax;         /* integer kinds: |q| <= qmax (minmax: q in [-qmax-1, qmax]); 0 for floats */
+} cb_encoding;
+
+/* The encoding of a cb_dtype code; NULL when the code is unknown. */
+const cb_encoding *cb_encoding_of(int32_t dtype);
+/* Bytes of a rows x cols matrix's data (rows * ceil(cols * bits / 8)) and its scale count; -1 for a bad dtype/shape. */
+int64_t cb_matrix_data_bytes(int32_t dtype, int32_t rows, int32_t cols);
+int64_t cb_matrix_scale_count(int32_t dtype, int32_t rows, int32_t cols);
 
 typedef struct {
     const void *data;      /* rows*cols elements of dtype */
@@ -92,10 +123,18 @@ typedef struct {
 /* ---- status ---- */
 const char *cb_status_str(cb_status s);
 const char *cb_last_error(void);          /* thread-local message of the last failing handle-less call */
-int cb_simd_level(void);                  /* 0 scalar, 2 AVX2+FMA+F16C; honours COLIBRI_SIMD=scalar */
-const char *cb_simd_name(void);
-/* Tests and benchmarks: -1 re-detect (honours COLIBRI_SIMD), 0 force scalar, 2 force AVX2
- * (CB_E_UNSUPPORTED if the CPU lacks it). Both paths give the same bits (native/src/kernels.h). */
+/* Kernel families (one dispatch table each, chosen once at start-up from cpuid + the OS's XSAVE
+ * state, then capped by COLIBRI_SIMD=scalar|avx2|avx512). Every level gives the same bits. */
+typedef enum { CB_SIMD_SCALAR = 0, CB_SIMD_AVX2 = 2, CB_SIMD_AVX512 = 3 } cb_simd;
+int cb_simd_level(void);                  /* the active cb_simd level */
+const char *cb_simd_name(void);           /* its name: "scalar" | "avx2" | "avx512" */
+const char *cb_simd_level_name(int32_t level);   /* name of a level, NULL if not a level */
+int32_t cb_simd_level_of(const char *name);      /* level of a name, -1 if unknown */
+int32_t cb_simd_best(void);               /* best level this CPU and OS support (ignores COLIBRI_SIMD) */
+/* What the CPU/OS lacks for a level ("" when it is supported), e.g. "avx512_vnni". */
+const char *cb_simd_missing(int32_t level);
+/* Tests and benchmarks: -1 re-detect (honours COLIBRI_SIMD), else force a cb_simd level
+ * (CB_E_UNSUPPORTED naming the missing flags if the CPU lacks it). */
 cb_status cb_simd_force(int level);
 
 /* ---- arena: 64-byte aligned bump allocator ---- */

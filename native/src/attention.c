@@ -3,14 +3,14 @@
  * Role: the attention core of a decoder layer, between cb_kv_write and the o
  * projection. GQA, MQA and MLA-style shared values (v_cache == k_cache) are
  * the same code. A work item is (sequence, kv head, chunk of <= 64 query
- * vectors; the chunk size is picked per call, see pick_chunk) where the group's query vectors are listed token-major (token,
- * head in group); the item's vectors are the token list of cb_dot_rows over
- * each K block (tile reuse), scores for whole blocks are computed and masked
- * afterwards (each element is independent). Then, per vector:
- * scale, max, e_j = exp(s_j - max) summed in double in ascending j,
- * p_j = (float)(e_j / sum), out = sum_j p_j * v_j in ascending j with
- * separate multiply and add (attn_simd.c). Nothing depends on the item split, the thread,
- * the other sequences or the SIMD level.
+ * vectors; pick_chunk chooses the size per call) where the group's query
+ * vectors are listed token-major (token, head in group); the item's vectors
+ * are the token list of cb_dot_rows over each K block (tile reuse); scores
+ * for whole blocks are computed and masked afterwards (each element is
+ * independent). Then, per vector: scale, max, e_j = exp(s_j - max) summed in
+ * double in ascending j, p_j = (float)(e_j / sum), out = sum_j p_j * v_j in
+ * ascending j with separate multiply and add (attn_simd.c). Nothing depends
+ * on the item split, the thread, the other sequences or the SIMD level.
  *
  * Scratch: one slot per engine thread (scores, e, accumulators), claimed by
  * an item for its duration; at most n_threads items run at once.
@@ -173,8 +173,9 @@ static int32_t pick_chunk(const cb_attn *a, int32_t n_seqs, const int32_t *seq_s
 }
 
 static size_t slot_bytes(const cb_attn *a, int32_t chunk, int64_t lk) {
+    size_t vd = (size_t)a->v_dim;
     return cb_arena_need(sizeof(float) * (size_t)chunk * (size_t)lk) + cb_arena_need(sizeof(double) * (size_t)lk) +
-           cb_arena_need(sizeof(float) * (size_t)chunk * (size_t)a->v_dim) + cb_arena_need(sizeof(float) * VBLOCK * (size_t)a->v_dim);
+           cb_arena_need(sizeof(float) * (size_t)chunk * vd) + cb_arena_need(sizeof(float) * VBLOCK * vd);
 }
 
 static void carve_slots(cb_engine *e, const cb_attn *a, at_run *r) {
@@ -199,6 +200,9 @@ cb_status cb_attention(cb_engine *e, const cb_attn *a, const void *k_cache, cons
         st = cb_fail(CB_E_INVALID, "cb_attention: shared K/V pool needs v_row %d == qk_dim %d", (int)a->v_row,
                      (int)a->qk_dim);
     if (st == CB_OK && n_tok > 0 && (!q || !out)) st = cb_fail(CB_E_INVALID, "cb_attention: q or out is NULL");
+    if (st == CB_OK && n_tok * a->n_heads > INT32_MAX)
+        st = cb_fail(CB_E_INVALID, "cb_attention: %lld tokens x %d heads is above 2^31 query vectors", (long long)n_tok,
+                     (int)a->n_heads);
     if (st != CB_OK) return cb_engine_fail(e, st);
     if (n_tok == 0) return CB_OK;
     int32_t n_slots = cb_engine_threads(e), chunk = pick_chunk(a, n_seqs, seq_start, pos0, n_slots);

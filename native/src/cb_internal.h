@@ -33,6 +33,9 @@ cb_status cb_engine_fail(cb_engine *e, cb_status s);
 /* Bytes one arena allocation of `bytes` may consume (alignment padding). */
 static inline size_t cb_arena_need(size_t bytes) { return (bytes + 63u) & ~(size_t)63u; }
 
+/* ---- encodings (encodings.c) ---- */
+int64_t cb_row_bytes(int32_t dtype, int32_t cols);    /* bytes of one stored row; -1 bad dtype */
+
 /* ---- validation (kernels.c) ---- */
 cb_status cb_check_matrix(const cb_matrix *m, const char *what, int32_t rows, int32_t cols);
 cb_status cb_check_expert(const cb_expert *ex, int32_t hidden, const char *what);

@@ -5,7 +5,9 @@
  * cb_matrix encoding. Work items are (matrix, output-row block, token span);
  * a span is walked in chunks of TOKEN_CHUNK tokens. Each element goes through
  * cb_dot_rows' fixed sequence and the bias is a separate add, so no split,
- * thread or batch size changes a bit (K is never split).
+ * thread or batch size changes a bit (K is never split). With the engine's
+ * opt-in w8a8 mode, CB_I8_ROW matrices take per-token int8 activations and
+ * exact integer dots (kernels_q8.c), exactly as the experts do.
  */
 #include <stdio.h>
 #include "cb_internal.h"
@@ -24,6 +26,8 @@ typedef struct {
     float *const *outs;
     int64_t x_stride, out_stride;
     const mm_item *items;
+    int16_t *const *xq;        /* w8a8: per matrix its inputs quantized [n, cols] (NULL: f32 path) */
+    float *const *sx;          /* w8a8: per matrix the per-token scales [n] */
 } mm_run;
 
 static void mm_block(void *ctx, int64_t item) {
@@ -32,14 +36,18 @@ static void mm_block(void *ctx, int64_t item) {
     const cb_matrix *w = run->ws[it.mat];
     const float *bias = run->biases ? run->biases[it.mat] : NULL;
     const float *xs[TOKEN_CHUNK];
+    const int16_t *xq[TOKEN_CHUNK];
     float *outs[TOKEN_CHUNK];
+    const int16_t *q = run->xq ? run->xq[it.mat] : NULL;
     for (int64_t c = it.t0; c < it.t1; c += TOKEN_CHUNK) {
         int64_t m = it.t1 - c < TOKEN_CHUNK ? it.t1 - c : TOKEN_CHUNK;
         for (int64_t i = 0; i < m; i++) {
             xs[i] = run->xs[it.mat] + (size_t)(c + i) * (size_t)run->x_stride;
+            if (q) xq[i] = q + (size_t)(c + i) * (size_t)w->cols;
             outs[i] = run->outs[it.mat] + (size_t)(c + i) * (size_t)run->out_stride;
         }
-        cb_dot_rows(w, it.r0, it.r1, xs, outs, m);
+        if (q) cb_dot_rows_q8(w, it.r0, it.r1, xq, run->sx[it.mat] + c, outs, m);
+        else cb_dot_rows(w, it.r0, it.r1, xs, outs, m);
         if (bias)
             for (int64_t i = 0; i < m; i++)
                 for (int32_t r = it.r0; r < it.r1; r++) outs[i][r] = outs[i][r] + bias[r];
@@ -47,6 +55,11 @@ static void mm_block(void *ctx, int64_t item) {
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* w8a8 mode: CB_I8_ROW matrices with K inside the exact-int32 range take the integer path. */
+static int uses_q8(const cb_engine *e, const cb_matrix *w) {
+    return e->w8a8 && w->dtype == CB_I8_ROW && w->cols <= CB_Q8_MAX_K;
+}
 
 /* Tokens per item: all of them when the row blocks alone give every thread several items,
  * else fewer (a multiple of TOKEN_CHUNK) so prefill of a small matrix still spreads. */
@@ -90,16 +103,37 @@ cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *
     }
     int64_t span = token_span(row_items, n, cb_engine_threads(e));
     n_items = row_items * ceil_div(n, span);
-    if ((s = cb_engine_scratch(e, cb_arena_need(sizeof(mm_item) * (size_t)n_items))) != CB_OK)
+    size_t q8_bytes = 2 * cb_arena_need(sizeof(void *) * (size_t)n_mats);
+    for (int32_t i = 0; i < n_mats; i++)
+        if (uses_q8(e, ws[i]))
+            q8_bytes += cb_arena_need(sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols) + cb_arena_need(sizeof(float) * (size_t)n);
+    if ((s = cb_engine_scratch(e, cb_arena_need(sizeof(mm_item) * (size_t)n_items) + q8_bytes)) != CB_OK)
         return cb_engine_fail(e, s);
     mm_item *items = cb_arena_alloc(e->arena, sizeof(mm_item) * (size_t)n_items);
+    int16_t **xq = NULL;
+    float **sx = NULL;
+    if (e->w8a8) {
+        xq = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
+        sx = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
+        if (!xq || !sx) return cb_engine_fail(e, cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted"));
+        for (int32_t i = 0; i < n_mats; i++) {
+            xq[i] = NULL, sx[i] = NULL;
+            if (!uses_q8(e, ws[i])) continue;
+            xq[i] = cb_arena_alloc(e->arena, sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols);
+            sx[i] = cb_arena_alloc(e->arena, sizeof(float) * (size_t)n);
+            if (!xq[i] || !sx[i]) return cb_engine_fail(e, cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted"));
+            for (int64_t t = 0; t < n; t++)
+                cb_quantize_row_q8(xs[i] + (size_t)t * (size_t)x_stride, ws[i]->cols,
+                                   xq[i] + (size_t)t * (size_t)ws[i]->cols, &sx[i][t]);
+        }
+    }
     int64_t k = 0;
     for (int64_t t = 0; t < n; t += span)          /* token spans outer: early items start on the first tokens */
         for (int32_t i = 0; i < n_mats; i++)
             for (int32_t r = 0; r < ws[i]->rows; r += ROW_BLOCK)
                 items[k++] = (mm_item){i, r, r + ROW_BLOCK < ws[i]->rows ? r + ROW_BLOCK : ws[i]->rows,
                                        t, t + span < n ? t + span : n};
-    mm_run run = {ws, biases, xs, outs, x_stride, out_stride, items};
+    mm_run run = {ws, biases, xs, outs, x_stride, out_stride, items, xq, sx};
     if (work < INLINE_WORK)                        /* tiny (decode of a small matrix): the caller alone */
         for (int64_t i = 0; i < n_items; i++) mm_block(&run, i);
     else

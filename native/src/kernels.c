@@ -1,4 +1,4 @@
-/* kernels.c — kernel dispatch (AVX2 or portable C) and weight-matrix validation.
+/* kernels.c — the cb_dot_rows entry point (active kernel table) and weight-matrix validation.
  *
  * Role: the single entry point cb_dot_rows used by routing and the FFNs, and
  * the argument checks every public call runs on cb_matrix / cb_expert.
@@ -9,21 +9,21 @@
 
 void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                  float *const *outs, int64_t nt) {
-    if (cb_simd_level() == 2) cb_dot_rows_avx2(w, r0, r1, xs, outs, nt);
-    else cb_dot_rows_scalar(w, r0, r1, xs, outs, nt);
+    cb_kernels()->dot_rows(w, r0, r1, xs, outs, nt);
 }
 
 cb_status cb_check_matrix(const cb_matrix *m, const char *what, int32_t rows, int32_t cols) {
     if (!m->data) return cb_fail(CB_E_INVALID, "%s: data is NULL", what);
-    if (m->dtype < CB_F32 || m->dtype > CB_I8_MINMAX)
-        return cb_fail(CB_E_INVALID, "%s: unknown dtype %d", what, (int)m->dtype);
+    const cb_encoding *enc = cb_encoding_of(m->dtype);
+    if (!enc) return cb_fail(CB_E_INVALID, "%s: unknown dtype %d", what, (int)m->dtype);
     if (m->rows != rows || m->cols != cols)
         return cb_fail(CB_E_INVALID, "%s: shape [%d, %d], expected [%d, %d]", what, (int)m->rows,
                        (int)m->cols, (int)rows, (int)cols);
     if (rows <= 0 || cols <= 0 || rows > CB_MAX_HIDDEN || cols > CB_MAX_HIDDEN)
         return cb_fail(CB_E_INVALID, "%s: shape [%d, %d] empty or above %d", what, (int)rows, (int)cols, CB_MAX_HIDDEN);
-    if (m->dtype >= CB_I8_ROW && !m->scales) return cb_fail(CB_E_INVALID, "%s: int8 matrix without scales", what);
-    if (m->dtype == CB_I8_MINMAX) {
+    if (enc->scale_kind != CB_SCALE_NONE && !m->scales)
+        return cb_fail(CB_E_INVALID, "%s: %s matrix without scales", what, enc->name);
+    if (enc->zero_point) {
         if (!m->zero) return cb_fail(CB_E_INVALID, "%s: int8-minmax matrix without zero point", what);
         if (m->zero[0] < -(1 << 23) || m->zero[0] > (1 << 23))
             return cb_fail(CB_E_INVALID, "%s: zero point %d out of range", what, (int)m->zero[0]);

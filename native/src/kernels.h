@@ -4,12 +4,13 @@
  * token rows t, on every weight encoding. The exact operation sequence of one
  * output element is fixed (below) and does not depend on how many tokens or
  * rows are computed together, the tile a token lands in, or the thread: that
- * is what makes the engine batch invariant. Both kernel families (AVX2 and
- * portable C) follow the same sequence, so they give the same bits.
+ * is what makes the engine batch invariant. Every kernel family (portable C,
+ * AVX2, AVX-512) follows the same sequence, so they give the same bits; an
+ * AVX-512 register carries two independent 8-lane sequences (two rows).
  *
  * Per element (K = cols, K8 = K rounded down to a multiple of 8):
  *   v(k)  = decoded weight: f32 as is; f16/bf16 exact widening; I8_ROW (float)q;
- *           I8_Gg (float)q * scale[r, k/g] (rounded to f32); I8_MINMAX (float)(q - zero)
+ *           I8_Gg and I4_Gg (float)q * scale[r, k/g] (rounded to f32); I8_MINMAX (float)(q - zero)
  *   a[l]  = 0;  for k = 0, 8, .., K8-8:  a[l] = fma(v(k+l), x[k+l], a[l])   (l = 0..7)
  *   s     = ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))
  *   for k = K8 .. K-1:  s = fma(v(k), x[k], s)
@@ -20,12 +21,32 @@
 #include <stdint.h>
 #include "colibri.h"
 
+typedef void (*cb_dot_rows_fn)(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
+                               float *const *outs, int64_t nt);
+typedef void (*cb_dot_rows_q8_fn)(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                                  const float *sx, float *const *outs, int64_t nt);
+/* q[k] = clamp(rint(x[k] * inv), -127, 127): one rounded multiply, round half to even. */
+typedef void (*cb_quantize_q8_fn)(const float *x, int32_t K, float inv, int16_t *q);
+
+/* One kernel family (simd.c holds one per cb_simd level; cb_kernels() is the active one). */
+typedef struct {
+    int32_t level;                  /* cb_simd */
+    const char *name;               /* "scalar" | "avx2" | "avx512" (COLIBRI_SIMD, simd_force) */
+    cb_dot_rows_fn dot_rows;
+    cb_dot_rows_q8_fn dot_rows_q8;
+    cb_quantize_q8_fn quantize_q8;
+} cb_kernel_table;
+const cb_kernel_table *cb_kernels(void);
+
+/* The entry points everything calls: the active table's kernels. */
 void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                  float *const *outs, int64_t nt);
 void cb_dot_rows_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                         float *const *outs, int64_t nt);
 void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                       float *const *outs, int64_t nt);
+void cb_dot_rows_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
+                        float *const *outs, int64_t nt);
 
 /* w8a8 (kernels_q8.c): CB_I8_ROW weights x per-row int8 activations held as int16. */
 #define CB_Q8_MAX_K 131072   /* int32 sums of K products of |127| stay exact below this */
@@ -36,6 +57,11 @@ void cb_dot_rows_q8_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const int
                            const float *sx, float *const *outs, int64_t nt);
 void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                          const float *sx, float *const *outs, int64_t nt);
+void cb_dot_rows_q8_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                           const float *sx, float *const *outs, int64_t nt);
+void cb_quantize_q8_scalar(const float *x, int32_t K, float inv, int16_t *q);
+void cb_quantize_q8_avx2(const float *x, int32_t K, float inv, int16_t *q);
+void cb_quantize_q8_avx512(const float *x, int32_t K, float inv, int16_t *q);
 
 /* Exact f16 -> f32 (IEEE half, subnormals included). */
 static inline float cb_f16_to_f32(uint16_t h) {
@@ -57,7 +83,17 @@ static inline float cb_bf16_to_f32(uint16_t h) {
     return v.f;
 }
 
+/* Signed 4-bit code k of an int4 row (colibri.h nibble order). */
+static inline int32_t cb_i4_at(const unsigned char *row, size_t k) {
+    int32_t b = row[k >> 1];
+    return ((((k & 1) ? b >> 4 : b) & 15) ^ 8) - 8;
+}
+
+static inline int cb_is_i4(int32_t dtype) { return dtype == CB_I4_G32 || dtype == CB_I4_G64; }
+
+/* Group size of a CB_SCALE_GROUP dtype (0 otherwise), from the encoding table. */
 static inline int32_t cb_group_size(int32_t dtype) {
-    return dtype == CB_I8_G32 ? 32 : dtype == CB_I8_G64 ? 64 : dtype == CB_I8_G128 ? 128 : 0;
+    const cb_encoding *e = cb_encoding_of(dtype);
+    return e && e->scale_kind == CB_SCALE_GROUP ? e->group : 0;
 }
 #endif

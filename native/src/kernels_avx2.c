@@ -8,19 +8,9 @@
  * attributes: no global -m flags.
  */
 #include "kernels.h"
+#include "cb_internal.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#include <math.h>
-
-#define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-#define AVX2_OUTLINE __attribute__((noinline, target("avx2,fma,f16c")))
-
-typedef struct {
-    const unsigned char *data; /* row 0 start */
-    const float *scales;
-    size_t row_bytes;
-    int32_t cols, ngroups, zero;
-} wdesc;
+#include "kernels_x86.h"
 
 /* Indices are size_t throughout: the Python build adds -fwrapv, which makes
  * int32 induction variables cost a sign extension per load. */
@@ -39,45 +29,14 @@ AVX2_FN __m256 dec8(int dtype, const unsigned char *row, const float *gscale, in
         return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(zero)));
     }
     default: {
-        size_t shift = dtype == CB_I8_G32 ? 5 : dtype == CB_I8_G64 ? 6 : 7;
-        __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + k))));
-        return _mm256_mul_ps(q, _mm256_set1_ps(gscale[k >> shift]));
+        __m256i qi = cb_is_i4(dtype) ? i4x8(row, k) : _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + k)));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(qi), _mm256_set1_ps(gscale[k >> group_shift(dtype)]));
     }
     }
 }
 
-AVX2_FN float dec1(int dtype, const unsigned char *row, const float *gscale, int32_t zero, size_t k) {
-    switch (dtype) {
-    case CB_F32: return ((const float *)row)[k];
-    case CB_F16: return cb_f16_to_f32(((const uint16_t *)row)[k]);
-    case CB_BF16: return cb_bf16_to_f32(((const uint16_t *)row)[k]);
-    case CB_I8_ROW: return (float)((const int8_t *)row)[k];
-    case CB_I8_MINMAX: return (float)((int32_t)((const int8_t *)row)[k] - zero);
-    default: return (float)((const int8_t *)row)[k] * gscale[k / (size_t)cb_group_size(dtype)];
-    }
-}
-
-AVX2_FN float hsum(__m256 a) {
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-    return _mm_cvtss_f32(v);
-}
-
-AVX2_FN float finish(int dtype, const wdesc *d, int32_t r, __m256 acc, const unsigned char *row,
-                     const float *gscale, const float *x) {
-    size_t K = (size_t)d->cols, K8 = K - K % 8;
-    float s = hsum(acc);
-    for (size_t k = K8; k < K; k++) s = fmaf(dec1(dtype, row, gscale, d->zero, k), x[k], s);
-    if (dtype == CB_I8_ROW) s = s * d->scales[r];
-    else if (dtype == CB_I8_MINMAX) s = s * d->scales[0];
-    return s;
-}
-
-AVX2_FN size_t elem_bytes(int dtype) { return dtype == CB_F32 ? 4 : (dtype == CB_F16 || dtype == CB_BF16) ? 2 : 1; }
-
-/* TT tokens x TR rows starting at row r. pf != 0: software-prefetch (into L2: T0 measured
- * ~30% slower, it crowds L1's miss buffers) the weights pf bytes ahead (the next row tile). */
+/* TT tokens x TR rows starting at row r. pf != 0: software-prefetch the weights pf bytes
+ * ahead (the next row tile; prefetch_span). */
 AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const float *const *xs,
                   float *const *outs, size_t pf) {
     __m256 acc[4][8];
@@ -95,13 +54,13 @@ AVX2_FN void tile(int dtype, int TT, int TR, const wdesc *d, int32_t r, const fl
 #pragma GCC unroll 8
         for (int j = 0; j < TR; j++) acc[i][j] = _mm256_setzero_ps();
     }
+    size_t bits = elem_bits(dtype);
     for (size_t k = 0; k < K8; k += 8) {
-        if (pf && TR == 8) /* 8 contiguous rows: walk the next tile's block linearly, 64 B per row-chunk */
-            for (size_t b = 0; b < 64 * elem_bytes(dtype); b += 64)
-                _mm_prefetch((const char *)row[0] + pf + k * 8 * elem_bytes(dtype) + b, _MM_HINT_T1);
-        else if (pf && ((k * elem_bytes(dtype)) & 63) == 0)
+        if (pf && TR == 8) /* 8 contiguous rows: walk the next tile's block linearly */
+            prefetch_span(row[0] + pf, k * 8 * bits / 8, (k + 8) * 8 * bits / 8);
+        else if (pf)
 #pragma GCC unroll 8
-            for (int j = 0; j < TR; j++) _mm_prefetch((const char *)row[j] + pf + k * elem_bytes(dtype), _MM_HINT_T1);
+            for (int j = 0; j < TR; j++) prefetch_span(row[j] + pf, k * bits / 8, (k + 8) * bits / 8);
 #pragma GCC unroll 8
         for (int j = 0; j < TR; j++) {
             __m256 w = dec8(dtype, row[j], gs[j], d->zero, k);
@@ -163,12 +122,13 @@ DTYPE_KERNEL(k_i8g32, CB_I8_G32)
 DTYPE_KERNEL(k_i8g64, CB_I8_G64)
 DTYPE_KERNEL(k_i8g128, CB_I8_G128)
 DTYPE_KERNEL(k_i8mm, CB_I8_MINMAX)
+DTYPE_KERNEL(k_i4g32, CB_I4_G32)
+DTYPE_KERNEL(k_i4g64, CB_I4_G64)
 
 void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                       float *const *outs, int64_t nt) {
-    static const size_t elem[8] = {4, 2, 2, 1, 1, 1, 1, 1};
     int32_t g = cb_group_size(w->dtype);
-    wdesc d = {(const unsigned char *)w->data, w->scales, elem[w->dtype] * (size_t)w->cols, w->cols,
+    wdesc d = {(const unsigned char *)w->data, w->scales, (size_t)cb_row_bytes(w->dtype, w->cols), w->cols,
                g ? (w->cols + g - 1) / g : 0, w->zero ? w->zero[0] : 0};
     switch (w->dtype) {
     case CB_F32: k_f32(&d, r0, r1, xs, outs, nt); break;
@@ -178,6 +138,8 @@ void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *c
     case CB_I8_G32: k_i8g32(&d, r0, r1, xs, outs, nt); break;
     case CB_I8_G64: k_i8g64(&d, r0, r1, xs, outs, nt); break;
     case CB_I8_G128: k_i8g128(&d, r0, r1, xs, outs, nt); break;
+    case CB_I4_G32: k_i4g32(&d, r0, r1, xs, outs, nt); break;
+    case CB_I4_G64: k_i4g64(&d, r0, r1, xs, outs, nt); break;
     default: k_i8mm(&d, r0, r1, xs, outs, nt); break;
     }
 }

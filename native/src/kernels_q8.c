@@ -16,7 +16,7 @@ static float row_amax(const float *x, int32_t K) {
     return amax;
 }
 
-static void quantize_scalar(const float *x, int32_t K, float inv, int16_t *q) {
+void cb_quantize_q8_scalar(const float *x, int32_t K, float inv, int16_t *q) {
     for (int32_t k = 0; k < K; k++) {
         float v = rintf(x[k] * inv);
         q[k] = (int16_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
@@ -27,7 +27,7 @@ static void quantize_scalar(const float *x, int32_t K, float inv, int16_t *q) {
 #include <immintrin.h>
 /* Same bits as quantize_scalar: one rounded multiply, round-to-nearest-even, clamp. */
 __attribute__((target("avx2,fma,f16c")))
-static void quantize_avx2(const float *x, int32_t K, float inv, int16_t *q) {
+void cb_quantize_q8_avx2(const float *x, int32_t K, float inv, int16_t *q) {
     size_t n = (size_t)K, n8 = n - n % 8;
     __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
     for (size_t k = 0; k < n8; k += 8) {
@@ -36,18 +36,14 @@ static void quantize_avx2(const float *x, int32_t K, float inv, int16_t *q) {
         __m128i p = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
         _mm_storeu_si128((__m128i *)(q + k), p);
     }
-    quantize_scalar(x + n8, (int32_t)(n - n8), inv, q + n8);
+    cb_quantize_q8_scalar(x + n8, (int32_t)(n - n8), inv, q + n8);
 }
 #endif
 
 void cb_quantize_row_q8(const float *x, int32_t K, int16_t *q, float *scale) {
     float amax = row_amax(x, K);
     float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (cb_simd_level() == 2) quantize_avx2(x, K, inv, q);
-    else
-#endif
-        quantize_scalar(x, K, inv, q);
+    cb_kernels()->quantize_q8(x, K, inv, q);
     *scale = amax / 127.0f;
 }
 
@@ -79,8 +75,9 @@ Q8_FN int32_t hsum_i32(__m256i a) {
     return _mm_cvtsi128_si32(v);
 }
 
+/* pf != 0: prefetch into L2 the block pf bytes ahead (the next row tile), linearly over the k loop. */
 Q8_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_t *const *xq, const float *sx,
-                   float *const *outs) {
+                   float *const *outs, size_t pf) {
     size_t K = (size_t)w->cols, K16 = K - K % 16;
     const int8_t *row[4];
     __m256i acc[4][4];
@@ -91,6 +88,9 @@ Q8_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_t 
 #pragma GCC unroll 4
         for (int j = 0; j < TR; j++) acc[i][j] = _mm256_setzero_si256();
     for (size_t k = 0; k < K16; k += 16) {
+        if (pf && (k & 63) == 0)
+            for (size_t b = 0; b < (size_t)TR * 64; b += 64)
+                _mm_prefetch((const char *)row[0] + pf + k * (size_t)TR + b, _MM_HINT_T1);
 #pragma GCC unroll 4
         for (int j = 0; j < TR; j++) {
             __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row[j] + k)));
@@ -110,23 +110,35 @@ Q8_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_t 
 }
 
 /* 4 tokens x 2 rows keeps 8 accumulators + temporaries in the 16 ymm registers
- * (4 x 3 spilled); a lone token uses 1 x 4. */
+ * (4 x 3 spilled); 2-3 tokens share each widened weight; a lone token uses 1 x 4
+ * with the next tile prefetched (decode is memory bound). */
 __attribute__((target("avx2,fma,f16c")))
 void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                          const float *sx, float *const *outs, int64_t nt) {
+    size_t rb = (size_t)w->cols;
     int64_t t = 0;
+    if (nt > 1 && nt < 4) {
+        int32_t r = r0;
+        for (; r + 3 <= r1; r += 3)
+            if (nt == 2) tile_q8(2, 3, w, r, xq, sx, outs, 3 * rb);
+            else tile_q8(3, 3, w, r, xq, sx, outs, 3 * rb);
+        for (; r < r1; r++)
+            for (t = 0; t < nt; t++) tile_q8(1, 1, w, r, xq + t, sx + t, outs + t, 0);
+        return;
+    }
     for (; t + 4 <= nt; t += 4) {
         int32_t r = r0;
-        for (; r + 2 <= r1; r += 2) tile_q8(4, 2, w, r, xq + t, sx + t, outs + t);
-        for (; r < r1; r++) tile_q8(4, 1, w, r, xq + t, sx + t, outs + t);
+        for (; r + 2 <= r1; r += 2) tile_q8(4, 2, w, r, xq + t, sx + t, outs + t, 0);
+        for (; r < r1; r++) tile_q8(4, 1, w, r, xq + t, sx + t, outs + t, 0);
     }
     for (; t < nt; t++) {
         int32_t r = r0;
-        for (; r + 4 <= r1; r += 4) tile_q8(1, 4, w, r, xq + t, sx + t, outs + t);
-        for (; r < r1; r++) tile_q8(1, 1, w, r, xq + t, sx + t, outs + t);
+        for (; r + 4 <= r1; r += 4) tile_q8(1, 4, w, r, xq + t, sx + t, outs + t, nt == 1 ? 4 * rb : 0);
+        for (; r < r1; r++) tile_q8(1, 1, w, r, xq + t, sx + t, outs + t, 0);
     }
 }
 #else
+void cb_quantize_q8_avx2(const float *x, int32_t K, float inv, int16_t *q) { cb_quantize_q8_scalar(x, K, inv, q); }
 void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                          const float *sx, float *const *outs, int64_t nt) {
     cb_dot_rows_q8_scalar(w, r0, r1, xq, sx, outs, nt);
@@ -135,6 +147,5 @@ void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16
 
 void cb_dot_rows_q8(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq, const float *sx,
                     float *const *outs, int64_t nt) {
-    if (cb_simd_level() == 2) cb_dot_rows_q8_avx2(w, r0, r1, xq, sx, outs, nt);
-    else cb_dot_rows_q8_scalar(w, r0, r1, xq, sx, outs, nt);
+    cb_kernels()->dot_rows_q8(w, r0, r1, xq, sx, outs, nt);
 }

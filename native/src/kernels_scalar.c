@@ -17,7 +17,10 @@ static float decode1(const cb_matrix *w, int32_t r, int32_t k) {
     case CB_I8_MINMAX: return (float)((int32_t)((const int8_t *)w->data)[i] - w->zero[0]);
     default: {
         int32_t g = cb_group_size(w->dtype), ng = (w->cols + g - 1) / g;
-        return (float)((const int8_t *)w->data)[i] * w->scales[(size_t)r * (size_t)ng + (size_t)(k / g)];
+        float q = cb_is_i4(w->dtype)
+                      ? (float)cb_i4_at((const unsigned char *)w->data + (size_t)r * (size_t)((w->cols + 1) / 2), (size_t)k)
+                      : (float)((const int8_t *)w->data)[i];
+        return q * w->scales[(size_t)r * (size_t)ng + (size_t)(k / g)];
     }
     }
 }

@@ -21,7 +21,6 @@ static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd
 static int32_t rdi32(const uint8_t *p) { return (int32_t)rd32(p); }
 static float rdf32(const uint8_t *p) { uint32_t u = rd32(p); float f; memcpy(&f, &u, 4); return f; }
 
-static const int elem_size[8] = {4, 2, 2, 1, 1, 1, 1, 1};
 static const int dtype_size[10] = {4, 2, 2, 1, 1, 2, 4, 8, 8, 1};
 
 cb_status cbf_parse_header(cb_model *m, const uint8_t *h, uint64_t *table_off, uint64_t *table_count,
@@ -61,10 +60,10 @@ cb_status cbf_parse_header(cb_model *m, const uint8_t *h, uint64_t *table_off, u
     memcpy(m->moe_mask, h + 176, sizeof m->moe_mask);
     m->scheme = rdi32(h + 120);
     m->shared_gate = rdi32(h + 152);
-    static const char *schemes[8] = {"f32", "f16", "bf16", "int8", "int8-g32", "int8-g64", "int8-g128", "int8-minmax"};
     char scheme[17] = {0};
     memcpy(scheme, h + 104, 16);
-    if (m->scheme < 0 || m->scheme > 7 || strcmp(scheme, schemes[m->scheme]) != 0)
+    const cb_encoding *enc = cb_encoding_of(m->scheme);
+    if (!enc || strcmp(scheme, enc->name) != 0)
         return cb_fail(CB_E_FORMAT, "%s: unknown expert scheme in header", p);
     if (in->hidden <= 0 || in->inter <= 0 || in->n_experts <= 0 || in->top_k < 1 || in->top_k > in->n_experts
         || in->n_layers <= 0 || in->n_layers > CBF_MAX_LAYERS || in->shared_inter < 0 || g->kind < 0
@@ -110,24 +109,17 @@ static void describe(const cbf_entry *e, char *buf, size_t n) {
     else snprintf(buf, n, "layer %d %s", e->layer, e->name);
 }
 
-static int64_t expected_scales(const cbf_matrix *x) {
-    static const int group[8] = {0, 0, 0, 0, 32, 64, 128, 0};
-    if (x->dtype < 3) return 0;
-    if (x->dtype == 3) return x->rows;
-    if (x->dtype == 7) return 1;
-    return (int64_t)x->rows * ((x->cols + group[x->dtype] - 1) / group[x->dtype]);
-}
-
 static int part_ok(int64_t off, int64_t size, uint64_t blob) {
     return off == -1 || (off >= 0 && size >= 0 && (uint64_t)off <= blob && (uint64_t)size <= blob - (uint64_t)off);
 }
 
 /* One encoded matrix inside a blob of `blob` bytes: sizes consistent with its encoding, parts inside. */
 static int matrix_ok(const cbf_matrix *x, uint64_t blob) {
-    if (x->dtype < 0 || x->dtype > 7 || x->rows <= 0 || x->cols <= 0) return 0;
-    if (x->data_off < 0 || x->data_bytes != (int64_t)x->rows * x->cols * elem_size[x->dtype]) return 0;
-    if (x->scale_count != expected_scales(x) || (x->dtype >= 3) != (x->scale_off >= 0)
-        || (x->dtype == 7) != (x->zero_off >= 0))
+    const cb_encoding *enc = cb_encoding_of(x->dtype);
+    if (!enc || x->rows <= 0 || x->cols <= 0) return 0;
+    if (x->data_off < 0 || x->data_bytes != cb_matrix_data_bytes(x->dtype, x->rows, x->cols)) return 0;
+    if (x->scale_count != cb_matrix_scale_count(x->dtype, x->rows, x->cols)
+        || (enc->scale_kind != CB_SCALE_NONE) != (x->scale_off >= 0) || enc->zero_point != (x->zero_off >= 0))
         return 0;
     return part_ok(x->data_off, x->data_bytes, blob) && part_ok(x->scale_off, 4 * (int64_t)x->scale_count, blob)
            && part_ok(x->zero_off, 4, blob) && x->data_off % 4 == 0 && !(x->scale_off > 0 && x->scale_off % 4)

@@ -12,7 +12,8 @@ cb_status cb_rmsnorm(const float *x, int64_t n, int32_t dim, const float *weight
     if (!x || !out) return cb_fail(CB_E_INVALID, "cb_rmsnorm: x or out is NULL");
     if (n < 0 || n > CB_MAX_ROWS || dim <= 0 || dim > CB_MAX_HIDDEN)
         return cb_fail(CB_E_INVALID, "cb_rmsnorm: n %lld / dim %d invalid", (long long)n, (int)dim);
-    if (!(eps >= 0.0f) || !isfinite(eps)) return cb_fail(CB_E_INVALID, "cb_rmsnorm: eps %g must be finite and >= 0", (double)eps);
+    if (!(eps >= 0.0f) || !isfinite(eps))
+        return cb_fail(CB_E_INVALID, "cb_rmsnorm: eps %g must be finite and >= 0", (double)eps);
     for (int64_t t = 0; t < n; t++) {
         const float *xr = x + (size_t)t * (size_t)dim;
         float *o = out + (size_t)t * (size_t)dim;

@@ -1,65 +1,124 @@
-/* simd.c — run-time choice between the AVX2/FMA/F16C kernels and portable C.
+/* simd.c — the kernel dispatch table: one per cb_simd level, chosen once at start-up.
  *
- * Role: decides once (cpuid + xgetbv, then COLIBRI_SIMD=scalar) which kernel
- * family the dot products use; cb_simd_force() lets tests flip it in-process.
+ * Role: reads the CPU's features (cpuid) and what the OS saves on a context
+ * switch (xgetbv), picks the best kernel table, caps it by COLIBRI_SIMD, and
+ * hands it to every matrix product (cb_kernels()). cb_simd_force() lets tests
+ * and benchmarks switch tables in-process; level names live here only.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cb_internal.h"
+#include "kernels.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 
-static atomic_int level_cache = -1;
+static const cb_kernel_table TABLES[] = {
+    {CB_SIMD_SCALAR, "scalar", cb_dot_rows_scalar, cb_dot_rows_q8_scalar, cb_quantize_q8_scalar},
+    {CB_SIMD_AVX2, "avx2", cb_dot_rows_avx2, cb_dot_rows_q8_avx2, cb_quantize_q8_avx2},
+    {CB_SIMD_AVX512, "avx512", cb_dot_rows_avx512, cb_dot_rows_q8_avx512, cb_quantize_q8_avx512},
+};
+#define N_TABLES (int)(sizeof TABLES / sizeof TABLES[0])
 
-static int cpu_has_avx2(void) {
+static char missing[N_TABLES][96];      /* per table: flags the CPU/OS lacks ("" = supported) */
+static pthread_once_t features_once = PTHREAD_ONCE_INIT;
+static _Atomic(const cb_kernel_table *) active;
+
+static const cb_kernel_table *table_of(int32_t level) {
+    for (int i = 0; i < N_TABLES; i++)
+        if (TABLES[i].level == level) return &TABLES[i];
+    return NULL;
+}
+
+static void need(char *buf, int have, const char *flag) {
+    if (have) return;
+    size_t n = strlen(buf);
+    snprintf(buf + n, 96 - n, "%s%s", n ? " " : "", flag);
+}
+
+static void read_features(void) {
+    int avx2 = 0, fma = 0, f16c = 0, osymm = 0, f = 0, dq = 0, bw = 0, vl = 0, vnni = 0, oszmm = 0;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
-    if (!(fma && osxsave && avx && f16c)) return 0;
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 6u) != 6u) return 0;           /* OS saves xmm and ymm state */
-    if (__get_cpuid_max(0, 0) < 7) return 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    return (b >> 5) & 1;
-#else
-    return 0;
-#endif
-}
-
-static int detect(void) {
-    const char *env = getenv("COLIBRI_SIMD");
-    if (env && strcmp(env, "scalar") == 0) return 0;
-    return cpu_has_avx2() ? 2 : 0;
-}
-
-int cb_simd_level(void) {
-    int l = atomic_load(&level_cache);
-    if (l < 0) {
-        l = detect();
-        atomic_store(&level_cache, l);
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+        if (((c >> 27) & 1) && ((c >> 28) & 1)) {      /* OSXSAVE + AVX */
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            osymm = (lo & 6u) == 6u;                    /* xmm + ymm state */
+            oszmm = osymm && (lo & 0xe0u) == 0xe0u;     /* opmask + zmm0-15 upper + zmm16-31 */
+        }
     }
-    return l;
+    if (__get_cpuid_max(0, 0) >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        avx2 = (b >> 5) & 1, f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+        vnni = (c >> 11) & 1;
+    }
+#endif
+    char *m2 = missing[1], *m5 = missing[2];
+    need(m2, avx2, "avx2"), need(m2, fma, "fma"), need(m2, f16c, "f16c"), need(m2, osymm, "os-ymm-state");
+    strcpy(m5, m2);
+    need(m5, f, "avx512f"), need(m5, bw, "avx512bw"), need(m5, vl, "avx512vl"), need(m5, dq, "avx512dq");
+    need(m5, vnni, "avx512_vnni"), need(m5, oszmm, "os-zmm-state");
 }
 
-const char *cb_simd_name(void) { return cb_simd_level() == 2 ? "avx2" : "scalar"; }
+const char *cb_simd_missing(int32_t level) {
+    pthread_once(&features_once, read_features);
+    for (int i = 0; i < N_TABLES; i++)
+        if (TABLES[i].level == level) return missing[i];
+    return "unknown level";
+}
+
+int32_t cb_simd_best(void) {
+    int32_t best = CB_SIMD_SCALAR;
+    for (int i = 0; i < N_TABLES; i++)
+        if (!cb_simd_missing(TABLES[i].level)[0]) best = TABLES[i].level;
+    return best;
+}
+
+const char *cb_simd_level_name(int32_t level) {
+    const cb_kernel_table *t = table_of(level);
+    return t ? t->name : NULL;
+}
+
+int32_t cb_simd_level_of(const char *name) {
+    for (int i = 0; name && i < N_TABLES; i++)
+        if (strcmp(TABLES[i].name, name) == 0) return TABLES[i].level;
+    return -1;
+}
+
+/* Best supported level, capped by COLIBRI_SIMD (an unknown name is ignored). */
+static const cb_kernel_table *detect(void) {
+    int32_t best = cb_simd_best(), want = cb_simd_level_of(getenv("COLIBRI_SIMD"));
+    return table_of(want >= 0 && want < best ? want : best);
+}
+
+const cb_kernel_table *cb_kernels(void) {
+    const cb_kernel_table *t = atomic_load_explicit(&active, memory_order_acquire);
+    if (!t) {
+        t = detect();
+        atomic_store_explicit(&active, t, memory_order_release);
+    }
+    return t;
+}
+
+__attribute__((constructor)) static void choose_at_load(void) { (void)cb_kernels(); }
+
+int cb_simd_level(void) { return cb_kernels()->level; }
+
+const char *cb_simd_name(void) { return cb_kernels()->name; }
 
 cb_status cb_simd_force(int level) {
     if (level < 0) {
-        atomic_store(&level_cache, detect());
+        atomic_store(&active, detect());
         return CB_OK;
     }
-    if (level == 0) {
-        atomic_store(&level_cache, 0);
-        return CB_OK;
-    }
-    if (level == 2) {
-        if (!cpu_has_avx2()) return cb_fail(CB_E_UNSUPPORTED, "this CPU lacks AVX2/FMA/F16C");
-        atomic_store(&level_cache, 2);
-        return CB_OK;
-    }
-    return cb_fail(CB_E_INVALID, "simd level must be -1 (auto), 0 (scalar) or 2 (avx2), got %d", level);
+    const cb_kernel_table *t = table_of(level);
+    if (!t) return cb_fail(CB_E_INVALID, "simd level must be -1 (auto), 0 (scalar), 2 (avx2) or 3 (avx512), got %d", level);
+    const char *miss = cb_simd_missing(level);
+    if (miss[0]) return cb_fail(CB_E_UNSUPPORTED, "simd level %s: this CPU/OS lacks %s", t->name, miss);
+    atomic_store(&active, t);
+    return CB_OK;
 }

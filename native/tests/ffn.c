@@ -1,6 +1,7 @@
 /* Expert FFN vs a double-precision scalar reference; SIMD paths and thread counts agree bit for bit;
  * combine order; moe_forward equals its pieces. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 #include "colibri.h"
 #include "check.h"
@@ -28,6 +29,7 @@ static cb_expert f32_expert(const float *g, const float *u, const float *d) {
 }
 
 int main(void) {
+    printf("simd level %s\n", cb_simd_name());
     unsigned s = 1;
     static float g[E][I * H], u[E][I * H], d[E][H * I], x[N * H], router[E * H];
     for (int e = 0; e < E; e++)
@@ -50,7 +52,7 @@ int main(void) {
         for (int r = 0; r < H; r++) { m = fmax(m, fabs(y[r])); err = fmax(err, fabs(y[r] - out1[t * H + r])); }
         CHECK(err <= 2e-5 * m);
     }
-    if (cb_simd_level() == 2) {           /* same bits on the portable path */
+    if (cb_simd_level() != CB_SIMD_SCALAR) { /* same bits on the portable path */
         CHECK_OK(cb_simd_force(0));
         CHECK_OK(cb_expert_forward(e1, &ex[0], x, H, NULL, N, outs));
         CHECK(memcmp(out1, outs, sizeof out1) == 0);
@@ -110,6 +112,22 @@ int main(void) {
     double num = 0, d0 = 0, d1 = 0;                    /* close to the weight-only result */
     for (int i = 0; i < N * H; i++) { num += (double)w0[i] * w1[i]; d0 += (double)w0[i] * w0[i]; d1 += (double)w1[i] * w1[i]; }
     CHECK(num / sqrt(d0 * d1) > 0.999);
+
+    /* int4 per group of 32: each level gives the scalar bits; the encoding table sizes it */
+    static uint8_t q4g[I * ((H + 1) / 2)], q4d[H * ((I + 1) / 2)];
+    static float s4g[I * 2], s4d[H * 1], f1[N * H], f0[N * H];
+    for (size_t i = 0; i < sizeof q4g; i++) q4g[i] = (uint8_t)(rnd(&s) * 127 + 128);
+    for (size_t i = 0; i < sizeof q4d; i++) q4d[i] = (uint8_t)(rnd(&s) * 127 + 128);
+    for (int i = 0; i < I * 2; i++) s4g[i] = 0.05f + 0.01f * (float)i;
+    for (int i = 0; i < H; i++) s4d[i] = 0.03f;
+    CHECK(cb_matrix_data_bytes(CB_I4_G32, I, H) == (int64_t)sizeof q4g && cb_matrix_scale_count(CB_I4_G32, I, H) == I * 2);
+    CHECK(strcmp(cb_encoding_of(CB_I4_G32)->name, "int4-g32") == 0 && cb_encoding_of(CB_DTYPE_COUNT) == NULL);
+    cb_expert q4 = {{q4g, s4g, NULL, CB_I4_G32, I, H}, {q4g, s4g, NULL, CB_I4_G32, I, H}, {q4d, s4d, NULL, CB_I4_G32, H, I}};
+    CHECK_OK(cb_expert_forward(e3, &q4, x, H, NULL, N, f1));
+    CHECK_OK(cb_simd_force(0));
+    CHECK_OK(cb_expert_forward(e3, &q4, x, H, NULL, N, f0));
+    CHECK_OK(cb_simd_force(-1));
+    CHECK(memcmp(f0, f1, sizeof f0) == 0);
     cb_engine_destroy(e1);
     cb_engine_destroy(e3);
     CHECK_DONE();

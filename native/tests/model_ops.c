@@ -179,6 +179,44 @@ static void test_attention(cb_engine *e1, cb_engine *e3) {
           has(cb_engine_last_error(e1), "multiple of n_kv_heads"));
 }
 
+/* Random geometries under ASan: pools sized exactly (any stray index is caught), two sequences in one call vs
+ * each token alone; f32/f16/bf16, windows, odd block sizes, MLA-style shared pools. */
+static void test_attention_random(cb_engine *e1, cb_engine *e3) {
+    unsigned s = 77;
+    for (int it = 0; it < 40; it++) {
+        int nkv = 1 + (int)((rnd(&s) + 1) * 1.5f), G = 1 + (int)((rnd(&s) + 1) * 2.5f), mla = nkv == 1 && rnd(&s) > 0;
+        int qk = 2 + (int)((rnd(&s) + 1) * 20), vd = mla ? 1 + (int)((rnd(&s) + 1) * 0.49f * (qk - 1)) : 1 + (int)((rnd(&s) + 1) * 9);
+        int vrow = mla ? qk : vd + (int)((rnd(&s) + 1) * 1.5f), bs = 1 + (int)((rnd(&s) + 1) * 4);
+        int dt = (int)((rnd(&s) + 1) * 1.5f), window = rnd(&s) > 0 ? 0 : 1 + (int)((rnd(&s) + 1) * 6);
+        int len[2] = {1 + (int)((rnd(&s) + 1) * 15), 1 + (int)((rnd(&s) + 1) * 15)}, n = len[0] + len[1];
+        cb_attn a = {nkv * G, nkv, qk, vd, vrow, bs, dt, window, 0.3f};
+        int32_t nt[2] = {(len[0] + bs - 1) / bs, (len[1] + bs - 1) / bs}, nb = nt[0] + nt[1];
+        int32_t *tbl = malloc(sizeof(int32_t) * (size_t)nb), start[3] = {0, len[0], n}, pos0[2] = {0, 0};
+        for (int i = 0; i < nb; i++) tbl[i] = (i * 7 + 3) % nb;
+        const int32_t *tables[2] = {tbl, tbl + nt[0]};
+        size_t word = dt == CB_F32 ? 4 : 2, kw = (size_t)nb * nkv * bs * qk, vw = (size_t)nb * nkv * bs * vrow;
+        void *kc = calloc(kw, word), *vc = mla ? kc : calloc(vw, word);
+        float *k = malloc(sizeof(float) * (size_t)n * nkv * qk), *v = malloc(sizeof(float) * (size_t)n * nkv * vrow);
+        float *q = malloc(sizeof(float) * (size_t)n * a.n_heads * qk);
+        float *o1 = malloc(sizeof(float) * (size_t)n * a.n_heads * vd), *o2 = malloc(sizeof(float) * (size_t)n * a.n_heads * vd);
+        for (size_t i = 0; i < (size_t)n * nkv * qk; i++) k[i] = rnd(&s);
+        for (size_t i = 0; i < (size_t)n * nkv * vrow; i++) v[i] = rnd(&s);
+        for (size_t i = 0; i < (size_t)n * a.n_heads * qk; i++) q[i] = rnd(&s);
+        CHECK_OK(cb_kv_write(&a, kc, mla ? NULL : vc, nb, 2, start, pos0, tables, nt, k, mla ? NULL : v));
+        CHECK_OK(cb_attention(e3, &a, kc, vc, nb, 2, start, pos0, tables, nt, q, o1));
+        for (int sq = 0; sq < 2; sq++)
+            for (int i = 0; i < len[sq]; i++) {
+                int32_t st1[2] = {0, 1}, p1[1] = {i};
+                size_t tok = (size_t)start[sq] + i;
+                CHECK_OK(cb_attention(e1, &a, kc, vc, nb, 1, st1, p1, tables + sq, nt + sq, q + tok * a.n_heads * qk,
+                                      o2 + tok * a.n_heads * vd));
+            }
+        CHECK(memcmp(o1, o2, sizeof(float) * (size_t)n * a.n_heads * vd) == 0);
+        free(tbl); free(k); free(v); free(q); free(o1); free(o2); free(kc);
+        if (!mla) free(vc);
+    }
+}
+
 int main(void) {
     cb_engine *e1 = NULL, *e3 = NULL;
     CHECK_OK(cb_engine_create(1, NULL, 0, &e1));
@@ -189,6 +227,7 @@ int main(void) {
     test_rope();
     test_kv_write();
     test_attention(e1, e3);
+    test_attention_random(e1, e3);
     cb_engine_destroy(e1);
     cb_engine_destroy(e3);
     CHECK_DONE();

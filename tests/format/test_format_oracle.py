@@ -3,7 +3,7 @@
 For each family (and both source layouts), the colibri Engine's moe_forward on
 one MoE layer is compared with `model.model.layers[L].mlp` itself on random
 hidden states. f32 experts: max abs error <= 2e-5 * max|ref|; bf16/f16 within
-their rounding; int8 schemes: cosine >= 0.999.
+their rounding; int8 schemes: cosine >= 0.999; int4 per group: cosine >= 0.98.
 """
 import numpy as np
 import pytest
@@ -65,6 +65,28 @@ def test_int8_experts_cosine(converted, family, scheme):
     x = hidden_states(48, 32, seed=13)
     ref, got = reference(hf, layer, x), colibri(path, layer, x)
     assert cosine(got, ref) >= 0.999
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("scheme", ["int4-g32", "int4-g64"])
+def test_int4_experts_cosine_and_c_reader(converted, family, scheme):
+    from colibri_dist._native import ffi, lib
+    path, hf = converted(family, scheme)
+    model = cd.open_model(path)
+    layer, hidden = model.moe_layers[-1], model.config.hidden
+    assert model.config.scheme == scheme and model.expert_layout(layer).gate.dtype == cd_scheme_code(scheme)
+    model.close()
+    x = hidden_states(48, hidden, seed=13)
+    ref, got = reference(hf, layer, x), colibri(path, layer, x)
+    assert cosine(got, ref) >= 0.98                       # measured table: docs/KERNELS.md
+    out = ffi.new("cb_model **")                          # the C reader accepts the int4 blobs
+    assert lib.cb_model_open(str(path).encode(), 1, out) == lib.CB_OK, ffi.string(lib.cb_last_error())
+    lib.cb_model_close(out[0])
+
+
+def cd_scheme_code(scheme):
+    from colibri_dist.format.layout import SCHEMES
+    return SCHEMES[scheme]
 
 
 def test_bf16_source_with_f32_experts_is_exact_to_the_rounded_model(converted):

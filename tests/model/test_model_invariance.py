@@ -33,6 +33,26 @@ def case(request, whole_model):
     return path
 
 
+@pytest.mark.parametrize("name", CASES)
+def test_w8a8_mode_is_invariant_too_and_close(whole_model, name):
+    path, _ = whole_model(name, experts="int8", dense="int8")
+    target, other = ids(27, 12), ids(9, 13)
+    with cd.LLM(path) as llm:
+        weight_only = llm.logits(target)
+    with cd.LLM(path, w8a8=True) as llm:
+        ref = llm.logits(target)
+        assert llm.engine.runtime.w8a8
+        assert np.array_equal(llm.logits_batch([other, target])[1], ref)
+        assert np.array_equal(chunked(llm, target, [4, 9]), ref)
+        for level, missing in native.simd_levels().items():
+            if missing is None:
+                with native.simd_force(level):
+                    assert np.array_equal(llm.logits(target), ref), level
+    assert not np.array_equal(ref, weight_only)          # the integer path really ran
+    cos = float(np.sum(ref * weight_only) / (np.linalg.norm(ref) * np.linalg.norm(weight_only)))
+    assert cos >= 0.99, cos
+
+
 def test_alone_vs_beside_other_sequences(case):
     target = ids(40, 1)
     others = [ids(n, 10 + n) for n in (1, 7, 33, 64)]
@@ -82,12 +102,17 @@ def test_expert_cache_budget_and_offload_tier(case, tmp_path):
             assert np.array_equal(llm.logits(target), ref)     # second pass: some experts from the SSD tier
 
 
-def test_simd_levels(case):
+@pytest.mark.parametrize("level", list(native.simd_levels()))
+def test_simd_levels(case, level):
+    missing = native.simd_levels()[level]
+    if missing:
+        pytest.skip(f"SIMD level {level} not on this CPU (missing {missing})")
     target = ids(23, 7)
     with cd.LLM(case) as llm:
         ref = llm.logits(target)
-        with native.simd_force("scalar"):
+        with native.simd_force(level):
             assert np.array_equal(llm.logits(target), ref)
+            assert np.array_equal(llm.logits_batch([ids(4, 1), target])[1], ref)
 
 
 def test_16_bit_kv_cache_is_invariant_too(case):
@@ -99,3 +124,25 @@ def test_16_bit_kv_cache_is_invariant_too(case):
     with cd.LLM(case) as f32:
         exact = f32.logits(target)
     assert np.abs(ref - exact).max() <= 0.05 * np.abs(exact).max()
+
+
+def test_hot_added_expert_serves_the_whole_model_and_removal_restores_the_bits(whole_model, tmp_path):
+    import shutil
+    src, _ = whole_model("mixtral", experts="int8", dense="int8")
+    path = tmp_path / "m.colibri"
+    shutil.copy(src, path)
+    target = ids(21, 9)
+    with cd.LLM(path) as llm:
+        ref = llm.logits(target)
+        eng, h = llm.engine, llm.arch.hidden
+        inter = eng.model.expert_layout(0).inter
+        rng = np.random.default_rng(0)
+        w = {"gate": rng.standard_normal((inter, h)).astype(np.float32),
+             "up": rng.standard_normal((inter, h)).astype(np.float32),
+             "down": rng.standard_normal((h, inter)).astype(np.float32)}
+        e = eng.add_expert(0, w, np.full(h, 3.0, np.float32))     # a router row every token prefers
+        changed = llm.logits(target)
+        assert not np.array_equal(changed, ref)
+        assert e in set(eng.route(0, np.ones((1, h), np.float32))[0].ravel().tolist())
+        eng.remove_expert(0, e)
+        assert np.array_equal(llm.logits(target), ref)

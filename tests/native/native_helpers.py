@@ -1,10 +1,21 @@
 """Shared builders for the native tests: random experts, numpy FFN reference, tiny transformers MoE blocks."""
 import numpy as np
+import pytest
 
 from colibri_dist.format.quantize import dequantize, pack_expert
-from colibri_dist.native import Gating, expert_view
+from colibri_dist.native import Gating, expert_view, simd_levels
 
-SCHEMES = ["f32", "f16", "bf16", "int8", "int8-g32", "int8-g64", "int8-g128", "int8-minmax"]
+SCHEMES = ["f32", "f16", "bf16", "int8", "int8-g32", "int8-g64", "int8-g128", "int8-minmax", "int4-g32", "int4-g64"]
+
+
+def simd_params():
+    """Every SIMD level as a pytest param; a level this CPU/OS lacks is skipped naming the missing flags."""
+    return [pytest.param(name, id=name, marks=pytest.mark.skipif(
+        missing is not None, reason=f"simd level {name} skipped: this CPU/OS lacks {missing}"))
+        for name, missing in simd_levels().items()]
+
+
+AVAILABLE_LEVELS = [name for name, missing in simd_levels().items() if missing is None]
 
 
 def rand_expert(rng, hidden, inter, scale=0.2):

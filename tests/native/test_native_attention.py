@@ -7,7 +7,7 @@ from colibri_dist.errors import InvalidArgument, NativeError
 from colibri_dist.format.quantize import bf16_bits_to_f32, f32_to_bf16_bits
 from colibri_dist.native import AttnSpec, Runtime, kv_write, simd_force, simd_name
 
-PATHS = ["avx2", "scalar"] if simd_name() == "avx2" else ["scalar"]
+PATHS = sorted({"scalar", simd_name()})          # portable C and the detected level
 GQA = AttnSpec(n_heads=6, n_kv_heads=2, qk_dim=20, v_dim=12, v_row=16, block_size=4, scale=0.3)
 MLA = AttnSpec(n_heads=5, n_kv_heads=1, qk_dim=24, v_dim=16, v_row=24, block_size=8, scale=0.25)
 
@@ -181,7 +181,11 @@ def test_attention_and_kv_write_errors(rts):
     with pytest.raises(InvalidArgument, match="q has shape"):
         rts[1].attention(spec, cache.k, cache.v, [0, 5], [0], [np.array(t)], q)
     with pytest.raises(InvalidArgument, match="cache_dtype"):
-        rts[1].attention(spec_of(spec, cache_dtype="f8"), cache.k, cache.v, [0, 6], [0], [np.array(t)], q)
+        spec_of(spec, cache_dtype="f8")
+    with pytest.raises(InvalidArgument, match="AttnSpec.qk_dim"):
+        spec_of(spec, qk_dim=20.0)
+    with pytest.raises(InvalidArgument, match="AttnSpec.scale"):
+        spec_of(spec, scale=float("inf"))
     with pytest.raises(NativeError, match="multiple of n_kv_heads"):
         rts[1].attention(spec_of(spec, n_heads=5), cache.k, cache.v, [0, 6], [0], [np.array(t)], q[:, :5].copy())
     with pytest.raises(InvalidArgument, match="pos0\\[0\\] = -1"):

@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 
 from colibri_dist.native import Runtime, combine, simd_force, simd_name
-from native_helpers import random_layer
+from native_helpers import AVAILABLE_LEVELS, simd_params, random_layer
 
 KINDS = [("softmax_topk_norm", {}), ("softmax_topk", {}),
          ("sigmoid_group", dict(n_group=4, topk_group=2, routed_scaling_factor=2.5))]
-PATHS = ["avx2", "scalar"] if simd_name() == "avx2" else ["scalar"]
+PATHS = simd_params()
 
 
 @pytest.fixture(scope="module")

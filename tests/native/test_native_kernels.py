@@ -1,12 +1,13 @@
-"""Expert FFN on every weight scheme vs the numpy reference, on both SIMD paths; scalar == avx2 bit for bit."""
+"""Expert FFN on every weight scheme vs the numpy reference, on every SIMD level; each level == scalar bit for bit."""
 import numpy as np
 import pytest
 
 from colibri_dist.format.quantize import dequantize, pack_expert
 from colibri_dist.native import Runtime, simd_force, simd_name
-from native_helpers import SCHEMES, decoded, ffn_ref, rand_expert, view_of
+from colibri_dist.native import expert_view
+from native_helpers import AVAILABLE_LEVELS, simd_params, SCHEMES, decoded, ffn_ref, rand_expert, view_of
 
-PATHS = ["avx2", "scalar"] if simd_name() == "avx2" else ["scalar"]
+PATHS = simd_params()
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +30,14 @@ def test_expert_forward_matches_decoded_reference(rt, path, scheme, hidden, inte
     assert np.abs(out - ref).max() <= 2e-5 * np.abs(ref).max()
 
 
-@pytest.mark.skipif(len(PATHS) < 2, reason="AVX2 kernels unavailable (CPU lacks AVX2/FMA/F16C or COLIBRI_SIMD=scalar)")
+@pytest.mark.parametrize("path", [p for p in PATHS if p.values[0] != "scalar"])
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_scalar_and_avx2_are_bit_identical(rt, scheme):
-    rng = np.random.default_rng(7)
-    view = view_of(rand_expert(rng, 131, 70), scheme)
-    x = rng.standard_normal((9, 131)).astype(np.float32)
-    with simd_force("avx2"):
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 9, 17])
+def test_every_simd_level_is_bit_identical_to_scalar(rt, path, scheme, n):
+    rng = np.random.default_rng(7 + n)
+    view = view_of(rand_expert(rng, 131, 70), scheme)      # 131, 70: odd K tails and short last groups
+    x = rng.standard_normal((n, 131)).astype(np.float32)
+    with simd_force(path):
         a = rt.expert_forward(x, view)
     with simd_force("scalar"):
         b = rt.expert_forward(x, view)
@@ -49,7 +51,7 @@ def test_quantizer_roundtrip_error_bounds(scheme):
     blob, layout = pack_expert(g, u, d, scheme)
     back = dequantize(blob, layout.down)
     err = np.abs(back - d).max() / np.abs(d).max()
-    bound = {"f32": 0, "f16": 1e-3, "bf16": 8e-3}.get(scheme, 1 / 127 * 0.51 * 2)
+    bound = {"f32": 0, "f16": 1e-3, "bf16": 8e-3}.get(scheme, 1 / (7 if scheme.startswith("int4") else 127) * 0.51 * 2)
     assert err <= bound
     assert layout.nbytes % 64 == 0 and layout.gate.data_offset % 64 == 0 and layout.down.data_offset % 64 == 0
 
@@ -80,3 +82,25 @@ def test_minmax_zero_point_and_scale_shapes():
     assert layout.gate.scale_count == 1 and -128 <= zero <= 127 and zero != 0
     back = dequantize(blob, layout.gate)
     assert np.abs(back - g).max() <= 0.51 * blob[layout.gate.scale_offset:layout.gate.scale_offset + 4].view(np.float32)[0]
+
+
+@pytest.mark.parametrize("scheme,g", [("int4-g32", 32), ("int4-g64", 64)])
+def test_int4_packing_order_and_odd_rows(rt, scheme, g):
+    """colibri.h: element c in byte c // 2, low nibble for even c; odd rows end in a zero high nibble."""
+    inter, hidden = 3, 2 * g + 3                      # a short last group and an odd row length
+    gate = np.zeros((inter, hidden), np.float32)
+    gate[0, :4] = [7, -7, 1, -3]                     # group amax 7: scale 1, codes exact
+    gate[1, hidden - 1] = -3.5
+    gate[2] = np.linspace(-1, 1, hidden)
+    blob, layout = pack_expert(gate, gate, gate.T.copy(), scheme)
+    m = layout.gate
+    assert m.data_bytes == inter * (hidden + 1) // 2 and m.scale_count == inter * (-(-hidden // g))
+    raw = blob[m.data_offset:m.data_offset + m.data_bytes].reshape(inter, -1)
+    assert raw[0, 0] == (7 | ((-7 & 15) << 4)) and raw[0, 1] == (1 | ((-3 & 15) << 4))
+    assert raw[1, -1] == (-7 & 15)                   # element hidden-1 (even) in the low nibble, high nibble 0
+    assert np.allclose(dequantize(blob, m)[0, :4], [7, -7, 1, -3], atol=1e-6)
+    view = expert_view(blob, layout)
+    x = np.random.default_rng(5).standard_normal((5, hidden)).astype(np.float32)
+    ref = ffn_ref(x, *decoded(view))
+    out = rt.expert_forward(x, view)
+    assert np.abs(out - ref).max() <= 2e-5 * np.abs(ref).max()

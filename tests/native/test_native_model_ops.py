@@ -7,11 +7,13 @@ import torch
 from colibri_dist.errors import InvalidArgument, NativeError
 from colibri_dist.format.layout import MatrixLayout
 from colibri_dist.format.quantize import dequantize, pack_expert
-from colibri_dist.native import (Runtime, embed, log_softmax, matrix_from_array, matrix_view, rmsnorm, rope_apply,
-                                 simd_force, simd_name)
+from colibri_dist.native import (Runtime, embed, log_softmax, matrix_from_array, matrix_view, quantized_matrix,
+                                 rmsnorm, rope_apply, simd_force, simd_name)
 from native_helpers import SCHEMES
 
-PATHS = ["avx2", "scalar"] if simd_name() == "avx2" else ["scalar"]
+EMBED_SCHEMES = ["f32", "f16", "bf16", "int8", "int8-g32", "int8-g64", "int8-g128", "int8-minmax"]   # cb_embed's decoders
+
+PATHS = sorted({"scalar", simd_name()})          # portable C and the detected level
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +78,19 @@ def test_matmul_many_and_heads_equal_single_products(rts):
         assert np.array_equal(out[:, h], rts[1].matmul(np.ascontiguousarray(xh[:, h, 8:24]), heads[h]))
 
 
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_quantized_matrix_equals_the_packed_expert_matrix(rts, scheme):
+    rng = np.random.default_rng(9)
+    w = (rng.standard_normal((33, 70)) * 0.3).astype(np.float32)
+    blob, layout = pack_expert(w, w, w.T.copy(), scheme)
+    x = rng.standard_normal((4, 70)).astype(np.float32)
+    q = quantized_matrix(w, scheme)
+    assert (q.rows, q.cols, q.dtype) == (33, 70, layout.gate.dtype)
+    assert np.array_equal(rts[1].matmul(x, q), rts[1].matmul(x, matrix_view(blob, layout.gate)))
+    if scheme in EMBED_SCHEMES:
+        assert np.array_equal(embed(q, [32, 0]), dequantize(blob, layout.gate)[[32, 0]])
+
+
 def test_matrix_views_check_their_arguments(rts):
     w = np.arange(12, dtype=np.float32).reshape(3, 4)
     v = matrix_from_array(w.T)                               # non-contiguous input is copied
@@ -84,6 +99,8 @@ def test_matrix_views_check_their_arguments(rts):
         matrix_view(np.zeros(40, np.uint8), MatrixLayout(0, 3, 4, 0, 48))
     with pytest.raises(InvalidArgument, match="float32"):
         matrix_from_array(w.astype(np.float64))
+    with pytest.raises(InvalidArgument, match="unknown weight scheme"):
+        quantized_matrix(w, "int4")
     with pytest.raises(InvalidArgument, match="columns"):
         rts[1].matmul(np.zeros((2, 5), np.float32), v)
     with pytest.raises(InvalidArgument, match="x must be float32"):
@@ -109,7 +126,7 @@ def test_rmsnorm_vs_reference():
         rmsnorm(x, w, float("nan"))
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", EMBED_SCHEMES)
 def test_embed_rows_are_exactly_the_decoded_rows(scheme):
     rng = np.random.default_rng(5)
     view, ref = quantized(rng, 30, 70, scheme)

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from colibri_dist.native import Runtime, combine, simd_force, simd_name
-from native_helpers import cosine, decoded, ffn_ref, rand_expert, random_layer, view_of
+from native_helpers import AVAILABLE_LEVELS, simd_params, cosine, decoded, ffn_ref, rand_expert, random_layer, view_of
 
-PATHS = ["avx2", "scalar"] if simd_name() == "avx2" else ["scalar"]
+PATHS = simd_params()
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +27,14 @@ def test_w8a8_is_close_to_the_f32_reference_and_path_independent(rts, hidden, in
     view = view_of(rand_expert(rng, hidden, inter), "int8")
     x = rng.standard_normal((13, hidden)).astype(np.float32)
     outs = {}
-    for path in PATHS:
+    for path in AVAILABLE_LEVELS:
         with simd_force(path):
             outs[path] = rts[2].expert_forward(x, view)
-    assert all(np.array_equal(o, outs[PATHS[0]]) for o in outs.values())
+    assert all(np.array_equal(o, outs["scalar"]) for o in outs.values())
     ref = ffn_ref(x, *decoded(view))
-    assert cosine(outs[PATHS[0]], ref) >= 0.999
+    assert cosine(outs["scalar"], ref) >= 0.999
     with Runtime(threads=2) as plain:
-        assert not np.array_equal(plain.expert_forward(x, view), outs[PATHS[0]])  # the mode really changes the math
+        assert not np.array_equal(plain.expert_forward(x, view), outs["scalar"])  # the mode really changes the math
 
 
 def test_w8a8_batch_order_thread_invariance_and_pieces(rts):
@@ -60,3 +60,15 @@ def test_w8a8_leaves_other_schemes_on_the_f32_path(rts):
     x = rng.standard_normal((5, 64)).astype(np.float32)
     with Runtime(threads=1) as plain:
         assert np.array_equal(plain.expert_forward(x, view), rts[1].expert_forward(x, view))
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 16, 19])
+def test_w8a8_every_simd_level_equals_scalar(rts, path, n):
+    rng = np.random.default_rng(40 + n)
+    view = view_of(rand_expert(rng, 150, 83), "int8")       # K tails off every vector width
+    x = rng.standard_normal((n, 150)).astype(np.float32)
+    with simd_force("scalar"):
+        ref = rts[2].expert_forward(x, view)
+    with simd_force(path):
+        assert np.array_equal(rts[2].expert_forward(x, view), ref)

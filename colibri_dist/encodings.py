@@ -1,0 +1,61 @@
+"""Weight encodings as the C core defines them (colibri.h cb_encoding, native/src/encodings.c).
+
+Role in the data flow: the Python side's single source of scheme names, cb_dtype codes, bits per
+element, scale kinds, group sizes and size rules. format/ (layout, quantize, validate) and
+native/views derive their tables from ENCODINGS. The C table is the truth; this is its copy as
+plain data, so format/ (and `colibri inspect`) never need the compiled core.
+tests/native/test_native_encodings.py checks the copy against native.encoding_table() entry by entry:
+a new encoding is one row in the C table and one row here, or that test fails.
+"""
+from dataclasses import dataclass
+
+SCALE_NONE, SCALE_ROW, SCALE_GROUP, SCALE_MATRIX = 0, 1, 2, 3    # cb_scale_kind
+
+
+@dataclass(frozen=True)
+class Encoding:
+    name: str            # scheme name ("int8-g32"): converter --experts, container header
+    dtype: int           # cb_dtype code
+    bits: int            # bits per stored element
+    is_int: bool         # integer codes q with scales (else float words)
+    scale_kind: int      # SCALE_*
+    group: int           # SCALE_GROUP: group size along cols, else 0
+    zero_point: bool     # one int32 zero point per matrix
+    qmax: int            # integer kinds: |q| <= qmax (minmax: -qmax-1 <= q <= qmax)
+
+    def row_bytes(self, cols):
+        return (cols * self.bits + 7) // 8
+
+    def data_bytes(self, rows, cols):
+        return rows * self.row_bytes(cols)
+
+    def scale_count(self, rows, cols):
+        return {SCALE_ROW: rows, SCALE_GROUP: rows * (-(-cols // max(self.group, 1))),
+                SCALE_MATRIX: 1}.get(self.scale_kind, 0)
+
+
+# (name, dtype, bits, is_int, scale_kind, group, zero_point, qmax): cb_encoding rows, by cb_dtype code
+_TABLE = (
+    ("f32", 0, 32, False, SCALE_NONE, 0, False, 0),
+    ("f16", 1, 16, False, SCALE_NONE, 0, False, 0),
+    ("bf16", 2, 16, False, SCALE_NONE, 0, False, 0),
+    ("int8", 3, 8, True, SCALE_ROW, 0, False, 127),
+    ("int8-g32", 4, 8, True, SCALE_GROUP, 32, False, 127),
+    ("int8-g64", 5, 8, True, SCALE_GROUP, 64, False, 127),
+    ("int8-g128", 6, 8, True, SCALE_GROUP, 128, False, 127),
+    ("int8-minmax", 7, 8, True, SCALE_MATRIX, 0, True, 127),
+    ("int4-g32", 8, 4, True, SCALE_GROUP, 32, False, 7),
+    ("int4-g64", 9, 4, True, SCALE_GROUP, 64, False, 7),
+)
+
+
+ENCODINGS = tuple(Encoding(*row) for row in _TABLE)     # indexed by cb_dtype code
+BY_NAME = {e.name: e for e in ENCODINGS}
+SCHEMES = {e.name: e.dtype for e in ENCODINGS}             # scheme name -> cb_dtype code
+DTYPE_NAMES = {e.dtype: e.name for e in ENCODINGS}
+GROUP_SIZE = {e.dtype: e.group for e in ENCODINGS if e.scale_kind == SCALE_GROUP}
+
+
+def encoding(code):
+    """Encoding of a cb_dtype code, or None when the code is unknown."""
+    return ENCODINGS[code] if isinstance(code, int) and 0 <= code < len(ENCODINGS) else None

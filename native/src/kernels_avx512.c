@@ -1,0 +1,293 @@
+/* kernels_avx512.c — AVX-512 kernel family (F/BW/VL/DQ + VNNI), selected at run time.
+ *
+ * Role: the fastest cb_dot_rows / cb_dot_rows_q8 on CPUs that have it.
+ * Float path: one zmm register carries two independent 8-lane sequences of
+ * kernels.h — lanes 0-7 row r, lanes 8-15 row r+1, same k, x[k..k+7]
+ * broadcast to both halves — and every element finishes with the AVX2
+ * horizontal sum and scalar tail (kernels_x86.h), so the bits equal the
+ * scalar and AVX2 paths whatever the tile. w8a8 path: vpdpwssd (VNNI, 32
+ * int16 MACs per instruction) on the int16 activations of cb_quantize_row_q8;
+ * integer sums are exact, so any order gives the same bits.
+ */
+#include "cb_internal.h"
+#include "kernels.h"
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "kernels_x86.h"
+
+#define A512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
+#define A512_FN static inline __attribute__((always_inline, target(A512_TARGET)))
+#define A512_OUTLINE __attribute__((noinline, target(A512_TARGET)))
+
+/* 8 bytes of row a then 8 of row b at byte offset o, as one 128-bit vector. */
+A512_FN __m128i load2x8(const unsigned char *a, const unsigned char *b, size_t o) {
+    __m128i lo = _mm_loadl_epi64((const __m128i *)(a + o));
+    return _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(lo), (const double *)(b + o)));
+}
+
+A512_FN __m256i load2x16(const unsigned char *a, const unsigned char *b, size_t o) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + o))),
+                                   _mm_loadu_si128((const __m128i *)(b + o)), 1);
+}
+
+/* int4 codes k..k+7 of rows a (lanes 0-7) and b (lanes 8-15) as floats: each lane's nibble
+ * shifted to the bottom, then vpermps (which reads only the low 4 index bits) looks up (float)q. */
+A512_FN __m512 i4x16(const unsigned char *a, const unsigned char *b, size_t k) {
+    int32_t va, vb;
+    __builtin_memcpy(&va, a + k / 2, 4);
+    __builtin_memcpy(&vb, b + k / 2, 4);
+    __m512i v = _mm512_inserti64x4(_mm512_set1_epi32(va), _mm256_set1_epi32(vb), 1);
+    const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+    return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), lut);
+}
+
+/* Codes k..k+7 of rows a and b as floats, before any group scale (the scale is applied by the caller,
+ * once per group built: pair_scale). */
+A512_FN __m512 dec16(int dtype, const unsigned char *a, const unsigned char *b, int32_t zero, size_t k) {
+    switch (dtype) {
+    case CB_F32:
+        return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)a + k)),
+                                  _mm256_loadu_ps((const float *)b + k), 1);
+    case CB_F16: return _mm512_cvtph_ps(load2x16(a, b, 2 * k));
+    case CB_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load2x16(a, b, 2 * k)), 16));
+    case CB_I8_MINMAX:
+        return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepi8_epi32(load2x8(a, b, k)), _mm512_set1_epi32(zero)));
+    case CB_I4_G32: case CB_I4_G64: return i4x16(a, b, k);
+    default: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load2x8(a, b, k)));   /* I8_ROW, I8_G* */
+    }
+}
+
+/* Group scales of rows a (lanes 0-7) and b (lanes 8-15) for group gi. */
+A512_FN __m512 pair_scale(const float *ga, const float *gb, size_t gi) {
+    return _mm512_insertf32x8(_mm512_set1_ps(ga[gi]), _mm256_set1_ps(gb[gi]), 1);
+}
+
+/* TT tokens x TP row pairs from row r (single: one row, lanes 8-15 repeat it and are dropped).
+ * pf != 0: prefetch into L2 the block pf bytes ahead (the next row tile), linearly. */
+A512_FN void tile(int dtype, int TT, int TP, int single, const wdesc *d, int32_t r, const float *const *xs,
+                  float *const *outs, size_t pf) {
+    __m512 acc[4][8];
+    const unsigned char *row[16];
+    const float *gs[16], *xp[4];
+    size_t K8 = (size_t)d->cols - (size_t)d->cols % 8, bits = elem_bits(dtype);
+    int NR = single ? 1 : 2 * TP;
+#pragma GCC unroll 16
+    for (int j = 0; j < 2 * TP; j++) {
+        int jj = j < NR ? j : NR - 1;
+        row[j] = d->data + (size_t)(r + jj) * d->row_bytes;
+        gs[j] = d->ngroups ? d->scales + (size_t)(r + jj) * (size_t)d->ngroups : NULL;
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; i++) {
+        xp[i] = xs[i];
+#pragma GCC unroll 8
+        for (int p = 0; p < TP; p++) acc[i][p] = _mm512_setzero_ps();
+    }
+    /* Group-scaled dtypes walk K one group at a time and build each row pair's scale vector once
+     * per group; the products (float)q * scale are the same as dec8's. */
+    size_t shift = d->ngroups ? group_shift(dtype) : 0, G = d->ngroups ? (size_t)1 << shift : (K8 ? K8 : 8);
+    for (size_t k0 = 0; k0 < K8; k0 += G) {
+        __m512 sv[8] = {0};
+        size_t kend = k0 + G < K8 ? k0 + G : K8;
+        if (d->ngroups)
+#pragma GCC unroll 8
+            for (int p = 0; p < TP; p++) sv[p] = pair_scale(gs[2 * p], gs[2 * p + 1], k0 >> shift);
+        for (size_t k = k0; k < kend; k += 8) {
+            if (pf) /* contiguous rows: walk the next tile's 2*TP*row_bytes linearly over the k loop */
+                prefetch_span(row[0] + pf, k * (size_t)(2 * TP) * bits / 8, (k + 8) * (size_t)(2 * TP) * bits / 8);
+#pragma GCC unroll 8
+            for (int p = 0; p < TP; p++) {
+                __m512 w = dec16(dtype, row[2 * p], row[2 * p + 1], d->zero, k);
+                if (d->ngroups) w = _mm512_mul_ps(w, sv[p]);
+#pragma GCC unroll 4
+                for (int i = 0; i < TT; i++)
+                    acc[i][p] = _mm512_fmadd_ps(w, _mm512_broadcast_f32x8(_mm256_loadu_ps(xp[i] + k)), acc[i][p]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int p = 0; p < TP; p++) {
+            int32_t ra = r + 2 * p;
+            outs[i][ra] = finish(dtype, d, ra, _mm512_castps512_ps256(acc[i][p]), row[2 * p], gs[2 * p], xp[i]);
+            if (!single)
+                outs[i][ra + 1] = finish(dtype, d, ra + 1, _mm512_extractf32x8_ps(acc[i][p], 1), row[2 * p + 1],
+                                         gs[2 * p + 1], xp[i]);
+        }
+}
+
+/* Rows r..r1 not covered by full tiles: pairs, then a last single row; each token alone. */
+A512_FN void rest_rows(int dtype, const wdesc *d, int32_t r, int32_t r1, const float *const *xs,
+                       float *const *outs, int64_t nt) {
+    for (int64_t t = 0; t < nt; t++) {
+        int32_t q = r;
+        for (; q + 2 <= r1; q += 2) tile(dtype, 1, 1, 0, d, q, xs + t, outs + t, 0);
+        if (q < r1) tile(dtype, 1, 1, 1, d, q, xs + t, outs + t, 0);
+    }
+}
+
+A512_FN void rows_for_dtype(int dtype, const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,
+                            float *const *outs, int64_t nt) {
+    size_t rb = d->row_bytes;
+    int32_t r = r0;
+    if (nt == 1) {           /* decode: memory bound, 16 rows per tile, prefetch the next tile */
+        for (; r + 8 <= r1; r += 8) tile(dtype, 1, 4, 0, d, r, xs, outs, 8 * rb);
+        rest_rows(dtype, d, r, r1, xs, outs, 1);
+        return;
+    }
+    if (nt < 4) {            /* 2-3 tokens: decode each weight once for all of them */
+        if (nt == 2)
+            for (; r + 8 <= r1; r += 8) tile(dtype, 2, 4, 0, d, r, xs, outs, 8 * rb);
+        else
+            for (; r + 8 <= r1; r += 8) tile(dtype, 3, 4, 0, d, r, xs, outs, 8 * rb);
+        rest_rows(dtype, d, r, r1, xs, outs, nt);
+        return;
+    }
+    /* Row tiles outer, token tiles inner (weights stay in L1, tokens stream from L2); the first
+     * token tile of a row tile prefetches the next row tile. */
+    for (; r + 8 <= r1; r += 8) {
+        int64_t t = 0;
+        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 4, 0, d, r, xs + t, outs + t, t == 0 ? 8 * rb : 0);
+        for (; t < nt; t++) tile(dtype, 1, 4, 0, d, r, xs + t, outs + t, 0);
+    }
+    for (; r + 2 <= r1; r += 2) {
+        int64_t t = 0;
+        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 1, 0, d, r, xs + t, outs + t, 0);
+        for (; t < nt; t++) tile(dtype, 1, 1, 0, d, r, xs + t, outs + t, 0);
+    }
+    if (r < r1) {
+        int64_t t = 0;
+        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 1, 1, d, r, xs + t, outs + t, 0);
+        for (; t < nt; t++) tile(dtype, 1, 1, 1, d, r, xs + t, outs + t, 0);
+    }
+}
+
+#define DTYPE_KERNEL(NAME, DT)                                                                       \
+    static A512_OUTLINE void NAME(const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,   \
+                                  float *const *outs, int64_t nt) {                                  \
+        rows_for_dtype(DT, d, r0, r1, xs, outs, nt);                                                 \
+    }
+DTYPE_KERNEL(k_f32, CB_F32)
+DTYPE_KERNEL(k_f16, CB_F16)
+DTYPE_KERNEL(k_bf16, CB_BF16)
+DTYPE_KERNEL(k_i8row, CB_I8_ROW)
+DTYPE_KERNEL(k_i8g32, CB_I8_G32)
+DTYPE_KERNEL(k_i8g64, CB_I8_G64)
+DTYPE_KERNEL(k_i8g128, CB_I8_G128)
+DTYPE_KERNEL(k_i8mm, CB_I8_MINMAX)
+DTYPE_KERNEL(k_i4g32, CB_I4_G32)
+DTYPE_KERNEL(k_i4g64, CB_I4_G64)
+
+void cb_dot_rows_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
+                        float *const *outs, int64_t nt) {
+    int32_t g = cb_group_size(w->dtype);
+    wdesc d = {(const unsigned char *)w->data, w->scales, (size_t)cb_row_bytes(w->dtype, w->cols), w->cols,
+               g ? (w->cols + g - 1) / g : 0, w->zero ? w->zero[0] : 0};
+    switch (w->dtype) {
+    case CB_F32: k_f32(&d, r0, r1, xs, outs, nt); break;
+    case CB_F16: k_f16(&d, r0, r1, xs, outs, nt); break;
+    case CB_BF16: k_bf16(&d, r0, r1, xs, outs, nt); break;
+    case CB_I8_ROW: k_i8row(&d, r0, r1, xs, outs, nt); break;
+    case CB_I8_G32: k_i8g32(&d, r0, r1, xs, outs, nt); break;
+    case CB_I8_G64: k_i8g64(&d, r0, r1, xs, outs, nt); break;
+    case CB_I8_G128: k_i8g128(&d, r0, r1, xs, outs, nt); break;
+    case CB_I4_G32: k_i4g32(&d, r0, r1, xs, outs, nt); break;
+    case CB_I4_G64: k_i4g64(&d, r0, r1, xs, outs, nt); break;
+    default: k_i8mm(&d, r0, r1, xs, outs, nt); break;
+    }
+}
+
+/* ---- w8a8: int8 weights (sign-extended to int16) x int16 activations, vpdpwssd ---- */
+
+/* TT tokens x TR rows; the K tail runs through masked loads (zeros add nothing). */
+A512_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_t *const *xq, const float *sx,
+                     float *const *outs, size_t pf) {
+    size_t K = (size_t)w->cols, K32 = K - K % 32;
+    const int8_t *row[8];
+    __m512i acc[4][8];
+#pragma GCC unroll 8
+    for (int j = 0; j < TR; j++) row[j] = (const int8_t *)w->data + (size_t)(r + j) * K;
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) acc[i][j] = _mm512_setzero_si512();
+    for (size_t k = 0; k < K32; k += 32) {
+        if (pf)
+            for (size_t b = 0; b < (size_t)TR * 32; b += 64)
+                _mm_prefetch((const char *)row[0] + pf + k * (size_t)TR + b, _MM_HINT_T1);
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) {
+            __m512i wv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(row[j] + k)));
+#pragma GCC unroll 4
+            for (int i = 0; i < TT; i++)
+                acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], wv, _mm512_loadu_si512((const void *)(xq[i] + k)));
+        }
+    }
+    if (K32 < K) {
+        __mmask32 m = (__mmask32)((1ull << (K - K32)) - 1);
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) {
+            __m512i wv = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, row[j] + K32));
+#pragma GCC unroll 4
+            for (int i = 0; i < TT; i++)
+                acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], wv, _mm512_maskz_loadu_epi16(m, xq[i] + K32));
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++)
+            outs[i][r + j] = ((float)_mm512_reduce_add_epi32(acc[i][j]) * sx[i]) * w->scales[r + j];
+}
+
+A512_OUTLINE void cb_dot_rows_q8_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                                        const float *sx, float *const *outs, int64_t nt) {
+    size_t rb = (size_t)w->cols;
+    int64_t t = 0;
+    if (nt == 1) {           /* decode: 8 rows per tile, prefetch the next tile */
+        int32_t r = r0;
+        for (; r + 8 <= r1; r += 8) tile_q8(1, 8, w, r, xq, sx, outs, 8 * rb);
+        for (; r < r1; r++) tile_q8(1, 1, w, r, xq, sx, outs, 0);
+        return;
+    }
+    int32_t r = r0;
+    if (nt < 4) {            /* 2-3 tokens (an expert's share of a small batch): each weight widened once */
+        for (; r + 4 <= r1; r += 4)
+            if (nt == 2) tile_q8(2, 4, w, r, xq, sx, outs, 4 * rb);
+            else tile_q8(3, 4, w, r, xq, sx, outs, 4 * rb);
+        for (; r < r1; r++)
+            for (t = 0; t < nt; t++) tile_q8(1, 1, w, r, xq + t, sx + t, outs + t, 0);
+        return;
+    }
+    for (; r + 4 <= r1; r += 4) {   /* rows outer: a 4-row tile stays in L1 across the token tiles */
+        for (t = 0; t + 4 <= nt; t += 4) tile_q8(4, 4, w, r, xq + t, sx + t, outs + t, t == 0 ? 4 * rb : 0);
+        for (; t < nt; t++) tile_q8(1, 4, w, r, xq + t, sx + t, outs + t, 0);
+    }
+    for (; r < r1; r++)
+        for (t = 0; t < nt; t++) tile_q8(1, 1, w, r, xq + t, sx + t, outs + t, 0);
+}
+
+/* Same bits as cb_quantize_q8_scalar: one rounded multiply, round half to even, clamp. */
+A512_OUTLINE void cb_quantize_q8_avx512(const float *x, int32_t K, float inv, int16_t *q) {
+    size_t n = (size_t)K, n16 = n - n % 16;
+    __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    for (size_t k = 0; k < n16; k += 16) {
+        __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + k), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512i i = _mm512_cvtps_epi32(_mm512_max_ps(_mm512_min_ps(v, hi), lo));
+        _mm256_storeu_si256((__m256i *)(q + k), _mm512_cvtepi32_epi16(i));
+    }
+    cb_quantize_q8_scalar(x + n16, (int32_t)(n - n16), inv, q + n16);
+}
+#else
+void cb_dot_rows_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
+                        float *const *outs, int64_t nt) {
+    cb_dot_rows_scalar(w, r0, r1, xs, outs, nt);
+}
+void cb_dot_rows_q8_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                           const float *sx, float *const *outs, int64_t nt) {
+    cb_dot_rows_q8_scalar(w, r0, r1, xq, sx, outs, nt);
+}
+void cb_quantize_q8_avx512(const float *x, int32_t K, float inv, int16_t *q) { cb_quantize_q8_scalar(x, K, inv, q); }
+#endif
