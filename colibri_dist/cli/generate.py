@@ -77,8 +77,20 @@ def main_generate(args, out=None, err=None):
     llm, pool = open_llm(args)
     try:
         return _stream(args, params, llm, out, err, time.perf_counter() - t0)
+    except BrokenPipeError:          # the reader went away (`| head`): stop quietly, like other CLI tools
+        _silence(out)
+        return 0
     finally:
         _close(llm, pool)
+
+
+def _silence(out):
+    """Point the broken stdout at /dev/null so the interpreter's final flush does not complain."""
+    try:
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _stream(args, params, llm, out, err, t_load):

@@ -65,7 +65,7 @@ class _GenerationKind:
 
     def _write(self, shard, rows, result_of, out_dir):
         name = f"{shard.name}.jsonl"
-        lines = [json.dumps(self._out_row(r, result_of.get(id(r)))) for r in rows]
+        lines = [json.dumps(self._out_row(r, result_of.get(id(r))), default=str) for r in rows]
         data = ("\n".join(lines) + ("\n" if lines else "")).encode()
         atomic_write(os.path.join(out_dir, name), [data])
         ok = [result_of[id(r)] for r in rows if r.error is None]
