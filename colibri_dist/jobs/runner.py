@@ -64,7 +64,8 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
 
 
 def _run_generation(cfg, out_dir, restart, stream, llm_factory):
-    from .generation_job import check_config, open_job_llm, run_generation_job
+    from .generation_job import check_config, run_generation_job
+    from .generation_llm import open_job_llm
     check_config(cfg)
     llm = (llm_factory or open_job_llm)(cfg)
     try:
