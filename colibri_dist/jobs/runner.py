@@ -34,7 +34,7 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
     """Run (or resume) the job described by a JobConfig; returns the report dict.
 
     executor_factory(cfg, model_path, offload_dir) and model_opener(path) are injectable for tests.
-    `generate`/`score` jobs run on llm_factory(cfg) -> an LLM (default: generation_job.open_job_llm).
+    `generate`/`score` jobs run on llm_factory(cfg) -> an LLM (default: generation_llm.open_job_llm).
     """
     stream = stream or sys.stderr
     if cfg.job.kind in GENERATION_KINDS:
