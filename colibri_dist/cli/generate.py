@@ -16,7 +16,7 @@ def register(subparsers):
                               description="Generate a completion of PROMPT with MODEL, printing tokens as they "
                                           "come. Sampling flags follow vLLM's SamplingParams.")
     p.add_argument("model", metavar="MODEL", help=".colibri model")
-    p.add_argument("prompt", metavar="PROMPT", help="prompt text (with --chat: the user message)")
+    p.add_argument("prompt", metavar="PROMPT", help="prompt text (with --chat: the user message); '-' = stdin")
     p.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens to generate at most (128)")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
@@ -73,6 +73,8 @@ def main_generate(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, seed=args.seed, stop=args.stop, ignore_eos=args.ignore_eos)
+    if args.prompt == "-":
+        args.prompt = sys.stdin.read()
     t0 = time.perf_counter()
     llm, pool = open_llm(args)
     try:

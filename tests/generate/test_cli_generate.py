@@ -60,3 +60,11 @@ def test_score_prints_json(fake, tmp_path, capsys):
     assert res["total_logprob"] == want.total_logprob and res["perplexity"] > 1
     assert main(["score", "m.colibri", str(tmp_path / "nope.txt")]) == 2
     assert "cannot read UTF-8 text" in capsys.readouterr().err
+
+
+def test_generate_prompt_from_stdin(fake, capsys, monkeypatch):
+    import io
+    monkeypatch.setattr("sys.stdin", io.StringIO("one two three"))
+    assert main(["generate", "m.colibri", "-", "--max-tokens", "3"]) == 0
+    want = FakeLLM().generate(["one two three"], SamplingParams(max_tokens=3))[0]
+    assert capsys.readouterr().out == want.text + "\n"
