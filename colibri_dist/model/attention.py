@@ -20,6 +20,10 @@ class Batch:
     pos0: np.ndarray         # int32 [S]: position of each sequence's first new token
     positions: np.ndarray    # int32 [n]
     tables: list             # S int32 block tables
+    seqs: object = None      # native.SeqBatch of the three above, built once per step for every layer
+
+    def __post_init__(self):
+        self.seqs = native.seq_batch(self.seq_start, self.pos0, self.tables)
 
     @property
     def n(self):
@@ -66,8 +70,8 @@ def _gqa(rt, arch, layer, lw, x, batch, cache, spec):
     v = np.ascontiguousarray(v.reshape(n, arch.n_kv_heads, hd))
     _rope(arch, q, batch)
     _rope(arch, k, batch)
-    native.kv_write(spec, cache.k[layer], cache.v[layer], batch.seq_start, batch.pos0, batch.tables, k, v)
-    return rt.attention(spec, cache.k[layer], cache.v[layer], batch.seq_start, batch.pos0, batch.tables, q)
+    native.kv_write(spec, cache.k[layer], cache.v[layer], batch.seqs, None, None, k, v)
+    return rt.attention(spec, cache.k[layer], cache.v[layer], batch.seqs, None, None, q)
 
 
 def _mla(rt, arch, layer, lw, x, batch, cache, spec):
@@ -86,10 +90,10 @@ def _mla(rt, arch, layer, lw, x, batch, cache, spec):
     row[:, 0, m.kv_lora_rank:] = ckv[:, m.kv_lora_rank:]
     _rope(arch, q, batch, offset=nope)
     _rope(arch, row, batch, offset=m.kv_lora_rank)
-    native.kv_write(spec, cache.k[layer], None, batch.seq_start, batch.pos0, batch.tables, row)
+    native.kv_write(spec, cache.k[layer], None, batch.seqs, None, None, row)
     q_lat = rt.matmul_heads(q, lw.mla_kb_t, H, nope, offset=0)          # [n, H, kv_lora]
     qq = np.empty((n, H, m.kv_lora_rank + rope), dtype=np.float32)
     qq[:, :, :m.kv_lora_rank] = q_lat
     qq[:, :, m.kv_lora_rank:] = q[:, :, nope:]
-    o_lat = rt.attention(spec, cache.k[layer], cache.k[layer], batch.seq_start, batch.pos0, batch.tables, qq)
+    o_lat = rt.attention(spec, cache.k[layer], cache.k[layer], batch.seqs, None, None, qq)
     return rt.matmul_heads(np.ascontiguousarray(o_lat), lw.mla_vb, H, m.kv_lora_rank, offset=0)

@@ -8,6 +8,7 @@ arrays are accepted for "f16"). MLA passes the K pool as v_cache too (or
 None) with v_row == qk_dim. Positions, block tables and block ids are
 checked in C (cb_kv_check) and reported as NativeError naming the entry.
 """
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,11 @@ class AttnSpec:
         return c
 
 
+@functools.lru_cache(maxsize=1024)
+def _to_c(spec):
+    return spec._build_c()
+
+
 def _pools(spec, k_cache, v_cache, writable):
     """-> (k pool, v pool or None when shared with K, n_blocks)."""
     if not isinstance(spec, AttnSpec):
@@ -67,8 +73,9 @@ def _pools(spec, k_cache, v_cache, writable):
     return k, v, k.shape[0]
 
 
-class _Seqs:
-    """seq_start / pos0 / block_tables as C arrays (kept alive by this object)."""
+class SeqBatch:
+    """seq_start / pos0 / block_tables as C arrays (kept alive by this object). Build it once per
+    forward step (seq_batch()) and pass it as `seq_start` to kv_write / attention of every layer."""
 
     def __init__(self, seq_start, pos0, block_tables):
         self.start = _args.int32s("seq_start", seq_start)
@@ -88,10 +95,22 @@ class _Seqs:
         self.n_tok = int(self.start[-1])
 
 
+def seq_batch(seq_start, pos0, block_tables):
+    return SeqBatch(seq_start, pos0, block_tables)
+
+
+def _seqs(seq_start, pos0, block_tables):
+    if isinstance(seq_start, SeqBatch):
+        if pos0 is not None or block_tables is not None:
+            raise InvalidArgument("with a SeqBatch as seq_start, pos0 and block_tables must be None")
+        return seq_start
+    return SeqBatch(seq_start, pos0, block_tables)
+
+
 def kv_write(spec, k_cache, v_cache, seq_start, pos0, block_tables, k, v=None):
     """Store k [n_tok, n_kv_heads, qk_dim] (and v [n_tok, n_kv_heads, v_row]) at the sequences' positions."""
     kc, vc, n_blocks = _pools(spec, k_cache, v_cache, writable=True)
-    seqs = _Seqs(seq_start, pos0, block_tables)
+    seqs = _seqs(seq_start, pos0, block_tables)
     _args.f32("k", k, 3, (seqs.n_tok, spec.n_kv_heads, spec.qk_dim))
     if v is not None:
         if vc is None:
@@ -109,7 +128,7 @@ def kv_write(spec, k_cache, v_cache, seq_start, pos0, block_tables, k, v=None):
 def attention(rt, spec, k_cache, v_cache, seq_start, pos0, block_tables, q):
     """Runtime.attention body: q [n_tok, n_heads, qk_dim] -> float32 [n_tok, n_heads, v_dim]."""
     kc, vc, n_blocks = _pools(spec, k_cache, v_cache, writable=False)
-    seqs = _Seqs(seq_start, pos0, block_tables)
+    seqs = _seqs(seq_start, pos0, block_tables)
     _args.f32("q", q, 3, (seqs.n_tok, spec.n_heads, spec.qk_dim))
     out = np.empty((seqs.n_tok, spec.n_heads, spec.v_dim), dtype=np.float32)
     a = spec.to_c()

@@ -12,11 +12,11 @@ import numpy as np
 from ..errors import InvalidArgument
 from . import _args
 from ._lib import check_status, ffi, lib
-from .kv_ops import CACHE_DTYPES, AttnSpec, attention, kv_write
+from .kv_ops import CACHE_DTYPES, AttnSpec, SeqBatch, attention, kv_write, seq_batch
 from .matrix import MatrixView, matrix_from_array, matrix_view, quantized_matrix
 
 __all__ = ["ModelOps", "MatrixView", "matrix_view", "matrix_from_array", "quantized_matrix", "rmsnorm", "embed", "rope_apply",
-           "log_softmax", "AttnSpec", "CACHE_DTYPES", "kv_write"]
+           "log_softmax", "AttnSpec", "CACHE_DTYPES", "kv_write", "SeqBatch", "seq_batch"]
 
 
 def _views(name, views, cols):
