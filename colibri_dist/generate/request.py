@@ -5,13 +5,15 @@ between its waiting queue and running list, feeds it the model's logits (`advanc
 finished Completion or Score. Preemption (`reset_cache`) drops only the KV position; the sampled
 tokens and the RNG state stay, so the recomputed sequence continues exactly where it was.
 """
+import math
 import time
 
 import numpy as np
 
+from ..errors import InvalidArgument
 from .detok import NullDetokenizer
 from .outputs import Completion, RequestMetrics, Score, StreamEvent
-from .sampler import logsumexp
+from .sampler import NonFiniteLogits, logsumexp
 
 
 class Request:
@@ -59,7 +61,10 @@ class Request:
             return self._collect_score(start, n, logits)
         if self.computed < self.num_tokens():
             return False                      # mid-prompt chunk: its logits are not needed
-        token, lp = self.sampler.sample(logits[-1])
+        try:
+            token, lp = self.sampler.sample(logits[-1])
+        except NonFiniteLogits as exc:
+            return self._fail(exc)
         if self.t_first is None:
             self.t_first = time.perf_counter()
         self.output.append(token)
@@ -70,10 +75,24 @@ class Request:
         self._emit(token, reason, stop_reason, cut, on_token)
         return reason is not None
 
+    def _fail(self, exc):
+        """Finish with an error naming this request (the scheduler releases its blocks)."""
+        self.t_done = time.perf_counter()
+        err = InvalidArgument(f"request {self.request_id!r}: {exc}")
+        if self.kind == "score":
+            self.result = Score(list(self.prompt), error=err, request_id=self.request_id, metrics=self.metrics())
+        else:
+            self.result = Completion(list(self.prompt), list(self.output), error=err, request_id=self.request_id,
+                                     metrics=self.metrics())
+        return True
+
     def _collect_score(self, start, n, logits):
         want = [(j, self.prompt[start + j + 1]) for j in range(n) if start + j + 1 < len(self.prompt)]
         for j, tok in want:
-            self.score_lps.append(float(np.float64(np.float32(logits[j][tok])) - logsumexp(logits[j])))
+            lse = logsumexp(logits[j])
+            if not math.isfinite(lse):
+                return self._fail(NonFiniteLogits(f"the model's logits at position {start + j} are not finite"))
+            self.score_lps.append(float(np.float64(np.float32(logits[j][tok])) - lse))
         if self.computed < len(self.prompt):
             return False
         self.t_done = time.perf_counter()

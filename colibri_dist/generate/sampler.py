@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ..errors import ColibriError
 from .outputs import TokenLogprobs
 
 
@@ -32,21 +33,35 @@ class Sampler:
         self.rng = make_rng(params, base_seed, request_id)
 
     def sample(self, logits):
-        """logits: float32 [vocab] -> (token_id, TokenLogprobs | None)."""
+        """logits: float32 [vocab] -> (token_id, TokenLogprobs | None). NonFiniteLogits when the row
+        holds a NaN or +inf, or nothing but -inf."""
         u = self.rng.random()                    # the one draw of this token, greedy or not
         p = self.params
         if p.greedy:
             token = int(logits.argmax())       # first maximum = lowest token id among ties
+            _check_finite(logits[token])       # argmax lands on a NaN or +inf if there is one
         else:
+            _check_finite(logits.max())
             token = _sample_filtered(logits, p.temperature, p.top_k, p.top_p, u)
         lp = token_logprobs(logits, token, p.logprobs) if p.logprobs > 0 else None
         return token, lp
+
+
+class NonFiniteLogits(ColibriError):
+    """The model's logits for a request hold NaN or +inf (or only -inf): nothing can be sampled."""
+
+
+def _check_finite(value):
+    if not math.isfinite(float(value)):
+        raise NonFiniteLogits(f"the model's logits are not finite (max {float(value)})")
 
 
 def logsumexp(logits):
     """log(sum(exp(logits))) of a float32 row: exp in float32 around the max, summed in float64."""
     x = np.asarray(logits, dtype=np.float32)
     m = x.max()
+    if not math.isfinite(float(m)):            # NaN, +inf, or nothing but -inf: not a distribution
+        return float(m)
     return float(m) + math.log(float(np.exp(x - m).sum(dtype=np.float64)))
 
 

@@ -236,3 +236,41 @@ def test_step_stats_and_request_metrics():
     assert min(s.free_blocks for s in tight) >= 0 and max(s.running for s in tight) <= 16
     sc = score(_model(), None, PROMPTS[:3], on_step=tight.append)
     assert all(s.metrics.first_token_time is None and s.metrics.latency >= 0 for s in sc)
+
+
+class _PoisonedModel(FakeStepModel):
+    """Sequences starting with token 96 get NaN logits everywhere, with 95 a +inf in every row;
+    with 94 only position 1 is NaN (mid-prompt, never sampled from)."""
+
+    def forward(self, steps):
+        starts = [len(seq.tokens) for seq, _, _ in steps]
+        outs = super().forward(steps)
+        for (seq, toks, want_all), out, start in zip(steps, outs, starts):
+            first = seq.tokens[0]
+            positions = range(start, start + len(toks)) if want_all else [start + len(toks) - 1]
+            for row, pos in zip(out, positions):
+                if first == 96:
+                    row[:] = np.nan
+                elif first == 95:
+                    row[3] = np.inf
+                elif first == 94 and pos == 1:
+                    row[:] = np.nan
+        return outs
+
+
+def test_non_finite_logits_fail_only_their_request(alone):
+    assert all(PROMPTS[i][0] < 94 for i in range(3))
+    prompts = [PROMPTS[0], [96, 6, 7], PROMPTS[1], [95, 14], PROMPTS[2], [94, 13, 2]]
+    params = [PARAMS[0], SamplingParams(max_tokens=4), PARAMS[1], SamplingParams(max_tokens=4, temperature=0.9),
+              PARAMS[2], SamplingParams()]
+    ids = [IDS[0], "nan", IDS[1], "inf", IDS[2], "mid"]
+    m = _PoisonedModel(vocab_size=VOCAB, eos_token_ids=(5,), eos_boost=2.0)
+    out = generate(m, None, prompts, params, SchedulerConfig(max_num_batched_tokens=9), request_ids=ids)
+    assert [_key(out[i]) for i in (0, 2, 4)] == [_key(alone[i]) for i in (0, 1, 2)]
+    assert "'nan': the model's logits are not finite" in str(out[1].error) and out[1].token_ids == []
+    assert "'inf'" in str(out[3].error) and "not finite" in str(out[3].error)
+    assert out[5].error is None                # position 1 is mid-prompt: never sampled from
+    s = score(_PoisonedModel(vocab_size=VOCAB), None, [[94, 13, 2], [1, 2, 3], [95, 3]], request_ids=["p", "q", "r"])
+    assert "'p'" in str(s[0].error) and "position 1" in str(s[0].error) and s[1].error is None
+    assert "'r'" in str(s[2].error)
+    assert not m.live and m.used == 0
