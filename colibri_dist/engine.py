@@ -28,13 +28,13 @@ from .store.routing_table import build_table
 class Engine:
     def __init__(self, path, threads=None, cache_bytes=None, offload_dir=None, policy="lru", cpus=None,
                  compression=None, lookahead=True, prefetch_workers=2, source_delay_s=0.0,
-                 numa_policy=None, numa_nodes=None):
+                 numa_policy=None, numa_nodes=None, checksums=True):
         from . import native
         from .format.reader import open_model
         self._native = native
         self.path = str(path)
         try:
-            self.model = open_model(path)
+            self.model = open_model(path, checksums=checksums)   # False: skip first-use checks of views
         except OSError as exc:          # e.g. a directory: the reader lets the OS error through
             raise FormatError(f"{path}: cannot open the .colibri container ({exc})") from exc
         self.store = None

@@ -5,6 +5,7 @@ truncated, foreign, newer or inconsistent file fails with a FormatError naming
 the file (and the layer/expert/tensor) instead of producing garbage later.
 native/src/model.c performs the same checks in C.
 """
+import json
 import math
 
 from ..errors import FormatError
@@ -61,6 +62,38 @@ def _check_config(path, h):
                    f"or n_layers={h['n_layers']}")
     if bad:
         raise FormatError(f"{path}: invalid model config: " + "; ".join(bad))
+
+
+def parse_meta(path, raw):
+    """The metadata block -> dict; any decoding problem is a FormatError naming the file."""
+    if not raw:
+        return {}
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{path}: metadata is not UTF-8 (byte {exc.start})") from None
+    except RecursionError:
+        raise FormatError(f"{path}: metadata JSON is nested too deeply") from None
+    except ValueError as exc:
+        raise FormatError(f"{path}: metadata is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise FormatError(f"{path}: metadata must be a JSON object, got {type(meta).__name__}")
+    return meta
+
+
+def check_unique(path, entries):
+    """No two entries share a name, nor (kind, layer, expert) for MoE parts: readers must agree."""
+    names, slots = {}, {}
+    for i, e in enumerate(entries):
+        if e.name in names:
+            raise FormatError(f"{path}: duplicate tensor name {e.name!r} (table entries {names[e.name]} and {i})")
+        names[e.name] = i
+        if e.kind != spec.KIND_TENSOR:
+            key = (e.kind, e.layer, e.expert)
+            if key in slots:
+                raise FormatError(f"{path}: {describe(e)} appears twice in the tensor table "
+                                  f"(entries {slots[key]} and {i})")
+            slots[key] = i
 
 
 def check_entries(path, cfg, entries, by_slot, data_end):

@@ -171,6 +171,11 @@ cb_status cb_model_get_info(const cb_model *m, cb_model_info *out);
 cb_status cb_model_moe_layer(cb_model *m, int32_t layer, cb_moe_layer *out);
 /* Any stored tensor (f32 only) by name, e.g. "model.embed_tokens.weight". */
 cb_status cb_model_tensor_f32(cb_model *m, const char *name, const float **data, int64_t *shape, int32_t *ndim);
+/* Integrity helpers (crc32_fast.c). CRC-32 (IEEE, equal to zlib.crc32), chainable: start at 0,
+ * crc = cb_crc32_update(crc, data, n). cb_count_nonfinite: NaN/Inf among n values of kind
+ * 0 f32, 1 f16, 2 bf16 (-1 for another kind). */
+uint32_t cb_crc32_update(uint32_t crc, const void *data, size_t n);
+int64_t cb_count_nonfinite(const void *data, size_t n, int32_t kind);
 /* CFFI-END */
 
 #ifdef __cplusplus
