@@ -127,3 +127,13 @@ def check_values(path, what, arr):
         raise IntegrityError(f"{path}: {what} has {bad} non-finite value(s) (NaN or Inf)")
     return arr
 
+
+
+def checked_chunks(path, name, dtype, chunks):
+    """Converter: pass a dense tensor's raw chunks (storage dtype `dtype`) through, refusing NaN/Inf."""
+    for chunk in chunks:
+        raw = np.frombuffer(chunk, dtype=np.uint8)
+        problem = tensor_problem(raw, dtype)
+        if problem is not None:
+            raise IntegrityError(f"{path}: tensor {name!r} has {problem} (NaN or Inf)")
+        yield chunk
