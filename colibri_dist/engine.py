@@ -20,7 +20,7 @@ how many of the experts the next layer really used had been predicted (recall).
 """
 import numpy as np
 
-from .errors import FormatError, InvalidArgument
+from .errors import FormatError, InvalidArgument, NativeError
 from .store import ExpertStore, Segments
 from .store.routing_table import build_table
 
@@ -106,8 +106,15 @@ class Engine:
             y, idx = self._moe_mapped(layer, x)
         else:
             y, idx = self._moe_streamed(layer, x)
+        self._check_finite(layer, y)
         self._score_lookahead(layer, idx)
         return y
+
+    def _check_finite(self, layer, *arrays):
+        """Finite weights can still overflow float32 on a given input: the same error on every path."""
+        if not all(np.isfinite(a).all() for a in arrays if a is not None):
+            raise NativeError(f"{self.path}: layer {layer}: non-finite MoE output (the expert weights "
+                              f"overflow float32 on this input)", code=7)
 
     def _moe_mapped(self, layer, x):
         tbl = self.table(layer)
@@ -138,7 +145,9 @@ class Engine:
         outs = self._run_experts(layer, x, [(int(e), t.astype(np.int32)) for e, (t, _) in zip(union, picks)])
         for (tokens, slots), out in zip(picks, outs):
             slot_out[tokens, slots] = out
-        y = self._native.combine(w, slot_out, self.shared_forward(layer, x))
+        shared = self.shared_forward(layer, x)
+        self._check_finite(layer, slot_out, shared)
+        y = self._native.combine(w, slot_out, shared)
         return y, idx
 
     def _moe_held(self, layer, x, union):

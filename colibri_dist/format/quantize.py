@@ -56,6 +56,8 @@ def quantize_matrix(w, scheme):
     if code == 0:
         return np.ascontiguousarray(w), None, None
     if code == 1:
+        if np.abs(w).max() > 65504.0:           # would become inf in float16
+            raise InvalidArgument(f"weight magnitude {float(np.abs(w).max()):g} does not fit float16 (max 65504)")
         return w.astype(np.float16).view(np.uint16), None, None
     if code == 2:
         return f32_to_bf16_bits(w), None, None

@@ -132,3 +132,26 @@ def test_hot_add_rejects_overflowing_weights(model_copy):
         with pytest.raises(InvalidArgument, match="router_row"):
             eng.add_expert(0, w, np.full(eng.config.hidden, 1e30, np.float32))
         assert np.isfinite(eng.moe_forward(0, tokens(8))).all()
+
+
+def test_overflowing_finite_weights_fail_the_same_on_every_budget(tmp_path):
+    """An f32 expert of 1e38s converts (finite) but overflows on any input: every path says so."""
+    from colibri_dist.errors import NativeError
+    from engine_models import make_model, write_checkpoint
+    from safetensors.numpy import load_file, save_file
+    src = write_checkpoint("mixtral", str(tmp_path / "src"))
+    tensors = load_file(f"{src}/model.safetensors")
+    for e in range(8):
+        tensors[f"model.layers.0.block_sparse_moe.experts.{e}.w3.weight"][:] = 1e38
+    save_file(tensors, f"{src}/model.safetensors")
+    path = str(tmp_path / "big.colibri")
+    cd.convert(src, path, experts="f32", progress=False)
+    messages = set()
+    for cache_bytes in BUDGETS:
+        with cd.Engine(path, threads=1, cache_bytes=cache_bytes) as eng:
+            with pytest.raises(NativeError, match="layer 0: non-finite MoE output") as info:
+                eng.moe_forward(0, tokens(16, seed=2))
+            messages.add(str(info.value))
+    assert len(messages) == 1
+    with pytest.raises(FormatError, match="does not fit float16"):
+        cd.convert(src, str(tmp_path / "f16.colibri"), experts="f16", progress=False)
