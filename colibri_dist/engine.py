@@ -18,6 +18,8 @@ Lookahead prefetch: while layer l runs, the next MoE layer's gate is applied to
 l's input and the predicted experts are prefetched; stats()["lookahead"] reports
 how many of the experts the next layer really used had been predicted (recall).
 """
+import contextlib
+
 import numpy as np
 
 from .errors import FormatError, InvalidArgument, NativeError
@@ -95,20 +97,32 @@ class Engine:
     def route(self, layer, x):
         """(idx int32 [n, k], w float32 [n, k]) with the family's exact gating."""
         layer = self._check_layer(layer)
-        return self._route(layer, self._check_x(layer, x))
+        with self._naming(layer):
+            return self._route(layer, self._check_x(layer, x))
 
     # ---- forward
     def moe_forward(self, layer, x):
         """float32 [n, hidden]: routed experts + shared expert, combined in slot order."""
         layer = self._check_layer(layer)
         x = self._check_x(layer, x)
-        if self.store.cache_bytes is None:
-            y, idx = self._moe_mapped(layer, x)
-        else:
-            y, idx = self._moe_streamed(layer, x)
+        with self._naming(layer):
+            if self.store.cache_bytes is None:
+                y, idx = self._moe_mapped(layer, x)
+            else:
+                y, idx = self._moe_streamed(layer, x)
         self._check_finite(layer, y)
         self._score_lookahead(layer, idx)
         return y
+
+    @contextlib.contextmanager
+    def _naming(self, layer):
+        """Kernel errors (e.g. router logits overflowing on this input) name the file and layer."""
+        try:
+            yield
+        except NativeError as exc:
+            if exc.message.startswith(self.path):
+                raise
+            raise NativeError(f"{self.path}: layer {layer}: {exc.message}", exc.code) from exc
 
     def _check_finite(self, layer, *arrays):
         """Finite weights can still overflow float32 on a given input: the same error on every path."""

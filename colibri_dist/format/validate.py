@@ -122,6 +122,8 @@ def _check_entry(path, cfg, e, data_end):
         raise FormatError(f"{where}: data [{e.offset}, +{e.nbytes}) out of bounds or misaligned")
     if e.kind != spec.KIND_TENSOR and (e.layer not in cfg.moe_layers):
         raise FormatError(f"{where}: layer {e.layer} is not a MoE layer")
+    if (e.kind != spec.KIND_EXPERT and e.expert != -1) or (e.kind == spec.KIND_TENSOR and e.layer != -1):
+        raise FormatError(f"{where}: layer/expert fields {e.layer}/{e.expert} must be -1 for this kind")
     if e.kind in spec.BLOB_KINDS:
         _check_blob(where, cfg, e)
         return

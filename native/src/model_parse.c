@@ -147,6 +147,7 @@ static int entry_ok(const cb_model *m, const cbf_entry *e, uint64_t data_end) {
     if (e->offset < CBF_DATA_START || e->offset > data_end || e->nbytes > data_end - e->offset || e->offset % 64)
         return 0;
     if (e->kind != CBF_TENSOR && !is_moe(m, e->layer)) return 0;
+    if ((e->kind != CBF_EXPERT && e->expert != -1) || (e->kind == CBF_TENSOR && e->layer != -1)) return 0;
     if (e->kind == CBF_EXPERT || e->kind == CBF_SHARED) return blob_ok(m, e);
     uint64_t count = 1;
     for (uint32_t i = 0; i < e->ndim; i++) {   /* every product overflow-checked (issue 15) */
