@@ -44,8 +44,9 @@ class MoeLayer:
     def _open(self, path):
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:      # EOFError: an empty or cut file
-            raise FormatError(f"{path}: not a readable .npy array ({exc or 'empty file'})") from None
+        except Exception as exc:     # hostile bytes: EOFError, ValueError, SyntaxError, TokenError, ...
+            raise FormatError(f"{path}: not a readable .npy array ({type(exc).__name__}: "
+                              f"{str(exc)[:200] or 'empty file'})") from None
         if not isinstance(arr, np.ndarray):
             raise FormatError(f"{path}: not a readable .npy array (an archive, not one array)")
         if arr.ndim != 2 or arr.shape[1] != self.hidden:
