@@ -2,7 +2,7 @@
 import importlib
 import sys
 
-NAMES = ["kernels", "store", "pool", "convert", "numa"]
+NAMES = ["kernels", "store", "pool", "convert", "numa", "integrity"]
 
 
 def main(argv=None):
