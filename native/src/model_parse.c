@@ -161,6 +161,22 @@ static int entry_ok(const cb_model *m, const cbf_entry *e, uint64_t data_end) {
     return 1;
 }
 
+/* verify=1: scales, float expert weights and float tensors hold no NaN/Inf (the Python reader's rule). */
+static int values_finite(const cb_model *m, const cbf_entry *e) {
+    const uint8_t *p = m->map + e->offset;
+    if (e->kind == CBF_EXPERT || e->kind == CBF_SHARED) {
+        for (int k = 0; k < 3; k++) {
+            const cbf_matrix *x = &e->mats[k];
+            if (x->scale_off >= 0 && cb_count_nonfinite(p + x->scale_off, (size_t)x->scale_count, 0) != 0) return 0;
+            if (x->dtype <= 2 && cb_count_nonfinite(p + x->data_off, (size_t)x->rows * (size_t)x->cols, x->dtype) != 0)
+                return 0;
+        }
+        return 1;
+    }
+    if (e->dtype > 2) return 1;                       /* ints, bool (float64: checked by Python only) */
+    return cb_count_nonfinite(p, e->nbytes / (size_t)dtype_size[e->dtype], e->dtype) == 0;
+}
+
 /* Order for the duplicate scan: by name; MoE parts then by (kind, layer, expert). */
 static int by_name(const void *a, const void *b) {
     return strcmp((*(const cbf_entry *const *)a)->name, (*(const cbf_entry *const *)b)->name);
@@ -211,6 +227,8 @@ cb_status cbf_parse_entries(cb_model *m, uint64_t table_off, uint64_t count, int
             return cb_fail(CB_E_FORMAT, "%s: %s: entry out of bounds or inconsistent", m->path, what);
         if (verify && cb_crc32(m->map + e->offset, e->nbytes) != e->crc)
             return cb_fail(CB_E_FORMAT, "%s: %s is damaged (checksum mismatch)", m->path, what);
+        if (verify && !values_finite(m, e))
+            return cb_fail(CB_E_FORMAT, "%s: %s is invalid: non-finite weights or scales", m->path, what);
     }
     return check_unique(m);
 }

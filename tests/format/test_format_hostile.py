@@ -152,3 +152,18 @@ def test_nan_dense_tensor_with_fixed_crcs_rejected_on_use(raw_model):
             m.tensor("model.norm.weight")
     assert "model.norm.weight" in _python_error(path)
     shutil.copy(path, path.with_suffix(".copy"))
+
+
+def test_c_reader_verify_rejects_nan_scale(raw_model):
+    import struct
+    from container_edit import fix_entry_crc
+    raw, path = raw_model
+    i = find(raw, lambda e: e.kind == spec.KIND_EXPERT and e.layer == 1 and e.expert == 2)
+    e = entries(raw)[i]
+    struct.pack_into("<f", raw, e.offset + e.matrices[2].scale_offset, float("nan"))
+    fix_entry_crc(raw, i)
+    _write(path, fix_crcs(raw))
+    status, msg = c_open(path, verify=1)
+    assert status == 4 and "layer 1 expert 2 is invalid" in msg
+    assert c_open(path, verify=0)[0] == 0
+    assert "layer 1 expert 2" in _python_error(path)
