@@ -13,6 +13,8 @@ Public entry points (documented in docs/CONFIG.md):
     parse_size("64MiB") -> int
 """
 import dataclasses
+import decimal
+import math
 import os
 import re
 import typing
@@ -175,18 +177,27 @@ _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024 ** 2
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
+MAX_SIZE = 2 ** 63 - 1     # what an off_t / int64 byte count can hold
+
+
 def parse_size(value):
-    """int or "64MiB"/"1.5GB"/"512k" -> bytes (int >= 0). Raises ValueError with what was expected."""
+    """int or "64MiB"/"1.5GB"/"512k" -> bytes (0 <= int <= MAX_SIZE). Raises ValueError with what was expected."""
     if isinstance(value, bool):
         raise ValueError("expected a byte size (int or string like '64MiB')")
     if isinstance(value, int):
         if value < 0:
             raise ValueError("expected a non-negative byte size")
+        if value > MAX_SIZE:
+            raise ValueError(f"byte size {value} is larger than {MAX_SIZE}")
         return value
     if isinstance(value, str):
         m = _SIZE_RE.match(value)
         if m and m.group(2).lower() in _SIZE_UNITS:
-            return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+            size = int(decimal.Decimal(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])   # exact, no float overflow
+            if size > MAX_SIZE:
+                raise ValueError(f"byte size {value[:40]!r}{'...' if len(value) > 40 else ''} is larger than "
+                                 f"{MAX_SIZE} bytes")
+            return size
     raise ValueError(f"expected a byte size like 1048576, '64MiB', '512KB' or '2GiB', got {value!r}")
 
 # ---------------------------------------------------------------- YAML -> marked tree
@@ -212,9 +223,37 @@ def _fail(where, path, message):
     raise ConfigError(f"{where}: {key}: {message}")
 
 
+MAX_DEPTH = 64    # nesting of mappings/lists; the schema needs 3, PyYAML's composer recurses per level
+
+
+def _check_depth(text, source):
+    """Refuse deep nesting before composing (the event parser is iterative; the composer is not)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                where = _Where(source, line=event.start_mark.line + 1, column=event.start_mark.column + 1)
+                path = _path_at(text, event.start_mark.line)
+                raise ConfigError(f"{where}: {path}: nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def _path_at(text, line):
+    """The top-level key a line belongs to (for messages about input too deep to compose)."""
+    for row in reversed(text.splitlines()[:line + 1]):
+        if row[:1].isalpha() and ":" in row:
+            return row.split(":", 1)[0].strip()
+    return "<top level>"
+
+
 def _compose(text, source):
     try:
+        _check_depth(text, source)
         return yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise ConfigError(f"{source}:1:1: <top level>: nested too deeply to read") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = _Where(source, line=mark.line + 1, column=mark.column + 1) if mark else _Where(source)
@@ -331,10 +370,14 @@ def _check_scalar(hint, f, value, where, path, optional):
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             _fail(where, path, f"expected {expected}, got {type(value).__name__} {value!r}")
+        if abs(value) > MAX_SIZE:
+            _fail(where, path, f"expected an integer of at most {MAX_SIZE}, got {str(value)[:40]}...")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             _fail(where, path, f"expected {expected}, got {type(value).__name__} {value!r}")
+        if abs(value) > 1e300 or not math.isfinite(value):      # (abs first: a huge int overflows float())
+            _fail(where, path, f"expected a finite number, got {str(value)[:40]}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):

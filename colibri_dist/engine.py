@@ -18,9 +18,11 @@ Lookahead prefetch: while layer l runs, the next MoE layer's gate is applied to
 l's input and the predicted experts are prefetched; stats()["lookahead"] reports
 how many of the experts the next layer really used had been predicted (recall).
 """
+import contextlib
+
 import numpy as np
 
-from .errors import FormatError, InvalidArgument
+from .errors import FormatError, InvalidArgument, NativeError
 from .format.gating_spec import GatingSpec
 from .store import ExpertStore, Segments
 from .store.routing_table import build_table
@@ -29,13 +31,13 @@ from .store.routing_table import build_table
 class Engine:
     def __init__(self, path, threads=None, cache_bytes=None, offload_dir=None, policy="lru", cpus=None,
                  compression=None, lookahead=True, prefetch_workers=2, source_delay_s=0.0,
-                 numa_policy=None, numa_nodes=None, w8a8=False):
+                 numa_policy=None, numa_nodes=None, w8a8=False, checksums=True):
         from . import native
         from .format.reader import open_model
         self._native = native
         self.path = str(path)
         try:
-            self.model = open_model(path)
+            self.model = open_model(path, checksums=checksums)   # False: skip first-use checks of views
         except OSError as exc:          # e.g. a directory: the reader lets the OS error through
             raise FormatError(f"{path}: cannot open the .colibri container ({exc})") from exc
         self.store = None
@@ -96,19 +98,38 @@ class Engine:
     def route(self, layer, x):
         """(idx int32 [n, k], w float32 [n, k]) with the family's exact gating."""
         layer = self._check_layer(layer)
-        return self._route(layer, self._check_x(layer, x))
+        with self._naming(layer):
+            return self._route(layer, self._check_x(layer, x))
 
     # ---- forward
     def moe_forward(self, layer, x):
         """float32 [n, hidden]: routed experts + shared expert, combined in slot order."""
         layer = self._check_layer(layer)
         x = self._check_x(layer, x)
-        if self.store.cache_bytes is None:
-            y, idx = self._moe_mapped(layer, x)
-        else:
-            y, idx = self._moe_streamed(layer, x)
+        with self._naming(layer):
+            if self.store.cache_bytes is None:
+                y, idx = self._moe_mapped(layer, x)
+            else:
+                y, idx = self._moe_streamed(layer, x)
+        self._check_finite(layer, y)
         self._score_lookahead(layer, idx)
         return y
+
+    @contextlib.contextmanager
+    def _naming(self, layer):
+        """Kernel errors (e.g. router logits overflowing on this input) name the file and layer."""
+        try:
+            yield
+        except NativeError as exc:
+            if exc.message.startswith(self.path):
+                raise
+            raise NativeError(f"{self.path}: layer {layer}: {exc.message}", exc.code) from exc
+
+    def _check_finite(self, layer, *arrays):
+        """Finite weights can still overflow float32 on a given input: the same error on every path."""
+        if not all(np.isfinite(a).all() for a in arrays if a is not None):
+            raise NativeError(f"{self.path}: layer {layer}: non-finite MoE output (the expert weights "
+                              f"overflow float32 on this input)", code=7)
 
     def _moe_mapped(self, layer, x):
         tbl = self.table(layer)
@@ -139,7 +160,9 @@ class Engine:
         outs = self._run_experts(layer, x, [(int(e), t.astype(np.int32)) for e, (t, _) in zip(union, picks)])
         for (tokens, slots), out in zip(picks, outs):
             slot_out[tokens, slots] = out
-        y = self._native.combine(w, slot_out, self.shared_forward(layer, x))
+        shared = self.shared_forward(layer, x)
+        self._check_finite(layer, slot_out, shared)
+        y = self._native.combine(w, slot_out, shared)
         return y, idx
 
     def _moe_held(self, layer, x, union):

@@ -42,3 +42,9 @@ class StoreError(ColibriError):
 
 class PoolError(ColibriError):
     """The Ray worker pool failed in a way it could not recover from."""
+
+
+class IntegrityError(FormatError, StoreError):
+    """Tensor or expert data failed its check before use: checksum mismatch or NaN/Inf
+    weights/scales. The message names the file and the layer/expert or tensor. It is a
+    FormatError (the container is bad) and a StoreError (the store could not produce it)."""

@@ -38,11 +38,13 @@ def atomic_write(path, chunks, durable=True, replace=os.replace):
                 f.flush()
                 os.fsync(f.fileno())
         replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, path) from exc     # ENOSPC & co name the file
         raise
     if durable:
         fsync_dir(directory)

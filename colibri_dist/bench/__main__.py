@@ -2,7 +2,7 @@
 import importlib
 import sys
 
-NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate"]
+NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity"]
 
 
 def main(argv=None):

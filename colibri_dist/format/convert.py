@@ -22,6 +22,7 @@ from ..errors import FormatError, InvalidArgument
 from . import spec
 from .families import detect
 from .hf_source import SafetensorsSource, storage_dtype
+from .integrity import check_values, checked_chunks
 from .layout import SCHEMES
 from .dense_plan import write_dense
 from .destination import check_destination
@@ -164,7 +165,7 @@ def read_ahead(thunks):
 
 
 def _small(writer, source, name, shape, kind, layer, pbar, src_shape=None):
-    data = source.read_f32(name, src_shape or shape).reshape(shape)
+    data = check_values(writer.path, f"{name} (layer {layer})", source.read_f32(name, src_shape or shape).reshape(shape))
     writer.add_tensor(name, data, spec.DTYPE_CODES["float32"], shape, kind, layer)
     pbar.update(source.ref(name).nbytes)
 
@@ -199,7 +200,7 @@ def copy_dense(writer, source, name, pbar):
     if len(ref.shape) > spec.MAX_NDIM:
         raise FormatError(f"{ref.file}: tensor {name!r} has {len(ref.shape)} dims; "
                           f".colibri stores at most {spec.MAX_NDIM}")
-    writer.add_tensor_stream(name, source.chunks(ref), dtype, ref.shape)
+    writer.add_tensor_stream(name, checked_chunks(writer.path, name, dtype, source.chunks(ref)), dtype, ref.shape)
     pbar.update(ref.nbytes)
 
 

@@ -55,7 +55,11 @@ def quantize_matrix(w, scheme):
     if not enc.is_int:
         if enc.bits == 32:
             return np.ascontiguousarray(w), None, None
-        return (w.astype(np.float16).view(np.uint16) if enc.name == "f16" else f32_to_bf16_bits(w)), None, None
+        if enc.name == "f16":
+            if np.abs(w).max() > 65504.0:           # would become inf in float16
+                raise InvalidArgument(f"weight magnitude {float(np.abs(w).max()):g} does not fit float16 (max 65504)")
+            return w.astype(np.float16).view(np.uint16), None, None
+        return f32_to_bf16_bits(w), None, None
     if enc.scale_kind == SCALE_ROW:
         q, scale = _symmetric_int8(w, np.abs(w).max(axis=1, keepdims=True))
         scale = scale.reshape(-1)

@@ -2,41 +2,43 @@
 
 Role in the data flow: the engine and the expert store get everything from a
 Model: config, router/bias/shared tensors as numpy views into one read-only
-mmap, expert blobs either as mmap views (zero copy, unverified) or through
-read_expert (exactly one pread into a fresh 64-byte aligned buffer, CRC32
-checked). Opening validates the header, the table and every entry's bounds;
-checksums of tensor data are checked on demand (read_expert, verify()).
+mmap, expert blobs either as mmap views (zero copy) or through read_expert
+(exactly one pread into a fresh 64-byte aligned buffer). Opening validates the
+header, the table and every entry's bounds (format/validate.py); tensor data is
+checked (CRC-32 and finite weights/scales, format/integrity.py) before its first
+use: a view once per process (remembered), a pread on every read, verify() all.
+`checksums=False` skips the once-per-view check (for files verified already).
 """
-import json
 import mmap
 import os
+import stat
 
 import numpy as np
 
 from ..errors import FormatError, InvalidArgument
 from . import spec
 from .layout import DTYPE_NAMES, ExpertLayout, MatrixLayout
+from . import integrity
 from .model_config import ModelConfig
 from .quantize import bf16_bits_to_f32, dequantize
-from .validate import check_entries, check_header, describe
+from .validate import check_entries, check_header, check_unique, describe, parse_meta
 
 _NP_DTYPES = {0: np.float32, 1: np.float16, 2: np.uint16, 3: np.int8, 4: np.uint8,
               5: np.int16, 6: np.int32, 7: np.int64, 8: np.float64, 9: np.bool_}
 
 
-def open_model(path):
-    return Model(path)
+def open_model(path, checksums=True):
+    return Model(path, checksums=checksums)
 
 
 class Model:
-    def __init__(self, path):
+    def __init__(self, path, checksums=True):
         self.path = os.fspath(path)
+        self.checksums = bool(checksums)
+        self._checked = integrity.FirstUse()
         self._fd = None
         self._mm = None
-        try:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        except OSError as exc:
-            raise FormatError(f"{self.path}: cannot open: {exc.strerror or exc}") from exc
+        self._fd = open_regular(self.path)
         try:
             self._load()
         except BaseException:
@@ -56,10 +58,11 @@ class Model:
         meta = self._buf[header["meta_offset"]:header["meta_offset"] + header["meta_bytes"]]
         if spec.crc32(meta) != header["meta_crc"]:
             raise FormatError(f"{self.path}: metadata block is damaged (checksum mismatch)")
-        self.meta = json.loads(bytes(meta).decode("utf-8")) if len(meta) else {}
+        self.meta = parse_meta(self.path, bytes(meta))
         self.entries = [_unpack_entry(self.path, table, i) for i in range(header["table_count"])]
         self.header = header
         self.config = ModelConfig.from_header(header, extra=self.meta, where=self.path)
+        check_unique(self.path, self.entries)
         self._by_name = {e.name: e for e in self.entries}
         self._by_slot = {(e.kind, e.layer, e.expert): e for e in self.entries
                          if e.kind not in (spec.KIND_TENSOR, spec.KIND_MATRIX)}
@@ -106,10 +109,29 @@ class Model:
         return entry
 
     def _view(self, entry):
+        """Zero-copy view of an entry's data, checked before its first use in this process."""
+        if self.checksums and not self._checked.seen(id(entry)):
+            raw = self._buf[entry.offset:entry.offset + entry.nbytes]
+            self._check(entry, raw)
+            self._checked.mark(id(entry))
         dtype = _NP_DTYPES[entry.dtype]
         count = entry.nbytes // np.dtype(dtype).itemsize
         arr = np.frombuffer(self._mm, dtype=dtype, count=count, offset=entry.offset)
         return arr.reshape(entry.shape) if entry.kind not in spec.BLOB_KINDS else arr
+
+    def _check(self, entry, raw):
+        """IntegrityError (a FormatError) unless raw (the entry's bytes) has its CRC and finite values."""
+        layout = _layout(entry) if entry.kind in spec.BLOB_KINDS else None
+        problem = integrity.entry_problem(raw, entry, layout)
+        if problem is not None:
+            integrity.raise_problem(self.path, describe(entry), problem)
+
+    def check_expert(self, layer, expert, blob):
+        """Check a copy of an expert blob read elsewhere (the store's pread into recycled RAM)."""
+        self._check(self._slot(spec.KIND_EXPERT, layer, expert), blob)
+
+    def integrity_stats(self):
+        return {"checksums": self.checksums, "checked": self._checked.count()}
 
     def expert_layout(self, layer, expert=0):
         return _layout(self._slot(spec.KIND_EXPERT, layer, expert))
@@ -131,9 +153,7 @@ class Model:
         got = os.preadv(self._fd, [out], entry.offset)
         if got != entry.nbytes:
             raise FormatError(f"{self.path}: {what}: short read ({got} of {entry.nbytes} bytes)")
-        if spec.crc32(out) != entry.crc32:
-            raise FormatError(f"{self.path}: {what} is damaged (checksum mismatch at "
-                              f"offset {entry.offset}, {entry.nbytes} bytes)")
+        self._check(entry, out)
         return out
 
     def router(self, layer):
@@ -187,6 +207,7 @@ class Model:
         if entry.kind != spec.KIND_TENSOR or code is None or len(entry.shape) != 2:
             raise FormatError(f"{self.path}: tensor {name!r} is {spec.DTYPES[entry.dtype]} {list(entry.shape)}, "
                               f"not a float matrix")
+        self._view(entry)           # first-use check (CRC, finite values)
         raw = np.frombuffer(self._mm, dtype=np.uint8, count=entry.nbytes, offset=entry.offset)
         return raw, MatrixLayout(code, entry.shape[0], entry.shape[1], 0, entry.nbytes)
 
@@ -218,14 +239,16 @@ class Model:
 
     # -- integrity ------------------------------------------------------------
     def verify(self, progress=True):
-        """Check every entry's CRC32; FormatError listing every damaged tensor/expert."""
+        """Check every entry's CRC32 and finite values; FormatError listing every damaged one."""
         from .progress import bar
         damaged = []
         with bar(total=sum(e.nbytes for e in self.entries), desc="verify", unit="B",
                  enabled=progress) as pbar:
             for e in self.entries:
-                if spec.crc32(self._buf[e.offset:e.offset + e.nbytes]) != e.crc32:
-                    damaged.append(describe(e))
+                layout = _layout(e) if e.kind in spec.BLOB_KINDS else None
+                problem = integrity.entry_problem(self._buf[e.offset:e.offset + e.nbytes], e, layout)
+                if problem is not None:
+                    damaged.append(describe(e) if problem.startswith("damaged") else f"{describe(e)} ({problem})")
                 pbar.update(e.nbytes)
         if damaged:
             raise FormatError(f"{self.path}: {len(damaged)} damaged: " + "; ".join(damaged))
@@ -233,6 +256,19 @@ class Model:
 
 
 _BLOB_LABEL = {spec.KIND_MATRIX: "matrix", spec.KIND_DENSE_MLP: "dense_mlp"}
+def open_regular(path):
+    """fd of a regular file opened read-only without blocking (a FIFO never hangs us)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot open: {exc.strerror or exc}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise FormatError(f"{path}: cannot open: {what} (a .colibri container is a regular file)")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _unpack_entry(path, table, i):

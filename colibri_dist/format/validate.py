@@ -5,6 +5,7 @@ truncated, foreign, newer or inconsistent file fails with a FormatError naming
 the file (and the layer/expert/tensor) instead of producing garbage later.
 native/src/model.c performs the same checks in C.
 """
+import json
 import math
 
 from ..errors import FormatError
@@ -64,6 +65,38 @@ def _check_config(path, h):
         raise FormatError(f"{path}: invalid model config: " + "; ".join(bad))
 
 
+def parse_meta(path, raw):
+    """The metadata block -> dict; any decoding problem is a FormatError naming the file."""
+    if not raw:
+        return {}
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{path}: metadata is not UTF-8 (byte {exc.start})") from None
+    except RecursionError:
+        raise FormatError(f"{path}: metadata JSON is nested too deeply") from None
+    except ValueError as exc:
+        raise FormatError(f"{path}: metadata is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise FormatError(f"{path}: metadata must be a JSON object, got {type(meta).__name__}")
+    return meta
+
+
+def check_unique(path, entries):
+    """No two entries share a name, nor (kind, layer, expert) for MoE parts: readers must agree."""
+    names, slots = {}, {}
+    for i, e in enumerate(entries):
+        if e.name in names:
+            raise FormatError(f"{path}: duplicate tensor name {e.name!r} (table entries {names[e.name]} and {i})")
+        names[e.name] = i
+        if e.kind not in (spec.KIND_TENSOR, spec.KIND_MATRIX):     # those two are keyed by name only
+            key = (e.kind, e.layer, e.expert)
+            if key in slots:
+                raise FormatError(f"{path}: {describe(e)} appears twice in the tensor table "
+                                  f"(entries {slots[key]} and {i})")
+            slots[key] = i
+
+
 def check_entries(path, cfg, entries, by_slot, data_end):
     for e in entries:
         _check_entry(path, cfg, e, data_end)
@@ -90,6 +123,8 @@ def _check_entry(path, cfg, e, data_end):
         raise FormatError(f"{where}: data [{e.offset}, +{e.nbytes}) out of bounds or misaligned")
     if e.kind in spec.MOE_KINDS and (e.layer not in cfg.moe_layers):
         raise FormatError(f"{where}: layer {e.layer} is not a MoE layer")
+    if (e.kind != spec.KIND_EXPERT and e.expert != -1) or (e.kind in (spec.KIND_TENSOR, spec.KIND_MATRIX) and e.layer != -1):
+        raise FormatError(f"{where}: layer/expert fields {e.layer}/{e.expert} must be -1 for this kind")
     if e.kind == spec.KIND_DENSE_MLP and (e.layer in cfg.moe_layers or not 0 <= e.layer < cfg.n_layers):
         raise FormatError(f"{where}: dense MLP of layer {e.layer}, which is a MoE layer or outside the model")
     if e.kind in (spec.KIND_MATRIX, spec.KIND_DENSE_MLP):
@@ -124,11 +159,18 @@ def _check_blob(where, cfg, e):
         _check_part(where, e, part, m, rows, cols)
 
 
+_ZERO_MATRIX = spec.unpack_matrix(bytes(spec.MATRIX_STRUCT.size))
+
+
 def _check_dense_blob(where, e):
     """A matrix (one layout, `gate` slot) or dense MLP (gate/up/down) blob: each part inside, sizes consistent."""
     if e.offset % BLOB_ALIGN:
         raise FormatError(f"{where}: blob not {BLOB_ALIGN}-aligned")
+    if e.dtype != spec.DTYPE_CODES["uint8"] or e.shape != (e.nbytes,):
+        raise FormatError(f"{where}: a blob entry is uint8 [nbytes], found {spec.DTYPES[e.dtype]} {list(e.shape)}")
     parts = (("matrix", e.matrices[0]),) if e.kind == spec.KIND_MATRIX else zip(("gate", "up", "down"), e.matrices)
+    if e.kind == spec.KIND_MATRIX and any(m != _ZERO_MATRIX for m in e.matrices[1:]):
+        raise FormatError(f"{where}: a matrix entry's up/down descriptors must be zero")
     for part, m in parts:
         _check_part(where, e, part, m, m.rows, m.cols)
     if e.kind == spec.KIND_DENSE_MLP:

@@ -9,6 +9,7 @@ always opens as complete.
 """
 import errno
 import json
+import math
 import os
 
 import numpy as np
@@ -17,6 +18,7 @@ from ..errors import FormatError
 from ..fsutil import fsync_dir
 from . import spec
 from .layout import BLOB_ALIGN
+from .validate import describe
 
 _ZEROS = bytes(BLOB_ALIGN)
 
@@ -43,6 +45,7 @@ class ContainerWriter:
         self.partial = self.path + ".partial"
         self.entries = []
         self.names = set()
+        self.slots = set()       # (kind, layer, expert) of MoE parts: one entry each
         self._fd = None
         self._pos = 0
         self._done = False
@@ -79,6 +82,9 @@ class ContainerWriter:
     def _append(self, entry, chunks, alignment):
         if entry.name in self.names:
             raise FormatError(f"{self.path}: duplicate tensor name {entry.name!r}")
+        slot = (entry.kind, entry.layer, entry.expert)
+        if entry.kind not in (spec.KIND_TENSOR, spec.KIND_MATRIX) and slot in self.slots:
+            raise FormatError(f"{self.path}: {describe(entry)} written twice ({entry.name!r})")
         try:
             entry.pack()        # validates name length and ndim before any byte is written
         except ValueError as exc:
@@ -92,6 +98,7 @@ class ContainerWriter:
         entry.offset, entry.nbytes, entry.crc32 = start, self._pos - start, crc
         self.entries.append(entry)
         self.names.add(entry.name)
+        self.slots.add(slot)
         return entry
 
     def add_tensor(self, name, data, dtype, shape, kind=spec.KIND_TENSOR, layer=-1, expert=-1):
@@ -102,7 +109,7 @@ class ContainerWriter:
         """Like add_tensor, with the data given as an iterable of byte chunks (bounded memory)."""
         entry = spec.Entry(name, kind, dtype, layer, expert, tuple(int(s) for s in shape), 0, 0, 0)
         entry = self._append(entry, chunks, spec.TENSOR_ALIGN)
-        expected = int(np.prod(entry.shape, dtype=np.int64)) * spec.DTYPE_SIZES[dtype]
+        expected = math.prod(entry.shape) * spec.DTYPE_SIZES[dtype]     # Python ints: no overflow
         if entry.nbytes != expected:
             raise FormatError(f"{self.path}: tensor {name!r}: {entry.nbytes} bytes for shape "
                               f"{list(entry.shape)} {spec.DTYPES[dtype]} (expected {expected})")

@@ -44,12 +44,16 @@ class MoeLayer:
     def _open(self, path):
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise FormatError(f"{path}: not a readable .npy array ({exc})") from None
+        except Exception as exc:     # hostile bytes: EOFError, ValueError, SyntaxError, TokenError, ...
+            raise FormatError(f"{path}: not a readable .npy array ({type(exc).__name__}: "
+                              f"{str(exc)[:200] or 'empty file'})") from None
+        if not isinstance(arr, np.ndarray):
+            raise FormatError(f"{path}: not a readable .npy array (an archive, not one array)")
         if arr.ndim != 2 or arr.shape[1] != self.hidden:
             raise FormatError(f"{path}: expected hidden states of shape [rows, {self.hidden}], got {list(arr.shape)}")
-        if arr.dtype.kind != "f":
-            raise FormatError(f"{path}: expected a float array, got dtype {arr.dtype}")
+        if arr.dtype != np.float32:      # no silent cast: float64 would lose bits, float16 says the wrong thing
+            raise FormatError(f"{path}: expected float32 hidden states, got dtype {arr.dtype} "
+                              f"(convert with arr.astype(np.float32) if that is what you mean)")
         return arr
 
     def count_rows(self, path):

@@ -20,6 +20,7 @@ from . import report as report_mod
 from .executors import open_executor
 from .metrics import Meter
 from .moe_layer import MoeLayer
+from .outlock import hold_output_dir
 from .progress import JobProgress
 from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
 from .token_classification import TokenClassification, find_tokenizer
@@ -41,13 +42,18 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
         return _run_generation(cfg, out_dir, restart, stream, llm_factory)
     out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
     os.makedirs(out_dir, exist_ok=True)
+    with hold_output_dir(out_dir):          # one run per output dir (OutputBusy names the holder's pid)
+        return _run_locked(cfg, out_dir, restart, executor_factory, stream, model_opener)
+
+
+def _run_locked(cfg, out_dir, restart, executor_factory, stream, model_opener):
     log = _logger(cfg, stream)
     model_path, input_spec, tokenizer = resolve_sources(cfg, log)
     if model_opener is None:
         from ..format.reader import open_model as model_opener
     with model_opener(model_path) as model:
         kind = KINDS[cfg.job.kind](cfg, model, model_path, find_tokenizer(cfg.job, model_path, model) or tokenizer)
-        paths = discover_inputs(input_spec, kind.input_exts)
+        paths = discover_inputs(input_spec, kind.input_exts, log=log)
         shards = plan_shards(paths, kind.count_rows, cfg.job.shard_rows)
         signature = job_signature(cfg, model_path, paths, kind)
         manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)

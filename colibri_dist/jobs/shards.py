@@ -33,16 +33,23 @@ class Shard:
         return self.stop - self.start
 
 
-def discover_inputs(spec, exts):
-    """A file, a directory (its files with one of `exts`, sorted) or a glob -> sorted list of files."""
+def discover_inputs(spec, exts, log=None):
+    """A file, a directory (its files with one of `exts`, sorted) or a glob -> sorted list of files.
+    Only regular files count (a FIFO would hang the reader): others are skipped and reported via log."""
     if os.path.isdir(spec):
-        paths = [os.path.join(spec, n) for n in sorted(os.listdir(spec)) if n.endswith(exts)]
+        found = [os.path.join(spec, n) for n in sorted(os.listdir(spec)) if n.endswith(exts)]
     elif any(ch in spec for ch in "*?["):
-        paths = sorted(p for p in glob.glob(spec) if os.path.isfile(p))
-    elif os.path.isfile(spec):
-        paths = [spec]
+        found = sorted(glob.glob(spec))
+    elif os.path.exists(spec):
+        if not os.path.isfile(spec):
+            raise ConfigError(f"job.input: {spec}: not a regular file")
+        found = [spec]
     else:
         raise ConfigError(f"job.input: {spec}: no such file or directory")
+    paths = [p for p in found if os.path.isfile(p)]
+    for p in sorted(set(found) - set(paths)):
+        if log is not None:
+            log(f"skipping input {p}: not a regular file")
     if not paths:
         raise ConfigError(f"job.input: {spec}: no input files ending in {' or '.join(exts)}")
     return paths

@@ -9,6 +9,7 @@ residual here) -> class head, and written as one JSONL line per input row:
 Tokens are independent in this model (no attention), so batches may split rows.
 """
 import json
+import math
 import os
 
 import numpy as np
@@ -49,10 +50,14 @@ class TokenClassification:
     def read_rows(self, shard):
         """-> list of (row_id, ids int64[n], labels int64[n] | None) for the shard's row range."""
         rows, index = [], -1
-        with open(shard.path, encoding="utf-8") as fh:
-            for line_no, line in enumerate(fh, 1):
-                if not line.strip():
+        with open(shard.path, "rb") as fh:
+            for line_no, raw in enumerate(fh, 1):
+                if not raw.strip():
                     continue
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise FormatError(f"{shard.path}:{line_no}: not UTF-8 (byte {exc.start})") from None
                 index += 1
                 if index < shard.start:
                     continue
@@ -67,23 +72,33 @@ class TokenClassification:
     def _parse_row(self, line, where, index):
         try:
             obj = json.loads(line)
+        except RecursionError:
+            raise FormatError(f"{where}: JSON nested too deeply") from None
         except ValueError as exc:
             raise FormatError(f"{where}: not valid JSON ({exc})") from None
         if not isinstance(obj, dict):
             raise FormatError(f"{where}: expected a JSON object per line, got {type(obj).__name__}")
         ids = self._ids_of(obj, where)
         labels = obj.get("labels")
-        if labels is not None and (not isinstance(labels, list) or len(labels) != len(ids)):
-            raise FormatError(f"{where}: 'labels' must be a list as long as the tokens ({len(ids)})")
+        if labels is not None and (not isinstance(labels, list) or len(labels) != len(ids)
+                                   or not all(_is_int(v) and 0 <= v < 2 ** 63 for v in labels)):
+            raise FormatError(f"{where}: 'labels' must be a list as long as the tokens ({len(ids)}) of class indices")
         row_id = obj.get(self.job.id_field, index)
+        if not (row_id is None or isinstance(row_id, str) or _is_int(row_id)
+                or (isinstance(row_id, float) and math.isfinite(row_id))):
+            raise FormatError(f"{where}: '{self.job.id_field}' must be a string, an integer or a finite number, "
+                              f"got {str(row_id)[:40]}")
         return row_id, ids, (np.asarray(labels, dtype=np.int64) if labels is not None else None)
 
     def _ids_of(self, obj, where):
         fmt, j = self.job.input_format, self.job
         if fmt in ("auto", "ids") and j.ids_field in obj:
             ids = obj[j.ids_field]
-            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            if not isinstance(ids, list) or not all(_is_int(t) for t in ids):
                 raise FormatError(f"{where}: '{j.ids_field}' must be a list of integer token ids")
+            big = next((t for t in ids if not 0 <= t < self.head.vocab_size), None)
+            if big is not None:        # before int64 conversion: 10**30 must not overflow
+                raise FormatError(f"{where}: token id {big} out of range for vocab size {self.head.vocab_size}")
             arr = np.asarray(ids, dtype=np.int64)
         elif fmt in ("auto", "text") and j.text_field in obj:
             if not isinstance(obj[j.text_field], str):
@@ -135,10 +150,14 @@ class TokenClassification:
             if labels is not None:
                 meter.add_accuracy(np.sum(pred == labels), len(labels))
             lines.append(json.dumps({"id": row_id, "pred": pred.tolist(),
-                                     "probs": [[float(v) for v in tok] for tok in p]}))
+                                     "probs": [[float(v) for v in tok] for tok in p]}, allow_nan=False))
         data = ("\n".join(lines) + ("\n" if lines else "")).encode()
         atomic_write(out_path, [data])
         return len(data)
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def load_tokenizer(path, ids_field="input_ids"):

@@ -10,7 +10,7 @@ import re
 
 import ray
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, PoolError
 
 NAMESPACE = "colibri"
 _NUMA_KEY = re.compile(r"numa_(\d+)")
@@ -28,7 +28,12 @@ def connect(ray_address=None, num_cpus=None):
                  **common)
         return True
     _match_token_auth()
-    ray.init(address=ray_address, **common)
+    try:
+        ray.init(address=ray_address, **common)
+    except ConnectionError as exc:       # e.g. a token-auth head joined without the token: one clear line
+        raise PoolError(f"cannot join the Ray cluster at {ray_address!r}: {str(exc).strip()[:300]} "
+                        f"(if the head uses token auth, set RAY_AUTH_TOKEN or ~/.ray/auth_token as on the "
+                        f"head)") from None
     return True
 
 

@@ -5,7 +5,8 @@ right before running an expert and release the handle right after. The store
 moves opaque uint8 blobs plus their ExpertLayout; it never calls the kernels
 (handle.view builds the native view lazily).
 
-    cache_bytes=None   every get is a zero-copy view of the mmap'd container
+    cache_bytes=None   every get is a zero-copy view of the mmap'd container (checked by
+                       the reader before its first use in the process, then remembered)
     cache_bytes=N      owned aligned RAM buffers under N bytes; a miss loads from
                        the spill tier (if offload_dir) or the source (one read,
                        checksum verified); evicted entries spill to offload_dir
@@ -23,7 +24,7 @@ from concurrent.futures import wait as futures_wait
 
 import numpy as np
 
-from ..errors import InvalidArgument, StoreError
+from ..errors import IntegrityError, InvalidArgument, StoreError
 from .buffers import PAGE, BufferPool
 from .handle import ExpertHandle
 from .policies import make_policy
@@ -141,6 +142,8 @@ class ExpertStore:
                 self.stats_.gets += 1
                 self.stats_.misses += 1
                 self.stats_.miss("mmap")
+            if isinstance(exc, IntegrityError):     # damaged/invalid data: the reader's message as is
+                raise
             raise StoreError(f"layer {key[0]} expert {key[1]}: mapping the expert failed: {exc}") from exc
         with self._lock:
             self.stats_.gets += 1
@@ -300,6 +303,8 @@ class ExpertStore:
         except Exception as exc:
             with self._lock:
                 self.stats_.miss("mmap")
+            if isinstance(exc, IntegrityError):
+                raise
             raise StoreError(f"layer {key[0]} expert {key[1]}: reading from the source failed: {exc}") from exc
         with self._lock:
             self.stats_.hit("mmap")

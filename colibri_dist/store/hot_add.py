@@ -1,13 +1,15 @@
 """Checks and packing for a hot-added expert (ExpertStore.add_expert).
 
 Role in the data flow: user weights (float32 gate/up/down, router row, bias)
-are validated against the layer, packed with the model's scheme by the same
+are validated against the layer (shapes, finite, |w| <= MAX_ABS_WEIGHT), packed with the model's scheme by the same
 packer the converter uses, and checked to have the layer's exact blob layout,
 so the kernels and every tier treat the new expert like a converted one.
 """
 import numpy as np
 
 from ..errors import InvalidArgument, StoreError
+
+MAX_ABS_WEIGHT = 65504.0      # largest float16: far above any trained weight, far below overflow
 
 
 def _matrix(weights, name, shape, layer):
@@ -21,7 +23,16 @@ def _matrix(weights, name, shape, layer):
     m = np.ascontiguousarray(m, dtype=np.float32)
     if not np.isfinite(m).all():
         raise InvalidArgument(f"add_expert(layer {layer}): weights[{name!r}] contains NaN or Inf")
+    _bounded(m, f"weights[{name!r}]", layer)
     return m
+
+
+def _bounded(m, what, layer):
+    """Finite is not enough: 3e38 overflows the first dot product. Refuse values past MAX_ABS_WEIGHT."""
+    peak = float(np.abs(m).max()) if m.size else 0.0
+    if peak > MAX_ABS_WEIGHT:
+        raise InvalidArgument(f"add_expert(layer {layer}): {what} has magnitude {peak:g} > {MAX_ABS_WEIGHT:g} "
+                              f"(the float16 range; larger weights overflow float32 sums)")
 
 
 def pack_new_expert(model, layout, layer, weights, router_row, bias):
@@ -30,9 +41,12 @@ def pack_new_expert(model, layout, layer, weights, router_row, bias):
     up = _matrix(weights, "up", (inter, hidden), layer)
     down = _matrix(weights, "down", (hidden, inter), layer)
     row = np.asarray(router_row)
-    if row.shape != (hidden,) or not np.isfinite(row).all():
+    if row.shape != (hidden,) or not np.issubdtype(row.dtype, np.number) or not np.isfinite(row).all():
         raise InvalidArgument(f"add_expert(layer {layer}): router_row must be {hidden} finite floats, "
                               f"got shape {row.shape}")
+    _bounded(row.astype(np.float64), "router_row", layer)
+    if abs(float(bias)) > MAX_ABS_WEIGHT:
+        raise InvalidArgument(f"add_expert(layer {layer}): bias {bias!r} is larger than {MAX_ABS_WEIGHT:g}")
     if not np.isfinite(float(bias)):
         raise InvalidArgument(f"add_expert(layer {layer}): bias must be finite, got {bias!r}")
     from ..format.convert import pack

@@ -21,11 +21,11 @@ import json
 import os
 import struct
 import threading
-import zlib
 
 import numpy as np
 
-from ..errors import FormatError, StoreError
+from ..errors import FormatError, IntegrityError, StoreError
+from ..format import integrity
 from ..format.layout import ExpertLayout, MatrixLayout
 from ..format.paths import hot_add_dir
 from ..fsutil import atomic_write
@@ -49,7 +49,7 @@ def layout_from_dict(d):
 
 
 def _crc(buf):
-    return zlib.crc32(buf) & 0xFFFFFFFF
+    return integrity.crc32(buf)
 
 
 def _write_atomic(path, chunks):
@@ -68,6 +68,7 @@ class Segments:
         self._entries = {}     # (layer, e) -> header dict (with "file")
         self._removed = {}     # layer -> set
         self._added = {}       # layer -> [e ascending]
+        self._viewed = set()   # (layer, e) whose mapped blob passed its CRC check
         self.version = 0
         self.refresh()
 
@@ -150,8 +151,15 @@ class Segments:
         return self._read_region(layer, e, "blob")
 
     def view(self, layer, e):
-        path, off, n, _ = self._region(layer, e, "blob")
-        return np.memmap(path, dtype=np.uint8, mode="r", offset=off, shape=(n,))
+        """Zero-copy view of a hot-added blob; its CRC is checked on the first view in this process."""
+        path, off, n, crc = self._region(layer, e, "blob")
+        arr = np.memmap(path, dtype=np.uint8, mode="r", offset=off, shape=(n,))
+        if (layer, e) not in self._viewed:
+            if _crc(arr) != crc:
+                raise IntegrityError(f"{path}: hot-added expert {e} of layer {layer} is damaged "
+                                     f"(checksum mismatch)")
+            self._viewed.add((layer, e))
+        return arr
 
     def router_row(self, layer, e):
         return self._read_region(layer, e, "router").view(np.float32)

@@ -55,8 +55,8 @@ class ModelSource:
         return self.model.expert_blob(layer, e)
 
     def read_into(self, layer, e, take):
-        """One pread of the blob at model.expert_location into take(nbytes), CRC-32 checked
-        (the container's checksum, docs/FORMAT.md). Falls back to read() + copy."""
+        """One pread of the blob at model.expert_location into take(nbytes), checked by the
+        reader (CRC-32 and finite values, format/integrity.py). Falls back to read() + copy."""
         path = getattr(self.model, "path", None)
         if (self._added(layer, e) or path is None or not hasattr(self.model, "expert_location")
                 or type(self).read is not _PLAIN_READ):     # read() wrapped (stress hooks): honour it
@@ -74,7 +74,10 @@ class ModelSource:
             os.close(fd)
         if got != nbytes:
             raise FormatError(f"{path}: layer {layer} expert {e}: short read ({got} of {nbytes} bytes)")
-        if zlib.crc32(blob) & 0xFFFFFFFF != crc:
+        check = getattr(self.model, "check_expert", None)
+        if check is not None:           # the reader's check: CRC-32 and finite scales/weights
+            check(layer, e, blob)
+        elif zlib.crc32(blob) & 0xFFFFFFFF != crc:
             raise FormatError(f"{path}: layer {layer} expert {e} is damaged (checksum mismatch at "
                               f"offset {offset}, {nbytes} bytes)")
         return blob, buf

@@ -263,6 +263,11 @@ cb_status cb_attention(cb_engine *e, const cb_attn *a, const void *k_cache, cons
 cb_status cb_kv_write(const cb_attn *a, void *k_cache, void *v_cache, int64_t n_blocks, int32_t n_seqs,
                       const int32_t *seq_start, const int32_t *pos0, const int32_t *const *block_tables,
                       const int32_t *n_table, const float *k, const float *v);
+/* Integrity helpers (crc32_fast.c). CRC-32 (IEEE, equal to zlib.crc32), chainable: start at 0,
+ * crc = cb_crc32_update(crc, data, n). cb_count_nonfinite: NaN/Inf among n values of kind
+ * 0 f32, 1 f16, 2 bf16 (-1 for another kind). */
+uint32_t cb_crc32_update(uint32_t crc, const void *data, size_t n);
+int64_t cb_count_nonfinite(const void *data, size_t n, int32_t kind);
 /* CFFI-END */
 
 #ifdef __cplusplus

@@ -88,9 +88,11 @@ cb_status cbf_build_layers(cb_model *m) {
 static cb_status open_into(cb_model *m, const char *path, int32_t verify) {
     uint8_t header[CBF_HEADER_SIZE];
     struct stat st;
-    m->fd = open(path, O_RDONLY | O_CLOEXEC);
+    m->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* a FIFO must not block the open */
     if (m->fd < 0) return cb_fail(CB_E_IO, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(m->fd, &st) != 0) return cb_fail(CB_E_IO, "%s: fstat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return cb_fail(CB_E_IO, "%s: cannot open: not a regular file", path);
     m->size = (size_t)st.st_size;
     if (m->size < CBF_HEADER_SIZE)
         return cb_fail(CB_E_FORMAT, "%s: truncated: %zu bytes, smaller than the header", path, m->size);

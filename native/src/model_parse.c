@@ -130,7 +130,11 @@ static int matrix_ok(const cbf_matrix *x, uint64_t blob) {
 static int dense_blob_ok(const cb_model *m, const cbf_entry *e) {
     if (e->dtype != CBF_U8 || e->ndim != 1 || e->shape[0] < 0 || (uint64_t)e->shape[0] != e->nbytes || e->offset % 4096)
         return 0;
-    if (e->kind == CBF_MATRIX) return matrix_ok(&e->mats[0], e->nbytes);
+    if (e->kind == CBF_MATRIX) {                       /* one matrix; the up/down descriptors stay zero */
+        static const cbf_matrix zero;
+        return matrix_ok(&e->mats[0], e->nbytes) && !memcmp(&e->mats[1], &zero, sizeof zero)
+               && !memcmp(&e->mats[2], &zero, sizeof zero);
+    }
     const cbf_matrix *g = &e->mats[0], *u = &e->mats[1], *d = &e->mats[2];
     if (e->layer < 0 || e->layer >= m->info.n_layers || is_moe(m, e->layer)) return 0;
     for (int k = 0; k < 3; k++)
@@ -155,20 +159,75 @@ static int entry_ok(const cb_model *m, const cbf_entry *e, uint64_t data_end) {
     if (e->dtype > 9 || e->kind > CBF_DENSE_MLP || e->ndim > CBF_MAX_NDIM) return 0;
     if (e->offset < CBF_DATA_START || e->offset > data_end || e->nbytes > data_end - e->offset || e->offset % 64)
         return 0;
+    if ((e->kind != CBF_EXPERT && e->expert != -1) || ((e->kind == CBF_TENSOR || e->kind == CBF_MATRIX) && e->layer != -1))
+        return 0;
     if (e->kind == CBF_MATRIX || e->kind == CBF_DENSE_MLP) return dense_blob_ok(m, e);
     if (e->kind != CBF_TENSOR && !is_moe(m, e->layer)) return 0;
     if (e->kind == CBF_EXPERT || e->kind == CBF_SHARED) return blob_ok(m, e);
     uint64_t count = 1;
-    for (uint32_t i = 0; i < e->ndim; i++) {
-        if (e->shape[i] < 0) return 0;
-        count *= (uint64_t)e->shape[i];
+    for (uint32_t i = 0; i < e->ndim; i++) {   /* every product overflow-checked (issue 15) */
+        if (e->shape[i] < 0 || __builtin_mul_overflow(count, (uint64_t)e->shape[i], &count)) return 0;
     }
-    if (count * (uint64_t)dtype_size[e->dtype] != e->nbytes) return 0;
+    if (__builtin_mul_overflow(count, (uint64_t)dtype_size[e->dtype], &count) || count != e->nbytes) return 0;
     int32_t E = m->info.n_experts, h = m->info.hidden;
     if (e->kind == CBF_ROUTER) return e->dtype == CBF_F32 && e->ndim == 2 && e->shape[0] == E && e->shape[1] == h;
     if (e->kind == CBF_BIAS) return e->dtype == CBF_F32 && e->ndim == 1 && e->shape[0] == E;
     if (e->kind == CBF_SHARED_GATE) return e->dtype == CBF_F32 && e->ndim == 1 && e->shape[0] == h;
     return 1;
+}
+
+/* verify=1: scales, float expert weights and float tensors hold no NaN/Inf (the Python reader's rule). */
+static int values_finite(const cb_model *m, const cbf_entry *e) {
+    const uint8_t *p = m->map + e->offset;
+    if (e->kind == CBF_EXPERT || e->kind == CBF_SHARED) {
+        for (int k = 0; k < 3; k++) {
+            const cbf_matrix *x = &e->mats[k];
+            if (x->scale_off >= 0 && cb_count_nonfinite(p + x->scale_off, (size_t)x->scale_count, 0) != 0) return 0;
+            if (x->dtype <= 2 && cb_count_nonfinite(p + x->data_off, (size_t)x->rows * (size_t)x->cols, x->dtype) != 0)
+                return 0;
+        }
+        return 1;
+    }
+    if (e->dtype > 2) return 1;                       /* ints, bool (float64: checked by Python only) */
+    return cb_count_nonfinite(p, e->nbytes / (size_t)dtype_size[e->dtype], e->dtype) == 0;
+}
+
+/* Order for the duplicate scan: by name; MoE parts then by (kind, layer, expert). */
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const cbf_entry *const *)a)->name, (*(const cbf_entry *const *)b)->name);
+}
+
+static int by_slot(const void *a, const void *b) {
+    const cbf_entry *x = *(const cbf_entry *const *)a, *y = *(const cbf_entry *const *)b;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return x->expert < y->expert ? -1 : x->expert > y->expert;
+}
+
+/* Two entries with one name (or one MoE slot) would make readers disagree: reject. O(n log n). */
+static cb_status check_unique(cb_model *m) {
+    uint64_t n = m->n_entries;
+    if (n < 2) return CB_OK;
+    const cbf_entry **v = malloc(n * sizeof *v);
+    if (!v) return cb_fail(CB_E_NOMEM, "%s: cannot allocate the tensor table", m->path);
+    for (uint64_t i = 0; i < n; i++) v[i] = &m->entries[i];
+    qsort(v, n, sizeof *v, by_name);
+    char what[200];
+    cb_status s = CB_OK;
+    for (uint64_t i = 1; i < n && s == CB_OK; i++)
+        if (strcmp(v[i - 1]->name, v[i]->name) == 0)
+            s = cb_fail(CB_E_FORMAT, "%s: duplicate tensor name '%s'", m->path, v[i]->name);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < n; i++)                  /* plain tensors and matrices are keyed by name only */
+        if (m->entries[i].kind != CBF_TENSOR && m->entries[i].kind != CBF_MATRIX) v[k++] = &m->entries[i];
+    qsort(v, k, sizeof *v, by_slot);
+    for (uint64_t i = 1; i < k && s == CB_OK; i++)
+        if (by_slot(&v[i - 1], &v[i]) == 0) {
+            describe(v[i], what, sizeof what);
+            s = cb_fail(CB_E_FORMAT, "%s: %s appears twice in the tensor table", m->path, what);
+        }
+    free(v);
+    return s;
 }
 
 cb_status cbf_parse_entries(cb_model *m, uint64_t table_off, uint64_t count, int32_t verify) {
@@ -184,6 +243,8 @@ cb_status cbf_parse_entries(cb_model *m, uint64_t table_off, uint64_t count, int
             return cb_fail(CB_E_FORMAT, "%s: %s: entry out of bounds or inconsistent", m->path, what);
         if (verify && cb_crc32(m->map + e->offset, e->nbytes) != e->crc)
             return cb_fail(CB_E_FORMAT, "%s: %s is damaged (checksum mismatch)", m->path, what);
+        if (verify && !values_finite(m, e))
+            return cb_fail(CB_E_FORMAT, "%s: %s is invalid: non-finite weights or scales", m->path, what);
     }
-    return CB_OK;
+    return check_unique(m);
 }

@@ -130,7 +130,8 @@ def test_c_reader_memory_safe_under_asan(original, tmp_path):
     if cc is None:
         pytest.skip("no C compiler")
     root = os.path.join(os.path.dirname(__file__), "..", "..", "native")
-    srcs = [os.path.join(root, "src", f) for f in ("model.c", "model_parse.c", "encodings.c", "crc32.c", "status.c")]
+    srcs = [os.path.join(root, "src", f) for f in ("model.c", "model_parse.c", "encodings.c", "crc32.c", "crc32_fast.c",
+                                                   "status.c")]
     exe = tmp_path / "driver"
     subprocess.run([cc, "-std=c11", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                     "-D_GNU_SOURCE", "-I" + os.path.join(root, "include"), "-I" + os.path.join(root, "src"),
