@@ -28,12 +28,13 @@ _native = None
 
 
 def _lib():
+    """colibri_dist.native.checks, or False without the compiled core (zlib / numpy fallbacks)."""
     global _native
     if _native is None:
         try:
-            from .._native import ffi, lib
-            _native = (ffi, lib)
-        except ImportError:        # no compiled core: zlib / numpy fallbacks
+            from ..native import checks
+            _native = checks
+        except ImportError:
             _native = False
     return _native
 
@@ -43,8 +44,7 @@ def crc32(data, value=0):
     nat = _lib()
     mv = memoryview(data)
     if nat and mv.contiguous:
-        ffi, lib = nat
-        return int(lib.cb_crc32_update(value & 0xFFFFFFFF, ffi.from_buffer(mv.cast("B")), mv.nbytes))
+        return nat.crc32_update(value, mv.cast("B"), mv.nbytes)
     return zlib.crc32(mv, value) & 0xFFFFFFFF
 
 
@@ -54,8 +54,7 @@ def count_nonfinite(raw, kind):
     n = raw.nbytes // size
     nat = _lib()
     if nat and n:
-        ffi, lib = nat
-        return int(lib.cb_count_nonfinite(ffi.from_buffer(raw), n, kind))
+        return nat.count_nonfinite(raw, n, kind)
     words = raw[:n * size].view((np.uint32, np.uint16, np.uint16)[kind])
     mask = (0x7F800000, 0x7C00, 0x7F80)[kind]
     return int(np.count_nonzero((words & mask) == mask))
