@@ -40,3 +40,23 @@ def test_count_nonfinite_equals_numpy(impl):
     words = (f32.view(np.uint32) >> 16).astype(np.uint16)          # bf16: the high halves
     assert integrity.count_nonfinite(words.view(np.uint8), 2) == 3
     assert integrity.count_nonfinite(np.zeros(0, np.uint8), 0) == 0
+
+
+def test_entry_problem_for_blobs_matrices_and_tensors():
+    from types import SimpleNamespace
+    from colibri_dist.format.quantize import pack_expert
+    blob, layout = pack_expert(np.ones((4, 8), np.float32), np.ones((4, 8), np.float32),
+                               np.ones((8, 4), np.float32), "int8")
+    entry = SimpleNamespace(crc32=integrity.crc32(blob), offset=4096, nbytes=blob.nbytes, dtype=4)
+    assert integrity.entry_problem(blob, entry, layout) is None
+    bad = blob.copy()
+    bad[layout.up.scale_offset:layout.up.scale_offset + 4] = np.frombuffer(np.float32(np.nan).tobytes(), np.uint8)
+    entry.crc32 = integrity.crc32(bad)
+    assert integrity.entry_problem(bad, entry, layout) == "invalid: up has 1 non-finite scale(s)"
+    assert integrity.entry_problem(bad, entry, layout.up) == "invalid: matrix has 1 non-finite scale(s)"
+    assert integrity.entry_problem(bad, entry, layout.gate) is None      # one encoded matrix alone
+    entry.crc32 ^= 1
+    assert integrity.entry_problem(bad, entry, layout).startswith("damaged (checksum mismatch")
+    t = np.array([1.0, np.inf], np.float32).view(np.uint8)
+    tensor = SimpleNamespace(crc32=integrity.crc32(t), offset=64, nbytes=8, dtype=0)
+    assert integrity.entry_problem(t, tensor) == "invalid: 1 non-finite value(s)"
