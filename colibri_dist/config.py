@@ -505,6 +505,8 @@ def _validate_job(cfg, at):
 
 def _read(path):
     path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isfile(path):     # a FIFO would block open(); a dir is no config
+        raise ConfigError(f"{path}: cannot read config: not a regular file")
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.read()

@@ -130,7 +130,16 @@ def _ranges(values):
     return ",".join(out)
 
 
+def _fast_checks():
+    """Load the compiled core when present: it registers the fast CRC (format/integrity.py)."""
+    try:
+        from .. import native  # noqa: F401
+    except ImportError:
+        pass
+
+
 def run_verify(args):
+    _fast_checks()
     from ..format.reader import open_model
     with open_model(args.path) as model:
         model.verify(progress=not args.no_progress)

@@ -20,6 +20,7 @@ import zlib
 import numpy as np
 
 from ..errors import IntegrityError
+from .layout import MatrixLayout
 
 # cb_dtype codes of float expert encodings -> cb_count_nonfinite kinds (f32, f16, bf16)
 _FLOAT_SCHEMES = {0: 0, 1: 1, 2: 2}
@@ -29,10 +30,10 @@ _FLOAT_STORAGE = {0: (0, 4), 1: (1, 2), 2: (2, 2), 8: (None, 8)}
 _native = False
 
 
-def use_native(ffi, lib):
-    """Called by colibri_dist.native on import: the C core's cb_crc32_update / cb_count_nonfinite."""
+def use_native(checks):
+    """Called by colibri_dist.native on import with native.checks (crc32_update, count_nonfinite)."""
     global _native
-    _native = (ffi, lib)
+    _native = checks
 
 
 def _lib():
@@ -44,8 +45,7 @@ def crc32(data, value=0):
     nat = _lib()
     mv = memoryview(data)
     if nat and mv.contiguous:
-        ffi, lib = nat
-        return int(lib.cb_crc32_update(value & 0xFFFFFFFF, ffi.from_buffer(mv.cast("B")), mv.nbytes))
+        return nat.crc32_update(value, mv.cast("B"), mv.nbytes)
     return zlib.crc32(mv, value) & 0xFFFFFFFF
 
 
@@ -55,26 +55,33 @@ def count_nonfinite(raw, kind):
     n = raw.nbytes // size
     nat = _lib()
     if nat and n:
-        ffi, lib = nat
-        return int(lib.cb_count_nonfinite(ffi.from_buffer(raw), n, kind))
+        return nat.count_nonfinite(raw, n, kind)
     words = raw[:n * size].view((np.uint32, np.uint16, np.uint16)[kind])
     mask = (0x7F800000, 0x7C00, 0x7F80)[kind]
     return int(np.count_nonzero((words & mask) == mask))
 
 
+def matrix_problem(buf, m, part="matrix"):
+    """None, or what is wrong with one encoded matrix (MatrixLayout m, offsets into buf): its
+    scales must be finite, and so must its data when the encoding is f32/f16/bf16."""
+    if m.scale_offset >= 0 and m.scale_count:
+        bad = count_nonfinite(buf[m.scale_offset:m.scale_offset + 4 * m.scale_count], 0)
+        if bad:
+            return f"{part} has {bad} non-finite scale(s)"
+    kind = _FLOAT_SCHEMES.get(m.dtype)
+    if kind is not None:
+        bad = count_nonfinite(buf[m.data_offset:m.data_offset + m.data_bytes], kind)
+        if bad:
+            return f"{part} has {bad} non-finite weight(s)"
+    return None
+
+
 def blob_problem(blob, layout):
     """None, or what is wrong with the values of an expert blob (scales, float weights)."""
     for part, m in zip(("gate", "up", "down"), (layout.gate, layout.up, layout.down)):
-        if m.scale_offset >= 0 and m.scale_count:
-            scales = blob[m.scale_offset:m.scale_offset + 4 * m.scale_count]
-            bad = count_nonfinite(scales, 0)
-            if bad:
-                return f"{part} has {bad} non-finite scale(s)"
-        kind = _FLOAT_SCHEMES.get(m.dtype)
-        if kind is not None:
-            bad = count_nonfinite(blob[m.data_offset:m.data_offset + m.data_bytes], kind)
-            if bad:
-                return f"{part} has {bad} non-finite weight(s)"
+        problem = matrix_problem(blob, m, part)
+        if problem is not None:
+            return problem
     return None
 
 
@@ -91,10 +98,17 @@ def tensor_problem(raw, dtype):
 
 
 def entry_problem(raw, entry, layout=None):
-    """None or the reason `raw` (the entry's bytes) must not be used: checksum, then values."""
+    """None or the reason `raw` (the entry's bytes) must not be used: checksum, then values.
+    layout: the ExpertLayout of a blob entry, the MatrixLayout of an encoded-matrix entry, or
+    None for a plain tensor (its storage dtype decides)."""
     if crc32(raw) != entry.crc32:
         return (f"damaged (checksum mismatch at offset {entry.offset}, {entry.nbytes} bytes)")
-    problem = blob_problem(raw, layout) if layout is not None else tensor_problem(raw, entry.dtype)
+    if layout is None:
+        problem = tensor_problem(raw, entry.dtype)
+    elif isinstance(layout, MatrixLayout):
+        problem = matrix_problem(raw, layout)
+    else:
+        problem = blob_problem(raw, layout)
     return None if problem is None else f"invalid: {problem}"
 
 

@@ -11,12 +11,16 @@ InvalidArgument naming the argument and the first bad row. Weights are
 checked when quantized (format/quantize.py) and router logits again in C
 (CB_E_NONFINITE -> NativeError) in case finite inputs overflow.
 """
+from ..format import integrity as _integrity
+from . import checks as _checks
 from ._lib import NATIVE_ERRORS, check_status, simd_available, simd_force, simd_levels, simd_name
 from .gating import GATING_KINDS, Gating
 from .model_ops import (AttnSpec, MatrixView, embed, kv_write, log_softmax, matrix_from_array, matrix_view,
                         quantized_matrix, rmsnorm, rope_apply, seq_batch)
 from .runtime import ExpertTable, Runtime, combine, gate_logits
 from .views import ExpertView, expert_view
+
+_integrity.use_native(_checks)     # format/ checks CRCs and NaNs at memory speed once the core is loaded
 
 __all__ = ["Gating", "GATING_KINDS", "Runtime", "ExpertTable", "combine", "gate_logits", "ExpertView", "expert_view",
            "simd_name", "simd_force", "simd_levels", "simd_available", "check_status", "NATIVE_ERRORS",

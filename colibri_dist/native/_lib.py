@@ -7,9 +7,6 @@ import contextlib
 
 from .._native import ffi, lib
 from ..errors import InvalidArgument, NativeError
-from ..format import integrity as _integrity
-
-_integrity.use_native(ffi, lib)     # format/ checks CRCs and NaNs at memory speed once the core is loaded
 
 NATIVE_ERRORS = {
     lib.CB_E_INVALID: "invalid argument", lib.CB_E_NOMEM: "out of memory", lib.CB_E_IO: "i/o error",

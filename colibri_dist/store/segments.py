@@ -90,8 +90,8 @@ class Segments:
                     entries[(layer, head["expert"])] = head
                     added.setdefault(layer, []).append(head["expert"])
                 removed[layer] = set(rec.get("removed", []))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise FormatError(f"{path}: unreadable hot-add manifest ({exc})") from exc
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            raise FormatError(f"{path}: unreadable hot-add manifest ({type(exc).__name__}: {str(exc)[:200]})") from None
         with self._lock:
             self._entries, self._added, self._removed = entries, added, removed
             self.version = int(manifest.get("version", 0))

@@ -45,3 +45,11 @@ def test_parse_size_huge_values_are_value_errors():
     with pytest.raises(ValueError):
         C.parse_size(2 ** 70)
     assert C.parse_size("1.5KiB") == 1536
+
+
+def test_fifo_or_directory_config_is_one_error(tmp_path):
+    import os
+    os.mkfifo(tmp_path / "job.yaml")
+    for path in (tmp_path / "job.yaml", tmp_path):
+        with pytest.raises(ConfigError, match="not a regular file"):
+            C.load_config(path)

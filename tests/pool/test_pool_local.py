@@ -302,3 +302,21 @@ def test_pool_start_without_a_ray_starts_a_loopback_head_and_stop_ends_it(tiny_m
     from colibri_dist.pool.service import pid_alive
     assert not pid_alive(state["head_pid"])
     assert not (tmp_path / "state" / "pools" / "auto.json").exists()
+
+
+def test_pool_damaged_expert_is_a_format_error_on_every_budget(ray_address, fresh_model):
+    """Issue 15 defect 1 through the pool: workers check each tensor before first use too."""
+    path = fresh_model("mixtral")
+    with cd.open_model(path) as m:
+        layer = m.moe_layers[0]
+        offset, nbytes, _ = m.expert_location(layer, 0)
+    with open(path, "r+b") as f:
+        f.seek(offset + nbytes // 2)
+        b = f.read(1)[0]
+        f.seek(offset + nbytes // 2)
+        f.write(bytes([b ^ 4]))
+    x = _x(64, 32, 9)
+    for cache_bytes in (None, 1):
+        with Pool(path, workers=1, threads_per_worker=1, cache_bytes=cache_bytes) as pool:
+            with pytest.raises(FormatError, match=f"layer {layer} expert 0 is damaged"):
+                pool.moe_forward(layer, x)
