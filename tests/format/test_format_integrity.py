@@ -13,6 +13,7 @@ def impl(request, monkeypatch):
     if request.param == "fallback":
         monkeypatch.setattr(integrity, "_native", False)
     else:
+        import colibri_dist.native  # noqa: F401  (importing the core registers its fast checks)
         assert integrity._lib(), "the compiled core is missing"
     return request.param
 
