@@ -121,7 +121,8 @@ class Model:
 
     def _check(self, entry, raw):
         """IntegrityError (a FormatError) unless raw (the entry's bytes) has its CRC and finite values."""
-        layout = _layout(entry) if entry.kind in spec.BLOB_KINDS else None
+        layout = entry.matrices[0] if entry.kind == spec.KIND_MATRIX else \
+            _layout(entry) if entry.kind in spec.BLOB_KINDS else None
         problem = integrity.entry_problem(raw, entry, layout)
         if problem is not None:
             integrity.raise_problem(self.path, describe(entry), problem)

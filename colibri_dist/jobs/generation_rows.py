@@ -62,7 +62,7 @@ def _parse_line(raw):
         return None, f"invalid UTF-8 at byte {exc.start} of the line"
     try:
         obj = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return None, f"not valid JSON ({exc})"
     if not isinstance(obj, dict):
         return None, f"expected a JSON object per line, got {type(obj).__name__}"

@@ -15,7 +15,7 @@ def _json(files, name, where):
         return {}
     try:
         value = json.loads(files[name])
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise FormatError(f"{where}: {name} inside the container is not valid JSON ({exc})") from exc
     if not isinstance(value, dict):
         raise FormatError(f"{where}: {name} inside the container is not a JSON object")

@@ -66,7 +66,7 @@ def test_mutated_configs(sources, tmp_path, case):
     assert "error" in outcomes or "convert error" in outcomes
 
 
-@pytest.mark.parametrize("content", ["not json", "{\"model\": 3}", "[]", "\udcff"[:0] + "{}"])
+@pytest.mark.parametrize("content", ["not json", "{\"model\": 3}", "[]", "{}", "[" * 100000])
 def test_damaged_tokenizer_files(sources, tmp_path, content):
     src = tmp_path / "s"
     shutil.copytree(sources["qwen2_moe"], src)
