@@ -47,7 +47,7 @@ def run_convert(args):
     with open_model(args.dst) as model:
         c = model.config
         print(f"wrote {args.dst}: {c.family}, {len(c.moe_layers)} MoE layers x {c.n_experts} experts "
-              f"({args.experts}; dense {model.dense_scheme}; tokenizer {'yes' if model.tokenizer_files() else 'none'})")
+              f"({args.experts}; dense {model.dense_scheme}; tokenizer {'yes' if 'tokenizer.json' in model.tokenizer_files() else 'none'})")
     return 0
 
 

@@ -32,8 +32,8 @@ def check_destination(dst, force):
     experts = hot_add_dir(dst)
     found = [p for p in (dst, experts) if os.path.lexists(p)]
     if found and not force:
-        what = " and ".join(found)
-        raise InvalidArgument(f"{dst}: {what} already exist(s); converting would replace the model"
+        what = " and ".join(found) + (" already exist" if len(found) > 1 else " already exists")
+        raise InvalidArgument(f"{what}; converting would replace the model"
                               f"{' and drop its hot-added experts' if os.path.lexists(experts) else ''}. "
                               f"Pass --force (force=True) to replace, or choose another path")
     if os.path.isdir(dst):
