@@ -3,11 +3,13 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from colibri_dist.bench import kernels_table as kt  # noqa: E402
 from colibri_dist.bench.kernels_table import MODES, kernels_table  # noqa: E402
 from colibri_dist.native import simd_available  # noqa: E402
 
 
-def test_table_has_every_mode_level_and_batch():
+def test_table_has_every_mode_level_and_batch(monkeypatch):
+    monkeypatch.setattr(kt, "QUICK_BUDGET", True)
     cfg = dict(hidden=64, inter=32, experts=4, top_k=2)
     out = kernels_table(cfg, threads=1, bw=1e10, batches=[1, 4], log=lambda *a: None)
     levels = [lv for lv in simd_available() if lv != "scalar"] or ["scalar"]
