@@ -7,8 +7,8 @@
  * horizontal sum and scalar tail (kernels_x86.h), so the bits equal the
  * scalar and AVX2 paths whatever the tile. w8a8 path (VNNI): vpdpwssd (32
  * int16 MACs per instruction) on the int16 activations of cb_quantize_row_q8
- * for 1-3 tokens, vpdpbusd (64 byte MACs) on an s8 copy packed per 4-token
- * tile from 4 tokens; integer sums are exact, so any order gives the same bits.
+ * when K > 8192, else vpdpbusd (64 byte MACs) on an s8 copy packed per tile of
+ * up to 4 tokens; integer sums are exact, so any order gives the same bits.
  */
 #include "cb_internal.h"
 #include "kernels.h"
@@ -267,7 +267,7 @@ A512_FN int32_t pack_s8(const int16_t *x, size_t K, int8_t *out) {
 /* TT packed tokens x TR rows; the K tail of the weights is a masked load (zeros: their biased
  * value 128 meets zero activations in the padding). */
 A512_FN void tile_q8u(int TT, int TR, const cb_matrix *w, int32_t r, const int8_t *xb, size_t xs,
-                      const int32_t *sumx, const float *sx, float *const *outs) {
+                      const int32_t *sumx, const float *sx, float *const *outs, size_t pf) {
     size_t K = (size_t)w->cols, K64 = K - K % 64;
     const int8_t *row[6];
     __m512i acc[4][6];
@@ -279,6 +279,8 @@ A512_FN void tile_q8u(int TT, int TR, const cb_matrix *w, int32_t r, const int8_
 #pragma GCC unroll 6
         for (int j = 0; j < TR; j++) acc[i][j] = _mm512_setzero_si512();
     for (size_t k = 0; k < K64; k += 64) {
+        if (pf)     /* contiguous rows: walk the next tile's TR * K bytes linearly over the k loop */
+            prefetch_span((const unsigned char *)row[0] + pf, k * (size_t)TR, (k + 64) * (size_t)TR);
 #pragma GCC unroll 6
         for (int j = 0; j < TR; j++) {
             __m512i u = _mm512_xor_si512(_mm512_loadu_si512((const void *)(row[j] + k)), bias);
@@ -306,25 +308,29 @@ A512_FN void tile_q8u(int TT, int TR, const cb_matrix *w, int32_t r, const int8_
         }
 }
 
-/* Token tiles of 4 outer (packed once), all rows inner: the rows of one call (a work item)
- * stay in L2 across the token tiles. */
-A512_FN void rows_q8u(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq, const float *sx,
-                      float *const *outs, int64_t nt) {
+/* Token tiles of up to 4 outer (packed once), all rows inner: the rows of one call (a work item)
+ * stay in L2 across the token tiles; with one tile (<= 4 tokens) the weights stream from memory
+ * once, so the next row tile is prefetched. */
+A512_FN void rows_q8u(int TT, const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                      const float *sx, float *const *outs, size_t pf) {
     size_t K = (size_t)w->cols, xs = (K + 63) & ~(size_t)63;
     int8_t xb[4 * Q8U_MAX_K] __attribute__((aligned(64)));
     int32_t sumx[4];
+    for (int i = 0; i < TT; i++) sumx[i] = pack_s8(xq[i], K, xb + (size_t)i * xs);
+    int32_t r = r0;
+    for (; r + 6 <= r1; r += 6) tile_q8u(TT, 6, w, r, xb, xs, sumx, sx, outs, pf ? 6 * K : 0);
+    for (; r < r1; r++) tile_q8u(TT, 1, w, r, xb, xs, sumx, sx, outs, 0);
+}
+
+A512_FN void rows_q8u_all(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq, const float *sx,
+                          float *const *outs, int64_t nt) {
     int64_t t = 0;
-    for (; t + 4 <= nt; t += 4) {
-        for (int i = 0; i < 4; i++) sumx[i] = pack_s8(xq[t + i], K, xb + (size_t)i * xs);
-        int32_t r = r0;
-        for (; r + 6 <= r1; r += 6) tile_q8u(4, 6, w, r, xb, xs, sumx, sx + t, outs + t);
-        for (; r < r1; r++) tile_q8u(4, 1, w, r, xb, xs, sumx, sx + t, outs + t);
-    }
-    for (; t < nt; t++) {
-        sumx[0] = pack_s8(xq[t], K, xb);
-        int32_t r = r0;
-        for (; r + 6 <= r1; r += 6) tile_q8u(1, 6, w, r, xb, xs, sumx, sx + t, outs + t);
-        for (; r < r1; r++) tile_q8u(1, 1, w, r, xb, xs, sumx, sx + t, outs + t);
+    for (; t + 4 <= nt; t += 4) rows_q8u(4, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4);
+    switch (nt - t) {
+    case 3: rows_q8u(3, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4); break;
+    case 2: rows_q8u(2, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4); break;
+    case 1: rows_q8u(1, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4); break;
+    default: break;
     }
 }
 
@@ -332,8 +338,8 @@ A512_OUTLINE void cb_dot_rows_q8_avx512(const cb_matrix *w, int32_t r0, int32_t 
                                         const float *sx, float *const *outs, int64_t nt) {
     size_t rb = (size_t)w->cols;
     int64_t t = 0;
-    if (nt >= 4 && w->cols <= Q8U_MAX_K) {
-        rows_q8u(w, r0, r1, xq, sx, outs, nt);
+    if (w->cols <= Q8U_MAX_K) {
+        rows_q8u_all(w, r0, r1, xq, sx, outs, nt);
         return;
     }
     if (nt == 1) {           /* decode: 8 rows per tile, prefetch the next tile */
