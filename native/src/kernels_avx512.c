@@ -36,7 +36,7 @@ A512_FN __m512 i4x16(const unsigned char *a, const unsigned char *b, size_t k) {
     int32_t va, vb;
     __builtin_memcpy(&va, a + k / 2, 4);
     __builtin_memcpy(&vb, b + k / 2, 4);
-    __m512i v = _mm512_inserti64x4(_mm512_set1_epi32(va), _mm256_set1_epi32(vb), 1);
+    __m512i v = _mm512_mask_set1_epi32(_mm512_set1_epi32(va), 0xFF00, vb);
     const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
     const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
     return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), lut);
@@ -87,11 +87,12 @@ A512_FN void tile(int dtype, int TT, int TP, int single, const wdesc *d, int32_t
     }
     /* Group-scaled dtypes walk K one group at a time and build each row pair's scale vector once
      * per group; the products (float)q * scale are the same as dec8's. */
-    size_t shift = d->ngroups ? group_shift(dtype) : 0, G = d->ngroups ? (size_t)1 << shift : (K8 ? K8 : 8);
+    const int grouped = dtype == CB_I8_G32 || dtype == CB_I8_G64 || dtype == CB_I8_G128 || cb_is_i4(dtype);
+    size_t shift = grouped ? group_shift(dtype) : 0, G = grouped ? (size_t)1 << shift : (K8 ? K8 : 8);
     for (size_t k0 = 0; k0 < K8; k0 += G) {
         __m512 sv[8] = {0};
         size_t kend = k0 + G < K8 ? k0 + G : K8;
-        if (d->ngroups)
+        if (grouped)
 #pragma GCC unroll 8
             for (int p = 0; p < TP; p++) sv[p] = pair_scale(gs[2 * p], gs[2 * p + 1], k0 >> shift);
         for (size_t k = k0; k < kend; k += 8) {
@@ -100,7 +101,7 @@ A512_FN void tile(int dtype, int TT, int TP, int single, const wdesc *d, int32_t
 #pragma GCC unroll 8
             for (int p = 0; p < TP; p++) {
                 __m512 w = dec16(dtype, row[2 * p], row[2 * p + 1], d->zero, k);
-                if (d->ngroups) w = _mm512_mul_ps(w, sv[p]);
+                if (grouped) w = _mm512_mul_ps(w, sv[p]);
 #pragma GCC unroll 4
                 for (int i = 0; i < TT; i++)
                     acc[i][p] = _mm512_fmadd_ps(w, _mm512_broadcast_f32x8(_mm256_loadu_ps(xp[i] + k)), acc[i][p]);
