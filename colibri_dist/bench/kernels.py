@@ -24,7 +24,7 @@ import numpy as np
 from ..format.quantize import pack_expert
 from ..native import Gating, Runtime, expert_view, gate_logits, simd_levels, simd_name
 from .kernels_quality import oracle_quality
-from .kernels_table import kernels_table
+from .kernels_table import bandwidth_markdown, kernels_table, markdown
 
 FULL = dict(hidden=2048, inter=1024, experts=64, top_k=8, batches=[1, 16, 256, 2048], mixtral=(4096, 14336),
             bw_mib=1024)
@@ -162,6 +162,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", default="bench_kernels.json")
     ap.add_argument("--skip-quality", action="store_true", help="speed only (no quality or routing sections)")
+    ap.add_argument("--markdown", help="also write the kernels table as markdown to this path")
     args = ap.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     rng = np.random.default_rng(0)
@@ -184,6 +185,10 @@ def main(argv=None):
     with open(args.json, "w") as f:
         json.dump(report, f, indent=2)
     print(f"wrote {args.json}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(report) + "\n" + bandwidth_markdown(report))
+        print(f"wrote {args.markdown}")
     return 0
 
 

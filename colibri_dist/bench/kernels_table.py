@@ -117,3 +117,32 @@ def our_layer_bytes(cfg, mode):
     """Bytes of one packed expert in `mode` (without packing real weights)."""
     z = [np.zeros(s, np.float32) for s in ((cfg["inter"], cfg["hidden"]),) * 2 + ((cfg["hidden"], cfg["inter"]),)]
     return pack_expert(*z, mode.split("+")[0])[1].nbytes
+
+
+def markdown(report):
+    """The kernels table of a report as a markdown table (tok/s; ratio to torch bf16 in parentheses)."""
+    table, batches = report["table"], report["config"]["batches"]
+    head = "| engine | " + " | ".join(f"n={n}" for n in batches) + " |\n|---|" + "---|" * len(batches) + "\n"
+    lines = []
+    for name in ("torch_bf16", "torch_fp32"):
+        lines.append(f"| transformers {name[6:]} | " + " | ".join(f"{table['torch'][f'{name}_n{n}']:,.0f}" for n in batches) + " |")
+    keys = sorted({(r["mode"], r["level"]) for r in table["rows"]}, key=lambda k: (MODES.index(k[0]), k[1]))
+    for mode, level in keys:
+        cells = []
+        for n in batches:
+            r = next(r for r in table["rows"] if (r["mode"], r["level"], r["n"]) == (mode, level, n))
+            cells.append(f"{r['tokens_per_s']:,.0f} ({r['ratio_to_torch_bf16']:.2f}x)")
+        lines.append(f"| colibri {mode} ({level}) | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def bandwidth_markdown(report):
+    """Batch 1 and 16: streamed bytes (distinct experts) per second as a ratio of the read bandwidth."""
+    rows = [r for r in report["table"]["rows"] if r["n"] in (1, 16)]
+    out = "| mode (level) | n=1 GB/s | n=1 x bw | n=16 GB/s | n=16 x bw |\n|---|---|---|---|---|\n"
+    for mode, level in sorted({(r["mode"], r["level"]) for r in rows}, key=lambda k: (MODES.index(k[0]), k[1])):
+        cell = {r["n"]: r for r in rows if (r["mode"], r["level"]) == (mode, level)}
+        out += (f"| {mode} ({level}) | " + " | ".join(
+            f"{cell[n]['streamed_bytes'] / cell[n]['seconds'] / 1e9:.1f} | {cell[n]['ratio_to_bandwidth']:.2f}"
+            for n in (1, 16) if n in cell) + " |\n")
+    return out

@@ -4,7 +4,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from colibri_dist.bench import kernels_table as kt  # noqa: E402
-from colibri_dist.bench.kernels_table import MODES, kernels_table  # noqa: E402
+from colibri_dist.bench.kernels_table import MODES, bandwidth_markdown, kernels_table, markdown  # noqa: E402
 from colibri_dist.native import simd_available  # noqa: E402
 
 
@@ -19,3 +19,7 @@ def test_table_has_every_mode_level_and_batch(monkeypatch):
     for r in out["rows"]:
         assert r["tokens_per_s"] > 0 and r["ratio_to_torch_bf16"] > 0 and 1 <= r["distinct_experts"] <= 4
     assert out["expert_bytes"]["int4-g32"] < out["expert_bytes"]["int8"]
+    report = {"table": out, "config": {"batches": [1, 4]}}
+    md = markdown(report)
+    assert md.count("\n") == 2 + 2 + len(MODES) * len(levels) and "| colibri int4-g32 (" in md
+    assert bandwidth_markdown(report).count("| int8+w8a8 (") == len(levels)
