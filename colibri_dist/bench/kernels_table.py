@@ -99,7 +99,7 @@ def kernels_table(cfg, threads, bw, batches, modes=MODES, levels=None, log=print
     with Runtime(threads=threads) as rt, Runtime(threads=threads, w8a8=True) as rt8:
         for mode in modes:
             layer = our_layer(blocks[0], cfg, mode.split("+")[0])
-            for level in levels:
+            for level in levels_for(mode, levels):
                 with simd_force(level):
                     for n in batches:
                         r = _our_rate(rt8 if mode.endswith("w8a8") else rt, layer, xs[n], bw)
@@ -111,6 +111,11 @@ def kernels_table(cfg, threads, bw, batches, modes=MODES, levels=None, log=print
                             f"{r['ratio_to_bandwidth']:.2f} x bw  {r['ratio_to_torch_bf16']:.2f} x torch bf16")
     return {"torch": {f"{name}_n{n}": r for (name, n), r in torch_rates.items()}, "rows": rows,
             "expert_bytes": {m: int(our_layer_bytes(cfg, m)) for m in modes}}
+
+
+def levels_for(mode, levels):
+    """The amx level differs from avx512 only in the w8a8 products: float modes skip it."""
+    return [lv for lv in levels if mode.endswith("w8a8") or lv != "amx" or levels == ["amx"]]
 
 
 def our_layer_bytes(cfg, mode):
