@@ -1,12 +1,15 @@
-"""`python -m colibri_dist.bench kernels [--quick] [--threads N] [--json PATH]`: kernel speed vs this machine's limits.
+"""`python -m colibri_dist.bench kernels [--quick] [--threads N] [--json PATH] [--skip-quality]`: kernel speed vs this machine's limits.
 
-Role: measures, in one run, (1) the machine's memory read bandwidth (numpy sums
-over a buffer far larger than L3, 1..N threads); (2) int8 decode: expert bytes
-streamed per second at batch 1 and distinct-expert bytes at batch 16 on an
-OLMoE-sized layer, plus one Mixtral-sized expert, as ratios of that
-bandwidth; (3) tokens/s at batch 2048 vs the transformers fp32
-OlmoeSparseMoeBlock on the same thread count; (4) routing ns/token vs numpy
-argpartition and torch.topk. Prints ratios, writes JSON. No thresholds.
+Role: measures, in one run, (1) the machine's memory read bandwidth (numpy
+reductions over a buffer far larger than L3, 1..N threads); (2) the kernels
+table (bench/kernels_table.py): one OLMoE-sized MoE layer at batch 1, 16, 256
+and 2048 in every weight mode (int8, int8 + w8a8, int4-g32, int4-g64) on every
+SIMD level this CPU has, next to the transformers fp32 and bf16 blocks, as
+tokens/s and ratios to the bandwidth and to torch; (3) one Mixtral-sized int8
+expert at batch 1 vs bandwidth; (4) quality of every scheme vs the fp32 block
+(a random OLMoE block, and the five oracle families: bench/kernels_quality.py);
+(5) routing ns/token vs numpy argpartition and torch.topk. Prints, writes JSON
+with the machine (CPU flags, load average before and after). No thresholds.
 """
 import argparse
 import json
@@ -19,10 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..format.quantize import pack_expert
-from ..native import ExpertTable, Gating, Runtime, expert_view, gate_logits, simd_name
+from ..native import Gating, Runtime, expert_view, gate_logits, simd_levels, simd_name
+from .kernels_quality import oracle_quality
+from .kernels_table import bandwidth_markdown, kernels_table, markdown
 
-FULL = dict(hidden=2048, inter=1024, experts=64, top_k=8, big_batch=2048, mixtral=(4096, 14336), bw_mib=1024)
-QUICK = dict(hidden=512, inter=256, experts=16, top_k=4, big_batch=256, mixtral=(1024, 3584), bw_mib=256)
+FULL = dict(hidden=2048, inter=1024, experts=64, top_k=8, batches=[1, 16, 256, 2048], mixtral=(4096, 14336),
+            bw_mib=1024)
+QUICK = dict(hidden=512, inter=256, experts=16, top_k=4, batches=[1, 16, 64], mixtral=(1024, 3584), bw_mib=256)
 
 
 def _best(fn, repeats, min_time=0.0):
@@ -62,65 +68,13 @@ def _experts(rng, hidden, inter, n, scheme="int8", source=None):
     return views
 
 
-def decode_bench(rt, cfg, bw, rng, layer):
-    """Batch 1 and 16 on the layer, batch 1 on a Mixtral-sized expert: streamed bytes/s / bandwidth."""
-    router, gating, views = layer
-    table = ExpertTable(views, len(views), cfg["hidden"])  # built once, as Engine does per layer
-    out = {}
-    for n in (1, 16):
-        xs = [rng.standard_normal((n, cfg["hidden"]), dtype=np.float32) for _ in range(16)]
-        distinct, it = [], iter(range(10 ** 9))
-
-        def step():
-            x = xs[next(it) % len(xs)]
-            _, idx, _ = rt.moe_forward(x, router, gating, table)
-            distinct.append(len(np.unique(idx)))
-        step()
-        t = _best(step, 20, min_time=1.0)
-        nbytes = float(np.median(distinct)) * views[0].nbytes
-        out[f"batch{n}"] = {"seconds": t, "distinct_experts": float(np.median(distinct)),
-                            "bytes_per_s": nbytes / t, "ratio_to_bandwidth": nbytes / t / bw}
+def mixtral_expert_bench(rt, cfg, bw, rng):
+    """One Mixtral-sized int8 expert at batch 1: streamed bytes/s / bandwidth."""
     h, i = cfg["mixtral"]
     big = _experts(rng, h, i, 1)[0]
     x = rng.standard_normal((1, h), dtype=np.float32)
     t = _best(lambda: rt.expert_forward(x, big), 5, min_time=1.0)
-    out["mixtral_expert_batch1"] = {"shape": [h, i], "seconds": t, "bytes_per_s": big.nbytes / t,
-                                    "ratio_to_bandwidth": big.nbytes / t / bw}
-    return out
-
-
-def big_batch_bench(rt, cfg, threads, rng):
-    """Tokens/s of our int8 layer vs the transformers fp32 OlmoeSparseMoeBlock at the same thread count."""
-    import torch
-    from transformers.models.olmoe.configuration_olmoe import OlmoeConfig
-    from transformers.models.olmoe.modeling_olmoe import OlmoeSparseMoeBlock
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    block = OlmoeSparseMoeBlock(OlmoeConfig(hidden_size=cfg["hidden"], intermediate_size=cfg["inter"],
-                                            num_experts=cfg["experts"], num_experts_per_tok=cfg["top_k"])).eval()
-    with torch.no_grad():
-        for p in block.parameters():
-            p.normal_(0.0, 0.02)
-    gu, dn = block.experts.gate_up_proj.detach().numpy(), block.experts.down_proj.detach().numpy()
-    I = cfg["inter"]
-    views = _experts(rng, cfg["hidden"], I, cfg["experts"], source=lambda e: (gu[e, :I], gu[e, I:], dn[e]))
-    router = block.gate.weight.detach().numpy().copy()
-    gating = Gating("softmax_topk", cfg["experts"], cfg["top_k"])
-    x = rng.standard_normal((cfg["big_batch"], cfg["hidden"]), dtype=np.float32)
-    xt = torch.from_numpy(x)[None]
-    with torch.no_grad():
-        ref = block(xt)[0].numpy()
-        t_torch = _best(lambda: block(xt), 2)
-    fp32_bytes = sum(p.numel() * 4 for p in block.experts.parameters())
-    out = {"tokens": cfg["big_batch"], "torch_fp32_tokens_per_s": cfg["big_batch"] / t_torch,
-           "expert_bytes_ours": sum(v.nbytes for v in views), "expert_bytes_torch_fp32": fp32_bytes}
-    with Runtime(threads=threads, w8a8=True) as rt8:
-        for name, r in (("int8", rt), ("int8_w8a8", rt8)):
-            y, _, _ = r.moe_forward(x, router, gating, views)
-            t = _best(lambda: r.moe_forward(x, router, gating, views), 2)
-            out[name] = {"tokens_per_s": cfg["big_batch"] / t, "speedup_vs_torch": t_torch / t,
-                         "cosine_vs_torch": float((y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)))}
-    return out, (router, gating, views)
+    return {"shape": [h, i], "seconds": t, "bytes_per_s": big.nbytes / t, "ratio_to_bandwidth": big.nbytes / t / bw}
 
 
 def quality_bench(rng):
@@ -182,15 +136,24 @@ def routing_bench(quick):
     return rows
 
 
+CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx_vnni",
+             "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16")
+
+
 def machine():
-    model = "unknown"
+    model, flags = "unknown", set()
     try:
         with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
         pass
-    return {"cpu": model, "cpus": os.cpu_count(), "simd": simd_name(), "python": platform.python_version(),
-            "numpy": np.__version__}
+    return {"cpu": model, "cpus": os.cpu_count(), "cpu_flags": [f for f in CPU_FLAGS if f in flags],
+            "simd_default": simd_name(), "simd_levels": simd_levels(), "python": platform.python_version(),
+            "numpy": np.__version__, "loadavg_before": list(os.getloadavg())}
 
 
 def main(argv=None):
@@ -198,6 +161,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small shapes: proves the benchmark runs")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", default="bench_kernels.json")
+    ap.add_argument("--skip-quality", action="store_true", help="speed only (no quality or routing sections)")
+    ap.add_argument("--markdown", help="also write the kernels table as markdown to this path")
     args = ap.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     rng = np.random.default_rng(0)
@@ -208,27 +173,34 @@ def main(argv=None):
     report["read_bandwidth_by_method"] = per_threads
     print(f"read bandwidth: {bw / 1e9:.1f} GB/s (numpy reductions over {cfg['bw_mib']} MiB, "
           f"best of sum/or and 1..{args.threads} threads)")
+    print(f"kernels table: hidden {cfg['hidden']}, inter {cfg['inter']}, {cfg['experts']} experts, top {cfg['top_k']}, "
+          f"{args.threads} threads")
+    report["table"] = kernels_table(cfg, args.threads, bw, cfg["batches"])
     with Runtime(threads=args.threads) as rt:
-        report["batch_large"], layer = big_batch_bench(rt, cfg, args.threads, rng)
-        b = report["batch_large"]
-        for name in ("int8", "int8_w8a8"):
-            print(f"batch {b['tokens']} {name}: {b[name]['tokens_per_s']:.0f} tok/s vs transformers fp32 "
-                  f"{b['torch_fp32_tokens_per_s']:.0f} tok/s -> {b[name]['speedup_vs_torch']:.2f}x "
-                  f"(cosine {b[name]['cosine_vs_torch']:.5f}, weights "
-                  f"{b['expert_bytes_torch_fp32'] / b['expert_bytes_ours']:.1f}x smaller)")
-        report["decode"] = decode_bench(rt, cfg, bw, rng, layer)
-        for name, r in report["decode"].items():
-            print(f"{name}: {r['bytes_per_s'] / 1e9:.1f} GB/s streamed = {r['ratio_to_bandwidth']:.2f} x read bandwidth")
-        report["engine"] = rt.stats()
+        report["mixtral_expert_batch1"] = r = mixtral_expert_bench(rt, cfg, bw, rng)
+        print(f"mixtral expert batch 1: {r['bytes_per_s'] / 1e9:.1f} GB/s = {r['ratio_to_bandwidth']:.2f} x read bandwidth")
+    if not args.skip_quality:
+        _quality_sections(report, rng, args.quick)
+    report["machine"]["loadavg_after"] = list(os.getloadavg())
+    with open(args.json, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {args.json}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(report) + "\n" + bandwidth_markdown(report))
+        print(f"wrote {args.markdown}")
+    return 0
+
+
+def _quality_sections(report, rng, quick):
     report["quality"] = quality_bench(rng)
     for r in report["quality"]:
         print(f"quality {r['scheme']:12s} cosine {r['cosine']:.6f}  max err {r['max_abs_err_rel']:.2e}  "
               f"rms err {r['rms_err_rel']:.2e}  ({r['bytes_per_expert']} B/expert)")
-    report["routing"] = routing_bench(args.quick)
+    report["oracle_quality"] = oracle_quality()
+    for r in report["oracle_quality"]:
+        print(f"oracle {r['family']:12s} {r['scheme']:12s} cosine {r['cosine']:.6f}  rms err {r['rms_err_rel']:.2e}")
+    report["routing"] = routing_bench(quick)
     for r in report["routing"]:
         print(f"routing E={r['experts']:3d} k={r['top_k']}: ours {r['ours_ns_per_token']:.0f} ns/token, "
               f"numpy {r['numpy_argpartition_ns_per_token']:.0f}, torch {r['torch_topk_ns_per_token']:.0f}")
-    with open(args.json, "w") as f:
-        json.dump(report, f, indent=2)
-    print(f"wrote {args.json}")
-    return 0

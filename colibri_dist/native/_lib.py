@@ -33,7 +33,7 @@ def simd_name():
 def simd_levels():
     """{name: None if this CPU/OS supports the level, else the missing flags} for every level, lowest first."""
     out = {}
-    for level in (lib.CB_SIMD_SCALAR, lib.CB_SIMD_AVX2, lib.CB_SIMD_AVX512):
+    for level in (lib.CB_SIMD_SCALAR, lib.CB_SIMD_AVX2, lib.CB_SIMD_AVX512, lib.CB_SIMD_AMX):
         missing = ffi.string(lib.cb_simd_missing(level)).decode()
         out[ffi.string(lib.cb_simd_level_name(level)).decode()] = missing or None
     return out
@@ -46,7 +46,7 @@ def simd_available():
 
 @contextlib.contextmanager
 def simd_force(level):
-    """Temporarily force a kernel family by name ('scalar', 'avx2', 'avx512'; tests, benchmarks).
+    """Temporarily force a kernel family by name ("scalar", "avx2", "avx512", "amx"; tests, benchmarks).
     Every level gives the same bits. A level the CPU lacks raises NativeError naming the missing flags."""
     code = lib.cb_simd_level_of(level.encode()) if isinstance(level, str) else -1
     if code < 0:

@@ -124,10 +124,11 @@ typedef struct {
 const char *cb_status_str(cb_status s);
 const char *cb_last_error(void);          /* thread-local message of the last failing handle-less call */
 /* Kernel families (one dispatch table each, chosen once at start-up from cpuid + the OS's XSAVE
- * state, then capped by COLIBRI_SIMD=scalar|avx2|avx512). Every level gives the same bits. */
-typedef enum { CB_SIMD_SCALAR = 0, CB_SIMD_AVX2 = 2, CB_SIMD_AVX512 = 3 } cb_simd;
+ * state, then capped by COLIBRI_SIMD=scalar|avx2|avx512|amx). Every level gives the same bits.
+ * amx = avx512 + AMX-INT8 tiles for the w8a8 products (the OS must grant the tile state). */
+typedef enum { CB_SIMD_SCALAR = 0, CB_SIMD_AVX2 = 2, CB_SIMD_AVX512 = 3, CB_SIMD_AMX = 4 } cb_simd;
 int cb_simd_level(void);                  /* the active cb_simd level */
-const char *cb_simd_name(void);           /* its name: "scalar" | "avx2" | "avx512" */
+const char *cb_simd_name(void);           /* its name: "scalar" | "avx2" | "avx512" | "amx" */
 const char *cb_simd_level_name(int32_t level);   /* name of a level, NULL if not a level */
 int32_t cb_simd_level_of(const char *name);      /* level of a name, -1 if unknown */
 int32_t cb_simd_best(void);               /* best level this CPU and OS support (ignores COLIBRI_SIMD) */

@@ -25,6 +25,9 @@ typedef struct {
     /* w8a8 only (NULL per task when the task runs in f32): quantized inputs and their scales */
     int16_t ***xq, ***hq;
     float **sx, **sh;
+    /* w8a8 on a level with a tile unit (NULL otherwise): inputs packed per 16-token block */
+    int8_t **xp, **hp;
+    const cb_kernel_table *kt;
 } ffn_run;
 
 /* Does this task run gate/up (in) or down (!in) through the w8a8 integer path? */
@@ -36,13 +39,27 @@ static int uses_q8(const cb_engine *e, const cb_ffn_task *t, int in) {
 
 static int64_t blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
 
+/* ... and through the tile unit (AMX)? Its blocks are TOKEN_CHUNK tokens, and K % 64 == 0. */
+_Static_assert(CB_Q8_TILE_TOKENS == 16, "the tile blocks are the token chunks of 16");
+#define TILE_MIN_TOKENS 6   /* a 16-token block with fewer tokens runs faster on the vector kernels */
+static int uses_tiles(const cb_engine *e, const cb_kernel_table *kt, const cb_ffn_task *t, int in) {
+    return kt->pack_q8_tiles && t->n >= TILE_MIN_TOKENS && uses_q8(e, t, in) &&
+           (in ? t->ex->gate.cols : t->ex->down.cols) % 64 == 0;
+}
+
+static size_t tile_bytes(const cb_ffn_task *t, int in) {
+    int32_t K = in ? t->ex->gate.cols : t->ex->down.cols;
+    return (size_t)blocks(t->n, 16) * cb_q8_tiles_bytes(K);
+}
+
 static int64_t max_items(const cb_ffn_task *t) {
     int64_t a = blocks(t->ex->gate.rows, ROW_BLOCK), b = blocks(t->ex->down.rows, ROW_BLOCK), c = blocks(t->n, TOKEN_CHUNK);
     return a > b ? (a > c ? a : c) : (b > c ? b : c);
 }
 
 size_t cb_ffn_scratch_bytes(const cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
-    size_t bytes = 7 * cb_arena_need(sizeof(void *) * (size_t)(n_tasks + 1));
+    const cb_kernel_table *kt = cb_kernels();
+    size_t bytes = 9 * cb_arena_need(sizeof(void *) * (size_t)(n_tasks + 1));
     int64_t items = 0;
     for (int32_t i = 0; i < n_tasks; i++) {
         size_t n = (size_t)tasks[i].n, inter = (size_t)tasks[i].ex->gate.rows, hidden = (size_t)tasks[i].ex->down.rows;
@@ -51,6 +68,8 @@ size_t cb_ffn_scratch_bytes(const cb_engine *e, const cb_ffn_task *tasks, int32_
             bytes += cb_arena_need(n * hidden * sizeof(int16_t)) + cb_arena_need(n * sizeof(void *)) + cb_arena_need(n * sizeof(float));
         if (uses_q8(e, &tasks[i], 0))
             bytes += cb_arena_need(n * inter * sizeof(int16_t)) + cb_arena_need(n * sizeof(void *)) + cb_arena_need(n * sizeof(float));
+        for (int in = 0; in < 2; in++)
+            if (uses_tiles(e, kt, &tasks[i], in)) bytes += cb_arena_need(tile_bytes(&tasks[i], in));
         items += max_items(&tasks[i]);
     }
     return bytes + cb_arena_need(sizeof(ffn_item) * (size_t)(items + 1));
@@ -65,7 +84,12 @@ static void phase_gate_up(void *ctx, int64_t item) {
     float **g = run->g[it.task], **u = run->u[it.task];
     for (int64_t c = 0; c < t->n; c += TOKEN_CHUNK) {
         int64_t m = t->n - c < TOKEN_CHUNK ? t->n - c : TOKEN_CHUNK;
-        if (run->xq[it.task]) {
+        if (run->xp[it.task] && m >= TILE_MIN_TOKENS) {
+            const int16_t *const *xq = (const int16_t *const *)run->xq[it.task] + c;
+            const int8_t *p = run->xp[it.task] + (size_t)(c / 16) * cb_q8_tiles_bytes(t->ex->gate.cols);
+            run->kt->dot_rows_q8_tiles(&t->ex->gate, it.r0, it.r1, p, xq, run->sx[it.task] + c, g + c, m);
+            run->kt->dot_rows_q8_tiles(&t->ex->up, it.r0, it.r1, p, xq, run->sx[it.task] + c, u + c, m);
+        } else if (run->xq[it.task]) {
             const int16_t *const *xq = (const int16_t *const *)run->xq[it.task] + c;
             cb_dot_rows_q8(&t->ex->gate, it.r0, it.r1, xq, run->sx[it.task] + c, g + c, m);
             cb_dot_rows_q8(&t->ex->up, it.r0, it.r1, xq, run->sx[it.task] + c, u + c, m);
@@ -85,7 +109,12 @@ static void phase_down(void *ctx, int64_t item) {
     const float *const *h = (const float *const *)run->g[it.task];
     for (int64_t c = 0; c < t->n; c += TOKEN_CHUNK) {
         int64_t m = t->n - c < TOKEN_CHUNK ? t->n - c : TOKEN_CHUNK;
-        if (run->hq[it.task])
+        if (run->hp[it.task] && m >= TILE_MIN_TOKENS)
+            run->kt->dot_rows_q8_tiles(&t->ex->down, it.r0, it.r1,
+                                       run->hp[it.task] + (size_t)(c / 16) * cb_q8_tiles_bytes(t->ex->down.cols),
+                                       (const int16_t *const *)run->hq[it.task] + c, run->sh[it.task] + c,
+                                       t->outs + c, m);
+        else if (run->hq[it.task])
             cb_dot_rows_q8(&t->ex->down, it.r0, it.r1, (const int16_t *const *)run->hq[it.task] + c,
                            run->sh[it.task] + c, t->outs + c, m);
         else
@@ -103,6 +132,12 @@ static void quantize_block(ffn_run *run, int64_t item, int in) {
     for (int64_t i = it.r0; i < it.r1; i++) {
         if (in) cb_quantize_row_q8(t->xs[i], t->ex->gate.cols, run->xq[it.task][i], &run->sx[it.task][i]);
         else cb_quantize_row_q8(run->g[it.task][i], t->ex->down.cols, run->hq[it.task][i], &run->sh[it.task][i]);
+    }
+    int8_t *packed = in ? run->xp[it.task] : run->hp[it.task];   /* items are 16-token chunks */
+    if (packed) {
+        int32_t K = in ? t->ex->gate.cols : t->ex->down.cols;
+        run->kt->pack_q8_tiles((const int16_t *const *)(in ? run->xq[it.task] : run->hq[it.task]) + it.r0,
+                               it.r1 - it.r0, K, packed + (size_t)(it.r0 / 16) * cb_q8_tiles_bytes(K));
     }
 }
 static void phase_quantize_x(void *ctx, int64_t item) { quantize_block(ctx, item, 1); }
@@ -137,7 +172,7 @@ static void q8_buffers(cb_engine *e, size_t n, size_t cols, int16_t ***rows, flo
 }
 
 void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
-    ffn_run run = {tasks, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    ffn_run run = {tasks, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cb_kernels()};
     size_t ptrs = sizeof(void *) * (size_t)(n_tasks + 1);
     run.g = cb_arena_alloc(e->arena, ptrs);
     run.u = cb_arena_alloc(e->arena, ptrs);
@@ -145,6 +180,8 @@ void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
     run.hq = cb_arena_alloc(e->arena, ptrs);
     run.sx = cb_arena_alloc(e->arena, ptrs);
     run.sh = cb_arena_alloc(e->arena, ptrs);
+    run.xp = cb_arena_alloc(e->arena, ptrs);
+    run.hp = cb_arena_alloc(e->arena, ptrs);
     int64_t items = 0, q8_in = 0, q8_down = 0;
     for (int32_t i = 0; i < n_tasks; i++) {
         size_t n = (size_t)tasks[i].n, inter = (size_t)tasks[i].ex->gate.rows;
@@ -160,6 +197,8 @@ void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
         run.sx[i] = run.sh[i] = NULL;
         if (uses_q8(e, &tasks[i], 1)) q8_in++, q8_buffers(e, n, (size_t)tasks[i].ex->gate.cols, &run.xq[i], &run.sx[i]);
         if (uses_q8(e, &tasks[i], 0)) q8_down++, q8_buffers(e, n, inter, &run.hq[i], &run.sh[i]);
+        run.xp[i] = uses_tiles(e, run.kt, &tasks[i], 1) ? cb_arena_alloc(e->arena, tile_bytes(&tasks[i], 1)) : NULL;
+        run.hp[i] = uses_tiles(e, run.kt, &tasks[i], 0) ? cb_arena_alloc(e->arena, tile_bytes(&tasks[i], 0)) : NULL;
         items += max_items(&tasks[i]);
     }
     run.items = cb_arena_alloc(e->arena, sizeof(ffn_item) * (size_t)(items + 1));

@@ -28,6 +28,15 @@ typedef void (*cb_dot_rows_q8_fn)(const cb_matrix *w, int32_t r0, int32_t r1, co
 /* q[k] = clamp(rint(x[k] * inv), -127, 127): one rounded multiply, round half to even. */
 typedef void (*cb_quantize_q8_fn)(const float *x, int32_t K, float inv, int16_t *q);
 
+/* AMX w8a8 (kernels_amx.c): 16-token blocks of activations packed for the tile unit (K/4 rows of
+ * 16 tokens x 4 bytes, tokens >= m zero), then rows r0..r1 of a CB_I8_ROW matrix times one block.
+ * Needs K % 64 == 0; rows that do not fill a 16-row tile go through dot_rows_q8 on xq. */
+#define CB_Q8_TILE_TOKENS 16
+size_t cb_q8_tiles_bytes(int32_t K);        /* bytes of one packed block (staging included) */
+typedef void (*cb_pack_q8_tiles_fn)(const int16_t *const *xq, int64_t m, int32_t K, int8_t *packed);
+typedef void (*cb_dot_rows_q8_tiles_fn)(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *packed,
+                                        const int16_t *const *xq, const float *sx, float *const *outs, int64_t m);
+
 /* One kernel family (simd.c holds one per cb_simd level; cb_kernels() is the active one). */
 typedef struct {
     int32_t level;                  /* cb_simd */
@@ -35,6 +44,9 @@ typedef struct {
     cb_dot_rows_fn dot_rows;
     cb_dot_rows_q8_fn dot_rows_q8;
     cb_quantize_q8_fn quantize_q8;
+    float (*amax)(const float *x, int32_t K);   /* max |x[k]| (exact in any order) */
+    cb_pack_q8_tiles_fn pack_q8_tiles;        /* NULL: this level has no tile unit */
+    cb_dot_rows_q8_tiles_fn dot_rows_q8_tiles;
 } cb_kernel_table;
 const cb_kernel_table *cb_kernels(void);
 
@@ -60,8 +72,14 @@ void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16
 void cb_dot_rows_q8_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                            const float *sx, float *const *outs, int64_t nt);
 void cb_quantize_q8_scalar(const float *x, int32_t K, float inv, int16_t *q);
+float cb_amax_scalar(const float *x, int32_t K);
+float cb_amax_avx2(const float *x, int32_t K);
 void cb_quantize_q8_avx2(const float *x, int32_t K, float inv, int16_t *q);
 void cb_quantize_q8_avx512(const float *x, int32_t K, float inv, int16_t *q);
+void cb_pack_q8_tiles_amx(const int16_t *const *xq, int64_t m, int32_t K, int8_t *packed);
+void cb_dot_rows_q8_tiles_amx(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *packed,
+                              const int16_t *const *xq, const float *sx, float *const *outs, int64_t m);
+int cb_amx_request(void);   /* asks the OS for the AMX tile state once; 1 when granted */
 
 /* Exact f16 -> f32 (IEEE half, subnormals included). */
 static inline float cb_f16_to_f32(uint16_t h) {

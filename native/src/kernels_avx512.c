@@ -5,9 +5,10 @@
  * kernels.h — lanes 0-7 row r, lanes 8-15 row r+1, same k, x[k..k+7]
  * broadcast to both halves — and every element finishes with the AVX2
  * horizontal sum and scalar tail (kernels_x86.h), so the bits equal the
- * scalar and AVX2 paths whatever the tile. w8a8 path: vpdpwssd (VNNI, 32
- * int16 MACs per instruction) on the int16 activations of cb_quantize_row_q8;
- * integer sums are exact, so any order gives the same bits.
+ * scalar and AVX2 paths whatever the tile. w8a8 path (VNNI): vpdpwssd (32
+ * int16 MACs per instruction) on the int16 activations of cb_quantize_row_q8
+ * when K > 8192, else vpdpbusd (64 byte MACs) on an s8 copy packed per tile of
+ * up to 4 tokens; integer sums are exact, so any order gives the same bits.
  */
 #include "cb_internal.h"
 #include "kernels.h"
@@ -35,7 +36,7 @@ A512_FN __m512 i4x16(const unsigned char *a, const unsigned char *b, size_t k) {
     int32_t va, vb;
     __builtin_memcpy(&va, a + k / 2, 4);
     __builtin_memcpy(&vb, b + k / 2, 4);
-    __m512i v = _mm512_inserti64x4(_mm512_set1_epi32(va), _mm256_set1_epi32(vb), 1);
+    __m512i v = _mm512_mask_set1_epi32(_mm512_set1_epi32(va), 0xFF00, vb);
     const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
     const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
     return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), lut);
@@ -86,11 +87,12 @@ A512_FN void tile(int dtype, int TT, int TP, int single, const wdesc *d, int32_t
     }
     /* Group-scaled dtypes walk K one group at a time and build each row pair's scale vector once
      * per group; the products (float)q * scale are the same as dec8's. */
-    size_t shift = d->ngroups ? group_shift(dtype) : 0, G = d->ngroups ? (size_t)1 << shift : (K8 ? K8 : 8);
+    const int grouped = dtype == CB_I8_G32 || dtype == CB_I8_G64 || dtype == CB_I8_G128 || cb_is_i4(dtype);
+    size_t shift = grouped ? group_shift(dtype) : 0, G = grouped ? (size_t)1 << shift : (K8 ? K8 : 8);
     for (size_t k0 = 0; k0 < K8; k0 += G) {
         __m512 sv[8] = {0};
         size_t kend = k0 + G < K8 ? k0 + G : K8;
-        if (d->ngroups)
+        if (grouped)
 #pragma GCC unroll 8
             for (int p = 0; p < TP; p++) sv[p] = pair_scale(gs[2 * p], gs[2 * p + 1], k0 >> shift);
         for (size_t k = k0; k < kend; k += 8) {
@@ -99,7 +101,7 @@ A512_FN void tile(int dtype, int TT, int TP, int single, const wdesc *d, int32_t
 #pragma GCC unroll 8
             for (int p = 0; p < TP; p++) {
                 __m512 w = dec16(dtype, row[2 * p], row[2 * p + 1], d->zero, k);
-                if (d->ngroups) w = _mm512_mul_ps(w, sv[p]);
+                if (grouped) w = _mm512_mul_ps(w, sv[p]);
 #pragma GCC unroll 4
                 for (int i = 0; i < TT; i++)
                     acc[i][p] = _mm512_fmadd_ps(w, _mm512_broadcast_f32x8(_mm256_loadu_ps(xp[i] + k)), acc[i][p]);
@@ -172,16 +174,20 @@ A512_FN void rows_for_dtype(int dtype, const wdesc *d, int32_t r0, int32_t r1, c
 DTYPE_KERNEL(k_f32, CB_F32)
 DTYPE_KERNEL(k_f16, CB_F16)
 DTYPE_KERNEL(k_bf16, CB_BF16)
-DTYPE_KERNEL(k_i8row, CB_I8_ROW)
 DTYPE_KERNEL(k_i8g32, CB_I8_G32)
 DTYPE_KERNEL(k_i8g64, CB_I8_G64)
 DTYPE_KERNEL(k_i8g128, CB_I8_G128)
-DTYPE_KERNEL(k_i8mm, CB_I8_MINMAX)
 DTYPE_KERNEL(k_i4g32, CB_I4_G32)
 DTYPE_KERNEL(k_i4g64, CB_I4_G64)
 
+/* int8-row and int8-minmax weights stay on the AVX2 tiles: on the machine measured (docs/KERNELS.md)
+ * the zmm tiles were 20-25% slower at batch 1-2 and equal from 16 (same bits either way). */
 void cb_dot_rows_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                         float *const *outs, int64_t nt) {
+    if (w->dtype == CB_I8_ROW || w->dtype == CB_I8_MINMAX) {
+        cb_dot_rows_avx2(w, r0, r1, xs, outs, nt);
+        return;
+    }
     int32_t g = cb_group_size(w->dtype);
     wdesc d = {(const unsigned char *)w->data, w->scales, (size_t)cb_row_bytes(w->dtype, w->cols), w->cols,
                g ? (w->cols + g - 1) / g : 0, w->zero ? w->zero[0] : 0};
@@ -189,13 +195,11 @@ void cb_dot_rows_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const float 
     case CB_F32: k_f32(&d, r0, r1, xs, outs, nt); break;
     case CB_F16: k_f16(&d, r0, r1, xs, outs, nt); break;
     case CB_BF16: k_bf16(&d, r0, r1, xs, outs, nt); break;
-    case CB_I8_ROW: k_i8row(&d, r0, r1, xs, outs, nt); break;
     case CB_I8_G32: k_i8g32(&d, r0, r1, xs, outs, nt); break;
     case CB_I8_G64: k_i8g64(&d, r0, r1, xs, outs, nt); break;
     case CB_I8_G128: k_i8g128(&d, r0, r1, xs, outs, nt); break;
     case CB_I4_G32: k_i4g32(&d, r0, r1, xs, outs, nt); break;
-    case CB_I4_G64: k_i4g64(&d, r0, r1, xs, outs, nt); break;
-    default: k_i8mm(&d, r0, r1, xs, outs, nt); break;
+    default: k_i4g64(&d, r0, r1, xs, outs, nt); break;
     }
 }
 
@@ -242,10 +246,103 @@ A512_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_
             outs[i][r + j] = ((float)_mm512_reduce_add_epi32(acc[i][j]) * sx[i]) * w->scales[r + j];
 }
 
+/* ---- w8a8 prefill: vpdpbusd (64 u8 x s8 MACs per instruction) ----
+ * vpdpbusd multiplies unsigned by signed bytes, so the weights are biased, u = w ^ 0x80 = w + 128,
+ * and the activations (|q| <= 127, from the int16 rows) are packed to s8 once per 4-token tile:
+ * S = sum (w + 128) x = sum w x + 128 sum x, exact in int32 while K * 255 * 127 < 2^31. */
+#define Q8U_MAX_K 8192            /* 4 packed token rows live on the stack (32 KiB) */
+
+/* s8 copy of one int16 activation row, zero-padded to a multiple of 64; returns sum x. */
+A512_FN int32_t pack_s8(const int16_t *x, size_t K, int8_t *out) {
+    size_t K64 = (K + 63) & ~(size_t)63;
+    __m512i sum = _mm512_setzero_si512();
+    for (size_t k = 0; k < K64; k += 32) {
+        __mmask32 m = k >= K ? 0 : K - k >= 32 ? ~(__mmask32)0 : (__mmask32)((1ull << (K - k)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi16(m, x + k);
+        sum = _mm512_add_epi32(sum, _mm512_madd_epi16(v, _mm512_set1_epi16(1)));
+        _mm256_storeu_si256((__m256i *)(out + k), _mm512_cvtepi16_epi8(v));
+    }
+    return _mm512_reduce_add_epi32(sum);
+}
+
+/* TT packed tokens x TR rows; the K tail of the weights is a masked load (zeros: their biased
+ * value 128 meets zero activations in the padding). */
+A512_FN void tile_q8u(int TT, int TR, const cb_matrix *w, int32_t r, const int8_t *xb, size_t xs,
+                      const int32_t *sumx, const float *sx, float *const *outs, size_t pf) {
+    size_t K = (size_t)w->cols, K64 = K - K % 64;
+    const int8_t *row[6];
+    __m512i acc[4][6];
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+#pragma GCC unroll 6
+    for (int j = 0; j < TR; j++) row[j] = (const int8_t *)w->data + (size_t)(r + j) * K;
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < TR; j++) acc[i][j] = _mm512_setzero_si512();
+    for (size_t k = 0; k < K64; k += 64) {
+        if (pf)     /* contiguous rows: walk the next tile's TR * K bytes linearly over the k loop */
+            prefetch_span((const unsigned char *)row[0] + pf, k * (size_t)TR, (k + 64) * (size_t)TR);
+#pragma GCC unroll 6
+        for (int j = 0; j < TR; j++) {
+            __m512i u = _mm512_xor_si512(_mm512_loadu_si512((const void *)(row[j] + k)), bias);
+#pragma GCC unroll 4
+            for (int i = 0; i < TT; i++)
+                acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], u, _mm512_loadu_si512((const void *)(xb + i * xs + k)));
+        }
+    }
+    if (K64 < K) {
+        __mmask64 m = (__mmask64)((1ull << (K - K64)) - 1);
+#pragma GCC unroll 6
+        for (int j = 0; j < TR; j++) {
+            __m512i u = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, row[j] + K64), bias);
+#pragma GCC unroll 4
+            for (int i = 0; i < TT; i++)
+                acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], u, _mm512_loadu_si512((const void *)(xb + i * xs + K64)));
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < TR; j++) {
+            int32_t isum = _mm512_reduce_add_epi32(acc[i][j]) - 128 * sumx[i];
+            outs[i][r + j] = ((float)isum * sx[i]) * w->scales[r + j];
+        }
+}
+
+/* Token tiles of up to 4 outer (packed once), all rows inner: the rows of one call (a work item)
+ * stay in L2 across the token tiles; with one tile (<= 4 tokens) the weights stream from memory
+ * once, so the next row tile is prefetched. */
+A512_FN void rows_q8u(int TT, const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
+                      const float *sx, float *const *outs, size_t pf) {
+    size_t K = (size_t)w->cols, xs = (K + 63) & ~(size_t)63;
+    int8_t xb[4 * Q8U_MAX_K] __attribute__((aligned(64)));
+    int32_t sumx[4];
+    for (int i = 0; i < TT; i++) sumx[i] = pack_s8(xq[i], K, xb + (size_t)i * xs);
+    int32_t r = r0;
+    for (; r + 6 <= r1; r += 6) tile_q8u(TT, 6, w, r, xb, xs, sumx, sx, outs, pf ? 6 * K : 0);
+    for (; r < r1; r++) tile_q8u(TT, 1, w, r, xb, xs, sumx, sx, outs, 0);
+}
+
+A512_FN void rows_q8u_all(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq, const float *sx,
+                          float *const *outs, int64_t nt) {
+    int64_t t = 0;
+    for (; t + 4 <= nt; t += 4) rows_q8u(4, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4);
+    switch (nt - t) {
+    case 3: rows_q8u(3, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4); break;
+    case 2: rows_q8u(2, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4); break;
+    case 1: rows_q8u(1, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4); break;
+    default: break;
+    }
+}
+
 A512_OUTLINE void cb_dot_rows_q8_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                                         const float *sx, float *const *outs, int64_t nt) {
     size_t rb = (size_t)w->cols;
     int64_t t = 0;
+    if (w->cols <= Q8U_MAX_K) {
+        rows_q8u_all(w, r0, r1, xq, sx, outs, nt);
+        return;
+    }
     if (nt == 1) {           /* decode: 8 rows per tile, prefetch the next tile */
         int32_t r = r0;
         for (; r + 8 <= r1; r += 8) tile_q8(1, 8, w, r, xq, sx, outs, 8 * rb);

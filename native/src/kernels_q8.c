@@ -10,7 +10,8 @@
 #include <math.h>
 #include "kernels.h"
 
-static float row_amax(const float *x, int32_t K) {
+/* max |x[k]|: exact in any order (finite inputs), so the SIMD versions give the same value. */
+float cb_amax_scalar(const float *x, int32_t K) {
     float amax = 0.0f;
     for (int32_t k = 0; k < K; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
     return amax;
@@ -25,6 +26,17 @@ void cb_quantize_q8_scalar(const float *x, int32_t K, float inv, int16_t *q) {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+__attribute__((target("avx2,fma,f16c")))
+float cb_amax_avx2(const float *x, int32_t K) {
+    size_t n = (size_t)K, n8 = n - n % 8;
+    __m256 m = _mm256_setzero_ps(), mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (size_t k = 0; k < n8; k += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + k), mask));
+    float lanes[8], amax = cb_amax_scalar(x + n8, (int32_t)(n - n8));
+    _mm256_storeu_ps(lanes, m);
+    for (int l = 0; l < 8; l++) amax = lanes[l] > amax ? lanes[l] : amax;
+    return amax;
+}
+
 /* Same bits as quantize_scalar: one rounded multiply, round-to-nearest-even, clamp. */
 __attribute__((target("avx2,fma,f16c")))
 void cb_quantize_q8_avx2(const float *x, int32_t K, float inv, int16_t *q) {
@@ -41,7 +53,7 @@ void cb_quantize_q8_avx2(const float *x, int32_t K, float inv, int16_t *q) {
 #endif
 
 void cb_quantize_row_q8(const float *x, int32_t K, int16_t *q, float *scale) {
-    float amax = row_amax(x, K);
+    float amax = cb_kernels()->amax(x, K);
     float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
     cb_kernels()->quantize_q8(x, K, inv, q);
     *scale = amax / 127.0f;
@@ -138,6 +150,7 @@ void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16
     }
 }
 #else
+float cb_amax_avx2(const float *x, int32_t K) { return cb_amax_scalar(x, K); }
 void cb_quantize_q8_avx2(const float *x, int32_t K, float inv, int16_t *q) { cb_quantize_q8_scalar(x, K, inv, q); }
 void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                          const float *sx, float *const *outs, int64_t nt) {

@@ -16,13 +16,15 @@
 #endif
 
 static const cb_kernel_table TABLES[] = {
-    {CB_SIMD_SCALAR, "scalar", cb_dot_rows_scalar, cb_dot_rows_q8_scalar, cb_quantize_q8_scalar},
-    {CB_SIMD_AVX2, "avx2", cb_dot_rows_avx2, cb_dot_rows_q8_avx2, cb_quantize_q8_avx2},
-    {CB_SIMD_AVX512, "avx512", cb_dot_rows_avx512, cb_dot_rows_q8_avx512, cb_quantize_q8_avx512},
+    {CB_SIMD_SCALAR, "scalar", cb_dot_rows_scalar, cb_dot_rows_q8_scalar, cb_quantize_q8_scalar, cb_amax_scalar, NULL, NULL},
+    {CB_SIMD_AVX2, "avx2", cb_dot_rows_avx2, cb_dot_rows_q8_avx2, cb_quantize_q8_avx2, cb_amax_avx2, NULL, NULL},
+    {CB_SIMD_AVX512, "avx512", cb_dot_rows_avx512, cb_dot_rows_q8_avx512, cb_quantize_q8_avx512, cb_amax_avx2, NULL, NULL},
+    {CB_SIMD_AMX, "amx", cb_dot_rows_avx512, cb_dot_rows_q8_avx512, cb_quantize_q8_avx512, cb_amax_avx2, cb_pack_q8_tiles_amx,
+     cb_dot_rows_q8_tiles_amx},
 };
 #define N_TABLES (int)(sizeof TABLES / sizeof TABLES[0])
 
-static char missing[N_TABLES][96];      /* per table: flags the CPU/OS lacks ("" = supported) */
+static char missing[N_TABLES][128];      /* per table: flags the CPU/OS lacks ("" = supported) */
 static pthread_once_t features_once = PTHREAD_ONCE_INIT;
 static _Atomic(const cb_kernel_table *) active;
 
@@ -35,11 +37,12 @@ static const cb_kernel_table *table_of(int32_t level) {
 static void need(char *buf, int have, const char *flag) {
     if (have) return;
     size_t n = strlen(buf);
-    snprintf(buf + n, 96 - n, "%s%s", n ? " " : "", flag);
+    snprintf(buf + n, 128 - n, "%s%s", n ? " " : "", flag);
 }
 
 static void read_features(void) {
     int avx2 = 0, fma = 0, f16c = 0, osymm = 0, f = 0, dq = 0, bw = 0, vl = 0, vnni = 0, oszmm = 0;
+    int amx_tile = 0, amx_int8 = 0, osamx = 0;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
     if (__get_cpuid(1, &a, &b, &c, &d)) {
@@ -55,6 +58,12 @@ static void read_features(void) {
         __cpuid_count(7, 0, a, b, c, d);
         avx2 = (b >> 5) & 1, f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
         vnni = (c >> 11) & 1;
+        amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
+    }
+    if (oszmm && amx_tile && amx_int8 && cb_amx_request()) {   /* Linux grants the tile state on request */
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        osamx = (lo & 0x60000u) == 0x60000u;
     }
 #endif
     char *m2 = missing[1], *m5 = missing[2];
@@ -62,6 +71,9 @@ static void read_features(void) {
     strcpy(m5, m2);
     need(m5, f, "avx512f"), need(m5, bw, "avx512bw"), need(m5, vl, "avx512vl"), need(m5, dq, "avx512dq");
     need(m5, vnni, "avx512_vnni"), need(m5, oszmm, "os-zmm-state");
+    char *mx = missing[3];
+    strcpy(mx, m5);
+    need(mx, amx_tile, "amx_tile"), need(mx, amx_int8, "amx_int8"), need(mx, osamx, "os-amx-permission");
 }
 
 const char *cb_simd_missing(int32_t level) {
@@ -116,7 +128,7 @@ cb_status cb_simd_force(int level) {
         return CB_OK;
     }
     const cb_kernel_table *t = table_of(level);
-    if (!t) return cb_fail(CB_E_INVALID, "simd level must be -1 (auto), 0 (scalar), 2 (avx2) or 3 (avx512), got %d", level);
+    if (!t) return cb_fail(CB_E_INVALID, "simd level must be -1 (auto), 0 (scalar), 2 (avx2), 3 (avx512) or 4 (amx), got %d", level);
     const char *miss = cb_simd_missing(level);
     if (miss[0]) return cb_fail(CB_E_UNSUPPORTED, "simd level %s: this CPU/OS lacks %s", t->name, miss);
     atomic_store(&active, t);

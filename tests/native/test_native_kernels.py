@@ -51,7 +51,11 @@ def test_quantizer_roundtrip_error_bounds(scheme):
     blob, layout = pack_expert(g, u, d, scheme)
     back = dequantize(blob, layout.down)
     err = np.abs(back - d).max() / np.abs(d).max()
-    bound = {"f32": 0, "f16": 1e-3, "bf16": 8e-3}.get(scheme, 1 / (7 if scheme.startswith("int4") else 127) * 0.51 * 2)
+    bound = {"f32": 0, "f16": 1e-3, "bf16": 8e-3}.get(scheme, 1 / 127 * 0.51 * 2)
+    if scheme.startswith("int4"):              # least-squares steps may clip a group's largest weights
+        bound = 2 / 9
+        rms = np.sqrt(((back - d) ** 2).mean() / (d ** 2).mean())
+        assert rms <= 0.11, rms
     assert err <= bound
     assert layout.nbytes % 64 == 0 and layout.gate.data_offset % 64 == 0 and layout.down.data_offset % 64 == 0
 

@@ -72,3 +72,30 @@ def test_w8a8_every_simd_level_equals_scalar(rts, path, n):
         ref = rts[2].expert_forward(x, view)
     with simd_force(path):
         assert np.array_equal(rts[2].expert_forward(x, view), ref)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_w8a8_long_rows_equal_scalar(rts, path):
+    """K above the AVX-512 vpdpbusd limit (8192) takes the vpdpwssd tiles: same bits."""
+    rng = np.random.default_rng(77)
+    view = view_of(rand_expert(rng, 8200, 20), "int8")
+    x = rng.standard_normal((6, 8200)).astype(np.float32)
+    with simd_force("scalar"):
+        ref = rts[2].expert_forward(x, view)
+    with simd_force(path):
+        for n in (1, 2, 3, 6):
+            assert np.array_equal(rts[2].expert_forward(np.ascontiguousarray(x[:n]), view), ref[:n])
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("hidden,inter", [(192, 128), (128, 88)])
+def test_w8a8_tile_shapes_equal_scalar(rts, path, hidden, inter):
+    """K a multiple of 64 (the amx level's tile path), 16-row tiles with remainders, partial 16-token blocks."""
+    rng = np.random.default_rng(hidden + inter)
+    view = view_of(rand_expert(rng, hidden, inter), "int8")
+    x = rng.standard_normal((40, hidden)).astype(np.float32)
+    with simd_force("scalar"):
+        ref = rts[2].expert_forward(x, view)
+    with simd_force(path):
+        for n in (1, 5, 16, 17, 40):
+            assert np.array_equal(rts[3].expert_forward(np.ascontiguousarray(x[:n]), view), ref[:n]), n
