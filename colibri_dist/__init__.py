@@ -7,7 +7,7 @@ never imports ray unless Pool is used.
 from .errors import (ColibriError, ConfigError, FormatError, InvalidArgument,
                      NativeError, PoolError, StoreError)
 
-__all__ = ["convert", "open_model", "Engine", "Pool", "LLM", "ColibriError", "FormatError",
+__all__ = ["convert", "open_model", "Engine", "Pool", "LLM", "SamplingParams", "ColibriError", "FormatError",
            "ConfigError", "NativeError", "InvalidArgument", "StoreError", "PoolError"]
 __version__ = "0.1.0"
 
@@ -17,6 +17,7 @@ _LAZY = {
     "Engine": ("colibri_dist.engine", "Engine"),
     "Pool": ("colibri_dist.pool", "Pool"),
     "LLM": ("colibri_dist.model", "LLM"),
+    "SamplingParams": ("colibri_dist.generate", "SamplingParams"),
 }
 
 

@@ -2,12 +2,30 @@
 
 Role in the data flow: argv -> config.load_config (ConfigError -> exit 2) ->
 command-line overrides -> jobs.runner.run_job -> outputs, report.json,
-report.html and a summary table. With no CONFIG it runs the packaged demo
-(colibri_dist/configs/demo.yaml; the repo's configs/demo.yaml is the same file).
+report.html and a summary table. With no CONFIG it runs the packaged demo, a `generate` job on the
+constructed demo LLM (colibri_dist/configs/demo.yaml; the repo's configs/demo.yaml is the same file).
+A CONFIG that is not a file but the name of a packaged config (`demo-classify`, the token-classification
+demo) runs that one.
 """
 import os
 
-DEMO_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo.yaml")
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+DEMO_CONFIG = os.path.join(CONFIG_DIR, "demo.yaml")
+
+
+def packaged_configs():
+    return sorted(n[:-5] for n in os.listdir(CONFIG_DIR) if n.endswith(".yaml"))
+
+
+def resolve_config(name):
+    """CONFIG as given -> a path: an existing file, else a packaged config's name (`demo-classify`)."""
+    if name is None:
+        return DEMO_CONFIG
+    if not os.path.exists(name) and os.sep not in name and not name.endswith((".yaml", ".yml")):
+        packaged = os.path.join(CONFIG_DIR, name + ".yaml")
+        if os.path.isfile(packaged):
+            return packaged
+    return name
 
 
 def register(subparsers):
@@ -16,7 +34,8 @@ def register(subparsers):
         description="Run a batch inference job described by a YAML config (see docs/CONFIG.md). "
                     "Re-running into the same --out resumes at the first incomplete shard.")
     p.add_argument("config", nargs="?", default=None, metavar="CONFIG",
-                   help="job config YAML (default: the packaged demo, configs/demo.yaml)")
+                   help="job config YAML, or the name of a packaged config (demo, demo-classify); "
+                        "default: the packaged demo, configs/demo.yaml")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="output directory (default: job.output, else ./colibri-out)")
     p.add_argument("--restart", action="store_true",
@@ -33,7 +52,7 @@ def main(args):
     from ..config import load_config
     from ..errors import ColibriError, InvalidArgument
     from ..jobs.runner import run_job
-    cfg = load_config(args.config or DEMO_CONFIG)
+    cfg = load_config(resolve_config(args.config))
     if args.workers is not None:
         if args.workers < 0:
             raise InvalidArgument(f"--workers: expected an integer >= 0, got {args.workers}")

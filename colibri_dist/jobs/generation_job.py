@@ -24,6 +24,7 @@ import time
 from ..errors import InvalidArgument
 from ..fsutil import atomic_write
 from .generation_metrics import GenerationMeter
+from .generation_report import write_all
 from .generation_rows import INPUT_EXTS, RowReader, check_sampling_defaults, count_rows
 from .progress import RequestProgress
 from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
@@ -138,8 +139,10 @@ def check_config(cfg):
         check_sampling_defaults(cfg.job)
 
 
-def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model_signature=None):
-    """Run (or resume) a generate/score job on `llm`; returns the report dict (also report.json)."""
+def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model_signature=None, extra=None,
+                       startup_s=None, executor=None, offload_dir=None):
+    """Run (or resume) a generate/score job on `llm`; returns the report dict (also report.json, report.html,
+    the summary table). extra(out_dir, input paths) -> dict merged into the report (the demo's accuracy)."""
     check_config(cfg)
     stream = stream or sys.stderr
     paths = discover_inputs(cfg.job.input, INPUT_EXTS)
@@ -151,7 +154,7 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
     signature = {"kind": cfg.job.kind, "model": model_signature, "inputs": files, "shard_rows": cfg.job.shard_rows,
                  "kind_settings": kind.signature()}
     manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
-    clean_temp_files(out_dir)
+    clean_temp_files(out_dir, keep=[offload_dir])
     pending = [s for s in shards if not manifest.is_done(s.name)]
     if cfg.report.progress != "none":
         resumed = f", {len(shards) - len(pending)} already written" if len(pending) < len(shards) else ""
@@ -159,7 +162,9 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
               f"{resumed}; output {out_dir}", file=stream, flush=True)
     progress = RequestProgress(sum(s.rows for s in shards), sum(s.rows for s in shards if s not in pending),
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
-    t0, meter = time.perf_counter(), GenerationMeter()
+    cache = getattr(llm, "cache", None)
+    meter = GenerationMeter(moe=getattr(llm, "moe_meter", None), kv_blocks=getattr(cache, "n_blocks", None))
+    t0 = time.perf_counter()
     try:
         for group in _groups(pending, cfg.job):
             for shard, name, info in kind.run_group(group, progress, out_dir, meter):
@@ -168,9 +173,31 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
     finally:
         progress.close()
     report = build_report(cfg, manifest, len(pending), time.perf_counter() - t0)
+    report["job"].update(model=getattr(llm, "path", None), executor=executor)
+    report["startup_s"] = startup_s
     report["this_run"] = meter.report()
-    atomic_write(os.path.join(out_dir, "report.json"), [json.dumps(report, indent=1).encode()])
+    report["error_examples"] = _error_examples(out_dir, manifest)
+    if extra is not None:
+        report.update(extra(out_dir, paths) or {})
+    write_all(report, meter, out_dir, cfg.report, stream)
     return report
+
+
+def _error_examples(out_dir, manifest, limit=20):
+    """The first `limit` error rows over the shards written (for the html's error table)."""
+    out = []
+    for name in manifest.shard_names:
+        info = manifest.done.get(name)
+        if not info or not info.get("errors"):
+            continue
+        with open(os.path.join(out_dir, info["output"]), encoding="utf-8") as fh:
+            for line in fh:
+                row = json.loads(line)
+                if "error" in row:
+                    out.append({"id": row.get("id"), "error": row["error"]})
+                    if len(out) >= limit:
+                        return out
+    return out
 
 
 def _groups(pending, job):

@@ -64,17 +64,39 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
 
 
 def _run_generation(cfg, out_dir, restart, stream, llm_factory):
+    """generate/score: the demo LLM when `model: null`, the LLM (Engine or pool), the job, its report."""
+    import dataclasses
+
+    from .executors import uses_pool
     from .generation_job import check_config, run_generation_job
     from .generation_llm import open_job_llm
     check_config(cfg)
-    llm = (llm_factory or open_job_llm)(cfg)
+    log, extra = _logger(cfg, stream), None
+    if cfg.model is None:
+        from .demo_llm_cache import accuracy_of_outputs, ensure_demo_llm
+        art = ensure_demo_llm(cfg.demo_llm, log=log)
+        cfg = dataclasses.replace(cfg, model=art.model, job=dataclasses.replace(cfg.job, input=cfg.job.input or art.data_dir))
+        extra = lambda out, paths: {"task_accuracy": accuracy_of_outputs(paths, out)}   # noqa: E731
+    out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
+    os.makedirs(out_dir, exist_ok=True)
+    clean_temp_files(out_dir)                      # a killed run's leftovers, before this run's offload dir
+    offload_dir, made_offload = _offload_dir(cfg, out_dir)
+    log(_executor_line(cfg, offload_dir))
+    t0 = time.perf_counter()
     try:
-        model_sig = getattr(llm, "signature", None)
-        return run_generation_job(cfg, llm, out_dir=out_dir, restart=restart, stream=stream,
-                                  model_signature=model_sig() if callable(model_sig) else model_sig)
+        llm = llm_factory(cfg) if llm_factory else open_job_llm(cfg, offload_dir)
+        try:
+            model_sig = getattr(llm, "signature", None)
+            return run_generation_job(cfg, llm, out_dir=out_dir, restart=restart, stream=stream,
+                                      model_signature=model_sig() if callable(model_sig) else model_sig,
+                                      extra=extra, startup_s=time.perf_counter() - t0,
+                                      executor="pool" if uses_pool(cfg) else "engine", offload_dir=offload_dir)
+        finally:
+            if hasattr(llm, "close"):
+                llm.close()
     finally:
-        if hasattr(llm, "close"):
-            llm.close()
+        if made_offload:
+            shutil.rmtree(offload_dir, ignore_errors=True)
 
 
 def resolve_sources(cfg, log):
