@@ -5,7 +5,8 @@ test passes its own factory: cd.LLM over the model, its MoE layers on the in-pro
 (`pool.workers: 0` or `job.executor: engine`) or on a Ray pool (`moe=` the job's own PoolExecutor, or
 the running `pool.name`), the scheduler settings from `job.batch_tokens`, `job.max_num_seqs`,
 `job.prefill_chunk`, `job.seed`. Every MoE layer call goes through a MoeMeter (tokens routed to each
-expert for the heat map; the executor's normalized stats for cache hit rate and worker load), which
+expert for the heat map, routed locally by the LLM's Engine with the container's routing table so a pool
+pays no extra round trip; the executor's normalized stats for cache hit rate and worker load), which
 never changes a bit of the result. close() shuts the LLM and the pool.
 """
 import os
@@ -43,6 +44,7 @@ def open_job_llm(cfg, offload_dir=None):
     if meter is None:                    # the LLM's own Engine runs the MoE layers: meter that
         meter = MoeMeter(EngineExecutor.wrap(llm.engine, threads), heat=cfg.report.expert_heat)
         llm.decoder.moe = meter
+    meter.router = llm.engine            # heat: route locally (no extra round trip to a pool)
     if cfg.job.prefill_chunk:
         llm.scheduler_config = dataclasses.replace(llm.scheduler_config, prefill_chunk_size=cfg.job.prefill_chunk)
     return _ClosingLLM(llm, pool, meter)
@@ -53,12 +55,13 @@ class MoeMeter:
 
     kind = property(lambda self: self.executor.kind)
 
-    def __init__(self, executor, heat=True):
+    def __init__(self, executor, heat=True, router=None):
         self.executor, self.heat_enabled, self.heat = executor, heat, {}
+        self.router = router or executor     # anything with route(layer, x) -> (idx, w)
 
     def moe_forward(self, layer, x):
         if self.heat_enabled and len(x):
-            idx, _ = self.executor.route(layer, x)
+            idx, _ = self.router.route(layer, x)
             counts = np.bincount(np.asarray(idx).ravel())
             old = self.heat.get(layer)
             if old is None or len(old) < len(counts):

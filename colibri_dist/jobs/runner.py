@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from ..errors import InvalidArgument
+from ..errors import ColibriError, InvalidArgument
 from . import report as report_mod
 from .executors import open_executor
 from .metrics import Meter
@@ -40,7 +40,6 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
     if cfg.job.kind in GENERATION_KINDS:
         return _run_generation(cfg, out_dir, restart, stream, llm_factory)
     out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
-    os.makedirs(out_dir, exist_ok=True)
     log = _logger(cfg, stream)
     model_path, input_spec, tokenizer = resolve_sources(cfg, log)
     if model_opener is None:
@@ -49,6 +48,7 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
         kind = KINDS[cfg.job.kind](cfg, model, model_path, find_tokenizer(cfg.job, model_path, model) or tokenizer)
         paths = discover_inputs(input_spec, kind.input_exts)
         shards = plan_shards(paths, kind.count_rows, cfg.job.shard_rows)
+        os.makedirs(out_dir, exist_ok=True)      # only once the job is accepted: a rejected config leaves no dir
         signature = job_signature(cfg, model_path, paths, kind)
         manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
         clean_temp_files(out_dir)
@@ -67,9 +67,8 @@ def _run_generation(cfg, out_dir, restart, stream, llm_factory):
     """generate/score: the demo LLM when `model: null`, the LLM (Engine or pool), the job, its report."""
     import dataclasses
 
-    from .executors import uses_pool
-    from .generation_job import check_config, run_generation_job
-    from .generation_llm import open_job_llm
+    from .generation_job import check_config
+    from .generation_rows import INPUT_EXTS
     check_config(cfg)
     log, extra = _logger(cfg, stream), None
     if cfg.model is None:
@@ -77,8 +76,24 @@ def _run_generation(cfg, out_dir, restart, stream, llm_factory):
         art = ensure_demo_llm(cfg.demo_llm, log=log)
         cfg = dataclasses.replace(cfg, model=art.model, job=dataclasses.replace(cfg.job, input=cfg.job.input or art.data_dir))
         extra = lambda out, paths: {"task_accuracy": accuracy_of_outputs(paths, out)}   # noqa: E731
+    discover_inputs(cfg.job.input, INPUT_EXTS)     # a missing input is rejected before --out exists
+    if llm_factory is None and not os.path.exists(cfg.model):
+        raise InvalidArgument(f"model: {cfg.model}: no such file")
     out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
+    existed = os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
+    try:
+        return _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log)
+    except ColibriError:
+        if not existed and not os.listdir(out_dir):   # rejected before anything was written: leave no dir
+            os.rmdir(out_dir)
+        raise
+
+
+def _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log):
+    from .executors import uses_pool
+    from .generation_job import run_generation_job
+    from .generation_llm import open_job_llm
     clean_temp_files(out_dir)                      # a killed run's leftovers, before this run's offload dir
     offload_dir, made_offload = _offload_dir(cfg, out_dir)
     log(_executor_line(cfg, offload_dir))
