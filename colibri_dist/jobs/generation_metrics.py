@@ -33,6 +33,7 @@ class GenerationMeter:
         self.moe, self.kv_blocks, self.sample_every_s = moe, kv_blocks, sample_every_s
         self.first_stats = moe.stats() if moe is not None else None
         self.samples, self.min_free_blocks = [], None
+        self.steps = []          # per model step (t, prefill, decode, running, waiting, free_blocks): the plots
         self.t0 = time.perf_counter()
         self.buckets = {}
         self.step_s = 0.0
@@ -44,6 +45,8 @@ class GenerationMeter:
         self.prefill += s.prefill_tokens
         self.decode += s.decode_tokens
         self.preemptions += s.preemptions
+        self.steps.append((s.t_end - self.t0, s.prefill_tokens, s.decode_tokens, s.running, s.waiting,
+                           s.free_blocks))
         sec = int(s.t_end - self.t0)
         b = self.buckets.get(sec)
         if b is None:

@@ -2,7 +2,8 @@
 
 Role in the data flow: run_generation_job builds the report dict (rows, errors, tokens, this run's
 GenerationMeter numbers, the demo's task accuracy when the prompts carry `expected`), and calls
-`write_all(report, meter, out_dir, report_cfg, stream)` here. The html is one self-contained page; the summary table goes to the terminal.
+`write_all(report, meter, out_dir, report_cfg, stream)` here. The html (figures drawn by generation_plots.py)
+is one self-contained page; the summary table goes to the terminal.
 """
 import html
 import json
@@ -70,7 +71,8 @@ def write_all(rep, meter, out_dir, report_cfg, stream):
 
 
 def _figures(rep, meter):
-    return []
+    from .generation_plots import figures
+    return figures(rep, meter)
 
 
 def render_html(rep, meter):
@@ -80,6 +82,13 @@ def render_html(rep, meter):
     errors = rep.get("error_examples") or []
     err_html = "" if not errors else "<h2>Errors</h2><table><tr><th>row</th><th>error</th></tr>" + "".join(
         f"<tr><td>{html.escape(str(e['id']))}</td><td>{html.escape(e['error'])}</td></tr>" for e in errors) + "</table>"
+    workers = (rep.get("this_run") or {}).get("workers") or []
+    w_html = "" if not workers else (
+        "<h2>Workers</h2><table><tr><th>worker</th><th>work (token rows)</th><th>experts</th><th>cpus</th>"
+        "<th>node</th></tr>" + "".join(
+            f"<tr><td>{html.escape(str(w['id']))}</td><td>{w['tokens']:,}</td><td>{w['experts']}</td>"
+            f"<td>{html.escape(str(w['cpus']))}</td><td>{html.escape(str(w['node']))}</td></tr>" for w in workers)
+        + "</table>")
     title = f"colibri run: {html.escape(rep['job']['kind'])}"
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
@@ -89,7 +98,7 @@ img{{max-width:100%}}code{{background:#f4f4f4;padding:0 .2em}}</style></head>
 <body><h1>{title}</h1>
 <p>model <code>{html.escape(str(rep['job'].get('model')))}</code>, config <code>{html.escape(str(rep['job']['config']))}</code></p>
 <h2>Summary</h2><table>{rows}</table>
-{err_html}{figures}
+{w_html}{err_html}{figures}
 <p>All numbers: <code>report.json</code> in the same directory.</p>
 </body></html>
 """

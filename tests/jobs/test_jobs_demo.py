@@ -206,6 +206,16 @@ def test_demo_llm_job_reports_task_accuracy_and_is_invariant(tmp_path):
     assert rep["this_run"]["cache"]["hits"] + rep["this_run"]["cache"]["misses"] > 0
     html = (tmp_path / "a" / "report.html").read_text()
     assert "task accuracy (demo)" in html and "100.0% over 24 prompts" in html
+    for title in ("Tokens/s over time", "Time to first token", "Request latency", "Sequences in flight",
+                  "KV blocks used", "Expert heat", "Cache hit rate", "Per-worker load"):
+        assert f"<h2>{title}</h2><img" in html, title
+    assert html.count("data:image/png;base64,") == 8
+    run = rep["this_run"]
+    heat = run["expert_heat"]
+    fed = run["throughput"]["prefill_tokens"] + run["throughput"]["decode_tokens"]
+    assert sorted(heat) == ["0", "1"] and all(sum(h) == 2 * fed for h in heat.values())    # top-2, every token
+    assert run["kv_cache"]["blocks"] > 0 and 0 < run["kv_cache"]["peak_used_blocks"] <= run["kv_cache"]["blocks"]
+    assert run["workers"][0]["tokens"] > 0 and run["samples"]
     small = run_job(_llm_demo_config(tmp_path, "b.yaml", batch=3, seqs=2, cache_bytes="40KiB"),
                     out_dir=str(tmp_path / "b"))
     assert small["this_run"]["cache"]["evictions"] > 0               # the offload path ran
