@@ -64,6 +64,27 @@ class _GenerationKind:
             self._fail_fast(rows)
         return [self._write(shard, rows, result_of, out_dir) for shard, rows in zip(shards, per_shard)]
 
+    def run_objects(self, objs, where="row"):
+        """Rows given as dicts (a Ray Data batch) -> output dicts with exactly the job's output columns.
+        A row without `id` keeps id None and draws its default seed from a hash of its content, so its
+        output never depends on the batch it came in."""
+        rows = []
+        for i, obj in enumerate(objs):
+            own_id = self.job.id_field in obj
+            keyed = obj if own_id else {**obj, self.job.id_field: content_key(obj)}
+            row = self.reader.parse(i, f"{where} {i}", keyed)
+            if not own_id:
+                row.id = None
+            rows.append(row)
+        good = [r for r in rows if r.error is None]
+        results = self._run(good, _NO_PROGRESS, None) if good else []
+        result_of = {}
+        for r, res in zip(good, results):
+            if res.error is not None:
+                r.error = str(res.error)
+            result_of[id(r)] = res
+        return [self._out_row(r, result_of.get(id(r))) for r in rows]
+
     def _write(self, shard, rows, result_of, out_dir):
         name = f"{shard.name}.jsonl"
         lines = [json.dumps(self._out_row(r, result_of.get(id(r))), default=str) for r in rows]
@@ -123,6 +144,20 @@ class ScoreKind(_GenerationKind):
 
 
 KINDS = {"generate": GenerateKind, "score": ScoreKind}
+
+
+class _NoProgress:
+    on_token = None
+
+
+_NO_PROGRESS = _NoProgress()
+
+
+def content_key(obj):
+    """A stable stand-in id for a row that has none: a hash of its JSON content."""
+    import hashlib
+    blob = json.dumps(obj, sort_keys=True, default=str).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()[:16]
 
 
 def _callbacks(method, **callbacks):
