@@ -140,6 +140,19 @@ class DemoConfig:
 
 
 @dataclass
+class DemoLLMConfig:
+    seed: int = 0
+    layers: int = 4
+    experts: int = 16
+    scheme: str = _enum("int8", "int8-g32", "int8-g64", "int8-g128", "int8-minmax", "f16", "bf16", "f32",
+                        default="int8")
+    prompts: int = 64
+    shards: int = 4
+    max_tokens: int = 8
+    cache_dir: Optional[str] = None
+
+
+@dataclass
 class ReportConfig:
     html: bool = True
     summary: bool = True
@@ -155,6 +168,7 @@ class JobConfig:
     pool: PoolConfig = field(default_factory=PoolConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     demo: DemoConfig = field(default_factory=DemoConfig)
+    demo_llm: DemoLLMConfig = field(default_factory=DemoLLMConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     source: Optional[str] = field(default=None, metadata={"internal": True})
 
@@ -167,7 +181,7 @@ class ServiceConfig:
     source: Optional[str] = field(default=None, metadata={"internal": True})
 
 
-SERVICE_IGNORES = ("job", "demo", "report")   # known sections a service/pool file may carry
+SERVICE_IGNORES = ("job", "demo", "demo_llm", "report")   # known sections a service/pool file may carry
 
 # ---------------------------------------------------------------- sizes
 
@@ -486,7 +500,7 @@ def _validate_job(cfg, at):
     if job.input is None and job.kind == "moe-layer":
         _fail(at("job"), "job.input", "missing required key: the generated demo dataset is token ids, "
                                       "so a moe-layer job needs `job.input` (.npy shards)")
-    if job.input is None and job.kind in ("generate", "score"):
+    if job.input is None and job.kind in ("generate", "score") and cfg.model is not None:
         _fail(at("job"), "job.input", f"missing required key: a {job.kind} job reads prompts from "
                                       f"`job.input` (JSONL or Parquet)")
     demo = cfg.demo
@@ -495,6 +509,10 @@ def _validate_job(cfg, at):
     _check_positive(demo.dataset, ["shards", "rows_per_shard", "seq_len"], at, "demo.dataset")
     if demo.top_k > demo.experts:
         _fail(at("demo.top_k"), "demo.top_k", f"expected at most demo.experts ({demo.experts}), got {demo.top_k}")
+    _check_positive(cfg.demo_llm, ["layers", "experts", "prompts", "shards", "max_tokens"], at, "demo_llm")
+    if cfg.demo_llm.experts < 2:
+        _fail(at("demo_llm.experts"), "demo_llm.experts", f"expected at least 2 (top-2 routing), got "
+                                                          f"{cfg.demo_llm.experts}")
     if cfg.report.log_every_s <= 0:
         _fail(at("report.log_every_s"), "report.log_every_s",
               f"expected a positive number, got {cfg.report.log_every_s}")
@@ -546,6 +564,7 @@ def load_config(path, text=None):
     _resolve_common(cfg, base)
     _resolve_paths(cfg.job, base, ["input", "output", "tokenizer"])
     _resolve_paths(cfg.demo, base, ["cache_dir"])
+    _resolve_paths(cfg.demo_llm, base, ["cache_dir"])
     cfg.source = source
     return cfg
 

@@ -6,6 +6,24 @@ failure removes the temp file and leaves the previous state as it was.
 """
 import os
 import tempfile
+import threading
+
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask():
+    """The process umask, read without changing it where Linux says it (/proc), else set-and-restore."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
 
 
 def fsync_dir(path):
@@ -22,16 +40,18 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def atomic_write(path, chunks, durable=True, replace=os.replace):
+def atomic_write(path, chunks, durable=True, replace=os.replace, mode=None):
     """Write the byte chunks to `path` through `.<name>.tmp-*` beside it, then `replace` it into place.
 
     durable: fsync the file before the rename and the directory after it (off for scratch
     files such as spills). `replace` is the commit step; tests pass one that fails to
-    simulate a crash between write and rename."""
+    simulate a crash between write and rename. mode: the file's permissions (default 0o666 minus the
+    umask, as open() would give; mkstemp alone would leave 0600)."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), (0o666 & ~current_umask()) if mode is None else mode)
             for chunk in chunks:
                 f.write(memoryview(chunk))
             if durable:

@@ -18,7 +18,9 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser():
+    import colibri_dist       # the package facade (its __version__)
     parser = argparse.ArgumentParser(prog="colibri", description="Mixture-of-Experts inference on CPU servers")
+    parser.add_argument("--version", action="version", version=f"colibri {colibri_dist.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in SUBCOMMANDS:

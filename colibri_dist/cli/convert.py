@@ -8,6 +8,7 @@ import json
 import sys
 
 from ..format.layout import SCHEMES
+from .common import add_progress, progress_enabled
 
 
 def register(subparsers):
@@ -25,7 +26,7 @@ def register(subparsers):
                         "(default: the same as --experts)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing DST and drop its hot-added experts (DST.experts/)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress(p)
     p.set_defaults(func=run_convert)
 
     p = subparsers.add_parser("inspect", help="show a .colibri file's config, layers, experts and bytes by dtype")
@@ -35,14 +36,14 @@ def register(subparsers):
 
     p = subparsers.add_parser("verify", help="check every checksum of a .colibri file (exit 1 on damage)")
     p.add_argument("path", metavar="PATH")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress(p)
     p.set_defaults(func=run_verify)
 
 
 def run_convert(args):
     from ..format.convert import convert
     convert(args.src, args.dst, experts=args.experts, dense=args.dense, force=args.force,
-            progress=not args.no_progress)
+            progress=progress_enabled(args))
     from ..format.reader import open_model
     with open_model(args.dst) as model:
         c = model.config
@@ -142,7 +143,7 @@ def run_verify(args):
     _fast_checks()
     from ..format.reader import open_model
     with open_model(args.path) as model:
-        model.verify(progress=not args.no_progress)
+        model.verify(progress=progress_enabled(args))
         total = sum(e.nbytes for e in model.entries)
         print(f"{args.path}: OK ({len(model.entries)} tensors, {total:,} bytes, all checksums match)")
     return 0

@@ -1,4 +1,4 @@
-"""`colibri experts add|list|remove --pool NAME`: change a running pool's experts without a restart.
+"""`colibri experts add|list|remove [--pool NAME]`: change a running pool's experts without a restart.
 
 Role: CLI shell over Pool.attach(name).add_expert / list_experts / remove_expert.
 The weights file is a safetensors file with three tensors named gate, up, down
@@ -9,6 +9,7 @@ tensor) or from a `router_row` tensor inside the weights file.
 import numpy as np
 
 from ..errors import InvalidArgument
+from .common import add_pool_name, attach_pool
 
 _ALIASES = {"gate": ("gate", "gate_proj", "w1"), "up": ("up", "up_proj", "w3"), "down": ("down", "down_proj", "w2")}
 
@@ -30,7 +31,7 @@ def register(subparsers):
     r.add_argument("--expert", type=int, required=True)
     r.set_defaults(func=run_remove)
     for p in (a, l, r):
-        p.add_argument("--pool", required=True, metavar="NAME")
+        add_pool_name(p)
         p.add_argument("--address", default=None, help="Ray address (default: the one recorded by `pool start`)")
 
 
@@ -76,10 +77,7 @@ def load_expert(weights_path, router_row_path=None):
 
 
 def _attach(args):
-    from ..pool import Pool
-    from ..pool import service
-    address = service.resolve_address(args.pool, args.address)
-    return Pool.attach(args.pool, ray_address=address or "auto")
+    return attach_pool(args.pool, args.address)
 
 
 def run_add(args):

@@ -52,6 +52,8 @@ def open_llm(args):
         raise InvalidArgument(f"--workers: expected an integer >= 0, got {args.workers}")
     if args.workers:
         from ..pool import Pool
+        from .common import warn_workers
+        warn_workers(args.workers)
         pool = Pool(args.model, workers=args.workers, threads_per_worker=args.threads)
     try:
         return LLM(args.model, threads=args.threads, moe=pool), pool

@@ -41,6 +41,14 @@ class EngineExecutor:
         self.work = 0
         self.experts_seen = set()
 
+    @classmethod
+    def wrap(cls, engine, threads=None):
+        """An executor over an Engine someone else owns (the LLM's own); close() leaves it open."""
+        self = cls.__new__(cls)
+        self.engine, self.cpus, self.work, self.experts_seen = engine, threads or os.cpu_count() or 1, 0, set()
+        self.close = lambda: None
+        return self
+
     def route(self, layer, x):
         return self.engine.route(layer, x)
 

@@ -24,6 +24,7 @@ import time
 from ..errors import InvalidArgument
 from ..fsutil import atomic_write
 from .generation_metrics import GenerationMeter
+from .generation_report import write_all
 from .generation_rows import INPUT_EXTS, RowReader, check_sampling_defaults, count_rows
 from .progress import RequestProgress
 from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
@@ -62,6 +63,27 @@ class _GenerationKind:
         for rows in per_shard:
             self._fail_fast(rows)
         return [self._write(shard, rows, result_of, out_dir) for shard, rows in zip(shards, per_shard)]
+
+    def run_objects(self, objs, where="row"):
+        """Rows given as dicts (a Ray Data batch) -> output dicts with exactly the job's output columns.
+        A row without `id` keeps id None and draws its default seed from a hash of its content, so its
+        output never depends on the batch it came in."""
+        rows = []
+        for i, obj in enumerate(objs):
+            own_id = self.job.id_field in obj
+            keyed = obj if own_id else {**obj, self.job.id_field: content_key(obj)}
+            row = self.reader.parse(i, f"{where} {i}", keyed)
+            if not own_id:
+                row.id = None
+            rows.append(row)
+        good = [r for r in rows if r.error is None]
+        results = self._run(good, _NO_PROGRESS, None) if good else []
+        result_of = {}
+        for r, res in zip(good, results):
+            if res.error is not None:
+                r.error = str(res.error)
+            result_of[id(r)] = res
+        return [self._out_row(r, result_of.get(id(r))) for r in rows]
 
     def _write(self, shard, rows, result_of, out_dir):
         name = f"{shard.name}.jsonl"
@@ -124,6 +146,20 @@ class ScoreKind(_GenerationKind):
 KINDS = {"generate": GenerateKind, "score": ScoreKind}
 
 
+class _NoProgress:
+    on_token = None
+
+
+_NO_PROGRESS = _NoProgress()
+
+
+def content_key(obj):
+    """A stable stand-in id for a row that has none: a hash of its JSON content."""
+    import hashlib
+    blob = json.dumps(obj, sort_keys=True, default=str).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()[:16]
+
+
 def _callbacks(method, **callbacks):
     """The callbacks `method` accepts (an LLM may not take on_step or on_token)."""
     params = inspect.signature(method).parameters
@@ -138,8 +174,10 @@ def check_config(cfg):
         check_sampling_defaults(cfg.job)
 
 
-def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model_signature=None):
-    """Run (or resume) a generate/score job on `llm`; returns the report dict (also report.json)."""
+def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model_signature=None, extra=None,
+                       startup_s=None, executor=None, offload_dir=None):
+    """Run (or resume) a generate/score job on `llm`; returns the report dict (also report.json, report.html,
+    the summary table). extra(out_dir, input paths) -> dict merged into the report (the demo's accuracy)."""
     check_config(cfg)
     stream = stream or sys.stderr
     paths = discover_inputs(cfg.job.input, INPUT_EXTS)
@@ -151,7 +189,7 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
     signature = {"kind": cfg.job.kind, "model": model_signature, "inputs": files, "shard_rows": cfg.job.shard_rows,
                  "kind_settings": kind.signature()}
     manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
-    clean_temp_files(out_dir)
+    clean_temp_files(out_dir, keep=[offload_dir])
     pending = [s for s in shards if not manifest.is_done(s.name)]
     if cfg.report.progress != "none":
         resumed = f", {len(shards) - len(pending)} already written" if len(pending) < len(shards) else ""
@@ -159,7 +197,9 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
               f"{resumed}; output {out_dir}", file=stream, flush=True)
     progress = RequestProgress(sum(s.rows for s in shards), sum(s.rows for s in shards if s not in pending),
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
-    t0, meter = time.perf_counter(), GenerationMeter()
+    cache = getattr(llm, "cache", None)
+    meter = GenerationMeter(moe=getattr(llm, "moe_meter", None), kv_blocks=getattr(cache, "n_blocks", None))
+    t0 = time.perf_counter()
     try:
         for group in _groups(pending, cfg.job):
             for shard, name, info in kind.run_group(group, progress, out_dir, meter):
@@ -168,9 +208,31 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
     finally:
         progress.close()
     report = build_report(cfg, manifest, len(pending), time.perf_counter() - t0)
+    report["job"].update(model=getattr(llm, "path", None), executor=executor)
+    report["startup_s"] = startup_s
     report["this_run"] = meter.report()
-    atomic_write(os.path.join(out_dir, "report.json"), [json.dumps(report, indent=1).encode()])
+    report["error_examples"] = _error_examples(out_dir, manifest)
+    if extra is not None:
+        report.update(extra(out_dir, paths) or {})
+    write_all(report, meter, out_dir, cfg.report, stream)
     return report
+
+
+def _error_examples(out_dir, manifest, limit=20):
+    """The first `limit` error rows over the shards written (for the html's error table)."""
+    out = []
+    for name in manifest.shard_names:
+        info = manifest.done.get(name)
+        if not info or not info.get("errors"):
+            continue
+        with open(os.path.join(out_dir, info["output"]), encoding="utf-8") as fh:
+            for line in fh:
+                row = json.loads(line)
+                if "error" in row:
+                    out.append({"id": row.get("id"), "error": row["error"]})
+                    if len(out) >= limit:
+                        return out
+    return out
 
 
 def _groups(pending, job):

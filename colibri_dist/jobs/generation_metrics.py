@@ -8,6 +8,12 @@ GenerationMeter; `report()` turns them into
     timeline:   per second of the run {t, prefill_tokens, decode_tokens, max_running, max_waiting,
                 min_free_blocks, finished}
     preemptions
+and, when the job's MoE calls are metered (generation_llm.MoeMeter), samples of the executor's stats
+at most every 0.25 s of steps:
+    cache:      {hits, misses, evictions, bytes_loaded, hit_rate} over this run
+    workers:    per worker {id, tokens, experts, cpus, node}; load_imbalance (max / mean tokens)
+    samples:    [{t, cache, workers}] (hit rate and worker load over time, for report.html)
+    expert_heat {layer: [tokens routed to each expert]}; kv_cache {blocks, min_free_blocks}
 """
 import time
 
@@ -23,7 +29,11 @@ def percentiles(values):
 
 
 class GenerationMeter:
-    def __init__(self):
+    def __init__(self, moe=None, kv_blocks=None, sample_every_s=0.25):
+        self.moe, self.kv_blocks, self.sample_every_s = moe, kv_blocks, sample_every_s
+        self.first_stats = moe.stats() if moe is not None else None
+        self.samples, self.min_free_blocks = [], None
+        self.steps = []          # per model step (t, prefill, decode, running, waiting, free_blocks): the plots
         self.t0 = time.perf_counter()
         self.buckets = {}
         self.step_s = 0.0
@@ -35,6 +45,8 @@ class GenerationMeter:
         self.prefill += s.prefill_tokens
         self.decode += s.decode_tokens
         self.preemptions += s.preemptions
+        self.steps.append((s.t_end - self.t0, s.prefill_tokens, s.decode_tokens, s.running, s.waiting,
+                           s.free_blocks))
         sec = int(s.t_end - self.t0)
         b = self.buckets.get(sec)
         if b is None:
@@ -46,6 +58,16 @@ class GenerationMeter:
         b["max_waiting"] = max(b["max_waiting"], s.waiting)
         b["min_free_blocks"] = min(b["min_free_blocks"], s.free_blocks)
         b["finished"] += s.finished
+        self.min_free_blocks = s.free_blocks if self.min_free_blocks is None else min(self.min_free_blocks,
+                                                                                      s.free_blocks)
+        if self.moe is not None and (not self.samples or
+                                     time.perf_counter() - self.t0 - self.samples[-1]["t"] >= self.sample_every_s):
+            self.sample()
+
+    def sample(self):
+        stats = self.moe.stats()
+        self.samples.append({"t": time.perf_counter() - self.t0, "cache": stats["cache"],
+                             "workers": stats["workers"]})
 
     def add_results(self, results):
         for r in results:
@@ -58,9 +80,23 @@ class GenerationMeter:
 
     def report(self):
         rate = (lambda n: n / self.step_s if self.step_s > 0 else None)
-        return {"latency": {"time_to_first_token_s": percentiles(self.ttft),
+        out = self._executor_report() if self.moe is not None else {}
+        out["kv_cache"] = {"blocks": self.kv_blocks, "min_free_blocks": self.min_free_blocks,
+                           "peak_used_blocks": None if self.kv_blocks is None or self.min_free_blocks is None
+                           else self.kv_blocks - self.min_free_blocks}
+        return {**out, "latency": {"time_to_first_token_s": percentiles(self.ttft),
                             "request_latency_s": percentiles(self.latency)},
                 "throughput": {"prefill_tokens_per_s": rate(self.prefill), "decode_tokens_per_s": rate(self.decode),
                                "prefill_tokens": self.prefill, "decode_tokens": self.decode, "step_s": self.step_s},
                 "timeline": [self.buckets[k] for k in sorted(self.buckets)],
                 "preemptions": self.preemptions}
+
+    def _executor_report(self):
+        from .report import cache_section, load_imbalance, worker_section
+        self.sample()
+        first, last = self.first_stats, self.samples[-1]
+        workers = worker_section(first["workers"], last["workers"])
+        heat = getattr(self.moe, "heat_report", None)
+        return {"cache": cache_section(first["cache"], last["cache"]), "workers": workers,
+                "load_imbalance": load_imbalance(workers), "expert_heat": heat() if heat else None,
+                "samples": [{"t": s["t"], "cache": s["cache"], "workers": s["workers"]} for s in self.samples]}

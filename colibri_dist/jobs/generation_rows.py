@@ -112,6 +112,12 @@ class RowReader:
         return [self._row(i, where, obj, err) for i, where, obj, err in iter_objects(shard.path, shard.start,
                                                                                       shard.stop)]
 
+    def parse(self, index, where, obj):
+        """One row given as a dict (not read from a file) -> Row."""
+        if not isinstance(obj, dict):
+            return self._row(index, where, None, f"expected a mapping per row, got {type(obj).__name__}")
+        return self._row(index, where, obj, None)
+
     def _row(self, index, where, obj, err):
         row = Row(index, where, index)
         if err is not None:

@@ -15,12 +15,12 @@ import sys
 import tempfile
 import time
 
-from ..errors import InvalidArgument
+from ..errors import ColibriError, InvalidArgument
 from . import report as report_mod
 from .executors import open_executor
 from .metrics import Meter
 from .moe_layer import MoeLayer
-from .outlock import hold_output_dir
+from .outlock import LOCK_NAME, hold_output_dir
 from .progress import JobProgress
 from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
 from .token_classification import TokenClassification, find_tokenizer
@@ -41,12 +41,6 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
     if cfg.job.kind in GENERATION_KINDS:
         return _run_generation(cfg, out_dir, restart, stream, llm_factory)
     out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
-    os.makedirs(out_dir, exist_ok=True)
-    with hold_output_dir(out_dir):          # one run per output dir (OutputBusy names the holder's pid)
-        return _run_locked(cfg, out_dir, restart, executor_factory, stream, model_opener)
-
-
-def _run_locked(cfg, out_dir, restart, executor_factory, stream, model_opener):
     log = _logger(cfg, stream)
     model_path, input_spec, tokenizer = resolve_sources(cfg, log)
     if model_opener is None:
@@ -55,32 +49,75 @@ def _run_locked(cfg, out_dir, restart, executor_factory, stream, model_opener):
         kind = KINDS[cfg.job.kind](cfg, model, model_path, find_tokenizer(cfg.job, model_path, model) or tokenizer)
         paths = discover_inputs(input_spec, kind.input_exts, log=log)
         shards = plan_shards(paths, kind.count_rows, cfg.job.shard_rows)
-        signature = job_signature(cfg, model_path, paths, kind)
-        manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
-        clean_temp_files(out_dir)
-        pending = [s for s in shards if not manifest.is_done(s.name)]
-        if not pending and os.path.isfile(os.path.join(out_dir, "report.json")):
-            log(f"nothing to do: all {len(shards)} shards in {out_dir} are already written (--restart redoes them)")
-            with open(os.path.join(out_dir, "report.json")) as fh:
-                return json.load(fh)
-        if len(pending) < len(shards):
-            log(f"resuming in {out_dir}: {len(shards) - len(pending)} of {len(shards)} shards already written")
-        report = _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor_factory, stream)
-    return report
+        os.makedirs(out_dir, exist_ok=True)      # only once the job is accepted: a rejected config leaves no dir
+        with hold_output_dir(out_dir):           # one run per output dir (OutputBusy names the holder's pid)
+            return _run_shards(cfg, kind, model_path, paths, shards, out_dir, restart, executor_factory, stream, log)
+
+
+def _run_shards(cfg, kind, model_path, paths, shards, out_dir, restart, executor_factory, stream, log):
+    signature = job_signature(cfg, model_path, paths, kind)
+    manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
+    clean_temp_files(out_dir)
+    pending = [s for s in shards if not manifest.is_done(s.name)]
+    if not pending and os.path.isfile(os.path.join(out_dir, "report.json")):
+        log(f"nothing to do: all {len(shards)} shards in {out_dir} are already written (--restart redoes them)")
+        with open(os.path.join(out_dir, "report.json")) as fh:
+            return json.load(fh)
+    if len(pending) < len(shards):
+        log(f"resuming in {out_dir}: {len(shards) - len(pending)} of {len(shards)} shards already written")
+    return _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor_factory, stream)
 
 
 def _run_generation(cfg, out_dir, restart, stream, llm_factory):
-    from .generation_job import check_config, run_generation_job
-    from .generation_llm import open_job_llm
+    """generate/score: the demo LLM when `model: null`, the LLM (Engine or pool), the job, its report."""
+    import dataclasses
+
+    from .generation_job import check_config
+    from .generation_rows import INPUT_EXTS
     check_config(cfg)
-    llm = (llm_factory or open_job_llm)(cfg)
+    log, extra = _logger(cfg, stream), None
+    if cfg.model is None:
+        from .demo_llm_cache import accuracy_of_outputs, ensure_demo_llm
+        art = ensure_demo_llm(cfg.demo_llm, log=log)
+        cfg = dataclasses.replace(cfg, model=art.model, job=dataclasses.replace(cfg.job, input=cfg.job.input or art.data_dir))
+        extra = lambda out, paths: {"task_accuracy": accuracy_of_outputs(paths, out)}   # noqa: E731
+    discover_inputs(cfg.job.input, INPUT_EXTS)     # a missing input is rejected before --out exists
+    if llm_factory is None and not os.path.exists(cfg.model):
+        raise InvalidArgument(f"model: {cfg.model}: no such file")
+    out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
+    existed = os.path.isdir(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
     try:
-        model_sig = getattr(llm, "signature", None)
-        return run_generation_job(cfg, llm, out_dir=out_dir, restart=restart, stream=stream,
-                                  model_signature=model_sig() if callable(model_sig) else model_sig)
+        with hold_output_dir(out_dir):           # one run per output dir, generation jobs too
+            return _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log)
+    except ColibriError:
+        if not existed and not [f for f in os.listdir(out_dir) if f != LOCK_NAME]:   # rejected before anything
+            shutil.rmtree(out_dir, ignore_errors=True)                                # was written: leave no dir
+        raise
+
+
+def _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log):
+    from .executors import uses_pool
+    from .generation_job import run_generation_job
+    from .generation_llm import open_job_llm
+    clean_temp_files(out_dir)                      # a killed run's leftovers, before this run's offload dir
+    offload_dir, made_offload = _offload_dir(cfg, out_dir)
+    log(_executor_line(cfg, offload_dir))
+    t0 = time.perf_counter()
+    try:
+        llm = llm_factory(cfg) if llm_factory else open_job_llm(cfg, offload_dir)
+        try:
+            model_sig = getattr(llm, "signature", None)
+            return run_generation_job(cfg, llm, out_dir=out_dir, restart=restart, stream=stream,
+                                      model_signature=model_sig() if callable(model_sig) else model_sig,
+                                      extra=extra, startup_s=time.perf_counter() - t0,
+                                      executor="pool" if uses_pool(cfg) else "engine", offload_dir=offload_dir)
+        finally:
+            if hasattr(llm, "close"):
+                llm.close()
     finally:
-        if hasattr(llm, "close"):
-            llm.close()
+        if made_offload:
+            shutil.rmtree(offload_dir, ignore_errors=True)
 
 
 def resolve_sources(cfg, log):

@@ -71,10 +71,14 @@ def plan_shards(paths, count_rows, shard_rows=None):
     return shards
 
 
-def clean_temp_files(out_dir):
-    """Remove temp files a killed run left behind (they were never renamed, so never counted)."""
+def clean_temp_files(out_dir, keep=()):
+    """Remove temp files a killed run left behind (they were never renamed, so never counted);
+    `keep`: paths in use by this run (its own offload dir)."""
+    keep = {os.path.abspath(k) for k in keep if k}
     for name in os.listdir(out_dir):
         path = os.path.join(out_dir, name)
+        if os.path.abspath(path) in keep:
+            continue
         if name.startswith(".") and ".tmp-" in name and os.path.isfile(path):
             os.unlink(path)
         elif name.startswith(".offload-") and os.path.isdir(path):

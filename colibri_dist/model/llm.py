@@ -124,24 +124,26 @@ class LLM:
             self._chat_template = ChatTemplate.from_config(self.tokenizer_config, self._template_text, source=self.path)
         return self._chat_template
 
-    def generate(self, prompts, sampling_params=None, on_token=None, request_ids=None):
-        """prompts: str | token ids | list of those -> list[Completion] in prompt order."""
+    def generate(self, prompts, sampling_params=None, on_token=None, request_ids=None, on_step=None):
+        """prompts: str | token ids | list of those -> list[Completion] in prompt order.
+        on_step(StepStats) after every model step (the job reports use it)."""
         from ..generate.api import generate
         self._check_open()
-        return generate(self, self.tokenizer, prompts, sampling_params, self.scheduler_config, on_token, request_ids)
+        return generate(self, self.tokenizer, prompts, sampling_params, self.scheduler_config, on_token, request_ids,
+                        on_step)
 
-    def chat(self, conversations, sampling_params=None, on_token=None, request_ids=None):
+    def chat(self, conversations, sampling_params=None, on_token=None, request_ids=None, on_step=None):
         """Conversations of {"role", "content"} rendered with the container's chat template."""
         from ..generate.api import chat
         self._check_open()
         return chat(self, self.tokenizer, self.chat_template, conversations, sampling_params,
-                    self.scheduler_config, on_token, request_ids)
+                    self.scheduler_config, on_token, request_ids, on_step)
 
-    def score(self, prompts, request_ids=None):
+    def score(self, prompts, request_ids=None, on_step=None):
         """-> list[Score]: log-probability of each prompt token after the first."""
         from ..generate.api import score
         self._check_open()
-        return score(self, self.tokenizer, prompts, self.scheduler_config, request_ids)
+        return score(self, self.tokenizer, prompts, self.scheduler_config, request_ids, on_step)
 
     # -- lifecycle ---------------------------------------------------------------
     def stats(self):

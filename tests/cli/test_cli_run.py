@@ -1,6 +1,6 @@
 """`colibri run` as a user runs it: exit codes, --help everywhere, the demo on a Ray pool, kill and resume.
 
-One Ray session in this module (the end-to-end pool run, in a subprocess);
+One Ray session in this module (the default `colibri run`: the demo LLM on a pool, in a subprocess);
 everything else runs in-process or with `pool.workers: 0` (Engine, no Ray).
 """
 import json
@@ -132,29 +132,65 @@ def test_bench_dispatches_and_reports_unknown_names(capsys):
 
 
 @pytest.mark.ray
-def test_demo_job_on_ray_pool_end_to_end(env, tmp_path):
-    root, write = env
-    cfg_path = write("pool.yaml", workers=2, cache_bytes="40KiB", html="true")
-    ensure_demo(load_config(cfg_path).demo, log=lambda _: None)
-    out = tmp_path / "pool-out"
-    proc = colibri("run", cfg_path, "--out", str(out))
+def test_default_run_is_the_demo_llm_on_a_ray_pool_and_workers_0_writes_the_same_bytes(tmp_path):
+    """`colibri run` with no config, as on a fresh machine: the demo LLM is built into the cache, a pool
+    of 2 workers with a cache smaller than the experts runs it, the report shows the task accuracy."""
+    env = {"COLIBRI_CACHE_DIR": str(tmp_path / "cache")}
+    proc = colibri_in(tmp_path, env, "run", "--progress", "log")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "colibri run: summary" in proc.stderr and "cache hit rate" in proc.stderr
+    assert "building the demo MoE LLM" in proc.stderr and "starting a pool of 2 workers" in proc.stderr
+    assert "colibri run: generate summary" in proc.stderr and "task accuracy (demo)" in proc.stderr
+    assert "spilling to SSD disabled" not in proc.stderr
+    out = tmp_path / "colibri-out"
     rep = json.loads((out / "report.json").read_text())
-    assert rep["complete"] and rep["job"]["executor"] == "pool"
-    assert rep["tokens"] == 3 * 16 * 12 and rep["rows"] == 48
-    assert len(rep["workers"]) == 2 and all(w["tokens"] > 0 for w in rep["workers"])
-    assert rep["cache"]["misses"] > 0 and rep["cache"]["evictions"] > 0       # offload tier in use
-    c = rep["cache"]
-    assert c["hit_rate"] == (c["hits"] / (c["hits"] + c["misses"]))
-    assert rep["load_imbalance"] >= 1.0 and rep["faults"]["retries"] == 0
-    assert (out / "report.html").read_text().count("data:image/png;base64,") == 3
+    assert rep["complete"] and rep["job"]["executor"] == "pool" and rep["rows"] == 128 and rep["errors"] == 0
+    acc = rep["task_accuracy"]
+    assert acc["rows"] == 128 and acc["accuracy"] == 1.0
+    assert acc["by_task"] == {"numbers": 1.0, "letters": 1.0, "week": 1.0, "months": 1.0}
+    run = rep["this_run"]
+    assert run["throughput"]["decode_tokens_per_s"] > 0 and run["throughput"]["decode_tokens"] > 0
+    assert len(run["workers"]) == 2 and all(w["tokens"] > 0 for w in run["workers"])
+    assert run["cache"]["misses"] > 0 and run["cache"]["evictions"] > 0       # the offload tier in use
+    html = (out / "report.html").read_text()
+    assert "task accuracy (demo)" in html and "decode throughput" in html
     assert not [n for n in os.listdir(out) if n.startswith(".offload-")]      # temp offload dir removed
-    # placement decides speed, never results: same bytes as the in-process Engine
+    proc = colibri_in(tmp_path, env, "run", "--workers", "0", "--out", "in-process")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "building the demo" not in proc.stderr                              # made once, cached
+    assert json.loads((tmp_path / "in-process" / "report.json").read_text())["job"]["executor"] == "engine"
+    assert jsonl_outputs(out) == jsonl_outputs(tmp_path / "in-process")      # placement never changes bits
+    texts = [json.loads(line)["generated_text"] for blob in jsonl_outputs(out).values()
+             for line in blob.decode().splitlines()]
+    assert len(texts) == 128 and all(texts)
+
+
+def test_packaged_configs_run_by_name(capsys):
+    from colibri_dist.cli.run import DEMO_CONFIG, resolve_config
+    assert resolve_config(None) == DEMO_CONFIG
+    assert load_config(resolve_config(None)).job.kind == "generate"
+    classify = resolve_config("demo-classify")
+    assert os.path.isfile(classify) and load_config(classify).job.kind == "token-classification"
+    assert resolve_config("no-such-config") == "no-such-config"            # then load_config names it
+    assert main(["run", "no-such-config"]) == 2
+    assert "no-such-config: cannot read config" in capsys.readouterr().err
+
+
+def colibri_in(cwd, env, *args, timeout=300):
+    full = dict(os.environ, PYTHONUNBUFFERED="1", **env)
+    return subprocess.run([sys.executable, "-m", "colibri_dist", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full, cwd=str(cwd))
+
+
+def test_token_classification_demo_in_process_matches_across_batches(env, tmp_path):
+    root, write = env
     cfg = load_config(write("engine.yaml"))
     cfg.report.progress, cfg.report.summary = "none", False
-    run_job(cfg, out_dir=str(tmp_path / "engine-out"))
-    assert jsonl_outputs(out) == jsonl_outputs(tmp_path / "engine-out")
+    rep = run_job(cfg, out_dir=str(tmp_path / "a"))
+    assert rep["complete"] and rep["job"]["executor"] == "engine" and rep["tokens"] == 3 * 16 * 12
+    cfg = load_config(write("engine-small.yaml", batch=5, cache_bytes="40KiB"))
+    cfg.report.progress, cfg.report.summary = "none", False
+    run_job(cfg, out_dir=str(tmp_path / "b"))
+    assert jsonl_outputs(tmp_path / "a") == jsonl_outputs(tmp_path / "b")
 
 # ------------------------------------------------------------------ kill -9 mid-run, then resume
 

@@ -179,8 +179,10 @@ def test_run_job_dispatches_generation_kinds(tmp_path):
     os.makedirs(tmp_path / "data")
     _write(tmp_path / "data" / "in.jsonl", GOOD[:1])
     cfg = _cfg(tmp_path)
-    with pytest.raises(InvalidArgument, match="needs `model:`"):
+    cfg.model = str(tmp_path / "nosuch.colibri")
+    with pytest.raises(InvalidArgument, match="nosuch.colibri: no such file"):
         run_job(cfg, out_dir=str(tmp_path / "out"))                # the default factory builds cd.LLM(model)
+    assert not os.path.exists(tmp_path / "out")                    # rejected: --out not created
     made = []
     rep = run_job(cfg, out_dir=str(tmp_path / "out"), llm_factory=lambda c: made.append(FakeLLM()) or made[-1])
     assert rep["rows"] == 1 and rep["complete"] and _rows(tmp_path / "out")[0]["id"] == "a"
@@ -203,8 +205,9 @@ def test_progress_log_lines(tmp_path):
     p.write_text("job:\n  kind: generate\n  input: data\n  shard_rows: 2\nreport: {progress: log}\n")
     stream = io.StringIO()
     run_generation_job(load_config(str(p)), FakeLLM(), out_dir=str(tmp_path / "out"), stream=stream)
-    lines = stream.getvalue().splitlines()
+    lines = [line for line in stream.getvalue().splitlines() if " requests, " in line]
     assert lines[-1].endswith("ETA 0s") and "5/5 requests" in lines[-1] and "tokens generated" in lines[-1]
+    assert "colibri run: generate summary" in stream.getvalue()        # then the summary table
 
 
 def test_report_latency_throughput_timeline(tmp_path):

@@ -112,15 +112,18 @@ def test_parse_section_validates_dicts_like_files():
         C.parse_section(C.PoolConfig, {"policy": "mru"})
 
 
-def test_packaged_demo_config_is_valid_and_matches_repo_copy():
+def test_packaged_demo_configs_are_valid_and_match_repo_copies():
     import colibri_dist
-    packaged = os.path.join(os.path.dirname(colibri_dist.__file__), "configs", "demo.yaml")
-    cfg = C.load_config(packaged)
-    assert cfg.model is None and cfg.job.input is None and cfg.pool.workers == 2
-    assert cfg.pool.cache_bytes is not None
-    repo_copy = os.path.join(os.path.dirname(os.path.dirname(colibri_dist.__file__)), "configs", "demo.yaml")
-    if os.path.exists(repo_copy):
-        assert open(repo_copy).read() == open(packaged).read()
+    packaged = os.path.join(os.path.dirname(colibri_dist.__file__), "configs")
+    repo = os.path.join(os.path.dirname(os.path.dirname(colibri_dist.__file__)), "configs")
+    cfg = C.load_config(os.path.join(packaged, "demo.yaml"))
+    assert cfg.job.kind == "generate" and cfg.model is None and cfg.job.input is None
+    assert cfg.pool.workers == 2 and cfg.pool.cache_bytes is not None
+    classify = C.load_config(os.path.join(packaged, "demo-classify.yaml"))
+    assert classify.job.kind == "token-classification" and classify.model is None and classify.pool.workers == 2
+    for name in ("demo.yaml", "demo-classify.yaml"):
+        if os.path.exists(os.path.join(repo, name)):
+            assert open(os.path.join(repo, name)).read() == open(os.path.join(packaged, name)).read()
 
 
 def test_every_key_is_documented_in_config_md():

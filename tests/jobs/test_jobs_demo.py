@@ -162,3 +162,66 @@ def test_text_input_uses_the_demo_models_own_tokenizer(demo_env, tmp_path):
     text_cfg.job.input_format = "text"          # the demo rows carry both; read only the text
     run_job(text_cfg, out_dir=str(tmp_path / "text"))
     assert output_rows(tmp_path / "text") == output_rows(tmp_path / "ids")
+
+# ------------------------------------------------------------------ the demo LLM (`colibri run` default)
+
+LLM_DEMO = """\
+job: {{kind: generate, batch_tokens: {batch}, max_num_seqs: {seqs}}}
+demo_llm: {{cache_dir: {cache}, layers: 2, experts: 8, prompts: 24, shards: 3, max_tokens: 6}}
+pool: {{workers: 0, cache_bytes: {cache_bytes}}}
+report: {{progress: none, summary: false}}
+"""
+
+
+def _llm_demo_config(root, name, batch=256, seqs=32, cache_bytes="null"):
+    path = root / name
+    path.write_text(LLM_DEMO.format(batch=batch, seqs=seqs, cache=root / "cache", cache_bytes=cache_bytes))
+    return load_config(str(path))
+
+
+def test_demo_llm_is_cached_deterministic_and_converted_int8(tmp_path):
+    from colibri_dist.format.reader import open_model
+    from colibri_dist.jobs.demo_llm_cache import ensure_demo_llm
+    cfg = _llm_demo_config(tmp_path, "a.yaml")
+    art = ensure_demo_llm(cfg.demo_llm, log=lambda _: None)
+    assert ensure_demo_llm(cfg.demo_llm, log=lambda _: pytest.fail("rebuilt a cached demo")) == art
+    (tmp_path / "x").mkdir()
+    other = _llm_demo_config(tmp_path / "x", "b.yaml")
+    fresh = ensure_demo_llm(other.demo_llm, log=lambda _: None)
+    assert fresh.root != art.root
+    for rel in ("hf/model.safetensors", "hf/tokenizer.json", "prompts/shard-00000.jsonl"):
+        assert (open(os.path.join(art.root, rel), "rb").read() == open(os.path.join(fresh.root, rel), "rb").read()), rel
+    with open_model(art.model) as m:
+        assert m.config.scheme == "int8" and m.config.n_experts == 8 and len(m.moe_layers) == 2
+    rows = [r for n in sorted(os.listdir(art.data_dir)) for r in read_jsonl(os.path.join(art.data_dir, n))]
+    assert len(rows) == 24 and {r["task"] for r in rows} == {"numbers", "letters", "week", "months"}
+
+
+def test_demo_llm_job_reports_task_accuracy_and_is_invariant(tmp_path):
+    rep = run_job(_llm_demo_config(tmp_path, "a.yaml"), out_dir=str(tmp_path / "a"))
+    assert rep["rows"] == 24 and rep["errors"] == 0 and rep["complete"]
+    acc = rep["task_accuracy"]
+    assert acc["accuracy"] == 1.0 and acc["rows"] == 24 and set(acc["by_task"].values()) == {1.0}
+    assert rep["this_run"]["throughput"]["decode_tokens"] > 0        # LLM.generate passes on_step through
+    assert rep["this_run"]["cache"]["hits"] + rep["this_run"]["cache"]["misses"] > 0
+    html = (tmp_path / "a" / "report.html").read_text()
+    assert "task accuracy (demo)" in html and "100.0% over 24 prompts" in html
+    for title in ("Tokens/s over time", "Time to first token", "Request latency", "Sequences in flight",
+                  "KV blocks used", "Expert heat", "Cache hit rate", "Per-worker load"):
+        assert f"<h2>{title}</h2><img" in html, title
+    assert html.count("data:image/png;base64,") == 8
+    run = rep["this_run"]
+    heat = run["expert_heat"]
+    fed = run["throughput"]["prefill_tokens"] + run["throughput"]["decode_tokens"]
+    assert sorted(heat) == ["0", "1"] and all(sum(h) == 2 * fed for h in heat.values())    # top-2, every token
+    assert run["kv_cache"]["blocks"] > 0 and 0 < run["kv_cache"]["peak_used_blocks"] <= run["kv_cache"]["blocks"]
+    assert run["workers"][0]["tokens"] > 0 and run["samples"]
+    small = run_job(_llm_demo_config(tmp_path, "b.yaml", batch=3, seqs=2, cache_bytes="40KiB"),
+                    out_dir=str(tmp_path / "b"))
+    assert small["this_run"]["cache"]["evictions"] > 0               # the offload path ran
+    names = sorted(n for n in os.listdir(tmp_path / "a") if n.endswith(".jsonl"))
+    assert len(names) == 3
+    for n in names:
+        assert (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes()
+    again = run_job(_llm_demo_config(tmp_path, "a.yaml"), out_dir=str(tmp_path / "a"))    # resume: all done
+    assert again["shards"]["written_this_run"] == 0 and again["task_accuracy"] == acc

@@ -40,6 +40,7 @@ class ClusterSection:
 
 @dataclass
 class StressSection:
+    workload: str = C._enum("moe", "generation", default="moe")   # MoE-layer batches | whole-model requests
     duration_s: float = 60.0
     max_batches: Optional[int] = None
     streams: int = 3
@@ -57,6 +58,8 @@ class StressSection:
     worker_max_restarts: int = -1   # Ray actor restarts per worker (-1 = unlimited: kills keep coming)
     hot_add: Optional[EventSpec] = None
     hot_remove: Optional[EventSpec] = None
+    requests_per_wave: int = 16     # generation: requests per llm.generate call (continuous batching)
+    max_tokens: int = 12            # generation: tokens per request at most
     faults: FaultsSection = field(default_factory=FaultsSection)
     cluster: ClusterSection = field(default_factory=ClusterSection)
 
@@ -67,13 +70,15 @@ class StressConfig:
     pool: C.PoolConfig = field(default_factory=C.PoolConfig)
     routing: C.RoutingConfig = field(default_factory=C.RoutingConfig)
     demo: C.DemoConfig = field(default_factory=C.DemoConfig)
+    demo_llm: C.DemoLLMConfig = field(default_factory=C.DemoLLMConfig)
     stress: StressSection = field(default_factory=StressSection)
     source: Optional[str] = field(default=None, metadata={"internal": True})
 
 
-def default_config_path():
-    """configs/offload-stress.yaml shipped inside the package."""
-    return os.path.join(os.path.dirname(__file__), "..", "..", "configs", "offload-stress.yaml")
+def default_config_path(workload="moe"):
+    """configs/offload-stress.yaml (or generation-stress.yaml) shipped inside the package."""
+    name = "generation-stress.yaml" if workload == "generation" else "offload-stress.yaml"
+    return os.path.join(os.path.dirname(__file__), "..", "..", "configs", name)
 
 
 def load_stress_config(path=None, text=None):
@@ -88,13 +93,15 @@ def load_stress_config(path=None, text=None):
     base = os.path.dirname(os.path.abspath(source))
     C._resolve_common(cfg, base)
     C._resolve_paths(cfg.demo, base, ["cache_dir"])
+    C._resolve_paths(cfg.demo_llm, base, ["cache_dir"])
     cfg.source = source
     return cfg
 
 
 def _validate_stress(cfg, at):
     s = cfg.stress
-    C._check_positive(s, ["streams", "batch_tokens", "shift_every", "max_batches"], at, "stress")
+    C._check_positive(s, ["streams", "batch_tokens", "shift_every", "max_batches", "requests_per_wave",
+                          "max_tokens"], at, "stress")
     C._check_positive(s.cluster, ["nodes", "cpus_per_node"], at, "stress.cluster")
     for name in ("duration_s", "rss_period_s"):
         if getattr(s, name) <= 0:

@@ -1,0 +1,39 @@
+"""Batches of row dicts through one LLM, with the columns of the generate/score jobs (the Ray Data path).
+
+Role in the data flow: colibri_dist.ray_data wires `open_runner` into the Ray Data actors of
+pool/ray_data.py; each actor opens one BatchRunner (one cd.LLM, in-process Engine) and hands it the
+rows of every batch: `runner.run(rows) -> output dicts`. Input and output columns are exactly those of
+the jobs (generation_rows / generation_job): `prompt` | `messages` | `prompt_token_ids`, optional `id`
+and `sampling_params`; out `generated_text`, `generated_tokens`, `num_input_tokens`,
+`num_generated_tokens`, `finish_reason` (+ `logprobs`), or `prompt_logprobs`, `total_logprob`,
+`num_tokens` for score, or `error` for a bad row.
+"""
+from types import SimpleNamespace
+
+from ..config import JobSection, parse_section
+from .generation_job import KINDS
+
+
+class BatchRunner:
+    def __init__(self, model, kind="generate", sampling_params=None, seed=0, threads=None, engine_kwargs=None):
+        from ..model import LLM
+        job = parse_section(JobSection, {"kind": kind, "sampling_params": dict(sampling_params or {}),
+                                         "seed": seed}, source="ray_data config")
+        self.llm = LLM(model, threads=threads, seed=seed, **dict(engine_kwargs or {}))
+        try:
+            self.kind = KINDS[kind](SimpleNamespace(job=job), self.llm)
+        except BaseException:
+            self.llm.close()
+            raise
+
+    def run(self, rows):
+        return self.kind.run_objects(rows)
+
+    def close(self):
+        self.llm.close()
+
+
+def open_runner(config, threads=None):
+    """The factory the Ray Data actors call (a module-level function: pickled by reference)."""
+    return BatchRunner(config.model_source, kind=config.kind, sampling_params=config.sampling_params,
+                       seed=config.seed, threads=threads or config.threads, engine_kwargs=config.engine_kwargs)
