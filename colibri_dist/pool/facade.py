@@ -5,15 +5,14 @@ same bits as `Engine(path).moe_forward(layer, x)`. With `name=...` the actors
 are named and detached (a long-lived service in namespace "colibri") and other
 processes join it with `Pool.attach(name)`.
 """
-import os
-
 import numpy as np
 import ray
 from ray.exceptions import RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..errors import ColibriError, InvalidArgument, PoolError
-from .ray_setup import NAMESPACE, connect, numa_slots
+from .config import config_from_kwargs
+from .ray_setup import NAMESPACE, connect, resolve_placement
 from .router import _INLINE_BYTES, RouterActor
 
 
@@ -32,39 +31,28 @@ def _unwrap(ref):
 
 
 class Pool:
-    def __init__(self, path, workers=2, ray_address=None, cache_bytes=None, offload_dir=None, replicas=0,
-                 balancer="token-bucket", threads_per_worker=None, policy="lru", numa=None, name=None,
-                 routing_policy="exact", namespace=NAMESPACE, micro_batch=1024, worker_resources=None,
-                 max_restarts=3, worker_delay_s=0.0, compression=None):
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise InvalidArgument(f"pool.workers must be an integer >= 1, got {workers!r}")
-        self._check_options(balancer, replicas, routing_policy, micro_batch, workers)
+    def __init__(self, path, config=None, ray_address=None, **options):
+        """Pool(path, PoolConfig(...)) or Pool(path, workers=2, ...) with PoolConfig's fields as keywords
+        (worker_delay_s= / source_delay_s= still accepted: they land in config.hooks)."""
+        cfg = config_from_kwargs(config, **options)  # InvalidArgument naming the option, before any actor
         self._check_model(path)
-        self.name, self.namespace, self.path = name, namespace, str(path)
+        self.path = str(path)
         self._started_ray = connect(ray_address)
         self._owner = True
-        if threads_per_worker is None:
-            threads_per_worker = max(1, (os.cpu_count() or 1) // workers)
-        numa_nodes = None
-        if worker_resources == "auto":  # numa slots when the cluster registered enough of them
-            worker_resources = "numa" if numa_slots(workers, required=False) else None
-        if worker_resources == "numa":
-            slots = numa_slots(workers)
-            worker_resources = [s[0] for s in slots] if slots else None
-            numa_nodes = [s[1] for s in slots] if slots else None
-        opts = dict(workers=workers, cache_bytes=cache_bytes, offload_dir=offload_dir, replicas=replicas,
-                    balancer=balancer, threads_per_worker=threads_per_worker, policy=policy,
-                    numa=numa if numa is not None else {"enabled": True}, name=name, namespace=namespace,
-                    routing_policy=routing_policy, micro_batch=micro_batch, worker_resources=worker_resources,
-                    worker_numa_nodes=numa_nodes, max_restarts=max_restarts, worker_delay_s=worker_delay_s,
-                    compression=None if compression in (None, "none") else compression)
+        try:
+            cfg = resolve_placement(cfg)
+        except Exception:
+            if self._started_ray:
+                ray.shutdown()
+            raise
+        self.config, self.name, self.namespace = cfg, cfg.name, cfg.namespace
         options = dict(num_cpus=0, max_restarts=0, max_concurrency=1, scheduling_strategy=
                        NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True))
-        if name:
-            if self._exists(name, namespace):
-                raise PoolError(f"a pool named {name!r} is already running in Ray namespace {namespace!r}")
-            options.update(name=_router_name(name), lifetime="detached", namespace=namespace)
-        self._router = RouterActor.options(**options).remote(self.path, opts)
+        if cfg.name:
+            if self._exists(cfg.name, cfg.namespace):
+                raise PoolError(f"a pool named {cfg.name!r} is already running in Ray namespace {cfg.namespace!r}")
+            options.update(name=_router_name(cfg.name), lifetime="detached", namespace=cfg.namespace)
+        self._router = RouterActor.options(**options).remote(self.path, cfg)
         try:
             self._ready = _unwrap(self._router.ready.remote())
         except Exception:
@@ -72,18 +60,6 @@ class Pool:
             if self._started_ray:
                 ray.shutdown()
             raise
-
-    @staticmethod
-    def _check_options(balancer, replicas, routing_policy, micro_batch, workers):
-        """Reject bad options here, with the option named, before any actor starts."""
-        from ..routing.balancer import make_balancer
-        make_balancer(balancer, workers)
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            raise InvalidArgument(f"pool.replicas must be an integer >= 0, got {replicas!r}")
-        if routing_policy not in ("exact", "balanced"):
-            raise InvalidArgument(f"routing.policy must be 'exact' or 'balanced', got {routing_policy!r}")
-        if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
-            raise InvalidArgument(f"micro_batch must be an integer >= 1, got {micro_batch!r}")
 
     @staticmethod
     def _check_model(path):

@@ -71,3 +71,19 @@ def numa_slots(workers, required=True):
         raise InvalidArgument(f"pool.workers={workers} but the cluster offers only {len(slots)} NUMA slots "
                               f"({', '.join(f'{k}={int(totals[k])}' for k in keys)})")
     return [({k: 1}, int(_NUMA_KEY.fullmatch(k).group(1))) for k in slots[:workers]]
+
+
+def resolve_placement(cfg):
+    """PoolConfig with threads_per_worker and worker_resources made concrete for this cluster."""
+    changes = {}
+    if cfg.threads_per_worker is None:
+        changes["threads_per_worker"] = max(1, (os.cpu_count() or 1) // cfg.workers)
+    wr = cfg.worker_resources
+    if wr == "auto":  # numa slots when the cluster registered enough of them
+        wr = "numa" if numa_slots(cfg.workers, required=False) else None
+        changes["worker_resources"] = wr
+    if wr == "numa":
+        slots = numa_slots(cfg.workers)
+        changes["worker_resources"] = [s[0] for s in slots] if slots else None
+        changes["worker_numa_nodes"] = tuple(s[1] for s in slots) if slots else None
+    return cfg.replace(**changes) if changes else cfg

@@ -33,24 +33,23 @@ _DEAD = (RayActorError, ActorUnavailableError)
 
 
 class Router:
-    def __init__(self, path, opts):
+    def __init__(self, path, cfg):
         from ..engine import Engine
         from .. import native
         self.native = native
-        self.path, self.opts = str(path), dict(opts)
-        self.n = int(self.opts["workers"])
+        self.path, self.cfg = str(path), cfg
+        self.n = cfg.workers
         self.engine = Engine(path, threads=1)
         self.workers = [self._spawn(i) for i in range(self.n)]
         self.info = ray.get([w.ping.remote() for w in self.workers])
-        self.balancer = make_balancer(self.opts.get("balancer"), self.n)
+        self.balancer = make_balancer(cfg.balancer, self.n)
         self.layers = ea.moe_layers(self.engine)
-        self.placement = plan(self._experts(), self.n, replicas=int(self.opts.get("replicas") or 0))
+        self.replicas = cfg.replicas
+        self.placement = plan(self._experts(), self.n, replicas=self.replicas)
         self.meter = LoadMeter()
-        rp = self.opts.get("routing_policy") or "exact"
-        if rp not in ("exact", "balanced"):
-            raise InvalidArgument(f"routing.policy: expected exact or balanced, got {rp!r}")
-        bal = self.opts.get("balancer") if isinstance(self.opts.get("balancer"), dict) else {}
-        self.policy = BalancedRouting(bal.get("window", 64), bal.get("threshold", 1.8)) if rp == "balanced" else None
+        bal = cfg.balancer_spec
+        self.policy = (BalancedRouting(bal.get("window", 64), bal.get("threshold", 1.8))
+                       if cfg.routing_policy == "balanced" else None)
         self.down = {}           # worker -> pending ping ref
         self.tokens = [0] * self.n
         self.last_rows = [0] * self.n  # rows per worker in the last layer batch
@@ -64,17 +63,12 @@ class Router:
 
     # ------------------------------------------------------------------ workers
     def _spawn(self, i):
-        o = self.opts
-        res = dict((o.get("worker_resources") or [None] * self.n)[i] or {})
-        numa_node = (o.get("worker_numa_nodes") or [None] * self.n)[i]
-        options = dict(num_cpus=0, max_restarts=int(o.get("max_restarts", 3)), max_task_retries=0,
-                       resources=res or None)
-        if o.get("name"):
-            options.update(name=f"{o['name']}:worker:{i}", lifetime="detached", namespace=o["namespace"])
-        return WorkerActor.options(**options).remote(
-            self.path, i, self.n, o.get("threads_per_worker"), o.get("cache_bytes"), o.get("offload_dir"),
-            o.get("policy", "lru"), o.get("numa"), numa_node, float(o.get("worker_delay_s", 0.0)),
-            o.get("compression"))
+        c = self.cfg
+        options = dict(num_cpus=0, max_restarts=c.max_restarts, max_task_retries=0,
+                       resources=c.worker_resources_of(i) or None)
+        if c.name:
+            options.update(name=f"{c.name}:worker:{i}", lifetime="detached", namespace=c.namespace)
+        return WorkerActor.options(**options).remote(self.path, i, c)
 
     def _mark_down(self, i):
         self.balancer.mark_dead(i)
@@ -83,16 +77,16 @@ class Router:
     def _refresh_down(self):
         """Bring back workers whose ping answered (Ray restarted them; a restarted worker opens the
         model afresh, so it already sees every persisted hot-add). When every worker is down at
-        once, wait for Ray to restart one (up to opts["restart_timeout_s"]) instead of planning a
+        once, wait for Ray to restart one (up to cfg.restart_timeout_s) instead of planning a
         batch with nobody to run it."""
-        patience = float(self.opts.get("restart_timeout_s", 120.0))
+        patience = self.cfg.restart_timeout_s
         deadline = time.monotonic() + patience
         self._poll_down(timeout=0)
         while self.down and len(self.down) >= self.n:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PoolError(f"all {self.n} workers are down and none came back within {patience} s "
-                                f"(Ray max_restarts {self.opts.get('max_restarts', 3)} may be used up)")
+                                f"(Ray max_restarts {self.cfg.max_restarts} may be used up)")
             self._poll_down(timeout=min(left, 1.0))
             if len(self.down) >= self.n:
                 time.sleep(0.1)  # a permanently dead actor answers at once: do not spin
@@ -166,7 +160,7 @@ class Router:
         w_all = np.zeros((n, k), np.float32)
         slot_out = np.zeros((n, k, h), np.float32)
         shared = np.zeros((n, h), np.float32) if self._has_shared(layer) else None
-        step = max(1, int(self.opts.get("micro_batch") or 1024))
+        step = self.cfg.micro_batch
         pending = {}
         t0 = time.perf_counter()
         for a in range(0, n, step):
@@ -273,9 +267,8 @@ class Router:
         if replicas is not None:
             if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
                 raise InvalidArgument(f"replicas must be an integer >= 0, got {replicas!r}")
-            self.opts["replicas"] = replicas
-        self.placement = plan(self._experts(), self.n, loads=self.meter.loads(),
-                              replicas=int(self.opts.get("replicas") or 0))
+            self.replicas = replicas
+        self.placement = plan(self._experts(), self.n, loads=self.meter.loads(), replicas=self.replicas)
         self.meter.age()
         self.rebalances += 1
         return self.placement.to_dict()
@@ -304,7 +297,7 @@ class Router:
         return {"workers": per, "retries": self.retries, "batches": self.batches,
                 "tokens": sum(self.tokens), "version": ea.table_version(self.engine), "rebalances": self.rebalances, "off_home": self.off_home, "timing": dict(self.timing),
                 "placement": self.placement.to_dict(),
-                "balancer": self.balancer.state(), "routing_policy": self.opts.get("routing_policy") or "exact",
+                "balancer": self.balancer.state(), "routing_policy": self.cfg.routing_policy, "config": self.cfg,
                 "experts": {str(l): len(ids) for l, ids in self._experts().items()}}
 
     def worker_pids(self):

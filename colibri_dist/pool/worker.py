@@ -44,22 +44,25 @@ def _numa_pin(index, n_workers, numa, node_hint=None):
 class ExpertWorker:
     """Plain class; pool/actors.py wraps it as a Ray actor."""
 
-    def __init__(self, path, index, n_workers=1, threads=None, cache_bytes=None, offload_dir=None,
-                 policy="lru", numa=None, numa_node=None, delay_s=0.0, compression=None):
+    def __init__(self, path, index, cfg):
+        """cfg: the pool's PoolConfig (pool/config.py), the same object the Router got."""
         from ..engine import Engine
         self.index, self.path = int(index), str(path)
-        self.numa_report, cpus = _numa_pin(self.index, n_workers, numa, numa_node)
+        threads = cfg.threads_per_worker
+        self.numa_report, cpus = _numa_pin(self.index, cfg.workers, cfg.numa, cfg.worker_numa_node_of(self.index))
         if cpus is not None and threads:
             cpus = cpus[:int(threads)] if len(cpus) >= int(threads) else None
+        offload_dir = cfg.offload_dir
         if offload_dir:
             offload_dir = os.path.join(offload_dir, f"worker-{self.index}")
             os.makedirs(offload_dir, exist_ok=True)
-        self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
-                             policy=policy, cpus=cpus, compression=compression)
+        self.engine = Engine(path, threads=threads, cache_bytes=cfg.cache_bytes, offload_dir=offload_dir,
+                             policy=cfg.policy, cpus=cpus, compression=cfg.compression,
+                             source_delay_s=cfg.hooks.source_delay_s)
         self.cpus = cpus
         self.requests = 0
         self.rows = 0
-        self.delay_s = float(delay_s)  # test hook: widens the window for killing a worker mid-batch
+        self.delay_s = cfg.hooks.worker_delay_s  # test hook: widens the window for killing a worker mid-batch
         self.started = time.time()
 
     def ping(self):
