@@ -5,7 +5,7 @@ validates it once, and ships it whole to the Router, the ExpertWorkers and the
 sequence runners; none of them re-reads loose keyword arguments or `.get(default)`s.
 Test-only knobs live in one field, `hooks` (PoolHooks).
 
-    cfg = PoolConfig(workers=2, balancer={"kind": "token-bucket", "threshold": 1.8})
+    cfg = PoolConfig(workers=2, balancer={"kind": "token-bucket", "threshold": 1.3})
     cfg = PoolConfig.from_section(yaml_pool_section, routing_policy="exact")   # config.PoolConfig -> this
     cfg.replace(workers=4)                                                     # a validated copy
 """
@@ -108,7 +108,7 @@ class PoolConfig:
         spec.setdefault("kind", "token-bucket")
         if spec["kind"] == "token-bucket":
             spec.setdefault("window", 64)
-            spec.setdefault("threshold", 1.8)
+            spec.setdefault("threshold", 1.3)
         return spec
 
     def worker_resources_of(self, i):

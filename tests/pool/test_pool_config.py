@@ -11,6 +11,7 @@ def test_defaults_validate_and_pickle_whole():
     cfg = PoolConfig(workers=3, balancer={"kind": "token-bucket", "threshold": 1.5}, hooks={"worker_delay_s": 0.1})
     assert cfg.hooks == PoolHooks(worker_delay_s=0.1)
     assert cfg.balancer_spec == {"kind": "token-bucket", "threshold": 1.5, "window": 64}
+    assert PoolConfig().balancer_spec["threshold"] == 1.3
     assert pickle.loads(pickle.dumps(cfg)) == cfg
 
 
