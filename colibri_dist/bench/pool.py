@@ -58,12 +58,12 @@ def _time(fn, reps):
     return statistics.median(times)
 
 
-def throughput(path, batches, sizes, threads, workers, reps, replicas):
+def throughput(path, batches, sizes, threads, workers, reps, replicas, routing_at="caller"):
     from ..engine import Engine
     from ..pool import Pool
     rows = []
     with Engine(path, threads=threads) as eng, \
-            Pool(path, workers=workers, threads_per_worker=max(1, threads // workers)) as pool:
+            Pool(path, workers=workers, threads_per_worker=max(1, threads // workers), routing_at=routing_at) as pool:
         layer = eng.model.moe_layers[0]
         pool.moe_forward(layer, batches(2048))  # measure expert loads, then place homes + replicas
         pool.rebalance(replicas=replicas)

@@ -16,6 +16,7 @@ from typing import Optional
 from ..errors import InvalidArgument
 
 ROUTING_POLICIES = ("exact", "balanced")
+ROUTING_AT = ("caller", "router")
 STORE_POLICIES = ("lru", "lfu", "lfru")
 
 
@@ -57,7 +58,9 @@ class PoolConfig:
     replicas: int = 0
     balancer: object = "token-bucket"           # kind string or {kind, window, threshold}
     routing_policy: str = "exact"
+    routing_at: str = "caller"                  # "caller": each caller routes for itself; "router": the Router does
     micro_batch: int = 1024
+    coalesce_rows: int = 16                     # micro-batches of <= this many rows go to one worker
     numa: dict = field(default_factory=lambda: {"enabled": True})
     worker_resources: object = None             # None | "numa" | "auto" | [dict per worker]
     worker_numa_nodes: Optional[tuple] = None   # resolved from worker_resources by the facade
@@ -75,6 +78,7 @@ class PoolConfig:
         s("cache_bytes", _int("cache_bytes", self.cache_bytes, 0, allow_none=True))
         s("replicas", _int("replicas", self.replicas, 0))
         s("micro_batch", _int("micro_batch", self.micro_batch, 1))
+        s("coalesce_rows", _int("coalesce_rows", self.coalesce_rows, 0))
         s("max_restarts", _int("max_restarts", self.max_restarts, -1))
         s("restart_timeout_s", _float("restart_timeout_s", self.restart_timeout_s))
         if self.compression in ("none", ""):
@@ -85,6 +89,8 @@ class PoolConfig:
             raise InvalidArgument(f"pool.policy must be one of {', '.join(STORE_POLICIES)}, got {self.policy!r}")
         if self.routing_policy not in ROUTING_POLICIES:
             raise InvalidArgument(f"routing.policy must be 'exact' or 'balanced', got {self.routing_policy!r}")
+        if self.routing_at not in ROUTING_AT:
+            raise InvalidArgument(f"pool.routing_at must be 'caller' or 'router', got {self.routing_at!r}")
         make_balancer(self.balancer, self.workers)  # InvalidArgument naming the bad key
         if self.numa is None:
             s("numa", {"enabled": True})

@@ -1,10 +1,14 @@
 """Pool: the user-facing handle of a Router actor and its ExpertWorker actors.
 
 Role: `with Pool(path, workers=2) as pool: y = pool.moe_forward(layer, x)` gives the
-same bits as `Engine(path).moe_forward(layer, x)`. With `name=...` the actors
-are named and detached (a long-lived service in namespace "colibri") and other
-processes join it with `Pool.attach(name)`.
+same bits as `Engine(path).moe_forward(layer, x)`. With routing_at="caller" (default) this
+process routes, balances and combines itself (an ExpertClient over the Router's worker
+handles: one Ray hop per worker and micro-batch); with "router" it sends each layer batch
+to the Router actor, which does. With `name=...` the actors are named and detached (a
+long-lived service in namespace "colibri") and other processes join it with `Pool.attach(name)`.
 """
+import threading
+
 import numpy as np
 import ray
 from ray.exceptions import RayTaskError
@@ -13,7 +17,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..errors import ColibriError, InvalidArgument, PoolError
 from .config import config_from_kwargs
 from .ray_setup import NAMESPACE, connect, resolve_placement
-from .router import _INLINE_BYTES, RouterActor
+from .client import INLINE_BYTES, ExpertClient
+from .router import RouterActor
 
 
 def _router_name(name):
@@ -55,11 +60,25 @@ class Pool:
         self._router = RouterActor.options(**options).remote(self.path, cfg)
         try:
             self._ready = _unwrap(self._router.ready.remote())
+            self._client = self._make_client()
         except Exception:
             self._kill_router()
             if self._started_ray:
                 ray.shutdown()
             raise
+
+    def _make_client(self):
+        """Routing in this process (routing_at="caller"), or None (the Router routes)."""
+        self._turn = threading.Lock()
+        h = _unwrap(self._router.handles.remote())
+        self.config = h["config"]
+        if self.config.routing_at != "caller":
+            return None
+        from ..engine import Engine
+        engine = Engine(h["path"], threads=1)
+        client = ExpertClient(engine, h["workers"], h["config"], h["info"])
+        client.turn = self._turn
+        return client
 
     @staticmethod
     def _check_model(path):
@@ -86,32 +105,61 @@ class Pool:
         pool.name, pool.namespace, pool._router = name, namespace, router
         pool._owner, pool._started_ray, pool.path = False, started, None
         pool._ready = _unwrap(router.ready.remote())
+        pool._client = pool._make_client()
         return pool
 
     # ---------------------------------------------------------------- work
     def moe_forward(self, layer, x):
-        if isinstance(x, np.ndarray) and x.nbytes >= _INLINE_BYTES:
+        if self._client is not None:
+            with self._turn:
+                return self._client.moe_forward(int(layer), x)
+        if isinstance(x, np.ndarray) and x.nbytes >= INLINE_BYTES:
             x = [ray.put(x)]  # one copy into the object store; Router and workers all read it
         return _unwrap(self._router.moe_forward.remote(int(layer), x))
 
     def route(self, layer, x):
+        if self._client is not None:
+            with self._turn:
+                return self._client.route(int(layer), x)
         return _unwrap(self._router.route.remote(int(layer), x))
 
     def add_expert(self, layer, weights, router_row, bias=0.0):
-        return _unwrap(self._router.add_expert.remote(int(layer), weights, router_row, bias))
+        new_id = _unwrap(self._router.add_expert.remote(int(layer), weights, router_row, bias))
+        self._sync_table()
+        return new_id
 
     def remove_expert(self, layer, expert):
-        return _unwrap(self._router.remove_expert.remote(int(layer), int(expert)))
+        out = _unwrap(self._router.remove_expert.remote(int(layer), int(expert)))
+        self._sync_table()
+        return out
+
+    def _sync_table(self):
+        if self._client is not None:
+            with self._turn:
+                self._client.maybe_refresh()
 
     def list_experts(self):
         return _unwrap(self._router.list_experts.remote())
 
     def rebalance(self, replicas=None):
         """Recompute homes and replicas from recent loads (optionally with a new replica budget)."""
+        if self._client is not None:
+            with self._turn:
+                return self._client.rebalance(replicas)
         return _unwrap(self._router.rebalance.remote(replicas))
 
+    def counters(self):
+        """This handle's routing counters (None when the Router routes)."""
+        if self._client is None:
+            return None
+        with self._turn:
+            self._client._poll_down(timeout=0)  # take back restarted workers before reporting
+            return self._client.counters()
+
     def stats(self):
-        return _unwrap(self._router.stats.remote())
+        if self._client is None:
+            return _unwrap(self._router.stats.remote())
+        return _unwrap(self._router.stats.remote([self.counters()], "caller"))
 
     def worker_pids(self):
         return _unwrap(self._router.worker_pids.remote())
@@ -134,6 +182,9 @@ class Pool:
         if stop_service if stop_service is not None else self._owner and not self.name:
             self._kill_router()
         self._router = None
+        if getattr(self, "_client", None) is not None:
+            self._client.engine.close()
+            self._client = None
         if self._started_ray:
             ray.shutdown()
 

@@ -100,7 +100,9 @@ class ExpertWorker:
         return {"out": out, "shared": shared, "pid": os.getpid(), "busy_s": time.perf_counter() - started}
 
     def stats(self):
+        import ray
         return {"index": self.index, "pid": os.getpid(), "cpus": self.cpus, "version": self.table_version(),
+                "node": ray.get_runtime_context().get_node_id(),
                 "requests": self.requests, "rows": self.rows, "numa": self.numa_report,
                 "engine": self.engine.stats()}
 

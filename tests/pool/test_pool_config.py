@@ -20,6 +20,7 @@ def test_defaults_validate_and_pickle_whole():
     (dict(replicas=-1), "pool.replicas"), (dict(micro_batch=0), "micro_batch"),
     (dict(balancer="fast"), "balancer"), (dict(balancer={"kind": "home", "speed": 1}), "unknown key"),
     (dict(routing_policy="fastest"), "routing.policy"), (dict(policy="mru"), "pool.policy"),
+    (dict(routing_at="gcs"), "routing_at"),
     (dict(compression="lz4"), "compression"), (dict(worker_resources="gpu"), "worker_resources"),
     (dict(worker_resources=[{}], workers=2), "worker_resources"), (dict(hooks={"worker_delay_s": -1}), "hooks"),
     (dict(hooks={"nap": 1}), "nap"),
