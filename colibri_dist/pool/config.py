@@ -41,6 +41,10 @@ class PoolHooks:
     worker_delay_s: float = 0.0   # each ExpertWorker sleeps this long per request
     source_delay_s: float = 0.0   # each worker's expert store sleeps this long per source read
     runner_step_delay_s: float = 0.0  # each sequence runner sleeps this long per scheduler step
+    # simulation (bench pool --sim): workers sleep call_s + rows x row_s INSTEAD of computing and
+    # return zeros; never set outside the simulation (outputs are then meaningless)
+    simulate_call_s: float = 0.0
+    simulate_row_s: float = 0.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -63,6 +63,7 @@ class ExpertWorker:
         self.requests = 0
         self.rows = 0
         self.delay_s = cfg.hooks.worker_delay_s  # test hook: widens the window for killing a worker mid-batch
+        self.sim = (cfg.hooks.simulate_call_s, cfg.hooks.simulate_row_s)
         self.started = time.time()
 
     def ping(self):
@@ -88,6 +89,8 @@ class ExpertWorker:
         if self.delay_s:
             time.sleep(self.delay_s)
         started = time.perf_counter()
+        if any(self.sim):
+            return self._simulate(x, req, started)
         layer = req["layer"]
         outs = self.engine.experts_forward(layer, x, req["experts"])
         out = np.concatenate(outs) if outs else np.zeros((0, x.shape[1]), np.float32)
@@ -98,6 +101,19 @@ class ExpertWorker:
         self.requests += 1
         self.rows += len(out)
         return {"out": out, "shared": shared, "pid": os.getpid(), "busy_s": time.perf_counter() - started}
+
+    def _simulate(self, x, req, started):
+        """Calibrated delay instead of compute (bench pool --sim): zeros of the right shapes."""
+        rows = sum(len(r) for _, r in req["experts"])
+        span = req["shared"]
+        n_shared = 0 if span is None else span[1] - span[0]
+        time.sleep(self.sim[0] + (rows + n_shared) * self.sim[1])
+        self.requests += 1
+        self.rows += rows
+        h = x.shape[1]
+        return {"out": np.zeros((rows, h), np.float32), "pid": os.getpid(),
+                "shared": None if span is None else np.zeros((n_shared, h), np.float32),
+                "busy_s": time.perf_counter() - started}
 
     def stats(self):
         import ray
