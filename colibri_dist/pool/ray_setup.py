@@ -32,6 +32,12 @@ def connect(ray_address=None, num_cpus=None):
     return True
 
 
+def disconnect():
+    """Leave Ray if connected (the bench moves from a local Ray to a simulated cluster)."""
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 def _match_token_auth():
     """Use token auth when joining if a Ray token exists, the rule `ray start --head` applied.
 
