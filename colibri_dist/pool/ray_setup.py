@@ -60,12 +60,14 @@ def _match_token_auth():
         quiet.setLevel(level)
 
 
-def numa_slots(workers, required=True):
-    """One (resources, numa node) per worker from the cluster's numa_<i> custom resources, or None.
+def numa_slots(workers, required=True, prefix=""):
+    """One (resources, numa node) per worker from the cluster's <prefix>numa_<i> custom resources
+    (prefix "" for expert workers, "runner_" for sequence runners), or None.
 
     Too few slots: InvalidArgument, or None when required=False."""
     totals = ray.cluster_resources()
-    keys = sorted((k for k in totals if _NUMA_KEY.fullmatch(k)), key=lambda k: int(k[5:]))
+    keys = sorted((k for k in totals if k.startswith(prefix) and _NUMA_KEY.fullmatch(k[len(prefix):])),
+                  key=lambda k: int(k[len(prefix) + 5:]))
     if not keys:
         return None
     slots = []
@@ -74,9 +76,10 @@ def numa_slots(workers, required=True):
     if workers > len(slots):
         if not required:
             return None
-        raise InvalidArgument(f"pool.workers={workers} but the cluster offers only {len(slots)} NUMA slots "
+        what = "runners" if prefix else "pool.workers"
+        raise InvalidArgument(f"{what}={workers} but the cluster offers only {len(slots)} {prefix}numa slots "
                               f"({', '.join(f'{k}={int(totals[k])}' for k in keys)})")
-    return [({k: 1}, int(_NUMA_KEY.fullmatch(k).group(1))) for k in slots[:workers]]
+    return [({k: 1}, int(_NUMA_KEY.fullmatch(k[len(prefix):]).group(1))) for k in slots[:workers]]
 
 
 def resolve_placement(cfg):

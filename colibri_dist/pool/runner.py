@@ -31,10 +31,13 @@ class _LateMoe:
 
 
 class SequenceRunner:
-    def __init__(self, path, index, cfg, workers, info, llm_kwargs=None, lanes=2):
+    def __init__(self, path, index, cfg, workers, info, llm_kwargs=None, lanes=2, numa_node=None, n_runners=1):
         from ..model import LLM
         from .client import ExpertClient
+        from .worker import _numa_pin
         self.index, self.path, self.lanes = int(index), str(path), int(lanes)
+        # pinned like a worker (cfg.numa) before the LLM starts its threads, which inherit the CPUs
+        self.numa_report, self.cpus = _numa_pin(self.index, n_runners, cfg.numa, numa_node)
         self.hooks = cfg.hooks
         moe = _LateMoe()
         self.llm = LLM(path, moe=moe, **dict(llm_kwargs or {}))
@@ -141,7 +144,7 @@ class SequenceRunner:
 
     def stats(self):
         return {"index": self.index, "pid": os.getpid(), "steps": self.steps, "lanes": self.lanes,
-                "llm": self.llm.stats()}
+                "cpus": self.cpus, "numa": self.numa_report, "llm": self.llm.stats()}
 
     def close(self):
         self.llm.close()

@@ -41,6 +41,7 @@ class RunnerPool:
         try:
             h = _unwrap(self.pool._router.handles.remote())
             self._workers, self._info = h["workers"], h["info"]
+            self.n_runners = runners
             self.resources = self._resources(runners, runner_resources)
             self.runners = [self._spawn(i) for i in range(runners)]
             self.runner_info = ray.get([r.ping.remote() for r in self.runners])
@@ -59,21 +60,27 @@ class RunnerPool:
         if unknown:
             raise InvalidArgument(f"RunnerPool: unknown llm option(s) {unknown}; expected {list(LLM_KEYS)}")
         rr = runner_resources
-        if not (rr is None or rr == "numa" or (isinstance(rr, (list, tuple)) and len(rr) == runners)):
-            raise InvalidArgument(f"RunnerPool: runner_resources must be None, 'numa' or one dict per runner, "
+        if not (rr is None or rr in ("numa", "auto") or (isinstance(rr, (list, tuple)) and len(rr) == runners)):
+            raise InvalidArgument(f"RunnerPool: runner_resources must be None, 'numa', 'auto' or one dict per runner, "
                                   f"got {rr!r}")
 
     def _resources(self, runners, rr):
-        if rr == "numa":
-            slots = numa_slots(runners)
-            return [s[0] for s in slots] if slots else [None] * runners
+        """"numa": one runner per runner_numa_<i> slot (cluster/numa-resources.sh: one per NUMA node of
+        each machine), the runner pinned to that node; "auto": the same when the cluster has enough."""
+        self.numa_nodes = [None] * runners
+        if rr in ("numa", "auto"):
+            slots = numa_slots(runners, required=rr == "numa", prefix="runner_")
+            if slots:
+                self.numa_nodes = [s[1] for s in slots]
+                return [s[0] for s in slots]
+            return [None] * runners
         return list(rr) if rr is not None else [None] * runners
 
     def _spawn(self, i):
         opts = dict(num_cpus=0, max_restarts=self.config.max_restarts, max_task_retries=0, max_concurrency=4,
                     resources=self.resources[i] or None)
         return RunnerActor.options(**opts).remote(self.path, i, self.config, self._workers, self._info,
-                                                  self.llm_kwargs, self.lanes)
+                                                  self.llm_kwargs, self.lanes, self.numa_nodes[i], self.n_runners)
 
     # ------------------------------------------------------------------ jobs
     def generate(self, prompts, sampling_params=None, request_ids=None):

@@ -42,8 +42,9 @@ class SimRunner:
         for _ in range(steps):
             for j in range(layers):
                 self.client.moe_forward(moe[j % len(moe)], xs[j])
-        return {"seconds": time.perf_counter() - t, "tokens": steps * batch,
-                "calls": self.client.counters()["batches"]}
+        c = self.client.counters()
+        return {"seconds": time.perf_counter() - t, "tokens": steps * batch, "calls": c["batches"],
+                "timing": c["timing"], "busy_s": c["busy_s"], "rows": c["tokens"]}
 
 
 SimRunnerActor = ray.remote(SimRunner)
@@ -88,5 +89,9 @@ def simulate(sim, path, workers, runners, steps=10, batch=32, layers=2, call_s=0
             ray.kill(a)
     tokens = sum(o["tokens"] for o in outs)
     slowest = max(o["seconds"] for o in outs)
+    busy = [sum(v) for v in zip(*(o["busy_s"] for o in outs))]
+    rows = [sum(v) for v in zip(*(o["rows"] for o in outs))]
+    timing = {k: sum(o["timing"][k] for o in outs) / runners for k in outs[0]["timing"]}
     return {"workers": workers, "runners": runners, "tokens": tokens, "seconds": slowest, "wall_s": wall,
-            "tok_s": tokens / slowest, "layer_calls": sum(o["calls"] for o in outs)}
+            "tok_s": tokens / slowest, "layer_calls": sum(o["calls"] for o in outs),
+            "worker_busy_s": busy, "worker_rows": rows, "runner_timing_s": timing}
