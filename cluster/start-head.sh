@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start the Ray head of a colibri cluster on this machine.
 #   cluster/start-head.sh NODE_IP [PORT]        (or env NODE_IP, RAY_PORT; default port 6379)
-# Registers one custom resource per NUMA node (numa_0, numa_1, ...; see
+# Registers per NUMA node one expert-worker and one runner resource (numa_<i>, runner_numa_<i>; see
 # numa-resources.sh) so pool workers started with worker_resources="numa" land
 # one per socket. Extra `ray start` flags: RAY_START_EXTRA. DRY_RUN=1 prints the
 # command instead of running it.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Join this machine to a colibri Ray cluster.
 #   cluster/start-worker.sh NODE_IP HEAD_ADDRESS   (or env NODE_IP, RAY_HEAD_ADDRESS; HEAD_ADDRESS = ip:port)
-# Registers one custom resource per NUMA node of THIS machine (numa_0, numa_1, ...).
+# Registers per NUMA node of THIS machine one expert-worker resource (numa_0, numa_1, ...)
+# and one sequence-runner resource (runner_numa_0, ...); see numa-resources.sh.
 # Extra `ray start` flags: RAY_START_EXTRA. DRY_RUN=1 prints the command instead of running it.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

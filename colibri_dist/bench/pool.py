@@ -1,6 +1,6 @@
 """Pool benchmark: Ray pool vs in-process Engine, per-call overhead, worker imbalance per balancer.
 
-`python -m colibri_dist.bench pool [--quick] [--json PATH]`
+`python -m colibri_dist.bench pool [--quick] [--json PATH] [--skip layer,router,imbalance,gen,sim]`
 
 Role: measures, in one run and on one synthetic Mixtral-style model (demo
 generator: Zipf token popularity, a few hot experts):
@@ -12,8 +12,11 @@ generator: Zipf token popularity, a few hot experts):
                the run, for token-bucket, round-robin and home-only
                replica choice (same placement: homes + EPLB replicas from measured loads)
                under the model's Zipf-skewed routing.
-  policy       cosine of routing.policy=balanced to exact routing on the same stream.
-Ratios are against baselines measured in the same run; results go to JSON.
+  policy       cosine of routing.policy=balanced to exact routing on the same stream;
+  throughput and overhead run twice: routing in the caller (default) and in the Router actor;
+then (bench/pool_scale.py) generation through sequence runners on the whole-model bench model and
+the scale simulation on several raylets. Ratios are against baselines measured in the same run;
+results (and which targets of docs/POOL.md were met) go to JSON.
 """
 import argparse
 import json
@@ -58,12 +61,12 @@ def _time(fn, reps):
     return statistics.median(times)
 
 
-def throughput(path, batches, sizes, threads, workers, reps, replicas):
+def throughput(path, batches, sizes, threads, workers, reps, replicas, routing_at="caller"):
     from ..engine import Engine
     from ..pool import Pool
     rows = []
     with Engine(path, threads=threads) as eng, \
-            Pool(path, workers=workers, threads_per_worker=max(1, threads // workers)) as pool:
+            Pool(path, workers=workers, threads_per_worker=max(1, threads // workers), routing_at=routing_at) as pool:
         layer = eng.model.moe_layers[0]
         pool.moe_forward(layer, batches(2048))  # measure expert loads, then place homes + replicas
         pool.rebalance(replicas=replicas)
@@ -140,46 +143,94 @@ def policy_cost(path, batches, n, n_batches):
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="python -m colibri_dist.bench pool")
-    ap.add_argument("--quick", action="store_true", help="small model and sizes (smoke run, ~1 min)")
+    ap.add_argument("--quick", action="store_true", help="small models and sizes (smoke run, ~2 min)")
     ap.add_argument("--json", default=None, help="write results here (default: bench-pool.json)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="total threads, engine and pool alike")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: layer,router,imbalance,gen,sim")
+    ap.add_argument("--gen-seqs", type=int, default=32, help="concurrent sequences of the generation section")
+    ap.add_argument("--gen-tokens", type=int, default=16, help="tokens generated per sequence")
+    ap.add_argument("--sim-workers", default="1,2,4,8")
+    ap.add_argument("--sim-raylets", type=int, default=4)
     return ap.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    if args.quick:
-        dims, sizes, reps, imb = dict(hidden=128, inter=256, experts=16, top_k=2), [256, 2048], 2, (512, 4)
-    else:
-        dims, sizes, reps, imb = (dict(hidden=512, inter=1024, experts=16, top_k=2),
-                                  [256, 512, 1024, 2048, 4096, 8192], 5, (2048, 16))
-    workdir = args.workdir or tempfile.mkdtemp(prefix="colibri-bench-pool-")
+def layer_sections(args, skip, dims, sizes, reps, imb, workdir):
+    """MoE-layer path (caller and Router routing), one-token overhead, balance: on one local Ray."""
     print(f"building model {dims} in {workdir}")
     path, embed, token_probs = build_model(workdir, **dims)
     rng = np.random.default_rng(0)
     batches = lambda n: zipf_batch(embed, token_probs, n, rng)
-    from ..pool.ray_setup import connect
-    connect(None)  # one local Ray (loopback) for every pool of this run
-    print(f"throughput: engine threads={args.threads} vs pool workers={args.workers} "
-          f"x {max(1, args.threads // args.workers)} threads")
-    replicas = dims["experts"] // 2
-    rows, overhead = throughput(path, batches, sizes, args.threads, args.workers, reps, replicas)
-    print("imbalance under Zipf-skewed routing (rows per worker):")
-    skew = expert_skew(path, batches, imb[0])
-    balance = imbalance(path, batches, imb[0], imb[1], max(args.workers, 4), replicas=replicas)
-    policy = policy_cost(path, batches, imb[0] // 4, 4)
-    print(f"routing.policy=balanced vs exact: mean cosine {policy['mean_cosine']:.4f}, "
-          f"min {policy['min_cosine']:.4f}, replaced {policy['replaced_share']:.3%}")
-    result = {"bench": "pool", "quick": args.quick, "model": dims, "threads": args.threads,
-              "workers": args.workers, "replicas": replicas, "host": platform.node(), "cpus": os.cpu_count(),
-              "throughput": rows, "overhead": overhead, "expert_skew": skew, "imbalance": balance,
-              "policy_balanced": policy,
-              "target": {"ratio_at_ge_2048": 0.85,
-                         "met": all(r["ratio"] >= 0.85 for r in rows if r["tokens"] >= 2048)}}
+    out, replicas = {"model": dims, "replicas": dims["experts"] // 2}, dims["experts"] // 2
+    for mode in ("caller", "router"):
+        if "layer" in skip or (mode == "router" and "router" in skip):
+            continue
+        print(f"MoE layer, routing_at={mode}: engine threads={args.threads} vs pool workers={args.workers} "
+              f"x {max(1, args.threads // args.workers)} threads")
+        rows, overhead = throughput(path, batches, sizes, args.threads, args.workers, reps, replicas, mode)
+        out[f"throughput_{mode}"], out[f"overhead_{mode}"] = rows, overhead
+    if "imbalance" not in skip:
+        print("imbalance under Zipf-skewed routing (rows per worker):")
+        out["expert_skew"] = expert_skew(path, batches, imb[0])
+        out["imbalance"] = imbalance(path, batches, imb[0], imb[1], max(args.workers, 4), replicas=replicas)
+        out["policy_balanced"] = policy = policy_cost(path, batches, imb[0] // 4, 4)
+        print(f"routing.policy=balanced vs exact: mean cosine {policy['mean_cosine']:.4f}, "
+              f"min {policy['min_cosine']:.4f}, replaced {policy['replaced_share']:.3%}")
+    return out, path
+
+
+def targets(result):
+    t = {}
+    rows = result.get("throughput_caller")
+    if rows:
+        t["layer_ratio_256_ge_0.85"] = all(r["ratio"] >= 0.85 for r in rows if r["tokens"] == 256)
+        t["layer_ratio_ge_2048_ge_0.95"] = all(r["ratio"] >= 0.95 for r in rows if r["tokens"] >= 2048)
+        t["one_token_overhead_le_1ms"] = result["overhead_caller"]["per_call_overhead_ms"] <= 1.0
+    gen = result.get("generation")
+    if gen:
+        t["generation_ratio_ge_0.8"] = max(gen[k]["ratio"] for k in gen if k.startswith("pool_")) >= 0.8
+    sim = result.get("simulation")
+    if sim:
+        last = sim["points"][-1]
+        t[f"sim_efficiency_at_{last['workers']}_ge_0.8"] = last["efficiency"] >= 0.8
+    return t
+
+
+def main(argv=None):
+    from .model import FULL, QUICK, checkpoint
+    from .pool_scale import generation, simulation
+    from ..pool.ray_setup import connect, disconnect
+    args = parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    if args.quick:
+        dims, sizes, reps, imb, gen_cfg = (dict(hidden=128, inter=256, experts=16, top_k=2), [256, 2048], 2,
+                                           (512, 4), QUICK)
+    else:
+        dims, sizes, reps, imb, gen_cfg = (dict(hidden=512, inter=1024, experts=16, top_k=2),
+                                           [256, 512, 1024, 2048, 4096, 8192], 5, (2048, 16), FULL)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="colibri-bench-pool-")
+    result = {"bench": "pool", "quick": args.quick, "threads": args.threads, "workers": args.workers,
+              "host": platform.node(), "cpus": os.cpu_count()}
+    connect(None)  # one local Ray (loopback) for every pool of the layer and generation sections
+    layer, layer_model = layer_sections(args, skip, dims, sizes, reps, imb, workdir)
+    result.update(layer)
+    row_s = 2e-4
+    if "gen" not in skip:
+        _, gen_path = checkpoint(gen_cfg, os.path.join(os.path.expanduser("~"), ".cache", "colibri"))
+        print(f"generation, whole-model bench model {gen_path}:")
+        result["generation"] = gen = generation(gen_path, args.threads, args.workers, args.gen_seqs, 16,
+                                                args.gen_tokens)
+        row_s = gen["pool_lanes_1"]["row_s"]
+    disconnect()
+    if "sim" not in skip:
+        counts = [int(w) for w in args.sim_workers.split(",")]
+        print(f"simulation: {args.sim_raylets} raylets, workers sleep {row_s * 1e6:.0f} us per row (calibrated)")
+        result["simulation"] = simulation(layer_model, counts, runners=4, steps=10, batch=64, layers=2,
+                                          row_s=row_s, raylets=args.sim_raylets)
+    result["targets"] = targets(result)
     out = args.json or "bench-pool.json"
     with open(out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {out}")
+        json.dump(result, f, indent=2, default=str)
+    print(f"targets: {result['targets']}\nwrote {out}")
     return 0

@@ -1,8 +1,11 @@
-"""Ray worker pool (the only room that imports ray): Router actor, ExpertWorker actors, Pool facade.
+"""Ray worker pool (the only room that imports ray): ExpertWorker actors, per-caller routing
+(ExpertClient), the Router control plane, sequence runners, and their facades.
 
     with Pool(path, workers=2) as pool:      # same bits as Engine(path).moe_forward
         y = pool.moe_forward(layer, x)
     pool = Pool.attach("svc")                 # join a named pool from another process
+    with RunnerPool(path, PoolConfig(workers=2), runners=2) as rp:
+        outs = rp.generate(prompts, params)   # same bits as LLM(path).generate
 
 Ray is imported lazily, so pool.dispatch stays importable without starting it.
 
@@ -15,13 +18,19 @@ import os
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-__all__ = ["Pool", "NAMESPACE"]
+__all__ = ["Pool", "PoolConfig", "PoolHooks", "RunnerPool", "NAMESPACE"]
 
 
 def __getattr__(name):
     if name == "Pool":
         from .facade import Pool
         return Pool
+    if name in ("PoolConfig", "PoolHooks"):
+        from . import config
+        return getattr(config, name)
+    if name == "RunnerPool":
+        from .runners import RunnerPool
+        return RunnerPool
     if name == "NAMESPACE":
         from .ray_setup import NAMESPACE
         return NAMESPACE

@@ -1,11 +1,13 @@
 """Pool: the user-facing handle of a Router actor and its ExpertWorker actors.
 
 Role: `with Pool(path, workers=2) as pool: y = pool.moe_forward(layer, x)` gives the
-same bits as `Engine(path).moe_forward(layer, x)`. With `name=...` the actors
-are named and detached (a long-lived service in namespace "colibri") and other
-processes join it with `Pool.attach(name)`.
+same bits as `Engine(path).moe_forward(layer, x)`. With routing_at="caller" (default) this
+process routes, balances and combines itself (an ExpertClient over the Router's worker
+handles: one Ray hop per worker and micro-batch); with "router" it sends each layer batch
+to the Router actor, which does. With `name=...` the actors are named and detached (a
+long-lived service in namespace "colibri") and other processes join it with `Pool.attach(name)`.
 """
-import os
+import threading
 
 import numpy as np
 import ray
@@ -13,8 +15,10 @@ from ray.exceptions import RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..errors import ColibriError, InvalidArgument, PoolError
-from .ray_setup import NAMESPACE, connect, numa_slots
-from .router import _INLINE_BYTES, RouterActor
+from .config import config_from_kwargs
+from .ray_setup import NAMESPACE, connect, resolve_placement
+from .client import INLINE_BYTES, ExpertClient
+from .router import RouterActor
 
 
 def _router_name(name):
@@ -32,58 +36,49 @@ def _unwrap(ref):
 
 
 class Pool:
-    def __init__(self, path, workers=2, ray_address=None, cache_bytes=None, offload_dir=None, replicas=0,
-                 balancer="token-bucket", threads_per_worker=None, policy="lru", numa=None, name=None,
-                 routing_policy="exact", namespace=NAMESPACE, micro_batch=1024, worker_resources=None,
-                 max_restarts=3, worker_delay_s=0.0, compression=None):
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise InvalidArgument(f"pool.workers must be an integer >= 1, got {workers!r}")
-        self._check_options(balancer, replicas, routing_policy, micro_batch, workers)
+    def __init__(self, path, config=None, ray_address=None, **options):
+        """Pool(path, PoolConfig(...)) or Pool(path, workers=2, ...) with PoolConfig's fields as keywords
+        (worker_delay_s= / source_delay_s= still accepted: they land in config.hooks)."""
+        cfg = config_from_kwargs(config, **options)  # InvalidArgument naming the option, before any actor
         self._check_model(path)
-        self.name, self.namespace, self.path = name, namespace, str(path)
+        self.path = str(path)
         self._started_ray = connect(ray_address)
         self._owner = True
-        if threads_per_worker is None:
-            threads_per_worker = max(1, (os.cpu_count() or 1) // workers)
-        numa_nodes = None
-        if worker_resources == "auto":  # numa slots when the cluster registered enough of them
-            worker_resources = "numa" if numa_slots(workers, required=False) else None
-        if worker_resources == "numa":
-            slots = numa_slots(workers)
-            worker_resources = [s[0] for s in slots] if slots else None
-            numa_nodes = [s[1] for s in slots] if slots else None
-        opts = dict(workers=workers, cache_bytes=cache_bytes, offload_dir=offload_dir, replicas=replicas,
-                    balancer=balancer, threads_per_worker=threads_per_worker, policy=policy,
-                    numa=numa if numa is not None else {"enabled": True}, name=name, namespace=namespace,
-                    routing_policy=routing_policy, micro_batch=micro_batch, worker_resources=worker_resources,
-                    worker_numa_nodes=numa_nodes, max_restarts=max_restarts, worker_delay_s=worker_delay_s,
-                    compression=None if compression in (None, "none") else compression)
+        try:
+            cfg = resolve_placement(cfg)
+        except Exception:
+            if self._started_ray:
+                ray.shutdown()
+            raise
+        self.config, self.name, self.namespace = cfg, cfg.name, cfg.namespace
         options = dict(num_cpus=0, max_restarts=0, max_concurrency=1, scheduling_strategy=
                        NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True))
-        if name:
-            if self._exists(name, namespace):
-                raise PoolError(f"a pool named {name!r} is already running in Ray namespace {namespace!r}")
-            options.update(name=_router_name(name), lifetime="detached", namespace=namespace)
-        self._router = RouterActor.options(**options).remote(self.path, opts)
+        if cfg.name:
+            if self._exists(cfg.name, cfg.namespace):
+                raise PoolError(f"a pool named {cfg.name!r} is already running in Ray namespace {cfg.namespace!r}")
+            options.update(name=_router_name(cfg.name), lifetime="detached", namespace=cfg.namespace)
+        self._router = RouterActor.options(**options).remote(self.path, cfg)
         try:
             self._ready = _unwrap(self._router.ready.remote())
+            self._client = self._make_client()
         except Exception:
             self._kill_router()
             if self._started_ray:
                 ray.shutdown()
             raise
 
-    @staticmethod
-    def _check_options(balancer, replicas, routing_policy, micro_batch, workers):
-        """Reject bad options here, with the option named, before any actor starts."""
-        from ..routing.balancer import make_balancer
-        make_balancer(balancer, workers)
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            raise InvalidArgument(f"pool.replicas must be an integer >= 0, got {replicas!r}")
-        if routing_policy not in ("exact", "balanced"):
-            raise InvalidArgument(f"routing.policy must be 'exact' or 'balanced', got {routing_policy!r}")
-        if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
-            raise InvalidArgument(f"micro_batch must be an integer >= 1, got {micro_batch!r}")
+    def _make_client(self):
+        """Routing in this process (routing_at="caller"), or None (the Router routes)."""
+        self._turn = threading.Lock()
+        h = _unwrap(self._router.handles.remote())
+        self.config = h["config"]
+        if self.config.routing_at != "caller":
+            return None
+        from ..engine import Engine
+        engine = Engine(h["path"], threads=1)
+        client = ExpertClient(engine, h["workers"], h["config"], h["info"])
+        client.turn = self._turn
+        return client
 
     @staticmethod
     def _check_model(path):
@@ -110,32 +105,61 @@ class Pool:
         pool.name, pool.namespace, pool._router = name, namespace, router
         pool._owner, pool._started_ray, pool.path = False, started, None
         pool._ready = _unwrap(router.ready.remote())
+        pool._client = pool._make_client()
         return pool
 
     # ---------------------------------------------------------------- work
     def moe_forward(self, layer, x):
-        if isinstance(x, np.ndarray) and x.nbytes >= _INLINE_BYTES:
+        if self._client is not None:
+            with self._turn:
+                return self._client.moe_forward(int(layer), x)
+        if isinstance(x, np.ndarray) and x.nbytes >= INLINE_BYTES:
             x = [ray.put(x)]  # one copy into the object store; Router and workers all read it
         return _unwrap(self._router.moe_forward.remote(int(layer), x))
 
     def route(self, layer, x):
+        if self._client is not None:
+            with self._turn:
+                return self._client.route(int(layer), x)
         return _unwrap(self._router.route.remote(int(layer), x))
 
     def add_expert(self, layer, weights, router_row, bias=0.0):
-        return _unwrap(self._router.add_expert.remote(int(layer), weights, router_row, bias))
+        new_id = _unwrap(self._router.add_expert.remote(int(layer), weights, router_row, bias))
+        self._sync_table()
+        return new_id
 
     def remove_expert(self, layer, expert):
-        return _unwrap(self._router.remove_expert.remote(int(layer), int(expert)))
+        out = _unwrap(self._router.remove_expert.remote(int(layer), int(expert)))
+        self._sync_table()
+        return out
+
+    def _sync_table(self):
+        if self._client is not None:
+            with self._turn:
+                self._client.maybe_refresh()
 
     def list_experts(self):
         return _unwrap(self._router.list_experts.remote())
 
     def rebalance(self, replicas=None):
         """Recompute homes and replicas from recent loads (optionally with a new replica budget)."""
+        if self._client is not None:
+            with self._turn:
+                return self._client.rebalance(replicas)
         return _unwrap(self._router.rebalance.remote(replicas))
 
+    def counters(self):
+        """This handle's routing counters (None when the Router routes)."""
+        if self._client is None:
+            return None
+        with self._turn:
+            self._client._poll_down(timeout=0)  # take back restarted workers before reporting
+            return self._client.counters()
+
     def stats(self):
-        return _unwrap(self._router.stats.remote())
+        if self._client is None:
+            return _unwrap(self._router.stats.remote())
+        return _unwrap(self._router.stats.remote([self.counters()], "caller"))
 
     def worker_pids(self):
         return _unwrap(self._router.worker_pids.remote())
@@ -158,6 +182,9 @@ class Pool:
         if stop_service if stop_service is not None else self._owner and not self.name:
             self._kill_router()
         self._router = None
+        if getattr(self, "_client", None) is not None:
+            self._client.engine.close()
+            self._client = None
         if self._started_ray:
             ray.shutdown()
 

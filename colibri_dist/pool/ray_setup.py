@@ -37,6 +37,12 @@ def connect(ray_address=None, num_cpus=None):
     return True
 
 
+def disconnect():
+    """Leave Ray if connected (the bench moves from a local Ray to a simulated cluster)."""
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 def _match_token_auth():
     """Use token auth when joining if a Ray token exists, the rule `ray start --head` applied.
 
@@ -59,12 +65,14 @@ def _match_token_auth():
         quiet.setLevel(level)
 
 
-def numa_slots(workers, required=True):
-    """One (resources, numa node) per worker from the cluster's numa_<i> custom resources, or None.
+def numa_slots(workers, required=True, prefix=""):
+    """One (resources, numa node) per worker from the cluster's <prefix>numa_<i> custom resources
+    (prefix "" for expert workers, "runner_" for sequence runners), or None.
 
     Too few slots: InvalidArgument, or None when required=False."""
     totals = ray.cluster_resources()
-    keys = sorted((k for k in totals if _NUMA_KEY.fullmatch(k)), key=lambda k: int(k[5:]))
+    keys = sorted((k for k in totals if k.startswith(prefix) and _NUMA_KEY.fullmatch(k[len(prefix):])),
+                  key=lambda k: int(k[len(prefix) + 5:]))
     if not keys:
         return None
     slots = []
@@ -73,6 +81,23 @@ def numa_slots(workers, required=True):
     if workers > len(slots):
         if not required:
             return None
-        raise InvalidArgument(f"pool.workers={workers} but the cluster offers only {len(slots)} NUMA slots "
+        what = "runners" if prefix else "pool.workers"
+        raise InvalidArgument(f"{what}={workers} but the cluster offers only {len(slots)} {prefix}numa slots "
                               f"({', '.join(f'{k}={int(totals[k])}' for k in keys)})")
-    return [({k: 1}, int(_NUMA_KEY.fullmatch(k).group(1))) for k in slots[:workers]]
+    return [({k: 1}, int(_NUMA_KEY.fullmatch(k[len(prefix):]).group(1))) for k in slots[:workers]]
+
+
+def resolve_placement(cfg):
+    """PoolConfig with threads_per_worker and worker_resources made concrete for this cluster."""
+    changes = {}
+    if cfg.threads_per_worker is None:
+        changes["threads_per_worker"] = max(1, (os.cpu_count() or 1) // cfg.workers)
+    wr = cfg.worker_resources
+    if wr == "auto":  # numa slots when the cluster registered enough of them
+        wr = "numa" if numa_slots(cfg.workers, required=False) else None
+        changes["worker_resources"] = wr
+    if wr == "numa":
+        slots = numa_slots(cfg.workers)
+        changes["worker_resources"] = [s[0] for s in slots] if slots else None
+        changes["worker_numa_nodes"] = tuple(s[1] for s in slots) if slots else None
+    return cfg.replace(**changes) if changes else cfg

@@ -90,10 +90,10 @@ def _free_port():
 def _numa_resources():
     try:
         from .. import numa
-        nodes = numa.topology().cpu_nodes
-        return {f"numa_{n.id}": 1 for n in nodes}
+        ids = [n.id for n in numa.topology().cpu_nodes]
     except Exception:
-        return {"numa_0": 1}
+        ids = [0]
+    return dict({f"numa_{i}": 1 for i in ids}, **{f"runner_numa_{i}": 1 for i in ids})  # cluster/numa-resources.sh
 
 
 def start_local_head(name, num_cpus=None, timeout=90.0):

@@ -44,22 +44,26 @@ def _numa_pin(index, n_workers, numa, node_hint=None):
 class ExpertWorker:
     """Plain class; pool/actors.py wraps it as a Ray actor."""
 
-    def __init__(self, path, index, n_workers=1, threads=None, cache_bytes=None, offload_dir=None,
-                 policy="lru", numa=None, numa_node=None, delay_s=0.0, compression=None):
+    def __init__(self, path, index, cfg):
+        """cfg: the pool's PoolConfig (pool/config.py), the same object the Router got."""
         from ..engine import Engine
         self.index, self.path = int(index), str(path)
-        self.numa_report, cpus = _numa_pin(self.index, n_workers, numa, numa_node)
+        threads = cfg.threads_per_worker
+        self.numa_report, cpus = _numa_pin(self.index, cfg.workers, cfg.numa, cfg.worker_numa_node_of(self.index))
         if cpus is not None and threads:
             cpus = cpus[:int(threads)] if len(cpus) >= int(threads) else None
+        offload_dir = cfg.offload_dir
         if offload_dir:
             offload_dir = os.path.join(offload_dir, f"worker-{self.index}")
             os.makedirs(offload_dir, exist_ok=True)
-        self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
-                             policy=policy, cpus=cpus, compression=compression)
+        self.engine = Engine(path, threads=threads, cache_bytes=cfg.cache_bytes, offload_dir=offload_dir,
+                             policy=cfg.policy, cpus=cpus, compression=cfg.compression,
+                             source_delay_s=cfg.hooks.source_delay_s)
         self.cpus = cpus
         self.requests = 0
         self.rows = 0
-        self.delay_s = float(delay_s)  # test hook: widens the window for killing a worker mid-batch
+        self.delay_s = cfg.hooks.worker_delay_s  # test hook: widens the window for killing a worker mid-batch
+        self.sim = (cfg.hooks.simulate_call_s, cfg.hooks.simulate_row_s)
         self.started = time.time()
 
     def ping(self):
@@ -85,6 +89,8 @@ class ExpertWorker:
         if self.delay_s:
             time.sleep(self.delay_s)
         started = time.perf_counter()
+        if any(self.sim):
+            return self._simulate(x, req, started)
         layer = req["layer"]
         outs = self.engine.experts_forward(layer, x, req["experts"])
         out = np.concatenate(outs) if outs else np.zeros((0, x.shape[1]), np.float32)
@@ -96,8 +102,23 @@ class ExpertWorker:
         self.rows += len(out)
         return {"out": out, "shared": shared, "pid": os.getpid(), "busy_s": time.perf_counter() - started}
 
+    def _simulate(self, x, req, started):
+        """Calibrated delay instead of compute (bench pool --sim): zeros of the right shapes."""
+        rows = sum(len(r) for _, r in req["experts"])
+        span = req["shared"]
+        n_shared = 0 if span is None else span[1] - span[0]
+        time.sleep(self.sim[0] + (rows + n_shared) * self.sim[1])
+        self.requests += 1
+        self.rows += rows
+        h = x.shape[1]
+        return {"out": np.zeros((rows, h), np.float32), "pid": os.getpid(),
+                "shared": None if span is None else np.zeros((n_shared, h), np.float32),
+                "busy_s": time.perf_counter() - started}
+
     def stats(self):
+        import ray
         return {"index": self.index, "pid": os.getpid(), "cpus": self.cpus, "version": self.table_version(),
+                "node": ray.get_runtime_context().get_node_id(),
                 "requests": self.requests, "rows": self.rows, "numa": self.numa_report,
                 "engine": self.engine.stats()}
 

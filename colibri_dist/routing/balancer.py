@@ -8,11 +8,15 @@ a token uses, so outputs are unchanged whatever they pick.
 Strategies (pool.balancer.kind):
   token-bucket  for each replica (worker) of an expert, a ring buffer of the gate-score
                 mass of the last `window` assignments of that expert to that worker;
-                pick the replica with the smallest sum, skipping replicas whose worker
-                carries more than `threshold` x the mean recent load of live workers
-                (a worker's recent load = the sum of its rings); if every replica is
-                skipped, fall back to the least loaded live worker (every worker can
-                serve every expert). Per-expert rings spread each expert's traffic
+                a layer batch (assign) goes heaviest unit first to the replica with the
+                smallest ring among those whose recent rows (decayed by half per batch)
+                + this unit stay under the cap; cap = c x mean with
+                c = threshold*n/(n-1+threshold) over n live workers, i.e. `threshold`
+                bounds the most over the least loaded worker, so the bound tightens as
+                the pool shrinks (2 workers at 1.3: 1.13x the mean). A unit no replica
+                can take spills to the worker that expert spilled to last (it stays warm
+                there), else the least loaded worker (every worker can serve every
+                expert). Per-expert rings spread each expert's traffic
                 evenly over its copies, which is what the EPLB placement assumes
                 (each copy carries load / copies).
   round-robin   cycle through an expert's replicas.
@@ -104,7 +108,7 @@ class TokenBucketBalancer(_BaseBalancer):
 
     kind = "token-bucket"
 
-    def __init__(self, n_workers, window=64, threshold=1.8):
+    def __init__(self, n_workers, window=64, threshold=1.3, decay=0.5):
         super().__init__(n_workers)
         if int(window) < 1:
             raise InvalidArgument(f"balancer window must be >= 1, got {window}")
@@ -114,6 +118,9 @@ class TokenBucketBalancer(_BaseBalancer):
         self.threshold = float(threshold)
         self.rings = {}                           # (expert, worker) -> _Ring
         self.loads = [0.0] * self.n_workers       # sum of each worker's rings
+        self.recent = [0.0] * self.n_workers      # rows of recent batches, halved at each batch
+        self.decay = float(decay)
+        self.spill = {}                           # expert -> worker its over-cap rows went to last
         self.fallbacks = 0
 
     def bucket(self, expert, worker):
@@ -127,13 +134,54 @@ class TokenBucketBalancer(_BaseBalancer):
         live = self.live()
         return sum(self.loads[w] for w in live) / len(live) if live else 0.0
 
+    def cap(self):
+        """Ring load a worker may carry and still take more in a single choose():
+        cap_factor(live workers) x the mean (the bound tightens as the pool shrinks)."""
+        return self.cap_factor(len(self.live())) * self.mean_load()
+
     def _pick(self, expert, candidates, mass):
-        cap = self.threshold * self.mean_load()
+        cap = self.cap()
         under = [w for w in candidates if self.loads[w] <= cap]
         if under:
             return min(under, key=lambda w: (self.bucket(expert, w), candidates.index(w)))
         self.fallbacks += 1
         return min(self.live(), key=lambda w: (self.loads[w], w))
+
+    def assign(self, loads, replicas_of, expert_of=lambda key: key):
+        """A whole layer batch, bounded: each worker may carry at most cap(n) x the mean of
+        (recent rows + this batch's rows); units go heaviest first (rows) to the replica with the
+        smallest ring that still fits (home first on ties: cache locality), else to the worker the
+        expert spilled to last (so a spilled expert stays warm in one more cache), else to the
+        least loaded worker with room, else the least loaded. Decides placement only."""
+        live = self.live()
+        if not live:
+            raise InvalidArgument("no live worker left to run an expert")
+        self.recent = [r * self.decay for r in self.recent]
+        total = sum(int(rows) for _, rows in loads.values())
+        cap = self.cap_factor(len(live)) * (sum(self.recent[w] for w in live) + total) / len(live)
+        out = {}
+        for k in sorted(loads, key=lambda k: (-loads[k][1], -loads[k][0], k)):
+            mass, rows = float(loads[k][0]), int(loads[k][1])
+            e = expert_of(k)
+            cands = self._live_replicas(replicas_of(k))
+            fits = [w for w in cands if self.recent[w] + rows <= cap]
+            if fits:
+                w = min(fits, key=lambda w: (self.bucket(e, w), cands.index(w)))
+            else:
+                room = [w for w in live if self.recent[w] + rows <= cap]
+                last = self.spill.get(e)
+                w = last if last in room else min(room or live, key=lambda w: (self.recent[w], w))
+                self.spill[e] = w
+                self.fallbacks += 1
+            self.recent[w] += rows
+            self.record(e, w, mass, rows)
+            out[k] = w
+        return out
+
+    def cap_factor(self, n):
+        """threshold bounds max/min: a worker at c x mean leaves the others (n-c)/(n-1) x mean, so
+        c = threshold*n/(n-1+threshold) (2 workers at 1.3: 1.13; 8: 1.25; -> 1.3)."""
+        return self.threshold * n / (n - 1 + self.threshold) if n else 0.0
 
     def record(self, expert, worker, mass, rows=1):
         super().record(expert, worker, mass, rows)
@@ -147,7 +195,8 @@ class TokenBucketBalancer(_BaseBalancer):
     def state(self):
         out = super().state()
         out.update(window=self.window, threshold=self.threshold, fallbacks=self.fallbacks,
-                   worker_loads=list(self.loads))
+                   worker_loads=list(self.loads), recent_rows=list(self.recent),
+                   cap_factor=self.cap_factor(len(self.live())))
         return out
 
 

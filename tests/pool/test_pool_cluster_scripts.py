@@ -25,14 +25,20 @@ def _run(script, *args, **env):
 def test_numa_resources_one_per_cpu_node(tree, per_node, expected):
     out = _run("numa-resources.sh", SYSFS_ROOT=os.path.join(SYSFS, tree), WORKERS_PER_NODE=per_node)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == expected
+    runners = {f"runner_{k}": 1 for k in expected}  # one sequence-runner slot per node by default
+    assert json.loads(out.stdout) == dict(expected, **runners)
+    none = _run("numa-resources.sh", SYSFS_ROOT=os.path.join(SYSFS, tree), WORKERS_PER_NODE=per_node,
+                RUNNERS_PER_NODE="0")
+    assert json.loads(none.stdout) == expected
 
 
 def test_numa_resources_without_numa_info_is_one_slot_and_rejects_bad_counts(tmp_path):
-    out = _run("numa-resources.sh", SYSFS_ROOT=str(tmp_path))
-    assert json.loads(out.stdout) == {"numa_0": 1}
+    out = _run("numa-resources.sh", SYSFS_ROOT=str(tmp_path), RUNNERS_PER_NODE="2")
+    assert json.loads(out.stdout) == {"numa_0": 1, "runner_numa_0": 2}
     bad = _run("numa-resources.sh", WORKERS_PER_NODE="two")
     assert bad.returncode == 2 and "WORKERS_PER_NODE" in bad.stderr
+    bad = _run("numa-resources.sh", RUNNERS_PER_NODE="-1")
+    assert bad.returncode == 2 and "RUNNERS_PER_NODE" in bad.stderr
 
 
 def test_start_scripts_build_ray_start_with_node_ip_and_numa_resources():
@@ -43,7 +49,8 @@ def test_start_scripts_build_ray_start_with_node_ip_and_numa_resources():
     assert argv[:3] == ["ray", "start", "--head"]
     assert argv[argv.index("--node-ip-address") + 1] == "10.1.2.3"
     assert argv[argv.index("--port") + 1] == "6380"
-    assert json.loads(argv[argv.index("--resources") + 1]) == {"numa_0": 1, "numa_1": 1}
+    assert json.loads(argv[argv.index("--resources") + 1]) == {"numa_0": 1, "numa_1": 1, "runner_numa_0": 1,
+                                                               "runner_numa_1": 1}
     worker = _run("start-worker.sh", DRY_RUN="1", SYSFS_ROOT=sysfs, NODE_IP="10.1.2.4",
                   RAY_HEAD_ADDRESS="10.1.2.3:6380")
     argv = shlex.split(worker.stdout)

@@ -51,6 +51,16 @@ def _check_identical(pool, path, n=37, seed=0):
     return layer, x
 
 
+@pytest.mark.parametrize("family", ["qwen2_moe", "deepseek_v3"])
+def test_routing_in_the_router_gives_the_same_bits_as_routing_in_the_caller(ray_address, tiny_models, family):
+    from colibri_dist.pool.config import PoolConfig
+    path = tiny_models[family]
+    with Pool(path, PoolConfig(workers=2, threads_per_worker=1, micro_batch=8, routing_at="router")) as pool:
+        _check_identical(pool, path, seed=3)
+        st = pool.stats()
+        assert st["routing_at"] == "router" and st["tokens"] == 37 * cd.open_model(path).config.top_k
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_pool_equals_engine_bit_for_bit_with_and_without_replicas(ray_address, tiny_models, family):
     path = tiny_models[family]

@@ -22,6 +22,7 @@ def test_token_bucket_picks_replica_with_smallest_recent_mass_ties_to_replica_or
 def test_rings_are_per_expert_so_each_expert_spreads_over_its_own_replicas():
     b = TokenBucketBalancer(2, window=8, threshold=100.0)
     b.record("a", 0, 5.0)  # worker 0 is busy with expert a ...
+    b.record("c", 1, 4.0)  # (and worker 1 with c, so neither is over the max/min cap)
     assert b.choose("b", [0, 1], 1.0) == 0  # ... but b's own rings are empty: tie -> first replica
     assert b.choose("b", [0, 1], 1.0) == 1  # then b alternates by its own recent mass
     assert b.bucket("a", 1) == 0.0 and b.load(0) == pytest.approx(6.0)
@@ -42,13 +43,13 @@ def test_token_bucket_window_forgets_old_assignments():
 def test_token_bucket_skips_workers_over_threshold_and_falls_back_to_least_loaded():
     b = TokenBucketBalancer(3, window=4, threshold=1.8)
     b.record("x", 1, 9.0)
-    b.record("y", 2, 3.0)  # worker loads 0, 9, 3: mean 4, cap 7.2 -> worker 1 is over
+    b.record("y", 2, 3.0)  # worker loads 0, 9, 3: mean 4, cap 1.8*3/3.8 x 4 = 5.7 -> worker 1 is over
     assert b.choose("e", [1, 2], 0.5) == 2  # e's buckets tie; worker 1 is skipped
     assert b.choose("f", [1], 0.5) == 0  # the only replica is over the cap -> least loaded live worker
     assert b.fallbacks == 1
-    loose = TokenBucketBalancer(3, window=4, threshold=3.0)
+    loose = TokenBucketBalancer(3, window=4, threshold=10.0)
     loose.record("x", 1, 9.0)
-    loose.record("y", 2, 3.0)  # cap = 12: worker 1 is allowed
+    loose.record("y", 2, 3.0)  # cap = 10*3/12 x 4 = 10: worker 1 is allowed
     assert loose.choose("f", [1], 0.5) == 1
     assert loose.fallbacks == 0
 
@@ -126,3 +127,18 @@ def test_token_bucket_spreads_zipf_skewed_load_better_than_home_only():
     home = _imbalance("home", batches, placement)
     assert tb < home
     assert tb < 1.25
+
+
+def test_cap_tightens_as_the_pool_shrinks_and_bounds_a_two_worker_batch():
+    b = TokenBucketBalancer(2, threshold=1.3)
+    assert abs(b.cap_factor(2) - 2.6 / 2.3) < 1e-12
+    assert b.cap_factor(2) < b.cap_factor(8) < 1.3
+    # every unit homed on worker 0 (the demo's skew): the bound sends the overflow to worker 1,
+    # and an expert that spilled once keeps spilling to the same worker (its cache stays warm)
+    units = {e: (float(r), r) for e, r in enumerate([40, 30, 20, 10, 10, 10, 5, 5])}
+    out = b.assign(units, lambda e: [0])
+    rows = np.bincount([out[e] for e in units], weights=[units[e][1] for e in units], minlength=2)
+    assert rows.max() / rows.mean() <= b.cap_factor(2)
+    spilled = {e for e, w in out.items() if w == 1}
+    again = b.assign(units, lambda e: [0])
+    assert {e for e, w in again.items() if w == 1} & spilled

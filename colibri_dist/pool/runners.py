@@ -1,0 +1,229 @@
+"""RunnerPool: data-parallel sequence runners over one shared expert pool; generate / score.
+
+Role in the data flow:
+    RunnerPool(path, runners=R, workers=W)  ->  a Pool (Router control plane + W ExpertWorkers)
+                                               + R SequenceRunner actors (runner.py), each routing
+                                               its own MoE traffic over the W workers
+    generate(prompts, params)               ->  request i goes to live runner i mod R, with its
+                                               global request id (its RNG seed), and the driver
+                                               polls every runner for committed tokens + results
+A runner that dies (SIGKILL, node removed) loses nothing: its unfinished requests are re-submitted
+to another live runner (or to the same actor once Ray restarted it) with the tokens committed so
+far, and continue exactly where they were (deterministic sampling). Results come back in prompt
+order, bit-identical to LLM(path).generate(...) in process.
+"""
+import dataclasses
+import time
+
+import ray
+
+from ..errors import InvalidArgument, PoolError
+from .client import DEAD
+from .facade import Pool, _unwrap
+from .ray_setup import numa_slots
+from .runner import SequenceRunner
+
+RunnerActor = ray.remote(SequenceRunner)
+LLM_KEYS = ("threads", "kv_cache_bytes", "max_seq_len", "kv_cache_dtype", "block_size", "max_num_batched_tokens",
+            "max_num_seqs", "seed")
+
+
+class RunnerPool:
+    def __init__(self, path, config=None, runners=1, ray_address=None, lanes=2, runner_resources=None,
+                 llm=None, **pool_options):
+        """runners: SequenceRunner actors; lanes: schedulers stepping in turn inside each (2 = two
+        micro-batches in flight); runner_resources: None | "numa" | [dict per runner]; llm: LLM keyword
+        arguments of every runner (threads, kv_cache_bytes, max_num_seqs, seed, ...); the rest: Pool."""
+        self._check(runners, lanes, llm, runner_resources)
+        self.pool = Pool(path, config, ray_address, **pool_options)
+        self.path, self.config, self.lanes = str(path), self.pool.config, int(lanes)
+        self.llm_kwargs = dict(llm or {})
+        try:
+            h = _unwrap(self.pool._router.handles.remote())
+            self._workers, self._info = h["workers"], h["info"]
+            self.n_runners = runners
+            self.resources = self._resources(runners, runner_resources)
+            self.runners = [self._spawn(i) for i in range(runners)]
+            self.runner_info = ray.get([r.ping.remote() for r in self.runners])
+        except BaseException:
+            self.pool.shutdown(stop_service=True)
+            raise
+        self.resubmits = self.resumed_tokens = 0
+        self.lost = []
+
+    @staticmethod
+    def _check(runners, lanes, llm, runner_resources):
+        for name, v in (("runners", runners), ("lanes", lanes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidArgument(f"RunnerPool: {name} must be an integer >= 1, got {v!r}")
+        unknown = sorted(set(llm or {}) - set(LLM_KEYS))
+        if unknown:
+            raise InvalidArgument(f"RunnerPool: unknown llm option(s) {unknown}; expected {list(LLM_KEYS)}")
+        rr = runner_resources
+        if not (rr is None or rr in ("numa", "auto") or (isinstance(rr, (list, tuple)) and len(rr) == runners)):
+            raise InvalidArgument(f"RunnerPool: runner_resources must be None, 'numa', 'auto' or one dict per runner, "
+                                  f"got {rr!r}")
+
+    def _resources(self, runners, rr):
+        """"numa": one runner per runner_numa_<i> slot (cluster/numa-resources.sh: one per NUMA node of
+        each machine), the runner pinned to that node; "auto": the same when the cluster has enough."""
+        self.numa_nodes = [None] * runners
+        if rr in ("numa", "auto"):
+            slots = numa_slots(runners, required=rr == "numa", prefix="runner_")
+            if slots:
+                self.numa_nodes = [s[1] for s in slots]
+                return [s[0] for s in slots]
+            return [None] * runners
+        return list(rr) if rr is not None else [None] * runners
+
+    def _spawn(self, i):
+        opts = dict(num_cpus=0, max_restarts=self.config.max_restarts, max_task_retries=0, max_concurrency=4,
+                    resources=self.resources[i] or None)
+        return RunnerActor.options(**opts).remote(self.path, i, self.config, self._workers, self._info,
+                                                  self.llm_kwargs, self.lanes, self.numa_nodes[i], self.n_runners)
+
+    # ------------------------------------------------------------------ jobs
+    def generate(self, prompts, sampling_params=None, request_ids=None):
+        """-> list[Completion] in prompt order (LLM.generate's shapes and request ids)."""
+        from ..generate.api import _params_list, as_prompt_list
+        items = as_prompt_list(prompts)
+        params = [_plain(p) for p in _params_list(sampling_params, len(items))]
+        return self._run([{"rid": _rid(request_ids, i), "kind": "generate", "prompt": it, "params": p}
+                          for i, (it, p) in enumerate(zip(items, params))])
+
+    def score(self, prompts, request_ids=None):
+        from ..generate.api import as_prompt_list
+        return self._run([{"rid": _rid(request_ids, i), "kind": "score", "prompt": it, "params": None}
+                          for i, it in enumerate(as_prompt_list(prompts))])
+
+    def _run(self, items):
+        if len({it["rid"] for it in items}) != len(items):
+            raise InvalidArgument("RunnerPool: request ids must be unique")
+        by_rid = {it["rid"]: it for it in items}
+        self._submits = {}
+        committed = {rid: ([], []) for rid in by_rid}
+        results, owner = {}, {}
+        shares = {}
+        for j, it in enumerate(items):
+            shares.setdefault(j % len(self.runners), []).append(it)
+        for i, share in shares.items():
+            self._submit(i, share, owner)
+        polls = {self.runners[i].poll.remote(): i for i in shares}
+        while len(results) < len(items):
+            if not polls:
+                raise PoolError("RunnerPool: requests outstanding but no runner is working on them")
+            ref = ray.wait(list(polls), num_returns=1)[0][0]
+            i = polls.pop(ref)
+            try:
+                out = ray.get(ref)
+            except DEAD:
+                self._recover(i, by_rid, committed, results, owner, polls)
+                continue
+            self._apply(out, committed, results)
+            if out["errors"]:
+                raise PoolError(f"runner {i} failed: {out['errors'][0]}")
+            if any(owner.get(rid) == i for rid in by_rid if rid not in results):
+                if out["busy"] == 0:
+                    self._check_submits(i, committed, results, lambda: [r for r in by_rid if owner.get(r) == i
+                                                                         and r not in results])
+                polls[self.runners[i].poll.remote()] = i
+        return [results[it["rid"]] for it in items]
+
+    def _submit(self, i, share, owner):
+        self._submits.setdefault(i, []).append(self.runners[i].submit.remote(share))
+        for it in share:
+            owner[it["rid"]] = i
+
+    def _check_submits(self, i, committed, results, unfinished):
+        """Runner i is idle with requests outstanding: fine while a submit is still queued; a submit
+        that failed raises here; all submits done and still idle after a fresh poll is a bug."""
+        refs = self._submits.get(i, [])
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if len(ready) < len(refs):
+            return
+        for ref in ready:
+            _unwrap(ref)
+        out = ray.get(self.runners[i].poll.remote(0.0))
+        self._apply(out, committed, results)
+        if out["busy"] == 0 and unfinished():
+            raise PoolError(f"runner {i} is idle but requests {unfinished()[:5]} are unfinished")
+
+    @staticmethod
+    def _apply(out, committed, results):
+        for rid, token, lp in out["events"]:
+            if rid in committed and rid not in results:
+                committed[rid][0].append(token)
+                committed[rid][1].append(lp)
+        results.update(out["results"])
+
+    def _recover(self, dead, by_rid, committed, results, owner, polls):
+        """Runner `dead` is gone: its unfinished requests continue on the other live runners."""
+        self.lost.append(dead)
+        todo = [rid for rid, r in owner.items() if r == dead and rid not in results]
+        live = [i for i in range(len(self.runners)) if i != dead and self._alive(i)] or [dead]
+        for k, rid in enumerate(todo):
+            it = dict(by_rid[rid])
+            toks, lps = committed[rid]
+            if it["kind"] == "generate" and toks:
+                it["resume"] = (list(toks), None if any(lp is None for lp in lps) else list(lps))
+                self.resumed_tokens += len(toks)
+            else:
+                committed[rid] = ([], [])
+            self._submit(live[k % len(live)], [it], owner)
+            self.resubmits += 1
+        for i in set(live):
+            if i not in polls.values():
+                polls[self.runners[i].poll.remote()] = i
+
+    def _alive(self, i, timeout=5.0):
+        try:
+            ray.get(self.runners[i].ping.remote(), timeout=timeout)
+            return True
+        except Exception:
+            return False
+
+    # ------------------------------------------------------------------ status and lifetime
+    def stats(self):
+        counters, runners = [], []
+        for i, r in enumerate(self.runners):
+            try:
+                counters.append(ray.get(r.counters.remote(), timeout=30))
+                runners.append(dict(ray.get(r.stats.remote(), timeout=30), alive=True))
+            except Exception as exc:
+                runners.append({"index": i, "alive": False, "error": str(exc)})
+        st = _unwrap(self.pool._router.stats.remote(counters, "runners"))
+        st.update(runners=runners, resubmits=self.resubmits, resumed_tokens=self.resumed_tokens,
+                  lost_runners=list(self.lost))
+        return st
+
+    def runner_pids(self):
+        return [ray.get(r.ping.remote())["pid"] for r in self.runners]
+
+    def shutdown(self):
+        for r in getattr(self, "runners", []):
+            try:
+                ray.kill(r, no_restart=True)
+            except Exception:
+                pass
+        self.runners = []
+        self.pool.shutdown(stop_service=True)
+
+    def close(self):
+        self.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+
+def _plain(p):
+    """SamplingParams -> a dict that pickles without the generate room on the other side."""
+    if p is None or isinstance(p, dict):
+        return p
+    return {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+
+
+def _rid(request_ids, i):
+    return i if request_ids is None else request_ids[i]
