@@ -127,6 +127,15 @@ class ExpertClient:
             del self.down[i]
             self.balancer.mark_alive(i)
 
+    def _back_off(self, tries):
+        """Before a re-send: wait a little (an actor that was only unreachable answers its ping again,
+        and is taken back), and when every worker is down wait for Ray to restart one."""
+        with self._released():
+            time.sleep(min(0.5, 0.02 * 2 ** tries))
+        self._poll_down(timeout=0)
+        if not self.balancer.live():
+            self.refresh_down()
+
     def _alternative(self, failed):
         live = [w for w in self.balancer.live() if w != failed]
         if not live:
@@ -264,7 +273,9 @@ class ExpertClient:
                 self.retries += 1
                 self.mark_down(wk)
                 if tries + 1 > limit:
-                    raise PoolError(f"worker batch failed {tries + 1} times; last worker {wk}: {exc}") from exc
+                    raise PoolError(f"worker batch failed {tries + 1} times; last worker {wk} (live: "
+                                    f"{self.balancer.live()}): {exc}") from exc
+                self._back_off(tries)
                 alt = self._alternative(wk)
                 pending[self._send(alt, x_arg, req)] = (alt, batch, req, a, b, tries + 1)
                 continue

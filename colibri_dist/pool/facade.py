@@ -52,7 +52,7 @@ class Pool:
             raise
         self.config, self.name, self.namespace = cfg, cfg.name, cfg.namespace
         options = dict(num_cpus=0, max_restarts=0, max_concurrency=1, scheduling_strategy=
-                       NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True))
+                       NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False))
         if cfg.name:
             if self._exists(cfg.name, cfg.namespace):
                 raise PoolError(f"a pool named {cfg.name!r} is already running in Ray namespace {cfg.namespace!r}")
