@@ -14,7 +14,7 @@ import ray
 from ray.exceptions import RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..errors import ColibriError, InvalidArgument, PoolError
+from ..errors import ColibriError, PoolError
 from .config import config_from_kwargs
 from .ray_setup import NAMESPACE, connect, resolve_placement
 from .client import INLINE_BYTES, ExpertClient

@@ -13,7 +13,6 @@ far, and continue exactly where they were (deterministic sampling). Results come
 order, bit-identical to LLM(path).generate(...) in process.
 """
 import dataclasses
-import time
 
 import ray
 

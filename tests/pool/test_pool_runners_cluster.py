@@ -66,7 +66,8 @@ def test_removing_the_node_of_a_runner_and_a_worker_mid_generation_changes_no_bi
     llm_kw = dict(threads=1, max_num_seqs=4)
     with cd.LLM(model_path, **llm_kw) as llm:
         ref = llm.generate(ps, params)
-    cfg = PoolConfig(workers=2, threads_per_worker=1, worker_resources=[{"m0": 1}, {"m1": 1}], micro_batch=8, restart_timeout_s=10,
+    cfg = PoolConfig(workers=2, threads_per_worker=1, worker_resources=[{"m0": 1}, {"m1": 1}], micro_batch=8,
+                     restart_timeout_s=10,
                      hooks=PoolHooks(runner_step_delay_s=0.25))
     with RunnerPool(model_path, cfg, runners=2, runner_resources=[{"m0": 1}, {"m1": 1}], llm=llm_kw) as rp:
         st = rp.stats()
