@@ -222,16 +222,27 @@ class ExpertClient:
         else:
             groups = {(e, 0): ts for e, ts in groups.items()}
         loads = {key: (float(w[t, s].sum()), len(t)) for key, (t, s) in groups.items()}
-        if sum(r for _, r in loads.values()) <= self.cfg.coalesce_rows:
+        total = sum(r for _, r in loads.values())
+        if total <= self.cfg.coalesce_rows:
             assign = self._coalesce(layer, loads)
         else:
             assign = self.balancer.assign(loads, lambda key: self._replicas(layer, key[0]),
-                                          expert_of=lambda key: (layer, key[0]))
+                                          expert_of=lambda key: (layer, key[0]), among=self._among(total))
         self.off_home += sum(1 for key, wk in assign.items() if wk != self._replicas(layer, key[0])[0])
         spans = shared_chunks(len(idx), self.balancer.live()) if with_shared else None
         version = ea.table_version(self.engine)
         for wk, batch in build_batches(groups, assign, spans).items():
             yield wk, batch, batch.request(layer, version, offset)
+
+    def _among(self, total):
+        """min_request_rows: a micro-batch of R rows uses at most R // min_request_rows workers (fewer
+        Ray calls per layer in big pools), the ones with the fewest recent rows; None = all live."""
+        m = self.cfg.min_request_rows
+        live = self.balancer.live()
+        if not m or total // m >= len(live):
+            return None
+        recent = getattr(self.balancer, "recent", None) or [0.0] * self.n
+        return sorted(live, key=lambda w: (recent[w], w))[:max(1, total // m)]
 
     def _coalesce(self, layer, loads):
         """A tiny micro-batch (a few decode tokens) goes whole to ONE worker: one Ray call instead of
