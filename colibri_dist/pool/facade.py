@@ -14,7 +14,7 @@ import ray
 from ray.exceptions import RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..errors import ColibriError, InvalidArgument, PoolError
+from ..errors import ColibriError, PoolError
 from .config import config_from_kwargs
 from .ray_setup import NAMESPACE, connect, resolve_placement
 from .client import INLINE_BYTES, ExpertClient
@@ -52,7 +52,7 @@ class Pool:
             raise
         self.config, self.name, self.namespace = cfg, cfg.name, cfg.namespace
         options = dict(num_cpus=0, max_restarts=0, max_concurrency=1, scheduling_strategy=
-                       NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True))
+                       NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False))
         if cfg.name:
             if self._exists(cfg.name, cfg.namespace):
                 raise PoolError(f"a pool named {cfg.name!r} is already running in Ray namespace {cfg.namespace!r}")

@@ -87,6 +87,12 @@ def numa_slots(workers, required=True, prefix=""):
     return [({k: 1}, int(_NUMA_KEY.fullmatch(k[len(prefix):]).group(1))) for k in slots[:workers]]
 
 
+def slot_count(prefix=""):
+    """How many <prefix>numa_<i> slots the cluster offers in all (0 without any)."""
+    totals = ray.cluster_resources()
+    return int(sum(v for k, v in totals.items() if k.startswith(prefix) and _NUMA_KEY.fullmatch(k[len(prefix):])))
+
+
 def resolve_placement(cfg):
     """PoolConfig with threads_per_worker and worker_resources made concrete for this cluster."""
     changes = {}

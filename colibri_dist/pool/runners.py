@@ -13,14 +13,13 @@ far, and continue exactly where they were (deterministic sampling). Results come
 order, bit-identical to LLM(path).generate(...) in process.
 """
 import dataclasses
-import time
 
 import ray
 
 from ..errors import InvalidArgument, PoolError
 from .client import DEAD
 from .facade import Pool, _unwrap
-from .ray_setup import numa_slots
+from .ray_setup import numa_slots, slot_count
 from .runner import SequenceRunner
 
 RunnerActor = ray.remote(SequenceRunner)
@@ -29,11 +28,13 @@ LLM_KEYS = ("threads", "kv_cache_bytes", "max_seq_len", "kv_cache_dtype", "block
 
 
 class RunnerPool:
-    def __init__(self, path, config=None, runners=1, ray_address=None, lanes=2, runner_resources=None,
+    def __init__(self, path, config=None, runners=None, ray_address=None, lanes=2, runner_resources="auto",
                  llm=None, **pool_options):
-        """runners: SequenceRunner actors; lanes: schedulers stepping in turn inside each (2 = two
-        micro-batches in flight); runner_resources: None | "numa" | [dict per runner]; llm: LLM keyword
-        arguments of every runner (threads, kv_cache_bytes, max_num_seqs, seed, ...); the rest: Pool."""
+        """runners: SequenceRunner actors (None = one per runner_numa_<i> slot of the cluster, i.e. one
+        per NUMA node of each machine, or 1 without such slots); lanes: schedulers stepping in turn
+        inside each (2 = two micro-batches in flight); runner_resources: "auto" (runner_numa slots when
+        there are enough) | "numa" (required) | None | [dict per runner]; llm: LLM keyword arguments of
+        every runner (threads, kv_cache_bytes, max_num_seqs, seed, ...); the rest: Pool."""
         self._check(runners, lanes, llm, runner_resources)
         self.pool = Pool(path, config, ray_address, **pool_options)
         self.path, self.config, self.lanes = str(path), self.pool.config, int(lanes)
@@ -41,6 +42,8 @@ class RunnerPool:
         try:
             h = _unwrap(self.pool._router.handles.remote())
             self._workers, self._info = h["workers"], h["info"]
+            if runners is None:  # one per NUMA node of each machine (its runner_numa slots), else one
+                runners = slot_count("runner_") or 1
             self.n_runners = runners
             self.resources = self._resources(runners, runner_resources)
             self.runners = [self._spawn(i) for i in range(runners)]
@@ -53,14 +56,15 @@ class RunnerPool:
 
     @staticmethod
     def _check(runners, lanes, llm, runner_resources):
-        for name, v in (("runners", runners), ("lanes", lanes)):
+        for name, v in (("runners", 1 if runners is None else runners), ("lanes", lanes)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidArgument(f"RunnerPool: {name} must be an integer >= 1, got {v!r}")
         unknown = sorted(set(llm or {}) - set(LLM_KEYS))
         if unknown:
             raise InvalidArgument(f"RunnerPool: unknown llm option(s) {unknown}; expected {list(LLM_KEYS)}")
         rr = runner_resources
-        if not (rr is None or rr in ("numa", "auto") or (isinstance(rr, (list, tuple)) and len(rr) == runners)):
+        if not (rr is None or rr in ("numa", "auto") or (isinstance(rr, (list, tuple)) and runners is not None
+                                                            and len(rr) == runners)):
             raise InvalidArgument(f"RunnerPool: runner_resources must be None, 'numa', 'auto' or one dict per runner, "
                                   f"got {rr!r}")
 

@@ -71,10 +71,12 @@ class SimCluster:
         self.cluster.shutdown()
 
 
-def simulate(sim, path, workers, runners, steps=10, batch=32, layers=2, call_s=0.0, row_s=1e-4, micro_batch=1024):
+def simulate(sim, path, workers, runners, steps=10, batch=32, layers=2, call_s=0.0, row_s=1e-4, micro_batch=1024,
+             min_request_rows=0):
     """One point of the scaling curve on an existing SimCluster; returns a dict (tok/s and where time went)."""
     from .facade import Pool
     cfg = PoolConfig(workers=workers, threads_per_worker=1, micro_batch=micro_batch, numa={"enabled": False},
+                     min_request_rows=min_request_rows,
                      worker_resources=[sim.place(i) for i in range(workers)],
                      hooks=PoolHooks(simulate_call_s=call_s, simulate_row_s=row_s))
     with Pool(path, cfg) as pool:

@@ -88,15 +88,18 @@ class _BaseBalancer:
         self.assigned_mass[worker] += mass
         self.assigned_rows[worker] += rows
 
-    def assign(self, loads, replicas_of, expert_of=lambda key: key):
-        """Assign a whole layer batch: loads = {key: (mass, rows)}; returns {key: worker}.
+    def assign(self, loads, replicas_of, expert_of=lambda key: key, among=None):
+        """Assign a whole layer batch: loads = {key: (mass, rows)}; returns {key: worker}
+        (`among`: only these workers, when given).
 
         Heavier units are placed first (ties by key) so the greedy sees the big
         items while there is still room to spread them. expert_of(key) names the
         expert of a unit (several units may be chunks of one expert).
         """
         order = sorted(loads, key=lambda k: (-loads[k][0], k))
-        return {k: self.choose(expert_of(k), replicas_of(k), loads[k][0], loads[k][1]) for k in order}
+        pick = (lambda k: replicas_of(k)) if not among else \
+            (lambda k: [w for w in replicas_of(k) if w in among] or list(among))
+        return {k: self.choose(expert_of(k), pick(k), loads[k][0], loads[k][1]) for k in order}
 
     def state(self):
         return {"kind": self.kind, "dead": sorted(self.dead),
@@ -147,13 +150,13 @@ class TokenBucketBalancer(_BaseBalancer):
         self.fallbacks += 1
         return min(self.live(), key=lambda w: (self.loads[w], w))
 
-    def assign(self, loads, replicas_of, expert_of=lambda key: key):
-        """A whole layer batch, bounded: each worker may carry at most cap(n) x the mean of
+    def assign(self, loads, replicas_of, expert_of=lambda key: key, among=None):
+        """A whole layer batch (on the live workers, or only on `among`), bounded: each worker may carry at most cap(n) x the mean of
         (recent rows + this batch's rows); units go heaviest first (rows) to the replica with the
         smallest ring that still fits (home first on ties: cache locality), else to the worker the
         expert spilled to last (so a spilled expert stays warm in one more cache), else to the
         least loaded worker with room, else the least loaded. Decides placement only."""
-        live = self.live()
+        live = [w for w in among if w not in self.dead] if among else self.live()
         if not live:
             raise InvalidArgument("no live worker left to run an expert")
         self.recent = [r * self.decay for r in self.recent]
@@ -163,7 +166,7 @@ class TokenBucketBalancer(_BaseBalancer):
         for k in sorted(loads, key=lambda k: (-loads[k][1], -loads[k][0], k)):
             mass, rows = float(loads[k][0]), int(loads[k][1])
             e = expert_of(k)
-            cands = self._live_replicas(replicas_of(k))
+            cands = [w for w in self._live_replicas(replicas_of(k)) if w in live] or live
             fits = [w for w in cands if self.recent[w] + rows <= cap]
             if fits:
                 w = min(fits, key=lambda w: (self.bucket(e, w), cands.index(w)))

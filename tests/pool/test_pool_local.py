@@ -61,6 +61,15 @@ def test_routing_in_the_router_gives_the_same_bits_as_routing_in_the_caller(ray_
         assert st["routing_at"] == "router" and st["tokens"] == 37 * cd.open_model(path).config.top_k
 
 
+def test_min_request_rows_uses_fewer_workers_per_micro_batch_with_the_same_bits(ray_address, tiny_models):
+    path = tiny_models["olmoe"]
+    with Pool(path, workers=3, threads_per_worker=1, micro_batch=8, min_request_rows=8) as pool:
+        layer, _ = _check_identical(pool, path, n=40, seed=4)  # 8 tokens x 2 = 16 rows -> 2 of 3 workers
+        st = pool.stats()
+        assert sum(w["requests"] for w in st["workers"]) <= 2 * 5  # 5 micro-batches, <= 2 requests each
+        assert st["tokens"] == 40 * 2 and st["config"].min_request_rows == 8
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_pool_equals_engine_bit_for_bit_with_and_without_replicas(ray_address, tiny_models, family):
     path = tiny_models[family]

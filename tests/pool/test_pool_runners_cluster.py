@@ -30,7 +30,8 @@ def cluster():
     c = Cluster(initialize_head=True, head_node_args=dict(
         num_cpus=2, node_ip_address="127.0.0.1", include_dashboard=False, _system_config=_FAST_FAILURE_DETECTION))
     # two "machines", each with one runner slot and one expert-worker slot
-    nodes = [c.add_node(num_cpus=1, node_ip_address="127.0.0.1", resources={f"m{i}": 2}) for i in range(2)]
+    nodes = [c.add_node(num_cpus=1, node_ip_address="127.0.0.1", resources={f"m{i}": 2, "runner_numa_0": 1})
+             for i in range(2)]
     c.wait_for_nodes()
     ray.init(address=c.address, namespace="colibri", logging_level="WARNING")
     yield c, nodes
@@ -46,6 +47,18 @@ def model_path(tmp_path_factory):
     return cd.convert(src, tmp_path_factory.mktemp("cb") / "o.colibri", experts="int8", progress=False)
 
 
+def test_by_default_one_runner_per_runner_numa_slot_of_the_cluster(cluster, model_path):
+    c, nodes = cluster
+    ps = [[5, 6, 7], [8, 9, 10, 11]]
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    with cd.LLM(model_path, threads=1) as llm:
+        ref = [r.token_ids for r in llm.generate(ps, params)]
+    with RunnerPool(model_path, workers=1, threads_per_worker=1, llm={"threads": 1}) as rp:
+        assert len(rp.runners) == 2  # one runner_numa_0 slot on each "machine"
+        assert sorted(i["node"] for i in rp.runner_info) == sorted(n.node_id for n in nodes)
+        assert [r.token_ids for r in rp.generate(ps, params)] == ref  # (runs before a node is removed)
+
+
 def test_removing_the_node_of_a_runner_and_a_worker_mid_generation_changes_no_bits(cluster, model_path):
     c, nodes = cluster
     ps = [np.random.default_rng(s).integers(0, 97, 4 + 3 * s).tolist() for s in range(6)]
@@ -54,9 +67,13 @@ def test_removing_the_node_of_a_runner_and_a_worker_mid_generation_changes_no_bi
     with cd.LLM(model_path, **llm_kw) as llm:
         ref = llm.generate(ps, params)
     cfg = PoolConfig(workers=2, threads_per_worker=1, worker_resources=[{"m0": 1}, {"m1": 1}], micro_batch=8,
+                     restart_timeout_s=10,
                      hooks=PoolHooks(runner_step_delay_s=0.25))
     with RunnerPool(model_path, cfg, runners=2, runner_resources=[{"m0": 1}, {"m1": 1}], llm=llm_kw) as rp:
         st = rp.stats()
+        # the control plane (Router, owner of the workers) stays on the driver's node, never on a
+        # node that may go: routing lives in the runners
+        assert rp.pool._ready["router_node"] == c.head_node.node_id
         assert [w["node"] for w in st["workers"]] == [n.node_id for n in nodes]
         out = {}
         t = threading.Thread(target=lambda: out.setdefault("r", rp.generate(ps, params)))
@@ -72,3 +89,4 @@ def test_removing_the_node_of_a_runner_and_a_worker_mid_generation_changes_no_bi
         st = rp.stats()
         assert st["lost_runners"] == [1] and st["resumed_tokens"] > 0
         assert [w["alive"] for w in st["workers"]] == [True, False]
+

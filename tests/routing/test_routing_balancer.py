@@ -142,3 +142,14 @@ def test_cap_tightens_as_the_pool_shrinks_and_bounds_a_two_worker_batch():
     spilled = {e for e, w in out.items() if w == 1}
     again = b.assign(units, lambda e: [0])
     assert {e for e, w in again.items() if w == 1} & spilled
+
+
+def test_assign_among_a_subset_keeps_every_unit_on_it_and_bounds_it():
+    b = TokenBucketBalancer(4, threshold=1.3)
+    units = {e: (1.0, r) for e, r in enumerate([9, 7, 5, 5, 3, 2])}
+    out = b.assign(units, lambda e: [e % 4], among=[1, 3])  # homes 0..3, only workers 1 and 3 may run
+    assert set(out.values()) <= {1, 3}
+    rows = {w: sum(units[e][1] for e in out if out[e] == w) for w in (1, 3)}
+    assert max(rows.values()) / (sum(rows.values()) / 2) <= b.cap_factor(2) + 1e-9
+    rr = RoundRobinBalancer(4)
+    assert set(rr.assign(units, lambda e: [e % 4], among=[2]).values()) == {2}
