@@ -78,7 +78,9 @@ class PoolExecutor:
             self.pool = _attach_named(p, model_path)
             return
         self.pool = Pool(model_path, workers=p.workers, ray_address=p.ray_address, cache_bytes=p.cache_bytes,
-                         offload_dir=offload_dir, replicas=p.replicas, balancer=p.balancer.kind,
+                         offload_dir=offload_dir, replicas=p.replicas,
+                         balancer={"kind": p.balancer.kind, "window": p.balancer.window,
+                                   "threshold": p.balancer.threshold},
                          threads_per_worker=p.threads_per_worker, policy=p.policy,
                          numa=dataclasses.asdict(p.numa), routing_policy=cfg.routing.policy)
 

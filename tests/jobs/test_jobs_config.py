@@ -36,7 +36,7 @@ def test_good_config_and_defaults(tmp_path):
     assert cfg.job.kind == "token-classification" and cfg.job.batch_tokens == 256
     assert cfg.pool.workers == 3 and cfg.pool.cache_bytes == 64 * 2**20
     assert cfg.pool.balancer.kind == "round-robin" and cfg.pool.balancer.window == 32
-    assert cfg.pool.balancer.threshold == 1.8 and cfg.pool.policy == "lru"
+    assert cfg.pool.balancer.threshold == 1.3 and cfg.pool.policy == "lru"
     assert cfg.routing.policy == "exact" and cfg.demo.hidden == 128 and cfg.report.html is True
 
 
