@@ -24,6 +24,9 @@ from .pool.ray_data import build_processor as _build
 __all__ = ["BatchRunner", "ColibriPredictor", "ColibriProcessorConfig", "Processor", "build_processor"]
 
 
-def build_processor(config, preprocess=None, postprocess=None, runner_factory=open_runner):
-    """processor(ds) -> ds: preprocess (ds.map), the colibri actors (ds.map_batches), postprocess (ds.map)."""
-    return _build(config, runner_factory, preprocess=preprocess, postprocess=postprocess)
+def build_processor(config, preprocess=None, postprocess=None, preprocess_map_kwargs=None,
+                    postprocess_map_kwargs=None, runner_factory=open_runner):
+    """processor(ds) -> ds: preprocess (ds.map), the colibri actors (ds.map_batches), postprocess (ds.map).
+    *_map_kwargs go to those ds.map calls (default num_cpus=0: the row lambdas never wait for a CPU)."""
+    return _build(config, runner_factory, preprocess=preprocess, postprocess=postprocess,
+                  preprocess_map_kwargs=preprocess_map_kwargs, postprocess_map_kwargs=postprocess_map_kwargs)

@@ -53,8 +53,6 @@ def open_job_llm(cfg, offload_dir=None):
 class MoeMeter:
     """What the decoder calls for every MoE layer: counts tokens per routed expert, then the executor."""
 
-    kind = property(lambda self: self.executor.kind)
-
     def __init__(self, executor, heat=True, router=None):
         self.executor, self.heat_enabled, self.heat = executor, heat, {}
         self.router = router or executor     # anything with route(layer, x) -> (idx, w)

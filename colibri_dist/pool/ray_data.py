@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import ray
+import ray.data
 
 from ..errors import InvalidArgument
 
@@ -105,28 +106,36 @@ def _plain(row):
 class Processor:
     """processor(ds) -> ds with the output columns (ray.data.llm's Processor shape)."""
 
-    def __init__(self, config, runner_factory, preprocess=None, postprocess=None):
+    def __init__(self, config, runner_factory, preprocess=None, postprocess=None, preprocess_map_kwargs=None,
+                 postprocess_map_kwargs=None):
         self.config, self.runner_factory = config, runner_factory
         self.preprocess, self.postprocess = preprocess, postprocess
+        # the row lambdas reserve no CPU by default: the actors may hold every CPU of a small machine, and a
+        # postprocess task waiting for one would wait for the actor pool to be torn down (or forever)
+        self.pre_kwargs = {"num_cpus": 0, **(preprocess_map_kwargs or {})}
+        self.post_kwargs = {"num_cpus": 0, **(postprocess_map_kwargs or {})}
 
     def __call__(self, ds):
         from .ray_setup import connect
         connect(self.config.ray_address)
         c = self.config
         if self.preprocess is not None:
-            ds = ds.map(self.preprocess)
+            ds = ds.map(self.preprocess, **self.pre_kwargs)
         slots = _Slots.remote()
         ds = ds.map_batches(ColibriPredictor, fn_constructor_kwargs={"config": c, "runner_factory": self.runner_factory,
                                                                      "slots": slots},
-                            batch_size=c.batch_size, batch_format="pyarrow", concurrency=c.concurrency,
+                            batch_size=c.batch_size, batch_format="pyarrow",
+                            compute=ray.data.ActorPoolStrategy(size=c.concurrency),
                             num_cpus=1 if c.num_cpus is None else c.num_cpus)
         if self.postprocess is not None:
-            ds = ds.map(self.postprocess)
+            ds = ds.map(self.postprocess, **self.post_kwargs)
         return ds
 
 
-def build_processor(config, runner_factory, preprocess=None, postprocess=None):
+def build_processor(config, runner_factory, preprocess=None, postprocess=None, preprocess_map_kwargs=None,
+                    postprocess_map_kwargs=None):
     """A Processor for `config` whose actors run `runner_factory(config, threads)` (see colibri_dist.ray_data)."""
     if not isinstance(config, ColibriProcessorConfig):
         raise InvalidArgument(f"build_processor: expected a ColibriProcessorConfig, got {type(config).__name__}")
-    return Processor(dataclasses.replace(config), runner_factory, preprocess, postprocess)
+    return Processor(dataclasses.replace(config), runner_factory, preprocess, postprocess, preprocess_map_kwargs,
+                     postprocess_map_kwargs)

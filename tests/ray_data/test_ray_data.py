@@ -106,3 +106,27 @@ def test_config_is_checked():
         ColibriProcessorConfig(model_source="m", kind="embed")
     with pytest.raises(InvalidArgument, match="concurrency: expected an integer >= 1"):
         ColibriProcessorConfig(model_source="m", concurrency=0)
+
+
+def test_predictor_output_types_do_not_depend_on_the_batch():
+    """A batch of only bad rows has the same Arrow schema as a good one (no null-typed columns)."""
+    import pyarrow as pa
+
+    from colibri_dist.pool.ray_data import ColibriPredictor, ColibriProcessorConfig
+    threads = []
+
+    class Runner:
+        def run(self, rows):
+            return [{"id": r.get("id"), "error": "empty prompt"} for r in rows]
+
+    def factory(config, n):
+        threads.append(n)
+        return Runner()
+    config = ColibriProcessorConfig(model_source="m", numa={"enabled": False}, threads=3)
+    pred = ColibriPredictor(config, factory)
+    out = pred(pa.table({"id": ["a", "b"], "prompt": ["", ""], "extra": [1, 2]}))
+    assert threads == [3] and pred.numa_report is None
+    assert out.column("extra").to_pylist() == [1, 2] and out.column("error").to_pylist() == ["empty prompt"] * 2
+    assert out.schema.field("generated_tokens").type == pa.list_(pa.int64())
+    assert out.schema.field("num_generated_tokens").type == pa.int64()
+    assert out.column("generated_text").to_pylist() == [None, None]
