@@ -47,6 +47,12 @@ static int uses_tiles(const cb_engine *e, const cb_kernel_table *kt, const cb_ff
            (in ? t->ex->gate.cols : t->ex->down.cols) % 64 == 0;
 }
 
+/* Tokens of the next pass: TOKEN_CHUNK, or two chunks (one pass per two packed blocks) on the tile path. */
+static int64_t chunk(int64_t left, int tiles) {
+    int64_t c = tiles ? 2 * TOKEN_CHUNK : TOKEN_CHUNK;
+    return left < c ? left : c;
+}
+
 static size_t tile_bytes(const cb_ffn_task *t, int in) {
     int32_t K = in ? t->ex->gate.cols : t->ex->down.cols;
     return (size_t)blocks(t->n, 16) * cb_q8_tiles_bytes(K);
@@ -82,8 +88,8 @@ static void phase_gate_up(void *ctx, int64_t item) {
     ffn_item it = run->items[item];
     const cb_ffn_task *t = &run->tasks[it.task];
     float **g = run->g[it.task], **u = run->u[it.task];
-    for (int64_t c = 0; c < t->n; c += TOKEN_CHUNK) {
-        int64_t m = t->n - c < TOKEN_CHUNK ? t->n - c : TOKEN_CHUNK;
+    for (int64_t c = 0, m; c < t->n; c += m) {
+        m = chunk(t->n - c, run->xp[it.task] != NULL);
         if (run->xp[it.task] && m >= TILE_MIN_TOKENS) {
             const int16_t *const *xq = (const int16_t *const *)run->xq[it.task] + c;
             const int8_t *p = run->xp[it.task] + (size_t)(c / 16) * cb_q8_tiles_bytes(t->ex->gate.cols);
@@ -107,8 +113,8 @@ static void phase_down(void *ctx, int64_t item) {
     ffn_item it = run->items[item];
     const cb_ffn_task *t = &run->tasks[it.task];
     const float *const *h = (const float *const *)run->g[it.task];
-    for (int64_t c = 0; c < t->n; c += TOKEN_CHUNK) {
-        int64_t m = t->n - c < TOKEN_CHUNK ? t->n - c : TOKEN_CHUNK;
+    for (int64_t c = 0, m; c < t->n; c += m) {
+        m = chunk(t->n - c, run->hp[it.task] != NULL);
         if (run->hp[it.task] && m >= TILE_MIN_TOKENS)
             run->kt->dot_rows_q8_tiles(&t->ex->down, it.r0, it.r1,
                                        run->hp[it.task] + (size_t)(c / 16) * cb_q8_tiles_bytes(t->ex->down.cols),

@@ -29,7 +29,8 @@ typedef void (*cb_dot_rows_q8_fn)(const cb_matrix *w, int32_t r0, int32_t r1, co
 typedef void (*cb_quantize_q8_fn)(const float *x, int32_t K, float inv, int16_t *q);
 
 /* AMX w8a8 (kernels_amx.c): 16-token blocks of activations packed for the tile unit (K/4 rows of
- * 16 tokens x 4 bytes, tokens >= m zero), then rows r0..r1 of a CB_I8_ROW matrix times one block.
+ * 16 tokens x 4 bytes, tokens >= m zero), then rows r0..r1 of a CB_I8_ROW matrix times one block
+ * (m <= 16) or two consecutive blocks (16 < m <= 32).
  * Needs K % 64 == 0; rows that do not fill a 16-row tile go through dot_rows_q8 on xq. */
 #define CB_Q8_TILE_TOKENS 16
 size_t cb_q8_tiles_bytes(int32_t K);        /* bytes of one packed block (staging included) */

@@ -59,41 +59,61 @@ AMX_FN static void finish_tile(const cb_matrix *w, int32_t r, const int32_t c[16
     }
 }
 
+/* One or two 16-token blocks (m <= 32; the second block follows the first in `packed`) against
+ * 32- then 16-row weight tiles: up to 2 x 2 accumulator tiles, each A and B tile loaded once per K step. */
 AMX_FN void cb_dot_rows_q8_tiles_amx(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *packed,
                                      const int16_t *const *xq, const float *sx, float *const *outs, int64_t m) {
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    for (int t = 0; t < 5; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;   /* tmm0-1 C, tmm2-3 A, tmm4 B */
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;   /* tmm0-3 C, tmm4-5 A, tmm6-7 B */
     _tile_loadconfig(&cfg);
     size_t K = (size_t)w->cols;
-    const int8_t *W = (const int8_t *)w->data;
-    int32_t c0[16][16], c1[16][16];
+    const int8_t *W = (const int8_t *)w->data, *p0 = packed, *p1 = packed + cb_q8_tiles_bytes((int32_t)K);
+    int two = m > CB_Q8_TILE_TOKENS;
+    int64_t m0 = two ? CB_Q8_TILE_TOKENS : m, m1 = m - m0;
+    int32_t c[4][16][16];
     int32_t r = r0;
     for (; r + 32 <= r1; r += 32) {
-        _tile_zero(0);
-        _tile_zero(1);
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         for (size_t k = 0; k < K; k += 64) {
-            _tile_loadd(4, packed + k * 16, 64);
-            _tile_loadd(2, W + (size_t)r * K + k, (long)K);
-            _tile_loadd(3, W + (size_t)(r + 16) * K + k, (long)K);
-            _tile_dpbssd(0, 2, 4);
-            _tile_dpbssd(1, 3, 4);
+            _tile_loadd(4, W + (size_t)r * K + k, (long)K);
+            _tile_loadd(5, W + (size_t)(r + 16) * K + k, (long)K);
+            _tile_loadd(6, p0 + k * 16, 64);
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 5, 6);
+            if (two) {
+                _tile_loadd(7, p1 + k * 16, 64);
+                _tile_dpbssd(2, 4, 7);
+                _tile_dpbssd(3, 5, 7);
+            }
         }
-        _tile_stored(0, c0, 64);
-        _tile_stored(1, c1, 64);
-        finish_tile(w, r, (const int32_t(*)[16])c0, sx, outs, m);
-        finish_tile(w, r + 16, (const int32_t(*)[16])c1, sx, outs, m);
+        _tile_stored(0, c[0], 64); _tile_stored(1, c[1], 64);
+        finish_tile(w, r, (const int32_t(*)[16])c[0], sx, outs, m0);
+        finish_tile(w, r + 16, (const int32_t(*)[16])c[1], sx, outs, m0);
+        if (two) {
+            _tile_stored(2, c[2], 64); _tile_stored(3, c[3], 64);
+            finish_tile(w, r, (const int32_t(*)[16])c[2], sx + 16, outs + 16, m1);
+            finish_tile(w, r + 16, (const int32_t(*)[16])c[3], sx + 16, outs + 16, m1);
+        }
     }
     for (; r + 16 <= r1; r += 16) {
-        _tile_zero(0);
+        _tile_zero(0); _tile_zero(2);
         for (size_t k = 0; k < K; k += 64) {
-            _tile_loadd(4, packed + k * 16, 64);
-            _tile_loadd(2, W + (size_t)r * K + k, (long)K);
-            _tile_dpbssd(0, 2, 4);
+            _tile_loadd(4, W + (size_t)r * K + k, (long)K);
+            _tile_loadd(6, p0 + k * 16, 64);
+            _tile_dpbssd(0, 4, 6);
+            if (two) {
+                _tile_loadd(7, p1 + k * 16, 64);
+                _tile_dpbssd(2, 4, 7);
+            }
         }
-        _tile_stored(0, c0, 64);
-        finish_tile(w, r, (const int32_t(*)[16])c0, sx, outs, m);
+        _tile_stored(0, c[0], 64);
+        finish_tile(w, r, (const int32_t(*)[16])c[0], sx, outs, m0);
+        if (two) {
+            _tile_stored(2, c[2], 64);
+            finish_tile(w, r, (const int32_t(*)[16])c[2], sx + 16, outs + 16, m1);
+        }
     }
     _tile_release();
     if (r < r1) cb_dot_rows_q8_avx512(w, r, r1, xq, sx, outs, m);
