@@ -2,7 +2,7 @@
 
 Role: one run measures (1) the machine's read bandwidth; (2) cd.LLM on an OLMoE-shaped model with
 random weights (4 layers, hidden 2048, 16 heads, expert inter 1024, 64 experts, top 8, vocab
-50304; int8 experts and dense): decode of 1 sequence (bytes read per token / time, as a ratio of
+50304; int8 experts and dense), weight-only and in w8a8 mode: decode of 1 sequence (bytes read per token / time, as a ratio of
 the bandwidth), aggregate decode tok/s of 32 sequences at once, prefill tok/s of 8 x 512-token
 prompts; (3) transformers bf16 on the same checkpoint and thread count: generate decode tok/s at
 1 and 32 sequences and prefill tok/s at batch 8. Prints ratios, writes JSON. No thresholds.
@@ -61,10 +61,10 @@ def decode_bytes_per_token(llm):
     return dense + experts
 
 
-def ours(path, cfg, threads, rng):
+def ours(path, cfg, threads, rng, w8a8=False):
     from ..model import LLM
     out = {}
-    with LLM(path, threads=threads, kv_cache_bytes=1 << 30) as llm:
+    with LLM(path, threads=threads, kv_cache_bytes=1 << 30, w8a8=w8a8) as llm:
         V = llm.vocab_size
         prompts = [rng.integers(0, V, cfg["prompt"]).tolist() for _ in range(cfg["prefill_batch"])]
         llm.logits_batch([prompts[0][:16]])                        # warm-up: maps, arena
@@ -133,22 +133,24 @@ def main(argv=None):
     bw, _ = read_bandwidth(cfg["bw_mib"], args.threads)
     report["read_bandwidth_bytes_per_s"] = bw
     print(f"read bandwidth: {bw / 1e9:.1f} GB/s")
-    r = report["colibri_int8"] = ours(path, cfg, args.threads, rng)
-    d1 = r["decode_1"]
-    d1["ratio_to_bandwidth"] = d1["bytes_per_s"] / bw
-    print(f"colibri int8 decode, 1 sequence: {d1['tokens_per_s']:.1f} tok/s, {d1['bytes_per_token'] / 1e6:.0f} MB/token "
-          f"-> {d1['bytes_per_s'] / 1e9:.1f} GB/s = {d1['ratio_to_bandwidth']:.2f} x read bandwidth")
-    dn = r[f"decode_{cfg['seqs']}"]
-    print(f"colibri int8 decode, {cfg['seqs']} sequences: {dn['tokens_per_s']:.1f} tok/s aggregate")
-    print(f"colibri int8 prefill {cfg['prefill_batch']} x {cfg['prompt']}: {r['prefill']['tokens_per_s']:.0f} tok/s")
+    modes = {"colibri_int8": False, "colibri_int8_w8a8": True}
+    for name, w8a8 in modes.items():
+        r = report[name] = ours(path, cfg, args.threads, np.random.default_rng(0), w8a8=w8a8)
+        d1, dn = r["decode_1"], r[f"decode_{cfg['seqs']}"]
+        d1["ratio_to_bandwidth"] = d1["bytes_per_s"] / bw
+        print(f"{name} decode, 1 sequence: {d1['tokens_per_s']:.1f} tok/s, {d1['bytes_per_token'] / 1e6:.0f} MB/token "
+              f"-> {d1['bytes_per_s'] / 1e9:.1f} GB/s = {d1['ratio_to_bandwidth']:.2f} x read bandwidth")
+        print(f"{name} decode, {cfg['seqs']} sequences: {dn['tokens_per_s']:.1f} tok/s aggregate")
+        print(f"{name} prefill {cfg['prefill_batch']} x {cfg['prompt']}: {r['prefill']['tokens_per_s']:.0f} tok/s")
     if not args.no_transformers:
         t = report["transformers_bf16"] = transformers_bf16(src, cfg, args.threads, rng)
-        ratios = report["ratios"] = {
-            "decode_1_vs_transformers_bf16": d1["tokens_per_s"] / t["decode_1"]["tokens_per_s"],
-            f"decode_{cfg['seqs']}_vs_transformers_bf16": dn["tokens_per_s"] / t[f"decode_{cfg['seqs']}"]["tokens_per_s"],
-            "prefill_vs_transformers_bf16": r["prefill"]["tokens_per_s"] / t["prefill"]["tokens_per_s"]}
         for key in ("decode_1", f"decode_{cfg['seqs']}", "prefill"):
             print(f"transformers bf16 {key}: {t[key]['tokens_per_s']:.1f} tok/s")
+        ratios = report["ratios"] = {}
+        for name in modes:
+            r = report[name]
+            for key in ("decode_1", f"decode_{cfg['seqs']}", "prefill"):
+                ratios[f"{name}_{key}_vs_transformers_bf16"] = r[key]["tokens_per_s"] / t[key]["tokens_per_s"]
         for k, v in ratios.items():
             print(f"ratio {k}: {v:.2f}x")
     with open(args.json, "w") as f:
