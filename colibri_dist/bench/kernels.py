@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -25,21 +24,11 @@ from ..format.quantize import pack_expert
 from ..native import Gating, Runtime, expert_view, gate_logits, simd_levels, simd_name
 from .kernels_quality import oracle_quality
 from .kernels_table import bandwidth_markdown, kernels_table, markdown
+from .kernels_table import best_time as _best
 
 FULL = dict(hidden=2048, inter=1024, experts=64, top_k=8, batches=[1, 16, 256, 2048], mixtral=(4096, 14336),
             bw_mib=1024)
 QUICK = dict(hidden=512, inter=256, experts=16, top_k=4, batches=[1, 16, 64], mixtral=(1024, 3584), bw_mib=256)
-
-
-def _best(fn, repeats, min_time=0.0):
-    """Best wall time of `repeats` calls (at least until min_time has passed)."""
-    best, t_end = float("inf"), time.perf_counter() + min_time
-    for i in range(10 ** 6):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-        if i + 1 >= repeats and time.perf_counter() >= t_end:
-            return best
 
 
 def read_bandwidth(mib, threads):

@@ -10,7 +10,7 @@ generate / chat / score on top of generate/.
 """
 import numpy as np
 
-from ..errors import FormatError, InvalidArgument
+from ..errors import InvalidArgument
 from .arch import architecture, kv_row_dims
 from .decoder import Decoder
 from .kv_cache import KVCache

@@ -54,6 +54,14 @@ def test_tokenizer_files_travel_inside(src, tmp_path):
     assert "chat_template" in json.loads(files["tokenizer_config.json"])
 
 
+def _hot_add(eng, layer, seed):
+    h, rng = eng.config.hidden, np.random.default_rng(seed)
+    w = {"gate": rng.standard_normal((16, h)).astype(np.float32),
+         "up": rng.standard_normal((16, h)).astype(np.float32),
+         "down": rng.standard_normal((h, 16)).astype(np.float32)}
+    return eng.add_expert(layer, w, rng.standard_normal(h).astype(np.float32))
+
+
 def test_existing_destination_is_refused_without_force(src, tmp_path):
     dst = tmp_path / "m.colibri"
     cd.convert(src, dst, experts="f32", progress=False)
@@ -67,12 +75,7 @@ def test_force_replaces_model_and_drops_old_hot_added_experts(src, tmp_path):
     dst = tmp_path / "m.colibri"
     cd.convert(src, dst, experts="f32", progress=False)
     with cd.Engine(dst) as eng:
-        h = eng.config.hidden
-        rng = np.random.default_rng(0)
-        w = {"gate": rng.standard_normal((16, h)).astype(np.float32),
-             "up": rng.standard_normal((16, h)).astype(np.float32),
-             "down": rng.standard_normal((h, 16)).astype(np.float32)}
-        added = eng.add_expert(0, w, rng.standard_normal(h).astype(np.float32))
+        added = _hot_add(eng, 0, seed=0)
     assert os.path.isdir(str(dst) + ".experts")
     with pytest.raises(InvalidArgument, match="hot-added experts"):
         cd.convert(src, dst, experts="int8", progress=False)
@@ -91,12 +94,7 @@ def test_inspect_lists_hot_added_experts(src, tmp_path, capsys):
     assert main(["inspect", str(dst)]) == 0
     assert "hot-added experts: none" in capsys.readouterr().out
     with cd.Engine(dst) as eng:
-        h = eng.config.hidden
-        rng = np.random.default_rng(1)
-        w = {"gate": rng.standard_normal((16, h)).astype(np.float32),
-             "up": rng.standard_normal((16, h)).astype(np.float32),
-             "down": rng.standard_normal((h, 16)).astype(np.float32)}
-        e = eng.add_expert(1, w, rng.standard_normal(h).astype(np.float32))
+        e = _hot_add(eng, 1, seed=1)
     assert main(["inspect", str(dst), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["hot_added"] == {"1": {"added": [e], "removed": []}}

@@ -1,0 +1,32 @@
+"""Build a cached artifact directory exactly once, crash-safe: build into a temp dir beside it, mark it
+DONE, rename into place. Used by both demos (jobs/demo_model.py, jobs/demo_llm_cache.py).
+
+Role in the data flow: `colibri run` with `model: null` asks for the demo's directory; a half-built
+leftover (killed run) has no DONE marker and is replaced; two racing builds leave one complete copy.
+"""
+import json
+import os
+import shutil
+import tempfile
+
+
+def build_once(root, key, build, log, message):
+    """root: the cache dir; build(tmp_dir) fills a fresh dir; returns root once it holds a complete build."""
+    if os.path.exists(os.path.join(root, "DONE")):
+        return root
+    os.makedirs(os.path.dirname(root), exist_ok=True)
+    log(message)
+    tmp = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(root))
+    try:
+        build(tmp)
+        with open(os.path.join(tmp, "DONE"), "w") as fh:
+            fh.write(json.dumps({"key": key}) + "\n")
+        try:
+            os.rename(tmp, root)
+        except OSError:
+            if not os.path.exists(os.path.join(root, "DONE")):
+                shutil.rmtree(root, ignore_errors=True)   # a half-built leftover: replace it
+                os.rename(tmp, root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
