@@ -65,7 +65,7 @@ class Model:
         check_unique(self.path, self.entries)
         self._by_name = {e.name: e for e in self.entries}
         self._by_slot = {(e.kind, e.layer, e.expert): e for e in self.entries
-                         if e.kind not in (spec.KIND_TENSOR, spec.KIND_MATRIX)}
+                         if e.kind not in spec.NAMED_KINDS}
         check_entries(self.path, self.config, self.entries, self._by_slot, header["table_offset"])
 
     # -- lifecycle ------------------------------------------------------------

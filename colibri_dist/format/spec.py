@@ -59,6 +59,7 @@ KIND_NAMES = {KIND_TENSOR: "tensor", KIND_EXPERT: "expert", KIND_SHARED: "shared
               KIND_ROUTER: "router", KIND_BIAS: "correction_bias", KIND_SHARED_GATE: "shared_gate",
               KIND_MATRIX: "matrix", KIND_DENSE_MLP: "dense_mlp"}
 BLOB_KINDS = (KIND_EXPERT, KIND_SHARED, KIND_MATRIX, KIND_DENSE_MLP)
+NAMED_KINDS = (KIND_TENSOR, KIND_MATRIX)   # found by name (layer -1); every other kind by (kind, layer, expert)
 MOE_KINDS = (KIND_EXPERT, KIND_SHARED, KIND_ROUTER, KIND_BIAS, KIND_SHARED_GATE)   # layer must be a MoE layer
 
 # Storage dtypes of table entries (blobs are U8; their matrices carry cb_dtype codes)

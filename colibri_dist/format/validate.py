@@ -89,7 +89,7 @@ def check_unique(path, entries):
         if e.name in names:
             raise FormatError(f"{path}: duplicate tensor name {e.name!r} (table entries {names[e.name]} and {i})")
         names[e.name] = i
-        if e.kind not in (spec.KIND_TENSOR, spec.KIND_MATRIX):     # those two are keyed by name only
+        if e.kind not in spec.NAMED_KINDS:
             key = (e.kind, e.layer, e.expert)
             if key in slots:
                 raise FormatError(f"{path}: {describe(e)} appears twice in the tensor table "
@@ -123,7 +123,7 @@ def _check_entry(path, cfg, e, data_end):
         raise FormatError(f"{where}: data [{e.offset}, +{e.nbytes}) out of bounds or misaligned")
     if e.kind in spec.MOE_KINDS and (e.layer not in cfg.moe_layers):
         raise FormatError(f"{where}: layer {e.layer} is not a MoE layer")
-    if (e.kind != spec.KIND_EXPERT and e.expert != -1) or (e.kind in (spec.KIND_TENSOR, spec.KIND_MATRIX) and e.layer != -1):
+    if (e.kind != spec.KIND_EXPERT and e.expert != -1) or (e.kind in spec.NAMED_KINDS and e.layer != -1):
         raise FormatError(f"{where}: layer/expert fields {e.layer}/{e.expert} must be -1 for this kind")
     if e.kind == spec.KIND_DENSE_MLP and (e.layer in cfg.moe_layers or not 0 <= e.layer < cfg.n_layers):
         raise FormatError(f"{where}: dense MLP of layer {e.layer}, which is a MoE layer or outside the model")
@@ -202,6 +202,6 @@ def expected_scales(m):
 def describe(e):
     if e.kind == spec.KIND_EXPERT:
         return f"layer {e.layer} expert {e.expert}"
-    if e.kind in (spec.KIND_TENSOR, spec.KIND_MATRIX):
+    if e.kind in spec.NAMED_KINDS:
         return f"tensor {e.name}"
     return f"layer {e.layer} {spec.KIND_NAMES.get(e.kind, f'kind {e.kind}')} ({e.name})"

@@ -83,7 +83,7 @@ class ContainerWriter:
         if entry.name in self.names:
             raise FormatError(f"{self.path}: duplicate tensor name {entry.name!r}")
         slot = (entry.kind, entry.layer, entry.expert)
-        if entry.kind not in (spec.KIND_TENSOR, spec.KIND_MATRIX) and slot in self.slots:
+        if entry.kind not in spec.NAMED_KINDS and slot in self.slots:
             raise FormatError(f"{self.path}: {describe(entry)} written twice ({entry.name!r})")
         try:
             entry.pack()        # validates name length and ndim before any byte is written

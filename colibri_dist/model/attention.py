@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import native
+from .arch import kv_row_dims
 
 
 @dataclass
@@ -31,11 +32,8 @@ class Batch:
 
 
 def attn_spec(arch, layer, cache):
-    if arch.mla:
-        width = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
-        return native.AttnSpec(arch.n_heads, 1, width, arch.mla.kv_lora_rank, width, cache.block_size,
-                               cache.dtype, 0, arch.scale)
-    return native.AttnSpec(arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.head_dim, arch.head_dim,
+    k_row, v_row, v_dim = kv_row_dims(arch)
+    return native.AttnSpec(arch.n_heads, 1 if arch.mla else arch.n_kv_heads, k_row, v_dim, v_row,
                            cache.block_size, cache.dtype, arch.windows[layer], arch.scale)
 
 

@@ -39,7 +39,8 @@ class KVCache:
         if self.n_blocks < 1:
             raise InvalidArgument(f"kv_cache_bytes={budget_bytes:,} holds no {block_size}-position block "
                                   f"({per_block:,} bytes per block over {n_layers} layers)")
-        self.dtype, self.block_size, self.max_seq_len = dtype, block_size, int(max_seq_len)
+        self.dtype, self.block_size = dtype, block_size
+        self.max_seq_len = min(int(max_seq_len), self.n_blocks * block_size)   # what one sequence can ever hold
         self.block_bytes = per_block
         self.k = [np.zeros((self.n_blocks, n_kv_heads, block_size, k_row), np_dtype) for _ in range(n_layers)]
         self.v = [np.zeros((self.n_blocks, n_kv_heads, block_size, v_row), np_dtype) for _ in range(n_layers)] \

@@ -55,8 +55,6 @@ class LLM:
             raise InvalidArgument(f"kv_cache_bytes must be a positive integer, got {kv_cache_bytes!r}")
         self.cache = KVCache(self.arch.n_layers, n_kv, k_row, v_row, int(budget), max_seq_len, block_size,
                              kv_cache_dtype, separate_v=not self.arch.mla)
-        self.max_seq_len = min(max_seq_len, self.cache.n_blocks * block_size)
-        self.cache.max_seq_len = self.max_seq_len
         self.decoder = Decoder(self.arch, self.weights, self.engine, self.cache, moe=moe)
         files = model.tokenizer_files()
         self.tokenizer = load_tokenizer(files, self.path)
@@ -73,6 +71,10 @@ class LLM:
     @property
     def vocab_size(self):
         return self.arch.vocab_size
+
+    @property
+    def max_seq_len(self):
+        return self.cache.max_seq_len
 
     @property
     def block_size(self):

@@ -119,6 +119,9 @@ cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *
         for (int32_t i = 0; i < n_mats; i++) {
             xq[i] = NULL, sx[i] = NULL;
             if (!uses_q8(e, ws[i])) continue;
+            int32_t j = 0;                  /* q/k/v share one input: quantize it once */
+            while (j < i && !(xq[j] && xs[j] == xs[i] && ws[j]->cols == ws[i]->cols)) j++;
+            if (j < i) { xq[i] = xq[j], sx[i] = sx[j]; continue; }
             xq[i] = cb_arena_alloc(e->arena, sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols);
             sx[i] = cb_arena_alloc(e->arena, sizeof(float) * (size_t)n);
             if (!xq[i] || !sx[i]) return cb_engine_fail(e, cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted"));

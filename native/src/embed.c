@@ -29,12 +29,9 @@ static void decode_row(const cb_matrix *w, int32_t r, float *out) {
     case CB_I4_G32:
     case CB_I4_G64: {   /* two codes per byte, low nibble = even column, two's complement */
         size_t g = (size_t)cb_group_size(w->dtype), ng = (K + g - 1) / g, rb = (K + 1) / 2;
-        const uint8_t *b = (const uint8_t *)w->data + (size_t)r * rb;
+        const unsigned char *b = (const unsigned char *)w->data + (size_t)r * rb;
         const float *sc = w->scales + (size_t)r * ng;
-        for (size_t k = 0; k < K; k++) {
-            int32_t nib = (b[k / 2] >> (4 * (k % 2))) & 0xF;
-            out[k] = (float)(nib >= 8 ? nib - 16 : nib) * sc[k / g];
-        }
+        for (size_t k = 0; k < K; k++) out[k] = (float)cb_i4_at(b, k) * sc[k / g];
         break;
     }
     default: {   /* CB_I8_G32 / G64 / G128 (cb_embed rejects every other code) */
@@ -49,7 +46,7 @@ cb_status cb_embed(const cb_matrix *w, const int32_t *ids, int64_t n, float *out
     if (!w) return cb_fail(CB_E_INVALID, "cb_embed: matrix is NULL");
     cb_status s = cb_check_matrix(w, "embedding matrix", w->rows, w->cols);
     if (s != CB_OK) return s;
-    if (w->dtype > CB_I4_G64)
+    if (!cb_encoding_of(w->dtype))
         return cb_fail(CB_E_UNSUPPORTED, "cb_embed: no row decoder for dtype %d", (int)w->dtype);
     if (n < 0 || n > CB_MAX_ROWS) return cb_fail(CB_E_INVALID, "cb_embed: n %lld invalid", (long long)n);
     if (n > 0 && (!ids || !out)) return cb_fail(CB_E_INVALID, "cb_embed: ids or out is NULL");
