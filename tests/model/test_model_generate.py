@@ -22,7 +22,7 @@ def test_greedy_generate_matches_transformers(whole_model, case):
     path, hf = whole_model(case)
     prompts = [prompt(n, 20 + n) for n in (5, 17, 30)]
     with cd.LLM(path) as llm:
-        outs = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+        outs = llm.generate(prompts, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
     for p, out in zip(prompts, outs):
         x = torch.tensor([p])
         with torch.no_grad():
@@ -45,6 +45,7 @@ def test_score_matches_transformers(whole_model, case):
     assert abs(s.total_logprob - sum(ref)) <= 1e-3
 
 
+GREEDY = SamplingParams(max_tokens=10, logprobs=2, temperature=0, ignore_eos=True)
 SAMPLED = SamplingParams(max_tokens=10, temperature=0.8, top_p=0.9, top_k=20, seed=1234, logprobs=3,
                          ignore_eos=True)
 
@@ -57,7 +58,7 @@ def _key(c):
 def target_alone(whole_model):
     path, _ = whole_model("qwen2_moe", experts="int8", dense="int8")
     with cd.LLM(path) as llm:
-        greedy, sampled = llm.generate([prompt(19, 1)] * 2, [SamplingParams(max_tokens=10, logprobs=2,
+        greedy, sampled = llm.generate([prompt(19, 1)] * 2, [SamplingParams(max_tokens=10, logprobs=2, temperature=0,
                                                                            ignore_eos=True), SAMPLED])
     return path, _key(greedy), _key(sampled)
 
@@ -73,7 +74,7 @@ def test_request_is_the_same_whatever_else_runs(target_alone, others, budget):
                              seed=int(i), ignore_eos=True) for i in range(others)]
     with cd.LLM(path, **budget) as llm:
         outs = llm.generate(mix[:others // 2] + [prompt(19, 1)] + mix[others // 2:] + [prompt(19, 1)],
-                            params[:others // 2] + [SamplingParams(max_tokens=10, logprobs=2, ignore_eos=True)]
+                            params[:others // 2] + [GREEDY]
                             + params[others // 2:] + [SAMPLED])
     assert _key(outs[others // 2]) == greedy
     assert _key(outs[-1]) == sampled
