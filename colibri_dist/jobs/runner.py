@@ -97,21 +97,23 @@ def _run_generation(cfg, out_dir, restart, stream, llm_factory):
 
 
 def _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log):
+    """Plan first (a refused resume or a finished job opens no model and starts no pool), then run."""
     from .executors import uses_pool
-    from .generation_job import run_generation_job
+    from .generation_job import finished_job, run_generation_job
     from .generation_llm import open_job_llm
+    from .generation_plan import identity_of, plan_generation
     clean_temp_files(out_dir)                      # a killed run's leftovers, before this run's offload dir
+    plan = plan_generation(cfg, out_dir, restart, identity_of(cfg.model))
+    if not plan.pending:
+        return finished_job(cfg, plan, stream, log, extra)
     offload_dir, made_offload = _offload_dir(cfg, out_dir)
     log(_executor_line(cfg, offload_dir))
     t0 = time.perf_counter()
     try:
-        llm = llm_factory(cfg) if llm_factory else open_job_llm(cfg, offload_dir)
+        llm = llm_factory(cfg) if llm_factory else open_job_llm(cfg, offload_dir, log=log)
         try:
-            model_sig = getattr(llm, "signature", None)
-            return run_generation_job(cfg, llm, out_dir=out_dir, restart=restart, stream=stream,
-                                      model_signature=model_sig() if callable(model_sig) else model_sig,
-                                      extra=extra, startup_s=time.perf_counter() - t0,
-                                      executor="pool" if uses_pool(cfg) else "engine", offload_dir=offload_dir)
+            return run_generation_job(cfg, llm, stream=stream, extra=extra, startup_s=time.perf_counter() - t0,
+                                      executor="pool" if uses_pool(cfg) else "engine", plan=plan)
         finally:
             if hasattr(llm, "close"):
                 llm.close()

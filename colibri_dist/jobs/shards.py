@@ -110,8 +110,12 @@ class Manifest:
             raise InvalidArgument(f"{self.path}: unreadable resume manifest ({exc}); "
                                   f"use a new --out or pass --restart") from None
         if old.get("signature") != self.signature or old.get("shards") != self.shard_names:
-            raise InvalidArgument(f"{out_dir} holds the output of a different job (config, model, its hot-added "
-                                  f"experts or inputs changed); use a new --out or pass --restart to overwrite it")
+            from .signature import changed_settings
+            changed = changed_settings(old.get("signature"), self.signature) or ["the shard plan (job.shard_rows "
+                                                                               "or the inputs' row counts)"]
+            raise InvalidArgument(f"{out_dir} holds the output of a different job: {'; '.join(changed)} changed "
+                                  f"since its shards were written (resuming would mix rows of both); restore the "
+                                  f"old setting to resume, use a new --out, or pass --restart to discard them")
         for name, info in old.get("done", {}).items():
             out = os.path.join(out_dir, info.get("output", ""))
             if os.path.isfile(out) and os.path.getsize(out) == info.get("bytes"):
