@@ -22,7 +22,7 @@ from .metrics import Meter
 from .moe_layer import MoeLayer
 from .outlock import LOCK_NAME, hold_output_dir
 from .progress import JobProgress
-from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
+from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards, refuse_overlap
 from .token_classification import TokenClassification, find_tokenizer
 
 KINDS = {"token-classification": TokenClassification, "moe-layer": MoeLayer}
@@ -47,7 +47,8 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
         from ..format.reader import open_model as model_opener
     with model_opener(model_path) as model:
         kind = KINDS[cfg.job.kind](cfg, model, model_path, find_tokenizer(cfg.job, model_path, model) or tokenizer)
-        paths = discover_inputs(input_spec, kind.input_exts, log=log)
+        paths = discover_inputs(input_spec, kind.input_exts, log=log, hint=getattr(kind, "input_hint", None))
+        refuse_overlap(out_dir, paths, model_path)
         shards = plan_shards(paths, kind.count_rows, cfg.job.shard_rows)
         os.makedirs(out_dir, exist_ok=True)      # only once the job is accepted: a rejected config leaves no dir
         with hold_output_dir(out_dir):           # one run per output dir (OutputBusy names the holder's pid)
@@ -81,10 +82,11 @@ def _run_generation(cfg, out_dir, restart, stream, llm_factory):
         art = ensure_demo_llm(cfg.demo_llm, log=log)
         cfg = dataclasses.replace(cfg, model=art.model, job=dataclasses.replace(cfg.job, input=cfg.job.input or art.data_dir))
         extra = lambda out, paths: {"task_accuracy": accuracy_of_outputs(paths, out)}   # noqa: E731
-    discover_inputs(cfg.job.input, INPUT_EXTS)     # a missing input is rejected before --out exists
-    if llm_factory is None and not os.path.exists(cfg.model):
-        raise InvalidArgument(f"model: {cfg.model}: no such file")
+    paths = discover_inputs(cfg.job.input, INPUT_EXTS)     # a missing input is rejected before --out exists
+    if llm_factory is None:
+        check_model_path(cfg.model)
     out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
+    refuse_overlap(out_dir, paths, cfg.model)
     existed = os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     try:
@@ -122,11 +124,21 @@ def _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log):
             shutil.rmtree(offload_dir, ignore_errors=True)
 
 
+def check_model_path(path):
+    """A generate/score model must be a .colibri file; a Hugging Face directory gets the command to convert it."""
+    if not os.path.exists(path):
+        raise InvalidArgument(f"model: {path}: no such file")
+    if os.path.isdir(path):
+        hf = os.path.isfile(os.path.join(path, "config.json"))
+        raise InvalidArgument(f"model: {path} is a directory" + (
+            f" holding a Hugging Face checkpoint; convert it first: `colibri convert {path} MODEL.colibri`, "
+            f"then pass --model MODEL.colibri" if hf else "; expected a .colibri file (see `colibri convert`)"))
+
+
 def resolve_sources(cfg, log):
     """-> (model path, input spec, tokenizer path or None); builds the demo when `model: null`."""
     if cfg.model is not None:
-        if not os.path.exists(cfg.model):
-            raise InvalidArgument(f"model: {cfg.model}: no such file")
+        check_model_path(cfg.model)
         return cfg.model, cfg.job.input, None
     from .demo_model import ensure_demo
     art = ensure_demo(cfg.demo, log=log)
