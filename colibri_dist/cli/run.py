@@ -12,9 +12,8 @@ demo) runs that one.
 import json
 import os
 
+from . import EXIT_ROW_ERRORS
 from .common import add_progress, warn_workers
-
-EXIT_ROW_ERRORS = 3          # jobs/generation_job.py EXIT_ROW_ERRORS (cli/__init__.py lists every code)
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 DEMO_CONFIG = os.path.join(CONFIG_DIR, "demo.yaml")

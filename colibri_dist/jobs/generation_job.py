@@ -16,6 +16,7 @@ Output rows:
     a bad row: id, error (what is wrong); `job.on_error: fail` stops at the first and names the row.
 """
 import inspect
+import io
 import json
 import os
 import sys
@@ -196,19 +197,33 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
     cache = getattr(llm, "cache", None)
     meter = GenerationMeter(moe=getattr(llm, "moe_meter", None), kv_blocks=getattr(cache, "n_blocks", None))
-    t0 = time.perf_counter()
+
+    def this_report(n_written, elapsed_s, quiet=False):
+        report = build_report(cfg, manifest, n_written, elapsed_s)
+        report["job"].update(model=getattr(llm, "path", None), executor=executor)
+        report["startup_s"] = startup_s
+        report["this_run"] = meter.report()
+        return finish_report(cfg, plan, report, meter, io.StringIO() if quiet else stream, extra)
+    t0, written = time.perf_counter(), []
     try:
         for group in _groups(pending, cfg.job):
             for shard, name, info in kind.run_group(group, progress, out_dir, meter):
                 manifest.mark_done(shard.name, dict(info, output=name))
+                written.append(shard.name)
                 progress.rows_done(info["rows"], finished=info["rows"] - info["errors"])
-    finally:
+    except Exception:                   # a failed run still reports what it wrote (complete: false); resume merges
         progress.close()
-    report = build_report(cfg, manifest, len(pending), time.perf_counter() - t0)
-    report["job"].update(model=getattr(llm, "path", None), executor=executor)
-    report["startup_s"] = startup_s
-    report["this_run"] = meter.report()
-    return finish_report(cfg, plan, report, meter, stream, extra)
+        _report_quietly(lambda: this_report(len(written), time.perf_counter() - t0, quiet=True))
+        raise
+    progress.close()
+    return this_report(len(written), time.perf_counter() - t0)
+
+
+def _report_quietly(write):
+    try:
+        write()
+    except Exception:                   # the run's own error is the one to show
+        pass
 
 
 def finish_report(cfg, plan, report, meter, stream, extra=None):

@@ -66,7 +66,7 @@ def write_all(rep, meter, out_dir, report_cfg, stream):
     atomic_write(os.path.join(out_dir, "report.json"), [json.dumps(rep, indent=1).encode()])
     if report_cfg.html:
         atomic_write(os.path.join(out_dir, "report.html"), [render_html(rep, meter).encode()])
-    if report_cfg.summary and report_cfg.progress != "none":
+    if report_cfg.summary:                  # --progress none hides progress, not the summary and report paths
         print(summary_table(rep, out_dir, report_cfg.html), file=stream, flush=True)
 
 
