@@ -171,15 +171,15 @@ def main(args):
         report = run_job(cfg, out_dir=args.out, restart=args.restart)
     except OSError as exc:       # disk full, permissions, --out is a file, ...: a runtime failure, exit 1
         raise ColibriError(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}") from exc
-    return exit_code(report)
+    return exit_code(report, cfg.job.on_error)
 
 
-def exit_code(report):
-    """0 done; 1 incomplete; EXIT_ROW_ERRORS when a generate/score row errored and job.on_error is not
-    `continue` (the rows are written either way)."""
+def exit_code(report, on_error=None):
+    """0 done; 1 incomplete; EXIT_ROW_ERRORS when a generate/score row errored and job.on_error (this
+    run's setting: a finished job re-run with `--on-error continue` exits 0) is not `continue`."""
     if not report["complete"]:
         return 1
-    job = report.get("job") or {}
-    if report.get("errors") and job.get("kind") in ("generate", "score") and job.get("on_error") != "continue":
+    kind = (report.get("job") or {}).get("kind")
+    if report.get("errors") and kind in ("generate", "score") and on_error != "continue":
         return EXIT_ROW_ERRORS
     return 0

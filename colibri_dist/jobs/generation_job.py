@@ -28,6 +28,7 @@ from .generation_metrics import GenerationMeter
 from .generation_report import write_all
 from .generation_rows import RowReader, check_sampling_defaults, row_error_text
 from .progress import RequestProgress
+from .report import without_limit
 from .generation_plan import identity_of, plan_generation
 
 DEFAULT_OUT = "colibri-out"
@@ -203,6 +204,7 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
         report["job"].update(model=getattr(llm, "path", None), executor=executor)
         report["startup_s"] = startup_s
         report["this_run"] = meter.report()
+        without_limit(report["this_run"].get("cache"), cfg)
         return finish_report(cfg, plan, report, meter, io.StringIO() if quiet else stream, extra)
     t0, written = time.perf_counter(), []
     try:

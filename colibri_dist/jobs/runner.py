@@ -198,11 +198,12 @@ def _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor
 
 def _executor_line(cfg, offload_dir):
     from .executors import attaches_to_named_pool, uses_pool
-    cache = "no cache limit (experts served from the mmap)" if cfg.pool.cache_bytes is None else \
-        f"cache {cfg.pool.cache_bytes / 2**20:.2f} MiB per worker, offload to {offload_dir}"
     if attaches_to_named_pool(cfg):
         return f"attaching to the running pool {cfg.pool.name!r} (its own cache and offload settings apply)"
-    if uses_pool(cfg):
+    pool = uses_pool(cfg)
+    cache = "no cache limit (experts served from the mmap)" if cfg.pool.cache_bytes is None else \
+        f"expert cache {cfg.pool.cache_bytes / 2**20:.2f} MiB{' per worker' if pool else ''}, offload to {offload_dir}"
+    if pool:
         where = cfg.pool.ray_address or "a local Ray on loopback"
         return f"starting a pool of {cfg.pool.workers} workers on {where}; {cache}"
     return f"running in-process on the Engine (no Ray); {cache}"
