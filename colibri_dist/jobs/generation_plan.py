@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 from .generation_rows import INPUT_EXTS, count_rows
-from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
+from .shards import MANIFEST, Manifest, clean_temp_files, discover_inputs, plan_shards
 from .signature import generation_signature, model_identity
 
 
@@ -19,7 +19,7 @@ class Plan:
     shards: list
     manifest: Manifest
     pending: list
-    resumed: bool          # the manifest already held shards of this job (an earlier run's report merges in)
+    resumed: bool          # an earlier run of this job wrote here (its report's `runs` carry over)
 
 
 def kind_settings(job):
@@ -39,7 +39,8 @@ def plan_generation(cfg, out_dir, restart=False, model_signature=None, keep=()):
     os.makedirs(out_dir, exist_ok=True)
     files = [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]
     signature = generation_signature(cfg, model_signature, files, kind_settings(cfg.job))
+    resumed = not restart and os.path.exists(os.path.join(out_dir, MANIFEST))
     manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
     clean_temp_files(out_dir, keep=keep)
     pending = [s for s in shards if not manifest.is_done(s.name)]
-    return Plan(out_dir, paths, shards, manifest, pending, resumed=bool(manifest.done))
+    return Plan(out_dir, paths, shards, manifest, pending, resumed)

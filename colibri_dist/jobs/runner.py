@@ -93,9 +93,24 @@ def _run_generation(cfg, out_dir, restart, stream, llm_factory):
         with hold_output_dir(out_dir):           # one run per output dir, generation jobs too
             return _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log)
     except ColibriError:
-        if not existed and not [f for f in os.listdir(out_dir) if f != LOCK_NAME]:   # rejected before anything
-            shutil.rmtree(out_dir, ignore_errors=True)                                # was written: leave no dir
+        if not existed and _nothing_written(out_dir):    # rejected (e.g. a damaged model) before any shard
+            shutil.rmtree(out_dir, ignore_errors=True)   # was written: leave no dir
         raise
+
+
+def _nothing_written(out_dir):
+    """Only the lock and a manifest without shards (the plan is made before the model opens)."""
+    from .shards import MANIFEST
+    names = set(os.listdir(out_dir)) - {LOCK_NAME}
+    if names - {MANIFEST}:
+        return False
+    if not names:
+        return True
+    try:
+        with open(os.path.join(out_dir, MANIFEST)) as fh:
+            return not json.load(fh).get("done")
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log):

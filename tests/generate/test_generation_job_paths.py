@@ -170,3 +170,14 @@ def test_progress_bar_counts_finished_requests_as_they_end():
     p.rows_done(3, finished=1)
     assert p.bar.n == 3
     p.close()
+
+
+def test_a_model_that_fails_to_open_leaves_no_output_dir(tmp_path):
+    from colibri_dist.errors import FormatError
+    _write(str(tmp_path / "data" / "in.jsonl"), ROWS)
+
+    def damaged(cfg):
+        raise FormatError("m.colibri: tensor table is damaged")
+    with pytest.raises(FormatError):
+        run_job(_cfg(tmp_path), out_dir=str(tmp_path / "out"), llm_factory=damaged)
+    assert not os.path.exists(tmp_path / "out")      # planned (manifest) before the open, removed with it
