@@ -111,9 +111,13 @@ class JobSection:
     sampling_field: str = "sampling_params"
     sampling_params: RawMapping = field(default_factory=RawMapping)
     seed: int = 0
-    on_error: str = _enum("continue", "fail", default="continue")
+    on_error: Optional[str] = _enum("continue", "fail", default=None)
     max_num_seqs: int = 64
     prefill_chunk: Optional[int] = None
+    w8a8: bool = False
+    kv_cache_bytes: Optional[Size] = None
+    kv_cache_dtype: str = _enum("f32", "f16", "bf16", default="f32")
+    max_seq_len: Optional[int] = None
 
 
 @dataclass
@@ -491,7 +495,8 @@ def _validate_pool(pool, at, prefix="pool"):
 
 def _validate_job(cfg, at):
     job = cfg.job
-    _check_positive(job, ["batch_tokens", "shard_rows", "threads", "max_num_seqs", "prefill_chunk"], at, "job")
+    _check_positive(job, ["batch_tokens", "shard_rows", "threads", "max_num_seqs", "prefill_chunk",
+                                 "kv_cache_bytes", "max_seq_len"], at, "job")
     if job.seed < 0:
         _fail(at("job.seed"), "job.seed", f"expected an integer >= 0, got {job.seed}")
     if job.input is None and cfg.model is not None:

@@ -1,7 +1,9 @@
 """`colibri` command-line entry point.
 
 Role: parse argv, dispatch to one subcommand module per area, map errors to
-exit codes (0 ok, 1 runtime failure, 2 usage or config error). Each module in
+exit codes (0 ok, 1 runtime failure or an incomplete job, 2 usage or config error, 3 a generate/score
+job wrote error rows and job.on_error is not `continue`, 130 interrupted). stdout/stderr are PipeSafe
+(cli/streams.py): `| head` never kills a job. Each module in
 SUBCOMMANDS defines `register(subparsers)` which adds its parser(s) and sets
 `func=callable(args) -> int` on them.
 """
@@ -10,11 +12,12 @@ import importlib
 import sys
 
 from ..errors import ColibriError, ConfigError, InvalidArgument
+from . import streams
 
 # module name inside colibri_dist.cli, in help order
 SUBCOMMANDS = ["convert", "run", "generate", "pool", "experts", "numa", "stress", "bench"]
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_ROW_ERRORS = 0, 1, 2, 3
 
 
 def build_parser():
@@ -37,6 +40,7 @@ def build_parser():
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse exits 2 on usage errors
+    restore = streams.install()
     try:
         return int(args.func(args) or 0)
     except (ConfigError, InvalidArgument) as exc:
@@ -48,6 +52,8 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("colibri: interrupted", file=sys.stderr)
         return 130
+    finally:
+        restore()
 
 
 if __name__ == "__main__":

@@ -47,8 +47,9 @@ def run_convert(args):
     from ..format.reader import open_model
     with open_model(args.dst) as model:
         c = model.config
+        files = ", ".join(sorted(model.tokenizer_files())) or "none"
         print(f"wrote {args.dst}: {c.family}, {len(c.moe_layers)} MoE layers x {c.n_experts} experts "
-              f"({args.experts}; dense {model.dense_scheme}; tokenizer {'yes' if 'tokenizer.json' in model.tokenizer_files() else 'none'})")
+              f"({args.experts}; dense {model.dense_scheme}; tokenizer files {files})")
     return 0
 
 
@@ -64,7 +65,7 @@ def describe(model):
         "dense_layers": [i for i in range(c.n_layers) if i not in c.moe_layers],
         "shared_inter": c.shared_inter, "shared_gate": c.shared_gate,
         "gating": {"kind": g.kind, "n_group": g.n_group, "topk_group": g.topk_group,
-                   "norm_topk_prob": bool(g.norm_topk_prob), "routed_scaling_factor": g.routed_scaling_factor},
+                   "norm_topk_prob": norm_topk_prob(g), "routed_scaling_factor": g.routed_scaling_factor},
         "experts_total": len(experts),
         "expert_blob_bytes": experts[0].nbytes if experts else 0,
         "tensors": len(model.entries),
@@ -74,6 +75,14 @@ def describe(model):
         "tokenizer_files": sorted(model.tokenizer_files()),
         "hot_added": hot_added(model.path),
     }
+
+
+def norm_topk_prob(g):
+    """Whether the top-k weights are renormalised: the softmax kinds say it by name (softmax_topk_norm vs
+    softmax_topk; their spec field keeps its default), sigmoid_group by the field."""
+    if g.kind.startswith("softmax"):
+        return g.kind == "softmax_topk_norm"
+    return bool(g.norm_topk_prob)
 
 
 def hot_added(path):

@@ -16,6 +16,7 @@ Output rows:
     a bad row: id, error (what is wrong); `job.on_error: fail` stops at the first and names the row.
 """
 import inspect
+import io
 import json
 import os
 import sys
@@ -25,11 +26,13 @@ from ..errors import InvalidArgument
 from ..fsutil import atomic_write
 from .generation_metrics import GenerationMeter
 from .generation_report import write_all
-from .generation_rows import INPUT_EXTS, RowReader, check_sampling_defaults, count_rows
+from .generation_rows import RowReader, check_sampling_defaults, row_error_text
 from .progress import RequestProgress
-from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
+from .report import without_limit
+from .generation_plan import identity_of, plan_generation
 
 DEFAULT_OUT = "colibri-out"
+EXAMPLES_PER_SHARD = 5
 
 
 class _GenerationKind:
@@ -40,11 +43,6 @@ class _GenerationKind:
         self.reader = RowReader(cfg.job, self.kind, getattr(llm, "tokenizer", None),
                                 lambda: getattr(llm, "chat_template", None),
                                 model_defaults=getattr(llm, "generation_defaults", None))
-
-    def signature(self):
-        j = self.job
-        return {"fields": [j.prompt_field, j.messages_field, j.prompt_ids_field, j.sampling_field, j.id_field],
-                "sampling_params": dict(j.sampling_params), "seed": j.seed}
 
     def run_group(self, shards, progress, out_dir, meter=None):
         """Generate for the rows of several shards in ONE llm call (the scheduler keeps its batch full
@@ -59,7 +57,7 @@ class _GenerationKind:
         result_of = {}
         for r, res in zip(good, results):
             if res.error is not None:
-                r.error = str(res.error)
+                r.error = row_error_text(res.error)
             result_of[id(r)] = res
         for rows in per_shard:
             self._fail_fast(rows)
@@ -82,7 +80,7 @@ class _GenerationKind:
         result_of = {}
         for r, res in zip(good, results):
             if res.error is not None:
-                r.error = str(res.error)
+                r.error = row_error_text(res.error)
             result_of[id(r)] = res
         return [self._out_row(r, result_of.get(id(r))) for r in rows]
 
@@ -92,14 +90,17 @@ class _GenerationKind:
         data = ("\n".join(lines) + ("\n" if lines else "")).encode()
         atomic_write(os.path.join(out_dir, name), [data])
         ok = [result_of[id(r)] for r in rows if r.error is None]
-        return shard, name, dict(self._summary(ok), rows=len(rows), errors=sum(r.error is not None for r in rows),
-                                 bytes=len(data))
+        bad = [r for r in rows if r.error is not None]
+        examples = [{"id": r.id, "where": r.where, "error": r.error} for r in bad[:EXAMPLES_PER_SHARD]]
+        return shard, name, dict(self._summary(ok), rows=len(rows), errors=len(bad), bytes=len(data),
+                                 error_examples=examples)
 
     def _fail_fast(self, rows):
         if self.job.on_error == "fail":
             bad = next((r for r in rows if r.error is not None), None)
             if bad is not None:
-                raise InvalidArgument(f"{bad.where}: row {bad.id!r}: {bad.error} (job.on_error: fail)")
+                raise InvalidArgument(f"{bad.where}: row {bad.id!r}: {bad.error} (job.on_error: fail; fix the row, "
+                                      f"or set job.on_error: continue to write it as an error row and go on)")
 
 
 class GenerateKind(_GenerationKind):
@@ -176,70 +177,138 @@ def check_config(cfg):
 
 
 def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model_signature=None, extra=None,
-                       startup_s=None, executor=None, offload_dir=None):
+                       startup_s=None, executor=None, offload_dir=None, plan=None):
     """Run (or resume) a generate/score job on `llm`; returns the report dict (also report.json, report.html,
-    the summary table). extra(out_dir, input paths) -> dict merged into the report (the demo's accuracy)."""
+    the summary table). extra(out_dir, input paths) -> dict merged into the report (the demo's accuracy).
+    plan: the runner's Plan (made before the model was opened); else planned here (model_signature: the
+    model's content identity, default: read from cfg.model when it is a file)."""
     check_config(cfg)
     stream = stream or sys.stderr
-    paths = discover_inputs(cfg.job.input, INPUT_EXTS)
+    if plan is None:
+        out = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
+        ident = model_signature if model_signature is not None else identity_of(cfg.model)
+        plan = plan_generation(cfg, out, restart, ident, keep=[offload_dir])
     kind = KINDS[cfg.job.kind](cfg, llm)
-    shards = plan_shards(paths, count_rows, cfg.job.shard_rows)
-    out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
-    os.makedirs(out_dir, exist_ok=True)
-    files = [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]
-    signature = {"kind": cfg.job.kind, "model": model_signature, "inputs": files, "shard_rows": cfg.job.shard_rows,
-                 "kind_settings": kind.signature()}
-    manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
-    clean_temp_files(out_dir, keep=[offload_dir])
-    pending = [s for s in shards if not manifest.is_done(s.name)]
+    shards, pending, manifest, out_dir = plan.shards, plan.pending, plan.manifest, plan.out_dir
+    total = sum(s.rows for s in shards)
     if cfg.report.progress != "none":
         resumed = f", {len(shards) - len(pending)} already written" if len(pending) < len(shards) else ""
-        print(f"colibri: {cfg.job.kind} job: {sum(s.rows for s in shards)} rows in {len(shards)} shard(s)"
-              f"{resumed}; output {out_dir}", file=stream, flush=True)
-    progress = RequestProgress(sum(s.rows for s in shards), sum(s.rows for s in shards if s not in pending),
+        print(f"colibri: {cfg.job.kind} job: {total} rows in {len(shards)} shard(s){resumed}; output {out_dir}",
+              file=stream, flush=True)
+    progress = RequestProgress(total, sum(s.rows for s in shards if s not in pending),
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
     cache = getattr(llm, "cache", None)
     meter = GenerationMeter(moe=getattr(llm, "moe_meter", None), kv_blocks=getattr(cache, "n_blocks", None))
-    t0 = time.perf_counter()
+
+    def this_report(n_written, elapsed_s, quiet=False):
+        report = build_report(cfg, manifest, n_written, elapsed_s)
+        report["job"].update(model=getattr(llm, "path", None), executor=executor)
+        report["startup_s"] = startup_s
+        report["this_run"] = meter.report()
+        without_limit(report["this_run"].get("cache"), cfg)
+        return finish_report(cfg, plan, report, meter, io.StringIO() if quiet else stream, extra)
+    t0, written = time.perf_counter(), []
     try:
         for group in _groups(pending, cfg.job):
             for shard, name, info in kind.run_group(group, progress, out_dir, meter):
                 manifest.mark_done(shard.name, dict(info, output=name))
-                progress.rows_done(info["rows"])
-    finally:
+                written.append(shard.name)
+                progress.rows_done(info["rows"], finished=info["rows"] - info["errors"])
+    except Exception:                   # a failed run still reports what it wrote (complete: false); resume merges
         progress.close()
-    report = build_report(cfg, manifest, len(pending), time.perf_counter() - t0)
-    report["job"].update(model=getattr(llm, "path", None), executor=executor)
-    report["startup_s"] = startup_s
-    report["this_run"] = meter.report()
-    report["error_examples"] = _error_examples(out_dir, manifest)
+        _report_quietly(lambda: this_report(len(written), time.perf_counter() - t0, quiet=True))
+        raise
+    progress.close()
+    return this_report(len(written), time.perf_counter() - t0)
+
+
+def _report_quietly(write):
+    try:
+        write()
+    except Exception:                   # the run's own error is the one to show
+        pass
+
+
+def finish_report(cfg, plan, report, meter, stream, extra=None):
+    """Errors, the earlier runs of a resumed job, the demo's extra fields -> report.json/html + summary."""
+    report["error_examples"] = error_examples(plan.out_dir, plan.manifest)
+    report["runs"] = merge_runs(plan.out_dir, report) if plan.resumed else [run_entry(report)]
     if extra is not None:
-        report.update(extra(out_dir, paths) or {})
-    write_all(report, meter, out_dir, cfg.report, stream)
+        report.update(extra(plan.out_dir, plan.paths) or {})
+    print_error_count(report, stream)
+    write_all(report, meter, plan.out_dir, cfg.report, stream)
     return report
 
 
-def _error_examples(out_dir, manifest, limit=20):
-    """The first `limit` error rows over the shards written (for the html's error table)."""
+def finished_job(cfg, plan, stream, log, extra=None):
+    """Every shard is written already: keep report.json (or write one from the manifest when a kill came
+    between the last shard and the report), say so, start nothing."""
+    path = os.path.join(plan.out_dir, "report.json")
+    log(f"nothing to do: all {len(plan.shards)} shard(s) in {plan.out_dir} are already written; report kept: "
+        f"{path} (--restart redoes the job)")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            report = json.load(fh)
+    except (OSError, ValueError):
+        report = None
+    if isinstance(report, dict) and report.get("complete"):
+        print_error_count(report, stream)
+        return report
+    report, meter = build_report(cfg, plan.manifest, 0, 0.0), GenerationMeter()
+    report["this_run"] = meter.report()
+    return finish_report(cfg, plan, report, meter, stream, extra)
+
+
+def run_entry(report):
+    """One run's line in report["runs"] (a resumed job keeps every earlier run's)."""
+    run = report.get("this_run") or {}
+    return {"shards_written": report["shards"]["written_this_run"], "elapsed_s": report.get("elapsed_s_this_run"),
+            "startup_s": report.get("startup_s"), "executor": report["job"].get("executor"),
+            "throughput": run.get("throughput"), "latency": run.get("latency"), "cache": run.get("cache"),
+            "preemptions": run.get("preemptions")}
+
+
+def merge_runs(out_dir, report):
+    try:
+        with open(os.path.join(out_dir, "report.json"), encoding="utf-8") as fh:
+            old = json.load(fh)
+    except (OSError, ValueError):
+        old = None
+    earlier = old.get("runs") if isinstance(old, dict) and isinstance(old.get("runs"), list) else []
+    return earlier + [run_entry(report)]
+
+
+def print_error_count(report, stream):
+    """The bad rows first, before the summary, with where the first one is and what to do next."""
+    n = report.get("errors") or 0
+    if not n:
+        return
+    first = (report.get("error_examples") or [{}])[0]
+    where = f"{first.get('where')}: row {first.get('id')!r}: " if first.get("where") else ""
+    accepted = report["job"].get("on_error") == "continue"
+    print(f"colibri: {n} of {report['rows']} rows failed (first: {where}{first.get('error')}); each has an "
+          f"`error` output row, and report.json `error_examples` lists them. "
+          + ("job.on_error: continue accepts them (exit 0)." if accepted else
+             f"Exit code {EXIT_ROW_ERRORS}: fix those rows and rerun with --restart, or set job.on_error: continue "
+             f"to accept them."), file=stream, flush=True)
+
+
+EXIT_ROW_ERRORS = 3
+
+
+def error_examples(out_dir, manifest, limit=20):
+    """The first `limit` bad rows over the shards written: {id, where (file:line), error}."""
     out = []
     for name in manifest.shard_names:
-        info = manifest.done.get(name)
-        if not info or not info.get("errors"):
-            continue
-        with open(os.path.join(out_dir, info["output"]), encoding="utf-8") as fh:
-            for line in fh:
-                row = json.loads(line)
-                if "error" in row:
-                    out.append({"id": row.get("id"), "error": row["error"]})
-                    if len(out) >= limit:
-                        return out
-    return out
+        info = manifest.done.get(name) or {}
+        out += info.get("error_examples") or []
+    return out[:limit]
 
 
 def _groups(pending, job):
     """Consecutive shards with >= 4 x max_num_seqs rows together (one llm call each), so small shards
     do not drain the batch at every boundary; one shard at a time with `on_error: fail` (stop there)."""
-    target = 4 * job.max_num_seqs if job.on_error == "continue" else 0
+    target = 0 if job.on_error == "fail" else 4 * job.max_num_seqs
     group, rows = [], 0
     for shard in pending:
         group.append(shard)
@@ -258,7 +327,8 @@ def build_report(cfg, manifest, shards_this_run, elapsed_s):
         for k, v in info.get("finish_reasons", {}).items():
             reasons[k] = reasons.get(k, 0) + v
     generated = sum(i.get("tokens", 0) for i in done)
-    return {"job": {"kind": cfg.job.kind, "config": os.path.abspath(cfg.source) if cfg.source else None},
+    return {"job": {"kind": cfg.job.kind, "config": os.path.abspath(cfg.source) if cfg.source else None,
+                    "on_error": cfg.job.on_error},
             "rows": sum(i["rows"] for i in done), "errors": sum(i["errors"] for i in done),
             "generated_tokens": generated, "input_tokens": sum(i.get("input_tokens", 0) for i in done),
             "finish_reasons": reasons,

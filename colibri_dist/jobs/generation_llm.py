@@ -16,10 +16,10 @@ import numpy as np
 from ..errors import InvalidArgument
 
 
-def open_job_llm(cfg, offload_dir=None):
+def open_job_llm(cfg, offload_dir=None, log=None):
     """cd.LLM for a generate/score job: MoE layers on the in-process Engine (`pool.workers: 0` or
     `job.executor: engine`), else on a Ray pool (the job's own, or the running `pool.name`).
-    offload_dir: the resolved spill dir (default: pool.offload_dir)."""
+    offload_dir: the resolved spill dir (default: pool.offload_dir); log(text): the KV budget line."""
     import dataclasses
 
     from ..model import LLM
@@ -28,6 +28,9 @@ def open_job_llm(cfg, offload_dir=None):
         raise InvalidArgument(f"job.kind {cfg.job.kind!r} needs `model:` (a .colibri whole model)")
     if not os.path.exists(cfg.model):
         raise InvalidArgument(f"model: {cfg.model}: no such file")
+    if cfg.job.w8a8 and uses_pool(cfg):
+        raise InvalidArgument("job.w8a8 runs the MoE layers in-process: set pool.workers: 0 (or "
+                              "job.executor: engine), or drop job.w8a8")
     offload_dir = offload_dir or cfg.pool.offload_dir
     pool = PoolExecutor(cfg, cfg.model, offload_dir) if uses_pool(cfg) else None
     threads = cfg.job.threads or cfg.pool.threads_per_worker
@@ -36,7 +39,7 @@ def open_job_llm(cfg, offload_dir=None):
         llm = LLM(cfg.model, threads=threads, cache_bytes=None if pool else cfg.pool.cache_bytes,
                   offload_dir=None if pool else offload_dir, policy=cfg.pool.policy,
                   max_num_batched_tokens=cfg.job.batch_tokens, max_num_seqs=cfg.job.max_num_seqs,
-                  seed=cfg.job.seed, moe=meter)
+                  seed=cfg.job.seed, moe=meter, **kv_settings(cfg.job))
     except BaseException:
         if pool is not None:
             pool.close()
@@ -45,9 +48,30 @@ def open_job_llm(cfg, offload_dir=None):
         meter = MoeMeter(EngineExecutor.wrap(llm.engine, threads), heat=cfg.report.expert_heat)
         llm.decoder.moe = meter
     meter.router = llm.engine            # heat: route locally (no extra round trip to a pool)
+    if log is not None:
+        log(kv_line(llm, cfg.job))
     if cfg.job.prefill_chunk:
         llm.scheduler_config = dataclasses.replace(llm.scheduler_config, prefill_chunk_size=cfg.job.prefill_chunk)
     return _ClosingLLM(llm, pool, meter)
+
+
+def kv_settings(job):
+    """The LLM keyword arguments of job.kv_cache_bytes / kv_cache_dtype / max_seq_len / w8a8."""
+    return {"kv_cache_bytes": job.kv_cache_bytes, "kv_cache_dtype": job.kv_cache_dtype,
+            "max_seq_len": job.max_seq_len, "w8a8": job.w8a8}
+
+
+def kv_line(llm, job):
+    """What the KV cache holds, and whether it caps a sequence below what the job or the model asks."""
+    cache, arch = llm.cache, llm.arch
+    want = job.max_seq_len or arch.max_position_embeddings
+    budget = f"KV cache {cache.n_blocks} blocks x {cache.block_size} tokens ({job.kv_cache_dtype}"
+    budget += ", job.kv_cache_bytes)" if job.kv_cache_bytes else ", the default budget)"
+    if llm.max_seq_len < want:
+        return (f"warning: {budget} holds {llm.max_seq_len} tokens per sequence, less than the "
+                f"{want} asked ({'job.max_seq_len' if job.max_seq_len else 'the model'}): longer generations stop "
+                f"there with finish_reason 'length'; raise job.kv_cache_bytes (--kv-cache-bytes) to lift it")
+    return f"{budget}; max_seq_len {llm.max_seq_len}"
 
 
 class MoeMeter:
@@ -85,10 +109,6 @@ class _ClosingLLM:
 
     def __getattr__(self, name):
         return getattr(self._llm, name)
-
-    def signature(self):
-        st = os.stat(self._llm.path)
-        return {"model": os.path.abspath(self._llm.path), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 
     def close(self):
         try:

@@ -10,6 +10,7 @@ import json
 import os
 
 from ..fsutil import atomic_write
+from .report import hit_rate_text
 
 
 def _fmt(value, spec="{:,.1f}"):
@@ -38,7 +39,7 @@ def summary_rows(rep):
         rows.append(("request latency p50/p90/p99", _ms3(lat["request_latency_s"])))
     cache = run.get("cache")
     if cache:
-        rows.append(("expert cache hit rate", _fmt(cache["hit_rate"], "{:.1%}")))
+        rows.append(("expert cache hit rate", hit_rate_text(cache)))
         rows.append(("cache hits / misses / evictions",
                      f"{cache['hits']:,} / {cache['misses']:,} / {cache['evictions']:,}"))
     if run.get("load_imbalance") is not None:
@@ -66,7 +67,7 @@ def write_all(rep, meter, out_dir, report_cfg, stream):
     atomic_write(os.path.join(out_dir, "report.json"), [json.dumps(rep, indent=1).encode()])
     if report_cfg.html:
         atomic_write(os.path.join(out_dir, "report.html"), [render_html(rep, meter).encode()])
-    if report_cfg.summary and report_cfg.progress != "none":
+    if report_cfg.summary:                  # --progress none hides progress, not the summary and report paths
         print(summary_table(rep, out_dir, report_cfg.html), file=stream, flush=True)
 
 

@@ -5,11 +5,12 @@ Role in the data flow: the generation job kinds read a shard's rows here. A row 
 conversation rendered with the model's chat template, encoded without added special tokens) or
 `prompt_token_ids`, an optional `id` (default: the row's index in its file) and optional per-row
 `sampling_params` (over the job's defaults). Everything wrong with one row (invalid UTF-8 or JSON,
-no or several prompt fields, bad types, an unknown sampling key, a tokenizer failure) becomes that
+no or several prompt fields (a null field counts as absent), bad types, an unknown sampling key, a tokenizer failure) becomes that
 row's `error`; the model's own checks (empty, too long, token id outside the vocabulary) come back
 from generation the same way.
 """
 import json
+import re
 from dataclasses import dataclass
 
 from ..errors import ColibriError, ConfigError, InvalidArgument
@@ -93,6 +94,16 @@ def check_sampling_defaults(job):
     return data
 
 
+_REQUEST_PREFIX = re.compile(r"^request [0-9]+: ")
+
+
+def row_error_text(exc):
+    """A generation error as a row's `error`: without the `request N: ` the LLM puts first (N is the row's
+    place in one llm call, which depends on the batching and on where a resume started; the output row
+    already carries the row's id, the report its file:line)."""
+    return _REQUEST_PREFIX.sub("", str(exc), count=1)
+
+
 class RowReader:
     """Turns a shard's rows into Row records for one job kind ("generate" or "score")."""
 
@@ -135,7 +146,7 @@ class RowReader:
 
     def _prompt_ids(self, obj):
         j = self.job
-        fields = [f for f in (j.prompt_field, j.messages_field, j.prompt_ids_field) if f in obj]
+        fields = [f for f in (j.prompt_field, j.messages_field, j.prompt_ids_field) if obj.get(f) is not None]
         if self.kind == "score" and j.messages_field in fields:
             raise InvalidArgument(f"score rows take '{j.prompt_field}' or '{j.prompt_ids_field}', "
                                   f"not '{j.messages_field}'")

@@ -12,9 +12,13 @@ import numpy as np
 from ..errors import ConfigError, FormatError
 from ..fsutil import atomic_write
 
+INPUT_HINT = ("a moe-layer job reads hidden states: .npy files of float32 [rows, hidden] (numpy.save); "
+              "JSONL/Parquet prompts are for `job.kind: generate` or `score`, token ids for `token-classification`")
+
 
 class MoeLayer:
     input_exts = (".npy",)
+    input_hint = INPUT_HINT
 
     def __init__(self, cfg, model, model_path, tokenizer_path=None):
         self.job = cfg.job
@@ -42,6 +46,8 @@ class MoeLayer:
         return {l: self.model.config.n_experts for l in self.layers}
 
     def _open(self, path):
+        if not path.endswith(".npy"):
+            raise FormatError(f"{path}: {INPUT_HINT}")
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
         except Exception as exc:     # hostile bytes: EOFError, ValueError, SyntaxError, TokenError, ...

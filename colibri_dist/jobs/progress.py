@@ -2,7 +2,7 @@
 
 Role in the data flow: the runner creates one `JobProgress(total_tokens, ...)`
 and calls `advance(tokens, hit_rate)` after each batch; it shows tokens,
-tokens/s, ETA and the cache hit rate. `report.progress` picks the mode:
+tokens/s, ETA and the cache hit rate. Generation jobs use `RequestProgress`, fed per token. `report.progress` picks the mode:
 auto (bar on a tty, log lines when piped), bar, log or none.
 """
 import sys
@@ -75,44 +75,60 @@ class JobProgress:
 
 
 class RequestProgress:
-    """Progress of a generation job: requests done, generated tokens/s and ETA (bar on a tty, else
-    log lines every `log_every_s`). `on_token` is the scheduler's per-token callback."""
+    """Progress of a generation job as it happens: requests finished, generated tokens/s and ETA, updated
+    on every token (`on_token`, the scheduler's per-token callback) and not only when a shard group is
+    written: a bar on a tty (redrawn at most every `BAR_EVERY_S`), else a log line every `log_every_s`."""
+    BAR_EVERY_S = 0.2
 
     def __init__(self, total_rows, done_rows=0, mode="auto", log_every_s=5.0, stream=None):
         self.stream = stream or sys.stderr
         self.mode = choose_mode(mode, self.stream)
         self.total, self.done, self.start_done = total_rows, done_rows, done_rows
+        self.in_flight_done = 0              # requests finished whose shard is not written yet
         self.tokens, self.log_every_s = 0, log_every_s
-        self.t0 = self.last_log = time.perf_counter()
+        self.t0 = self.last_log = self.last_bar = time.perf_counter()
         self.bar = None
         if self.mode == "bar":
             from tqdm import tqdm
             self.bar = tqdm(total=total_rows, initial=done_rows, unit="req", file=self.stream,
-                            desc="colibri run", ncols=_columns())
+                            desc="colibri run", ncols=_columns(), mininterval=0)
+
+    def finished(self):
+        return min(self.total, self.done + self.in_flight_done)
 
     def on_token(self, event):
         self.tokens += 1
         if event.finish_reason is not None:
-            self._tick()
+            self.in_flight_done += 1
+        self._tick()
 
-    def rows_done(self, n):
+    def rows_done(self, n, finished=None):
+        """A shard of n rows is written (`finished` of them had been counted by on_token as they ended)."""
         self.done += n
-        if self.bar is not None:
-            self.bar.n = self.done
-            self.bar.refresh()
+        self.in_flight_done = max(0, self.in_flight_done - (n if finished is None else finished))
         self._tick(force=True)
 
     def _tick(self, force=False):
         now = time.perf_counter()
-        rate = self.tokens / (now - self.t0) if now > self.t0 else 0.0
         if self.bar is not None:
-            self.bar.set_postfix_str(f"{rate:,.0f} tok/s")
+            if force or now - self.last_bar >= self.BAR_EVERY_S:
+                self.last_bar = now
+                self.bar.n = self.finished()
+                self.bar.set_postfix_str(f"{self.tokens:,} tok, {self._rate(now):,.0f} tok/s", refresh=False)
+                self.bar.refresh()
         elif self.mode == "log" and (force or now - self.last_log >= self.log_every_s):
             self.last_log = now
-            rows_rate = (self.done - self.start_done) / (now - self.t0) if now > self.t0 else 0.0
-            eta = (self.total - self.done) / rows_rate if rows_rate > 0 else float("nan")
-            print(f"[{time.strftime('%H:%M:%S')}] {self.done}/{self.total} requests, {self.tokens} tokens generated, "
-                  f"{rate:,.0f} tok/s, ETA {eta:.0f}s", file=self.stream, flush=True)
+            self.log_line(now)
+
+    def _rate(self, now):
+        return self.tokens / (now - self.t0) if now > self.t0 else 0.0
+
+    def log_line(self, now):
+        done = self.finished()
+        rows_rate = (done - self.start_done) / (now - self.t0) if now > self.t0 else 0.0
+        eta = (self.total - done) / rows_rate if rows_rate > 0 else float("nan")
+        print(f"[{time.strftime('%H:%M:%S')}] {done}/{self.total} requests, {self.tokens} tokens generated, "
+              f"{self._rate(now):,.0f} tok/s, ETA {eta:.0f}s", file=self.stream, flush=True)
 
     def close(self):
         if self.bar is not None:

@@ -30,6 +30,24 @@ def cache_section(first, final):
     return cache
 
 
+def cache_unlimited(cfg):
+    """No RAM cache budget (experts served from the mmap): there is nothing to hit or miss."""
+    from .executors import attaches_to_named_pool
+    return cfg.pool.cache_bytes is None and not attaches_to_named_pool(cfg)
+
+
+def without_limit(cache, cfg):
+    """The cache section, its hit rate withheld (None, `no_limit: true`) when no cache limit is set."""
+    if cache is not None and cache_unlimited(cfg):
+        cache["hit_rate"], cache["no_limit"] = None, True
+    return cache
+
+
+def hit_rate_text(cache):
+    return "n/a (no cache limit: experts served from the mmap)" if cache.get("no_limit") else \
+        _fmt(cache["hit_rate"], "{:.1%}")
+
+
 def worker_section(first_workers, final_workers):
     before = {str(w["id"]): w for w in first_workers}
     out = []
@@ -64,7 +82,7 @@ def build_report(cfg, meter, final_stats, manifest, executor_kind, startup_s, mo
         "elapsed_s": float(compute_s),
         "tokens_per_s": float(meter.tokens / compute_s) if compute_s > 0 else None,
         "batch_latency_ms": percentiles(meter.latencies_ms),
-        "cache": cache_section(meter.first_stats["cache"], final_stats["cache"]),
+        "cache": without_limit(cache_section(meter.first_stats["cache"], final_stats["cache"]), cfg),
         "load_imbalance": load_imbalance(workers),
         "workers": workers,
         "faults": {"retries": int(final_stats.get("retries", 0)) - int(meter.first_stats.get("retries", 0))},
@@ -101,7 +119,7 @@ def summary_rows(rep):
             ("startup", _fmt(rep["startup_s"], "{:.1f} s")),
             ("throughput", _fmt(rep["tokens_per_s"], "{:,.0f} tok/s")),
             ("batch latency p50/p90/p99", " / ".join(_fmt(lat[k], "{:.1f}") for k in ("p50", "p90", "p99")) + " ms"),
-            ("cache hit rate", _fmt(cache["hit_rate"], "{:.1%}")),
+            ("cache hit rate", hit_rate_text(cache)),
             ("cache hits / misses / evictions", f"{cache['hits']:,} / {cache['misses']:,} / {cache['evictions']:,}"),
             ("bytes loaded", f"{cache['bytes_loaded'] / 2**20:,.1f} MiB"),
             ("load imbalance (max/mean)", _fmt(rep["load_imbalance"], "{:.2f}")),

@@ -22,7 +22,7 @@ from .metrics import Meter
 from .moe_layer import MoeLayer
 from .outlock import LOCK_NAME, hold_output_dir
 from .progress import JobProgress
-from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards
+from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards, refuse_overlap
 from .token_classification import TokenClassification, find_tokenizer
 
 KINDS = {"token-classification": TokenClassification, "moe-layer": MoeLayer}
@@ -47,7 +47,8 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
         from ..format.reader import open_model as model_opener
     with model_opener(model_path) as model:
         kind = KINDS[cfg.job.kind](cfg, model, model_path, find_tokenizer(cfg.job, model_path, model) or tokenizer)
-        paths = discover_inputs(input_spec, kind.input_exts, log=log)
+        paths = discover_inputs(input_spec, kind.input_exts, log=log, hint=getattr(kind, "input_hint", None))
+        refuse_overlap(out_dir, paths, model_path)
         shards = plan_shards(paths, kind.count_rows, cfg.job.shard_rows)
         os.makedirs(out_dir, exist_ok=True)      # only once the job is accepted: a rejected config leaves no dir
         with hold_output_dir(out_dir):           # one run per output dir (OutputBusy names the holder's pid)
@@ -81,37 +82,55 @@ def _run_generation(cfg, out_dir, restart, stream, llm_factory):
         art = ensure_demo_llm(cfg.demo_llm, log=log)
         cfg = dataclasses.replace(cfg, model=art.model, job=dataclasses.replace(cfg.job, input=cfg.job.input or art.data_dir))
         extra = lambda out, paths: {"task_accuracy": accuracy_of_outputs(paths, out)}   # noqa: E731
-    discover_inputs(cfg.job.input, INPUT_EXTS)     # a missing input is rejected before --out exists
-    if llm_factory is None and not os.path.exists(cfg.model):
-        raise InvalidArgument(f"model: {cfg.model}: no such file")
+    paths = discover_inputs(cfg.job.input, INPUT_EXTS)     # a missing input is rejected before --out exists
+    if llm_factory is None:
+        check_model_path(cfg.model)
     out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
+    refuse_overlap(out_dir, paths, cfg.model)
     existed = os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     try:
         with hold_output_dir(out_dir):           # one run per output dir, generation jobs too
             return _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log)
     except ColibriError:
-        if not existed and not [f for f in os.listdir(out_dir) if f != LOCK_NAME]:   # rejected before anything
-            shutil.rmtree(out_dir, ignore_errors=True)                                # was written: leave no dir
+        if not existed and _nothing_written(out_dir):    # rejected (e.g. a damaged model) before any shard
+            shutil.rmtree(out_dir, ignore_errors=True)   # was written: leave no dir
         raise
 
 
+def _nothing_written(out_dir):
+    """Only the lock and a manifest without shards (the plan is made before the model opens)."""
+    from .shards import MANIFEST
+    names = set(os.listdir(out_dir)) - {LOCK_NAME}
+    if names - {MANIFEST}:
+        return False
+    if not names:
+        return True
+    try:
+        with open(os.path.join(out_dir, MANIFEST)) as fh:
+            return not json.load(fh).get("done")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log):
+    """Plan first (a refused resume or a finished job opens no model and starts no pool), then run."""
     from .executors import uses_pool
-    from .generation_job import run_generation_job
+    from .generation_job import finished_job, run_generation_job
     from .generation_llm import open_job_llm
+    from .generation_plan import identity_of, plan_generation
     clean_temp_files(out_dir)                      # a killed run's leftovers, before this run's offload dir
+    plan = plan_generation(cfg, out_dir, restart, identity_of(cfg.model))
+    if not plan.pending:
+        return finished_job(cfg, plan, stream, log, extra)
     offload_dir, made_offload = _offload_dir(cfg, out_dir)
     log(_executor_line(cfg, offload_dir))
     t0 = time.perf_counter()
     try:
-        llm = llm_factory(cfg) if llm_factory else open_job_llm(cfg, offload_dir)
+        llm = llm_factory(cfg) if llm_factory else open_job_llm(cfg, offload_dir, log=log)
         try:
-            model_sig = getattr(llm, "signature", None)
-            return run_generation_job(cfg, llm, out_dir=out_dir, restart=restart, stream=stream,
-                                      model_signature=model_sig() if callable(model_sig) else model_sig,
-                                      extra=extra, startup_s=time.perf_counter() - t0,
-                                      executor="pool" if uses_pool(cfg) else "engine", offload_dir=offload_dir)
+            return run_generation_job(cfg, llm, stream=stream, extra=extra, startup_s=time.perf_counter() - t0,
+                                      executor="pool" if uses_pool(cfg) else "engine", plan=plan)
         finally:
             if hasattr(llm, "close"):
                 llm.close()
@@ -120,11 +139,21 @@ def _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log):
             shutil.rmtree(offload_dir, ignore_errors=True)
 
 
+def check_model_path(path):
+    """A generate/score model must be a .colibri file; a Hugging Face directory gets the command to convert it."""
+    if not os.path.exists(path):
+        raise InvalidArgument(f"model: {path}: no such file")
+    if os.path.isdir(path):
+        hf = os.path.isfile(os.path.join(path, "config.json"))
+        raise InvalidArgument(f"model: {path} is a directory" + (
+            f" holding a Hugging Face checkpoint; convert it first: `colibri convert {path} MODEL.colibri`, "
+            f"then pass --model MODEL.colibri" if hf else "; expected a .colibri file (see `colibri convert`)"))
+
+
 def resolve_sources(cfg, log):
     """-> (model path, input spec, tokenizer path or None); builds the demo when `model: null`."""
     if cfg.model is not None:
-        if not os.path.exists(cfg.model):
-            raise InvalidArgument(f"model: {cfg.model}: no such file")
+        check_model_path(cfg.model)
         return cfg.model, cfg.job.input, None
     from .demo_model import ensure_demo
     art = ensure_demo(cfg.demo, log=log)
@@ -184,11 +213,12 @@ def _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor
 
 def _executor_line(cfg, offload_dir):
     from .executors import attaches_to_named_pool, uses_pool
-    cache = "no cache limit (experts served from the mmap)" if cfg.pool.cache_bytes is None else \
-        f"cache {cfg.pool.cache_bytes / 2**20:.2f} MiB per worker, offload to {offload_dir}"
     if attaches_to_named_pool(cfg):
         return f"attaching to the running pool {cfg.pool.name!r} (its own cache and offload settings apply)"
-    if uses_pool(cfg):
+    pool = uses_pool(cfg)
+    cache = "no cache limit (experts served from the mmap)" if cfg.pool.cache_bytes is None else \
+        f"expert cache {cfg.pool.cache_bytes / 2**20:.2f} MiB{' per worker' if pool else ''}, offload to {offload_dir}"
+    if pool:
         where = cfg.pool.ray_address or "a local Ray on loopback"
         return f"starting a pool of {cfg.pool.workers} workers on {where}; {cache}"
     return f"running in-process on the Engine (no Ray); {cache}"

@@ -33,7 +33,7 @@ class Shard:
         return self.stop - self.start
 
 
-def discover_inputs(spec, exts, log=None):
+def discover_inputs(spec, exts, log=None, hint=None):
     """A file, a directory (its files with one of `exts`, sorted) or a glob -> sorted list of files.
     Only regular files count (a FIFO would hang the reader): others are skipped and reported via log."""
     if os.path.isdir(spec):
@@ -51,8 +51,23 @@ def discover_inputs(spec, exts, log=None):
         if log is not None:
             log(f"skipping input {p}: not a regular file")
     if not paths:
-        raise ConfigError(f"job.input: {spec}: no input files ending in {' or '.join(exts)}")
+        raise ConfigError(f"job.input: {spec}: no input files ending in {' or '.join(exts)}"
+                          + (f" ({hint})" if hint else ""))
     return paths
+
+
+def refuse_overlap(out_dir, paths, model=None):
+    """An output dir that is, or holds, an input file or the model is refused (the shard outputs,
+    manifest.json and report.* are written into it, and `<input stem>.jsonl` can be the input itself)."""
+    out = os.path.realpath(out_dir)
+    named = [("input", p) for p in paths] + ([("model", model)] if model else [])
+    for what, path in named:
+        real = os.path.realpath(path)
+        if real == out or real.startswith(out.rstrip(os.sep) + os.sep):
+            flag = "model" if what == "model" else "job.input"
+            raise InvalidArgument(f"--out {out_dir} holds the {what} {path}: the job's outputs would be written "
+                                  f"beside it and could overwrite it; pick an output directory outside the "
+                                  f"inputs' and the model's (or move the {flag} elsewhere)")
 
 
 def plan_shards(paths, count_rows, shard_rows=None):
@@ -110,8 +125,12 @@ class Manifest:
             raise InvalidArgument(f"{self.path}: unreadable resume manifest ({exc}); "
                                   f"use a new --out or pass --restart") from None
         if old.get("signature") != self.signature or old.get("shards") != self.shard_names:
-            raise InvalidArgument(f"{out_dir} holds the output of a different job (config, model, its hot-added "
-                                  f"experts or inputs changed); use a new --out or pass --restart to overwrite it")
+            from .signature import changed_settings
+            changed = changed_settings(old.get("signature"), self.signature) or ["the shard plan (job.shard_rows "
+                                                                               "or the inputs' row counts)"]
+            raise InvalidArgument(f"{out_dir} holds the output of a different job: {'; '.join(changed)} changed "
+                                  f"since its shards were written (resuming would mix rows of both); restore the "
+                                  f"old setting to resume, use a new --out, or pass --restart to discard them")
         for name, info in old.get("done", {}).items():
             out = os.path.join(out_dir, info.get("output", ""))
             if os.path.isfile(out) and os.path.getsize(out) == info.get("bytes"):

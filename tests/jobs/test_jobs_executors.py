@@ -57,3 +57,32 @@ def test_pool_stats_are_normalized_and_summed_over_workers():
     assert s["cache"] == {"hits": 4, "misses": 1, "evictions": 0, "bytes_loaded": 100}
     assert s["retries"] == 2
     assert [(w["id"], w["tokens"], w["experts"]) for w in s["workers"]] == [(0, 10, 3), (1, 30, 5)]
+
+
+def test_executor_line_says_per_worker_only_for_a_pool(tmp_path):
+    from colibri_dist.jobs.runner import _executor_line
+    engine = _executor_line(cfg_with(tmp_path, "{workers: 0, cache_bytes: 2MiB}"), "/tmp/off")
+    assert "in-process" in engine and "2.00 MiB" in engine and "per worker" not in engine
+    pool = _executor_line(cfg_with(tmp_path, "{workers: 2, cache_bytes: 2MiB}"), "/tmp/off")
+    assert "2 workers" in pool and "2.00 MiB per worker" in pool
+
+
+def test_no_hit_rate_is_claimed_without_a_cache_limit(tmp_path):
+    from colibri_dist.jobs.report import hit_rate_text, without_limit
+    cache = {"hits": 8, "misses": 0, "evictions": 0, "bytes_loaded": 0, "hit_rate": 1.0}
+    unlimited = without_limit(dict(cache), cfg_with(tmp_path, "{workers: 0}"))
+    assert unlimited["hit_rate"] is None and unlimited["no_limit"] is True
+    assert hit_rate_text(unlimited).startswith("n/a (no cache limit")
+    limited = without_limit(dict(cache), cfg_with(tmp_path, "{workers: 0, cache_bytes: 1MiB}"))
+    assert limited["hit_rate"] == 1.0 and hit_rate_text(limited) == "100.0%"
+
+
+def test_w8a8_with_a_pool_is_refused_before_the_pool_starts(tmp_path, monkeypatch):
+    from colibri_dist.jobs import generation_llm
+    model = tmp_path / "m.colibri"
+    model.write_bytes(b"x")
+    path = tmp_path / "job.yaml"
+    path.write_text(f"job: {{kind: generate, input: in.jsonl, w8a8: true}}\nmodel: {model}\npool: {{workers: 2}}\n")
+    monkeypatch.setattr(X, "PoolExecutor", lambda *a: pytest.fail("started a pool"))
+    with pytest.raises(InvalidArgument, match="job.w8a8 runs the MoE layers in-process"):
+        generation_llm.open_job_llm(load_config(str(path)))

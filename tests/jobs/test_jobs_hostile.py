@@ -139,3 +139,25 @@ def test_enospc_on_output_names_the_file(tmp_path, monkeypatch):
         fsutil.atomic_write(str(target), [b"x"])
     assert info.value.filename == str(target) and info.value.errno == errno.ENOSPC
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("where", ["data", "."])
+def test_out_dir_holding_the_inputs_is_refused(fake_job, tmp_path, where):
+    from colibri_dist.errors import InvalidArgument
+    before = {n: open(os.path.join(fake_job.data, n), "rb").read() for n in os.listdir(fake_job.data)}
+    out = fake_job.data if where == "data" else str(tmp_path)
+    with pytest.raises(InvalidArgument, match="holds the input .*could overwrite it"):
+        fake_job.run(out)
+    assert {n: open(os.path.join(fake_job.data, n), "rb").read() for n in os.listdir(fake_job.data)} == before
+    assert not fake_job.executors                                       # refused before anything started
+
+
+def test_moe_layer_job_given_jsonl_says_what_it_expects(tmp_path):
+    from colibri_dist.errors import ConfigError
+    from colibri_dist.jobs.shards import discover_inputs
+    kind = _moe_kind()
+    (tmp_path / "in.jsonl").write_text('{"prompt": "x"}\n')
+    with pytest.raises(FormatError, match="in.jsonl: a moe-layer job reads hidden states: .npy .*`job.kind: generate`"):
+        kind.count_rows(str(tmp_path / "in.jsonl"))
+    with pytest.raises(ConfigError, match=r"no input files ending in \.npy \(a moe-layer job reads hidden states"):
+        discover_inputs(str(tmp_path), kind.input_exts, hint=kind.input_hint)
