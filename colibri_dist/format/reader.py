@@ -21,7 +21,7 @@ from .layout import DTYPE_NAMES, ExpertLayout, MatrixLayout
 from . import integrity
 from .model_config import ModelConfig
 from .quantize import bf16_bits_to_f32, dequantize
-from .validate import check_entries, check_header, check_unique, describe, parse_meta
+from .validate import check_agreement, check_entries, check_header, check_unique, describe, parse_meta
 
 _NP_DTYPES = {0: np.float32, 1: np.float16, 2: np.uint16, 3: np.int8, 4: np.uint8,
               5: np.int16, 6: np.int32, 7: np.int64, 8: np.float64, 9: np.bool_}
@@ -67,6 +67,7 @@ class Model:
         self._by_slot = {(e.kind, e.layer, e.expert): e for e in self.entries
                          if e.kind not in spec.NAMED_KINDS}
         check_entries(self.path, self.config, self.entries, self._by_slot, header["table_offset"])
+        check_agreement(self.path, self.config, self.meta, self.entries)
 
     # -- lifecycle ------------------------------------------------------------
     def close(self):

@@ -230,6 +230,18 @@ static cb_status check_unique(cb_model *m) {
     return s;
 }
 
+/* A tensor named "model.layers.N.*" must have N < n_layers: the header and the table agree on the
+ * model's depth (format/validate.py check_agreement does the same). -1 when the name has no layer. */
+static int64_t named_layer(const char *name) {
+    static const char pre[] = "model.layers.";
+    if (strncmp(name, pre, sizeof pre - 1) != 0) return -1;
+    const char *q = name + sizeof pre - 1;
+    int64_t n = 0;
+    int digits = 0;
+    for (; *q >= '0' && *q <= '9' && digits < 12; q++, digits++) n = n * 10 + (*q - '0');
+    return digits && *q == '.' ? n : -1;
+}
+
 cb_status cbf_parse_entries(cb_model *m, uint64_t table_off, uint64_t count, int32_t verify) {
     char what[200];
     m->entries = calloc(count ? count : 1, sizeof *m->entries);
@@ -241,6 +253,9 @@ cb_status cbf_parse_entries(cb_model *m, uint64_t table_off, uint64_t count, int
         describe(e, what, sizeof what);
         if (!entry_ok(m, e, table_off))
             return cb_fail(CB_E_FORMAT, "%s: %s: entry out of bounds or inconsistent", m->path, what);
+        if (named_layer(e->name) >= m->info.n_layers)
+            return cb_fail(CB_E_FORMAT, "%s: the header says %d layers, but the tensor table holds '%s'", m->path,
+                           m->info.n_layers, e->name);
         if (verify && cb_crc32(m->map + e->offset, e->nbytes) != e->crc)
             return cb_fail(CB_E_FORMAT, "%s: %s is damaged (checksum mismatch)", m->path, what);
         if (verify && !values_finite(m, e))
