@@ -130,7 +130,8 @@ def check_agreement(path, cfg, meta, entries):
         return
     for field, keys in _META_AGREES:
         key = next((k for k in keys if hf.get(k) is not None), None)
-        if key is not None and hf[key] != getattr(cfg, field):
+        value = None if key is None else hf[key]
+        if key is not None and (isinstance(value, bool) or not isinstance(value, int) or value != getattr(cfg, field)):
             raise FormatError(f"{path}: metadata source_config.{key} is {hf[key]!r}, but the header and tensor "
                               f"table hold {field}={getattr(cfg, field)}")
 

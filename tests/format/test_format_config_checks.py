@@ -82,6 +82,28 @@ def test_metadata_disagreeing_with_the_tables_is_refused(raw_model, key, field):
         cd.open_model(path)
     msg = str(info.value)
     assert str(path) in msg and f"source_config.{key} is 1" in msg and field in msg, msg
+    status, msg = c_open(path)
+    assert status == 4 and f"source_config.{key} disagrees" in msg and f"({field})" in msg, msg
+
+
+@pytest.mark.parametrize("value", [2.0, "2", True, [2]])
+def test_metadata_layer_count_must_be_the_integer_both_readers(raw_model, value):
+    raw, meta, path = raw_model
+    meta["source_config"]["num_hidden_layers"] = value
+    meta["later"] = {"source_config": {"num_hidden_layers": 1}}        # nested deeper: not the model's
+    path.write_bytes(bytes(set_meta(raw, json.dumps(meta).encode())))
+    with pytest.raises(FormatError, match="source_config.num_hidden_layers"):
+        cd.open_model(path)
+    assert c_open(path)[0] == 4
+
+
+def test_metadata_agreeing_is_accepted_by_both_readers(raw_model):
+    raw, meta, path = raw_model
+    meta["source_config"]["num_hidden_layers"] = None                  # null = absent, for both
+    meta["x"] = {"num_hidden_layers": 9, "s": "\\\"source_config\\\": {"}
+    path.write_bytes(bytes(set_meta(raw, json.dumps(meta).encode())))
+    cd.open_model(path).close()
+    assert c_open(path)[0] == 0, c_open(path)[1]
 
 
 def test_tensor_named_past_the_last_layer_is_refused_by_both_readers(raw_model):
