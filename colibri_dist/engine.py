@@ -112,6 +112,7 @@ class Engine:
             else:
                 y, idx = self._moe_streamed(layer, x)
         self._check_finite(layer, y)
+        self.model.check_unchanged()        # an in-place edit during or before this call: refuse
         self._score_lookahead(layer, idx)
         return y
 

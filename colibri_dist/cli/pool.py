@@ -62,10 +62,13 @@ def pool_kwargs(cfg):
 def run_start(args):
     from ..pool import Pool
     from ..pool import service
+    from ..pool.names import check_name
+    if args.pool is not None:
+        check_name(args.pool)            # before the config, Ray or any path sees it
     cfg = load_config(args.config)
     if not cfg.model:
         raise PoolError(f"{args.config}: no `model:` to serve")
-    name = args.pool or cfg.pool.name or DEFAULT_NAME
+    name = check_name(args.pool or cfg.pool.name or DEFAULT_NAME)
     warn_workers(cfg.pool.workers, "pool.workers")
     address = args.address or cfg.pool.ray_address or service.resolve_address(name)
     head_pid = None

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import FormatError, InvalidArgument
 from . import spec
+from .config_values import check_config
 from .families import detect
 from .hf_source import SafetensorsSource, storage_dtype
 from .integrity import check_values, checked_chunks
@@ -45,6 +46,7 @@ def convert(src_dir, dst, experts="int8", progress=True, dense=None, force=False
     except (OSError, ValueError) as exc:
         raise FormatError(f"{config_path}: cannot read the model config ({exc})") from exc
     family = detect(hf, config_path)
+    check_config(hf, config_path)
     cfg = family.model_config(hf, experts)
     source = SafetensorsSource(src_dir)
     try:

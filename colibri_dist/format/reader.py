@@ -8,6 +8,8 @@ header, the table and every entry's bounds (format/validate.py); tensor data is
 checked (CRC-32 and finite weights/scales, format/integrity.py) before its first
 use: a view once per process (remembered), a pread on every read, verify() all.
 `checksums=False` skips the once-per-view check (for files verified already).
+Because views are checked once, check_unchanged() (one fstat: size, mtime, inode) lets the
+engine and decoder refuse a file edited in place while open, on every forward call.
 """
 import mmap
 import os
@@ -15,13 +17,13 @@ import stat
 
 import numpy as np
 
-from ..errors import FormatError, InvalidArgument
+from ..errors import FormatError, IntegrityError, InvalidArgument
 from . import spec
 from .layout import DTYPE_NAMES, ExpertLayout, MatrixLayout
 from . import integrity
 from .model_config import ModelConfig
 from .quantize import bf16_bits_to_f32, dequantize
-from .validate import check_entries, check_header, check_unique, describe, parse_meta
+from .validate import check_agreement, check_entries, check_header, check_unique, describe, parse_meta
 
 _NP_DTYPES = {0: np.float32, 1: np.float16, 2: np.uint16, 3: np.int8, 4: np.uint8,
               5: np.int16, 6: np.int32, 7: np.int64, 8: np.float64, 9: np.bool_}
@@ -46,7 +48,9 @@ class Model:
             raise
 
     def _load(self):
-        size = os.fstat(self._fd).st_size
+        st = os.fstat(self._fd)
+        self._identity = _identity(st)
+        size = st.st_size
         header = spec.unpack_header(os.pread(self._fd, spec.HEADER_SIZE, 0)) \
             if size >= spec.HEADER_SIZE else None
         check_header(self.path, header, size)
@@ -67,6 +71,7 @@ class Model:
         self._by_slot = {(e.kind, e.layer, e.expert): e for e in self.entries
                          if e.kind not in spec.NAMED_KINDS}
         check_entries(self.path, self.config, self.entries, self._by_slot, header["table_offset"])
+        check_agreement(self.path, self.config, self.meta, self.entries)
 
     # -- lifecycle ------------------------------------------------------------
     def close(self):
@@ -130,6 +135,18 @@ class Model:
     def check_expert(self, layer, expert, blob):
         """Check a copy of an expert blob read elsewhere (the store's pread into recycled RAM)."""
         self._check(self._slot(spec.KIND_EXPERT, layer, expert), blob)
+
+    def check_unchanged(self):
+        """IntegrityError naming the file if it was written to (size, mtime or inode changed) since open:
+        mapped bytes checked once would silently mix old and new contents."""
+        if self._fd is None:
+            return
+        now = _identity(os.fstat(self._fd))
+        if now != self._identity:
+            was = dict(zip(_IDENTITY, self._identity))
+            diff = ", ".join(f"{k} {was[k]} -> {v}" for k, v in zip(_IDENTITY, now) if was[k] != v)
+            raise IntegrityError(f"{self.path}: the model file changed on disk while open ({diff}); it was "
+                                 f"edited in place: reopen it (results would mix old and new bytes)")
 
     def integrity_stats(self):
         return {"checksums": self.checksums, "checked": self._checked.count()}
@@ -257,6 +274,11 @@ class Model:
 
 
 _BLOB_LABEL = {spec.KIND_MATRIX: "matrix", spec.KIND_DENSE_MLP: "dense_mlp"}
+_IDENTITY = ("device", "inode", "size", "mtime_ns")
+
+
+def _identity(st):
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 def open_regular(path):
     """fd of a regular file opened read-only without blocking (a FIFO never hangs us)."""
     try:

@@ -7,6 +7,7 @@ native/src/model.c performs the same checks in C.
 """
 import json
 import math
+import re
 
 from ..errors import FormatError
 from . import spec
@@ -108,6 +109,31 @@ def check_entries(path, cfg, entries, by_slot, data_end):
             _require(path, by_slot, spec.KIND_SHARED, layer, -1, "shared expert")
         if cfg.shared_gate:
             _require(path, by_slot, spec.KIND_SHARED_GATE, layer, -1, "shared expert gate")
+
+
+_LAYER_NAME = re.compile(r"model\.layers\.(\d+)\.")
+# header field <- source_config key(s) (the first present wins): what the metadata says the model is
+_META_AGREES = (("n_layers", ("num_hidden_layers",)), ("hidden", ("hidden_size",)))
+
+
+def check_agreement(path, cfg, meta, entries):
+    """The header, the metadata's source_config and the tensor table describe the same model:
+    a tensor named for a layer past n_layers, or a source_config disagreeing with the header,
+    is a FormatError naming both sides (the native parser checks the names the same way)."""
+    for e in entries:
+        m = _LAYER_NAME.match(e.name)
+        if m and int(m.group(1)) >= cfg.n_layers:
+            raise FormatError(f"{path}: the header says {cfg.n_layers} layers, but the tensor table holds "
+                              f"{e.name!r} (layer {m.group(1)})")
+    hf = meta.get("source_config")
+    if not isinstance(hf, dict):
+        return
+    for field, keys in _META_AGREES:
+        key = next((k for k in keys if hf.get(k) is not None), None)
+        value = None if key is None else hf[key]
+        if key is not None and (isinstance(value, bool) or not isinstance(value, int) or value != getattr(cfg, field)):
+            raise FormatError(f"{path}: metadata source_config.{key} is {hf[key]!r}, but the header and tensor "
+                              f"table hold {field}={getattr(cfg, field)}")
 
 
 def _require(path, by_slot, kind, layer, expert, what):

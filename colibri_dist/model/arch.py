@@ -9,6 +9,7 @@ engine does not run with a FormatError naming the key.
 from dataclasses import dataclass
 
 from ..errors import FormatError
+from ..format.config_values import check_config
 from .rope import RopeSpec, rope_spec, softmax_mscale
 
 
@@ -60,6 +61,7 @@ def _positive(value, key, where):
 def architecture(family, hf, where="config.json"):
     if not isinstance(hf, dict) or not hf:
         raise FormatError(f"{where}: no source config in the container (converted before whole-model support?)")
+    check_config(hf, where)
     n_layers = _positive(_get(hf, "num_hidden_layers", where), "num_hidden_layers", where)
     hidden = _positive(_get(hf, "hidden_size", where), "hidden_size", where)
     n_heads = _positive(_get(hf, "num_attention_heads", where), "num_attention_heads", where)

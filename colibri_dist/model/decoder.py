@@ -47,6 +47,7 @@ class Decoder:
         return ids
 
     def forward(self, steps):
+        self.engine.model.check_unchanged()     # the mmap'd file edited in place: refuse (reader.py)
         ids = self._plan(steps)
         counts = np.array([len(t) for t in ids], dtype=np.int64)
         seq_start = np.zeros(len(ids) + 1, dtype=np.int32)
@@ -67,6 +68,7 @@ class Decoder:
                                for i, (_, _, want_all) in enumerate(steps)])
         x = native.rmsnorm(np.ascontiguousarray(h[rows]), self.w.final_norm, self.arch.rms_eps)
         logits = self.rt.matmul(x, self.w.lm_head)
+        self.engine.model.check_unchanged()
         out, at = [], 0
         for (_, _, want_all), c in zip(steps, counts):
             k = int(c) if want_all else 1

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import InvalidArgument
+from .names import check_name
 
 ROUTING_POLICIES = ("exact", "balanced")
 ROUTING_AT = ("caller", "router")
@@ -98,6 +99,8 @@ class PoolConfig:
         if self.routing_at not in ROUTING_AT:
             raise InvalidArgument(f"pool.routing_at must be 'caller' or 'router', got {self.routing_at!r}")
         make_balancer(self.balancer, self.workers)  # InvalidArgument naming the bad key
+        if self.name is not None:
+            check_name(self.name, "pool.name")
         if self.numa is None:
             s("numa", {"enabled": True})
         if not isinstance(self.numa, dict):

@@ -1,7 +1,7 @@
 """Connecting to Ray: a private local Ray on loopback, or an existing cluster.
 
 Role: the first step of every Pool. `ray_address=None` starts a local Ray bound
-to 127.0.0.1 (no dashboard, quiet logs); "auto" or "host:port" joins a running
+to 127.0.0.1 with token auth (auth.py; no dashboard, quiet logs); "auto" or "host:port" joins a running
 cluster (e.g. one started with cluster/start-head.sh or `ray start --head`).
 """
 import logging
@@ -11,6 +11,7 @@ import re
 import ray
 
 from ..errors import InvalidArgument, PoolError
+from .auth import ensure_token_auth
 
 NAMESPACE = "colibri"
 _NUMA_KEY = re.compile(r"numa_(\d+)")
@@ -24,6 +25,7 @@ def connect(ray_address=None, num_cpus=None):
     common = dict(include_dashboard=False, logging_level=logging.WARNING, namespace=NAMESPACE,
                   configure_logging=True)
     if ray_address is None:
+        ensure_token_auth()              # a local Ray is never open to tokenless processes
         ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=num_cpus or os.cpu_count(),
                  **common)
         return True

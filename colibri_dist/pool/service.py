@@ -21,6 +21,8 @@ import sys
 import time
 
 from ..errors import PoolError
+from .auth import ensure_token_auth
+from .names import check_name
 
 
 def state_dir():
@@ -31,7 +33,7 @@ def state_dir():
 
 
 def state_path(name):
-    return os.path.join(state_dir(), f"{name}.json")
+    return os.path.join(state_dir(), f"{check_name(name)}.json")
 
 
 def read_state(name):
@@ -101,8 +103,9 @@ def start_local_head(name, num_cpus=None, timeout=90.0):
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     if ray_bin is None:
         raise PoolError("cannot start a local Ray head: the `ray` command is not installed next to this Python")
+    log_path = os.path.join(state_dir(), f"{check_name(name)}.ray.log")
+    ensure_token_auth()                  # the head (and every later join) requires the token
     port = _free_port()
-    log_path = os.path.join(state_dir(), f"{name}.ray.log")
     cmd = [ray_bin, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
            "--include-dashboard=false", "--disable-usage-stats",
            f"--num-cpus={num_cpus or os.cpu_count()}", f"--resources={json.dumps(_numa_resources())}",

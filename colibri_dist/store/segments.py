@@ -7,8 +7,14 @@ over base + added router rows minus removed ones. Layout on disk, in
 
     MANIFEST.json                 {"version": N, "layers": {"L": {"added": [...], "removed": [...]}}}
     seg-<version>-L<l>-E<e>.bin   one immutable file per added expert:
-        [0, 4096)   b"CBSEG001", u32 length, JSON header (layout, offsets, crc32s, bias)
+        [0, 4096)   b"CBSEG002", u32 length, u32 CRC-32 of the 4096 header bytes with this
+                    field zeroed, JSON header (layout, offsets, crc32s, bias), zero padding
         [4096, ..)  the expert blob, then the float32 router row (64-byte aligned)
+
+Every header field is checked at load (segment_header.py): a flipped bit is an
+IntegrityError naming the file, a missing or mistyped field a FormatError naming
+it. Segments written before the checksum (b"CBSEG001", JSON at byte 12) still
+load with the field checks but no checksum; re-add such an expert to protect it.
 
 An add writes the segment (temp, fsync, rename), then the manifest with the
 version bumped (temp, fsync, rename, fsync of the directory). The manifest
@@ -19,7 +25,6 @@ import dataclasses
 import fcntl
 import json
 import os
-import struct
 import threading
 
 import numpy as np
@@ -29,9 +34,7 @@ from ..format import integrity
 from ..format.layout import ExpertLayout, MatrixLayout
 from ..format.paths import hot_add_dir
 from ..fsutil import atomic_write
-
-MAGIC = b"CBSEG001"
-HEAD = 4096
+from .segment_header import HEAD, MAGIC, pack_header, unpack_header
 MANIFEST = "MANIFEST.json"
 
 
@@ -85,24 +88,27 @@ class Segments:
             for lkey, rec in manifest.get("layers", {}).items():
                 layer = int(lkey)
                 for item in rec.get("added", []):
-                    head = self._read_header(os.path.join(self.dir, item["file"]))
+                    head = self._read_header(os.path.join(self.dir, item["file"]), layer)
                     head["file"] = item["file"]
                     entries[(layer, head["expert"])] = head
                     added.setdefault(layer, []).append(head["expert"])
                 removed[layer] = set(rec.get("removed", []))
+        except FormatError:
+            raise
         except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise FormatError(f"{path}: unreadable hot-add manifest ({type(exc).__name__}: {str(exc)[:200]})") from None
         with self._lock:
             self._entries, self._added, self._removed = entries, added, removed
             self.version = int(manifest.get("version", 0))
 
-    def _read_header(self, path):
-        with open(path, "rb") as f:
-            head = f.read(HEAD)
-        if len(head) < HEAD or head[:8] != MAGIC:
-            raise FormatError(f"{path}: not a colibri expert segment")
-        (n,) = struct.unpack_from("<I", head, 8)
-        meta = json.loads(head[12:12 + n].decode())
+    def _read_header(self, path, layer):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(HEAD)
+                size = os.fstat(f.fileno()).st_size
+        except OSError as exc:
+            raise FormatError(f"{path}: cannot read hot-added segment: {exc.strerror or exc}") from None
+        meta = unpack_header(path, head, size, layer)
         meta["layout"] = layout_from_dict(meta["layout"])
         meta["path"] = path
         return meta
@@ -182,10 +188,7 @@ class Segments:
                     "blob_offset": blob_off, "blob_nbytes": int(blob.nbytes), "blob_crc32": _crc(blob),
                     "router_offset": router_off, "router_nbytes": int(router.nbytes),
                     "router_crc32": _crc(router)}
-            text = json.dumps(meta).encode()
-            if 12 + len(text) > HEAD:
-                raise StoreError(f"segment header too large ({len(text)} bytes)")
-            head = (MAGIC + struct.pack("<I", len(text)) + text).ljust(HEAD, b"\0")
+            head = pack_header(meta)
             pad = b"\0" * (router_off - blob_off - blob.nbytes)
             _write_atomic(os.path.join(self.dir, name), [head, blob, pad, router])
             self._commit(version, add=(layer, name))

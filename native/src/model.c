@@ -108,6 +108,7 @@ static cb_status open_into(cb_model *m, const char *path, int32_t verify) {
     if (cb_crc32(m->map + table_off, count * CBF_ENTRY_SIZE) != table_crc)
         return cb_fail(CB_E_FORMAT, "%s: tensor table is damaged (checksum mismatch)", path);
     s = cbf_parse_entries(m, table_off, count, verify);
+    if (s == CB_OK) s = cbf_check_meta(m, header);
     return s != CB_OK ? s : cbf_build_layers(m);
 }
 

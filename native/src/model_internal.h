@@ -61,5 +61,6 @@ uint32_t cb_crc32(const void *data, size_t n);
 cb_status cbf_parse_header(cb_model *m, const uint8_t *raw, uint64_t *table_off, uint64_t *table_count,
                            uint32_t *table_crc);
 cb_status cbf_parse_entries(cb_model *m, uint64_t table_off, uint64_t count, int32_t verify);
+cb_status cbf_check_meta(cb_model *m, const uint8_t *h);
 cb_status cbf_build_layers(cb_model *m);
 #endif

@@ -230,6 +230,110 @@ static cb_status check_unique(cb_model *m) {
     return s;
 }
 
+/* A tensor named "model.layers.N.*" must have N < n_layers: the header and the table agree on the
+ * model's depth (format/validate.py check_agreement does the same). -1 when the name has no layer. */
+static int64_t named_layer(const char *name) {
+    static const char pre[] = "model.layers.";
+    if (strncmp(name, pre, sizeof pre - 1) != 0) return -1;
+    const char *q = name + sizeof pre - 1;
+    int64_t n = 0;
+    int digits = 0;
+    for (; *q >= '0' && *q <= '9' && digits < 12; q++, digits++) n = n * 10 + (*q - '0');
+    return digits && *q == '.' ? n : -1;
+}
+
+/* ---- metadata cross-check: the integer `key` directly inside the root object's "source_config"
+ * (the last one, as Python's json keeps the last duplicate). A tiny scanner over the JSON the
+ * writer emits: strings with escapes skipped, depth tracked; no allocation. */
+typedef struct { const uint8_t *p; size_t n, i; } json_cur;
+
+static void skip_ws(json_cur *c) {
+    while (c->i < c->n && (c->p[c->i] == ' ' || c->p[c->i] == '\n' || c->p[c->i] == '\t' || c->p[c->i] == '\r')) c->i++;
+}
+
+/* At an opening quote: advance past the string; its raw bytes are p[*start, *start + return). */
+static size_t read_string(json_cur *c, size_t *start) {
+    *start = ++c->i;
+    while (c->i < c->n && c->p[c->i] != '"') c->i += c->p[c->i] == '\\' ? 2 : 1;
+    if (c->i > c->n) c->i = c->n;
+    size_t len = c->i - *start;
+    if (c->i < c->n) c->i++;
+    return len;
+}
+
+static int same(const json_cur *c, size_t start, size_t len, const char *want) {
+    return len == strlen(want) && memcmp(c->p + start, want, len) == 0;
+}
+
+/* The value at c->i: 1 and *out if a plain integer literal, 0 if anything else. */
+static int read_int(const json_cur *c, long long *out) {
+    size_t v = c->i;
+    int neg = v < c->n && c->p[v] == '-', digits = 0;
+    long long x = 0;
+    for (v += (size_t)neg; v < c->n && c->p[v] >= '0' && c->p[v] <= '9' && digits < 18; v++, digits++)
+        x = x * 10 + (c->p[v] - '0');
+    *out = neg ? -x : x;
+    return digits > 0 && v < c->n && (c->p[v] == ',' || c->p[v] == '}' || c->p[v] <= ' ');
+}
+
+/* 1 found (*is_int: a plain integer literal, value in *out), 0 absent or null. */
+static int meta_source_int(const uint8_t *p, size_t n, const char *key, long long *out, int *is_int) {
+    json_cur c = {p, n, 0};
+    int depth = 0, pending = 0, in_source = 0, found = 0, expect_key = 0;
+    while (c.i < c.n) {
+        uint8_t ch = c.p[c.i];
+        if (ch != '"') {
+            if (ch == '{' || ch == '[') {
+                depth++;
+                in_source = in_source || (pending && depth == 2 && ch == '{');
+                if (in_source && depth == 2) found = 0;           /* a later source_config replaces */
+                expect_key = ch == '{';
+            } else if (ch == '}' || ch == ']') {
+                if (depth == 2) in_source = 0;
+                depth--;
+            } else if (ch == ',') {
+                expect_key = 1;
+            }
+            if (ch > ' ') pending = 0;
+            c.i++;
+            continue;
+        }
+        size_t start, len = read_string(&c, &start);
+        int at_key = expect_key;
+        expect_key = 0;
+        pending = 0;
+        skip_ws(&c);
+        if (!at_key || c.i >= c.n || c.p[c.i] != ':') continue;
+        c.i++;
+        skip_ws(&c);
+        if (depth == 1 && same(&c, start, len, "source_config")) {
+            pending = 1;
+        } else if (depth == 2 && in_source && same(&c, start, len, key)) {
+            found = !(c.n - c.i >= 4 && memcmp(c.p + c.i, "null", 4) == 0);
+            *is_int = read_int(&c, out);
+        }
+    }
+    return found;
+}
+
+/* The metadata block's CRC, and its source_config agreeing with the header (validate.py check_agreement). */
+cb_status cbf_check_meta(cb_model *m, const uint8_t *h) {
+    uint64_t off = rd64(h + 40), n = rd64(h + 48);
+    const uint8_t *meta = m->map + off;
+    if (cb_crc32(meta, n) != rd32(h + 68)) return cb_fail(CB_E_FORMAT, "%s: metadata block is damaged (checksum mismatch)", m->path);
+    static const char *keys[2] = {"num_hidden_layers", "hidden_size"};
+    static const char *fields[2] = {"n_layers", "hidden"};
+    int32_t want[2] = {m->info.n_layers, m->info.hidden};
+    for (int k = 0; k < 2; k++) {
+        long long v = 0;
+        int is_int = 0;
+        if (meta_source_int(meta, n, keys[k], &v, &is_int) && (!is_int || v != want[k]))
+            return cb_fail(CB_E_FORMAT, "%s: metadata source_config.%s disagrees with the header and tensor table (%s=%d)",
+                           m->path, keys[k], fields[k], want[k]);
+    }
+    return CB_OK;
+}
+
 cb_status cbf_parse_entries(cb_model *m, uint64_t table_off, uint64_t count, int32_t verify) {
     char what[200];
     m->entries = calloc(count ? count : 1, sizeof *m->entries);
@@ -241,6 +345,9 @@ cb_status cbf_parse_entries(cb_model *m, uint64_t table_off, uint64_t count, int
         describe(e, what, sizeof what);
         if (!entry_ok(m, e, table_off))
             return cb_fail(CB_E_FORMAT, "%s: %s: entry out of bounds or inconsistent", m->path, what);
+        if (named_layer(e->name) >= m->info.n_layers)
+            return cb_fail(CB_E_FORMAT, "%s: the header says %d layers, but the tensor table holds '%s'", m->path,
+                           m->info.n_layers, e->name);
         if (verify && cb_crc32(m->map + e->offset, e->nbytes) != e->crc)
             return cb_fail(CB_E_FORMAT, "%s: %s is damaged (checksum mismatch)", m->path, what);
         if (verify && !values_finite(m, e))
