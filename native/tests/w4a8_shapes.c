@@ -1,6 +1,6 @@
 /* w4a8 kernel on odd shapes: the active level's cb_dot_rows_q4 equals the scalar reference bit for
  * bit, and the scalar reference equals an independent formula written here from the spec of
- * kernels_q4.c (codes from the nibbles, x from the int16 codes, lanes by k % 32), for int4-g32 and
+ * kernels_q4.c (codes from the nibbles, x from the int16 codes, lanes by k % 64 / 8), for int4-g32 and
  * int4-g64, K off every chunk and group width (odd K included), row ranges starting mid-matrix,
  * 1..20 tokens, extreme codes (-8, 7 and +-127 activations). The weights end at a PROT_NONE page,
  * so a read past the last row faults. Run per level by `make check`. */
@@ -28,16 +28,21 @@ static unsigned char *guarded(size_t bytes, unsigned char **map, size_t *map_byt
     return *map + body - bytes;
 }
 
-/* The spec, independently: int sums per lane over the natural order, then the float sequence. */
+/* The spec, independently: int sums per lane (8 consecutive elements of a 64-block) over the
+ * natural order, then per block one fma per lane with that lane's group scale (0 past the end). */
 static float spec_dot(const unsigned char *row, int32_t K, int32_t G, const float *gs, const int16_t *x, float s) {
     float a[8] = {0};
-    for (int32_t g = 0; g * G < K; g++) {
+    int32_t ng = (K + G - 1) / G;
+    for (int32_t b = 0; b * 64 < K; b++) {
         int32_t p[8] = {0};
-        for (int32_t k = g * G; k < K && k < (g + 1) * G; k++) {
-            int32_t nib = (row[k / 2] >> (4 * (k % 2))) & 15, code = nib >= 8 ? nib - 16 : nib, j = k % 32;
-            p[(j % 2) * 4 + j / 8] += code * x[k];
+        for (int32_t k = b * 64; k < K && k < b * 64 + 64; k++) {
+            int32_t nib = (row[k / 2] >> (4 * (k % 2))) & 15, code = nib >= 8 ? nib - 16 : nib;
+            p[(k - b * 64) / 8] += code * x[k];
         }
-        for (int l = 0; l < 8; l++) a[l] = fmaf((float)p[l], gs[g], a[l]);
+        for (int l = 0; l < 8; l++) {
+            int32_t g = G == 64 ? b : 2 * b + l / 4;
+            a[l] = fmaf((float)p[l], g < ng ? gs[g] : 0.0f, a[l]);
+        }
     }
     return (((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))) * s;
 }
@@ -61,7 +66,7 @@ static int one_shape(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
 }
 
 static void shapes(unsigned *s, int32_t dtype) {
-    static const int32_t Ks[] = {1, 2, 31, 32, 33, 63, 64, 65, 95, 96, 127, 150, 333, 384};
+    static const int32_t Ks[] = {1, 2, 31, 32, 33, 63, 64, 65, 95, 96, 127, 128, 150, 160, 333, 384};
     static const int32_t Rs[][2] = {{0, 1}, {0, 3}, {0, 4}, {5, 17}, {3, 40}, {39, 40}};
     int32_t G = dtype == CB_I4_G32 ? 32 : 64;
     for (size_t a = 0; a < sizeof Ks / sizeof Ks[0]; a++) {
@@ -70,7 +75,8 @@ static void shapes(unsigned *s, int32_t dtype) {
         unsigned char *map, *w = guarded(rb * ROWS, &map, &map_bytes);
         CHECK(w != NULL);
         if (!w) return;
-        CHECK(cb_q4_prep_bytes(K, G) <= sizeof prep[0] && cb_q4_prep_bytes(K, G) % 32 == 0);
+        CHECK(cb_q4_prep_bytes(K, G) <= sizeof prep[0] && cb_q4_prep_bytes(K, G) % 32 == 0 &&
+              cb_q4_prep_bytes(K, 32) == cb_q4_prep_bytes(K, 64));
         for (int extreme = 0; extreme < 2; extreme++) {
             for (size_t i = 0; i < rb * ROWS; i++)
                 w[i] = extreme ? (i % 3 ? 0x88 : 0x77) : (unsigned char)(rnd(s) * 128.0f + 128.0f);

@@ -1,8 +1,9 @@
 """numpy reference of the w4a8 integer arithmetic (docs/KERNELS.md "w4a8"), exact to the bit.
 
 Activations: the w8a8 per-token quantization (amax, rint(x * (127/amax)) clamped, sx = amax/127).
-Per output (t, r): int32 lane sums p_g[l] of code * q over the group's k with
-lane = (j % 2) * 4 + j // 8, j = k % 32; a[l] = fma(p_g[l], scale[r, g], a[l]) over g in order;
+Per output (t, r) and 64-element block b: int32 lane sums p_b[l] of code * q over the block's
+k with lane = (k % 64) // 8; a[l] = fma(p_b[l], s, a[l]) with s the scale of the lane's group
+(int4-g64: group b; int4-g32: group 2b + l // 4, 0 past the last group), blocks in order;
 out = (((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))) * sx[t]. The single-rounding fma is emulated
 in float64 (the product is exact there) with an exact TwoSum error term for the midpoint cases.
 """
@@ -56,15 +57,16 @@ def w4a8_matmul(x, view):
     q, sx = quantize_rows(x)
     rows, cols = codes.shape
     ng = scales.shape[1]
-    j = np.arange(cols) % 32
-    lane = (j % 2) * 4 + j // 8
-    group = np.arange(cols) // G
+    nb = -(-cols // 64)
     a = np.zeros((q.shape[0], rows, 8), np.float32)
-    for g in range(ng):
+    for b in range(nb):
+        ks = np.arange(64 * b, min(64 * b + 64, cols))
         p = np.zeros((q.shape[0], rows, 8), np.int64)
         for l in range(8):
-            ks = np.nonzero((group == g) & (lane == l))[0]
-            p[:, :, l] = q[:, ks] @ codes[:, ks].T
-        a = fma32(p.astype(np.float32), np.broadcast_to(scales[None, :, g, None], a.shape), a)
+            kl = ks[(ks % 64) // 8 == l]
+            p[:, :, l] = q[:, kl] @ codes[:, kl].T
+        g = np.array([b if G == 64 else 2 * b + l // 4 for l in range(8)])
+        s = np.where(g < ng, scales[:, np.minimum(g, ng - 1)], np.float32(0)).astype(np.float32)   # [rows, 8]
+        a = fma32(p.astype(np.float32), np.broadcast_to(s[None], a.shape), a)
     s = ((a[..., 0] + a[..., 4]) + (a[..., 2] + a[..., 6])) + ((a[..., 1] + a[..., 5]) + (a[..., 3] + a[..., 7]))
     return (s * sx[:, None]).astype(np.float32)
