@@ -39,14 +39,28 @@ size_t cb_q4_prep_bytes(int32_t K, int32_t G) {
     return k64 + k64 / 64 * 8 * sizeof(int32_t);
 }
 
+/* One full 64-block: even / odd elements of each half, and the 8 lane corrections. */
+static void prep_block(const int16_t *x, int8_t *out, int32_t *corr) {
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 16; i++) {
+            out[h * 16 + i] = (int8_t)x[h * 32 + 2 * i];
+            out[32 + h * 16 + i] = (int8_t)x[h * 32 + 2 * i + 1];
+        }
+    for (int l = 0; l < 8; l++) {
+        int32_t c = 0;
+        for (int i = 0; i < 8; i++) c += x[l * 8 + i];
+        corr[l] = 8 * c;
+    }
+}
+
 void cb_q4_prep(const int16_t *xq, int32_t K, int32_t G, int8_t *out) {
     (void)G;
-    size_t n = (size_t)K, k64 = round64(n);
-    memset(out, 0, k64);
-    for (size_t k = 0; k < n; k++) out[prep_pos(k)] = (int8_t)xq[k];
-    for (size_t b = 0; b < k64 / 64; b++) {
-        int32_t c[8] = {0};
-        for (size_t k = b * 64; k < n && k < b * 64 + 64; k++) c[(k & 63) >> 3] += 8 * (int32_t)xq[k];
+    size_t n = (size_t)K, k64 = round64(n), nb = k64 / 64;
+    int32_t c[8];
+    for (size_t b = 0; b < nb; b++) {
+        int16_t tail[64] = {0};                 /* the last, partial block: zero-padded */
+        const int16_t *x = b * 64 + 64 <= n ? xq + b * 64 : (memcpy(tail, xq + b * 64, (n - b * 64) * sizeof *xq), tail);
+        prep_block(x, out + b * 64, c);
         memcpy(out + k64 + b * sizeof c, c, sizeof c);
     }
 }
