@@ -3,11 +3,15 @@
 Role: measures, in one run, (1) the machine's memory read bandwidth (numpy
 reductions over a buffer far larger than L3, 1..N threads); (2) the kernels
 table (bench/kernels_table.py): one OLMoE-sized MoE layer at batch 1, 16, 256
-and 2048 in every weight mode (int8, int8 + w8a8, int4-g32, int4-g64) on every
-SIMD level this CPU has, next to the transformers fp32 and bf16 blocks, as
-tokens/s and ratios to the bandwidth and to torch; (3) one Mixtral-sized int8
+and 2048 in every weight mode (int8, int8 + w8a8, int4-g32/g64 weight-only and
++ w4a8) on every SIMD level this CPU has, next to the transformers fp32 and bf16
+blocks, as tokens/s and ratios to the bandwidth and to torch; (2b) one expert
+streamed from memory at 1-32 tokens and a prefill block per mode, GB/s vs the
+bandwidth (bench/kernels_shapes.py; `--shapes-only` runs just (1) and this); (3) one Mixtral-sized int8
 expert at batch 1 vs bandwidth; (4) quality of every scheme vs the fp32 block
 (a random OLMoE block, and the five oracle families: bench/kernels_quality.py);
+(4b) whole-model logits cosine / top-1 vs the fp32 model for int8 / int4 presets, weight-only
+and with the w8a8 switch (w8a8 + w4a8) (bench/kernels_model_quality.py; `--model-quality-only`);
 (5) routing ns/token vs numpy argpartition and torch.topk. Prints, writes JSON
 with the machine (CPU flags, load average before and after). No thresholds.
 """
@@ -22,13 +26,16 @@ import numpy as np
 
 from ..format.quantize import pack_expert
 from ..native import Gating, Runtime, expert_view, gate_logits, simd_levels, simd_name
+from .kernels_model_quality import model_quality, model_quality_markdown
 from .kernels_quality import oracle_quality
+from .kernels_shapes import expert_shapes, shapes_markdown
 from .kernels_table import bandwidth_markdown, kernels_table, markdown
 from .kernels_table import best_time as _best
 
 FULL = dict(hidden=2048, inter=1024, experts=64, top_k=8, batches=[1, 16, 256, 2048], mixtral=(4096, 14336),
-            bw_mib=1024)
-QUICK = dict(hidden=512, inter=256, experts=16, top_k=4, batches=[1, 16, 64], mixtral=(1024, 3584), bw_mib=256)
+            bw_mib=1024, shapes_bytes=96 << 20)
+QUICK = dict(hidden=512, inter=256, experts=16, top_k=4, batches=[1, 16, 64], mixtral=(1024, 3584), bw_mib=256,
+             shapes_bytes=4 << 20)
 
 
 def read_bandwidth(mib, threads):
@@ -86,8 +93,8 @@ def quality_bench(rng):
         ref = block(torch.from_numpy(x)[None])[0].numpy().astype(np.float64)
     rows = []
     with Runtime(threads=1) as rt, Runtime(threads=1, w8a8=True) as rt8:
-        for scheme in list(SCHEMES) + ["int8+w8a8"]:
-            r = rt8 if scheme == "int8+w8a8" else rt
+        for scheme in list(SCHEMES) + ["int8+w8a8", "int4-g32+w4a8", "int4-g64+w4a8"]:
+            r = rt8 if "+" in scheme else rt
             views = _experts(rng, H, I, E, scheme.split("+")[0], source=lambda e: (gu[e, :I], gu[e, I:], dn[e]))
             y = r.moe_forward(x, router, Gating("softmax_topk", E, K), views)[0].astype(np.float64)
             rows.append({"scheme": scheme, "bytes_per_expert": views[0].nbytes,
@@ -152,16 +159,26 @@ def main(argv=None):
     ap.add_argument("--json", default="bench_kernels.json")
     ap.add_argument("--skip-quality", action="store_true", help="speed only (no quality or routing sections)")
     ap.add_argument("--markdown", help="also write the kernels table as markdown to this path")
+    ap.add_argument("--model-quality-only", action="store_true", help="only the whole-model quality section")
+    ap.add_argument("--shapes-only", action="store_true", help="only the bandwidth and the per-expert shapes section")
     args = ap.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     rng = np.random.default_rng(0)
     report = {"command": " ".join([sys.executable, "-m", "colibri_dist.bench", "kernels"] + list(argv or sys.argv[2:])),
               "machine": machine(), "threads": args.threads, "config": cfg}
+    if args.model_quality_only:
+        report["model_quality"] = model_quality()
+        print(model_quality_markdown(report["model_quality"]))
+        return _finish(report, args, model_quality_markdown(report["model_quality"]))
     bw, per_threads = read_bandwidth(cfg["bw_mib"], args.threads)
     report["read_bandwidth_bytes_per_s"] = bw
     report["read_bandwidth_by_method"] = per_threads
     print(f"read bandwidth: {bw / 1e9:.1f} GB/s (numpy reductions over {cfg['bw_mib']} MiB, "
           f"best of sum/or and 1..{args.threads} threads)")
+    print(f"expert shapes: hidden {cfg['hidden']}, inter {cfg['inter']}, {args.threads} threads, weights streamed")
+    report["expert_shapes"] = expert_shapes(args.threads, bw, cfg["hidden"], cfg["inter"], min_bytes=cfg["shapes_bytes"])
+    if args.shapes_only:
+        return _finish(report, args, shapes_markdown(report["expert_shapes"]))
     print(f"kernels table: hidden {cfg['hidden']}, inter {cfg['inter']}, {cfg['experts']} experts, top {cfg['top_k']}, "
           f"{args.threads} threads")
     report["table"] = kernels_table(cfg, args.threads, bw, cfg["batches"])
@@ -170,13 +187,18 @@ def main(argv=None):
         print(f"mixtral expert batch 1: {r['bytes_per_s'] / 1e9:.1f} GB/s = {r['ratio_to_bandwidth']:.2f} x read bandwidth")
     if not args.skip_quality:
         _quality_sections(report, rng, args.quick)
+    return _finish(report, args, markdown(report) + "\n" + bandwidth_markdown(report) + "\n" +
+                   shapes_markdown(report["expert_shapes"]))
+
+
+def _finish(report, args, md):
     report["machine"]["loadavg_after"] = list(os.getloadavg())
     with open(args.json, "w") as f:
         json.dump(report, f, indent=2)
     print(f"wrote {args.json}")
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(markdown(report) + "\n" + bandwidth_markdown(report))
+            f.write(md)
         print(f"wrote {args.markdown}")
     return 0
 
@@ -189,6 +211,8 @@ def _quality_sections(report, rng, quick):
     report["oracle_quality"] = oracle_quality()
     for r in report["oracle_quality"]:
         print(f"oracle {r['family']:12s} {r['scheme']:12s} cosine {r['cosine']:.6f}  rms err {r['rms_err_rel']:.2e}")
+    report["model_quality"] = model_quality()
+    print(model_quality_markdown(report["model_quality"]))
     report["routing"] = routing_bench(quick)
     for r in report["routing"]:
         print(f"routing E={r['experts']:3d} k={r['top_k']}: ours {r['ours_ns_per_token']:.0f} ns/token, "

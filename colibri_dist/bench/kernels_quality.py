@@ -3,7 +3,8 @@
 Role: the quality half of `python -m colibri_dist.bench kernels` (docs/KERNELS.md table).
 For each of the five families, the tiny checkpoint of the format oracle tests
 (format/tiny.py) is converted once per scheme; the last MoE layer runs on random
-hidden states in our engine (weight-only, and w8a8 for "int8") and in the fp32
+hidden states in our engine (weight-only, and with the w8a8 switch: w8a8 for "int8",
+w4a8 for int4) and in the fp32
 block `model.model.layers[L].mlp` itself. No thresholds: the tests gate quality.
 """
 import os
@@ -44,9 +45,9 @@ def _ours(path, x, w8a8):
 
 
 def oracle_quality(schemes=None, n_tokens=64, seed=13):
-    """[{family, scheme, cosine, rms_err_rel}] for every family x scheme (+ "int8+w8a8")."""
+    """[{family, scheme, cosine, rms_err_rel}] for every family x scheme (+ "int8+w8a8", "int4-g*+w4a8")."""
     import torch
-    schemes = list(schemes or SCHEMES) + ["int8+w8a8"]
+    schemes = list(schemes or SCHEMES) + ["int8+w8a8", "int4-g32+w4a8", "int4-g64+w4a8"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for family in FAMILIES:
@@ -57,7 +58,7 @@ def oracle_quality(schemes=None, n_tokens=64, seed=13):
                 dst = os.path.join(tmp, family, f"{base}.colibri")
                 if not os.path.exists(dst):
                     convert(os.path.join(tmp, family, "src"), dst, experts=base, progress=False)
-                layer, y = _ours(dst, x, scheme.endswith("w8a8"))
+                layer, y = _ours(dst, x, "+" in scheme)
                 with torch.no_grad():
                     ref = hf.model.layers[layer].mlp(torch.from_numpy(x)[None])[0].numpy()
                 rows.append({"family": family, "scheme": scheme, "cosine": _cosine(y, ref),

@@ -3,7 +3,7 @@
 Role: the speed half of `python -m colibri_dist.bench kernels`. One set of random
 weights (normal, std 0.02) feeds the transformers OlmoeSparseMoeBlock in fp32 and
 bf16 (torch's own CPU kernels, oneDNN) and our layer in each weight mode
-(int8 weight-only, int8 + w8a8, int4-g32, int4-g64) on each SIMD level this CPU
+(int8 weight-only, int8 + w8a8, int4-g32/g64 weight-only and + w4a8) on each SIMD level this CPU
 has. Ratios are taken in the same run: against the read bandwidth (bytes of the
 distinct experts a call streams / time) and against the two torch blocks.
 """
@@ -14,7 +14,7 @@ import numpy as np
 from ..format.quantize import pack_expert
 from ..native import ExpertTable, Gating, Runtime, expert_view, simd_available, simd_force
 
-MODES = ["int8", "int8+w8a8", "int4-g32", "int4-g64"]
+MODES = ["int8", "int8+w8a8", "int4-g32", "int4-g32+w4a8", "int4-g64", "int4-g64+w4a8"]
 
 
 def best_time(fn, repeats, min_time=0.0):
@@ -83,7 +83,7 @@ def _our_fns(rt, rt8, layers, xs, levels):
     """{(mode, level, n): (call, distinct experts, streamed bytes)} for every mode x level x batch."""
     fns = {}
     for mode, (router, gating, table, views) in layers.items():
-        r = rt8 if mode.endswith("w8a8") else rt
+        r = rt8 if "+" in mode else rt              # +w8a8 / +w4a8: the w8a8 switch
         for n, x in xs.items():
             _, idx, _ = r.moe_forward(x, router, gating, table)
             distinct = int(len(np.unique(idx)))
@@ -137,7 +137,7 @@ def kernels_table(cfg, threads, bw, batches, modes=MODES, levels=None, log=print
 
 
 def levels_for(mode, levels):
-    """The amx level differs from avx512 only in the w8a8 products: float modes skip it."""
+    """The amx level differs from avx512 only in the w8a8 products: the other modes skip it."""
     return [lv for lv in levels if mode.endswith("w8a8") or lv != "amx" or levels == ["amx"]]
 
 

@@ -7,7 +7,8 @@
  * cb_dot_rows' fixed sequence and the bias is a separate add, so no split,
  * thread or batch size changes a bit (K is never split). With the engine's
  * opt-in w8a8 mode, CB_I8_ROW matrices take per-token int8 activations and
- * exact integer dots (kernels_q8.c), exactly as the experts do.
+ * exact integer dots (kernels_q8.c), and int4 matrices take the same activations
+ * through the w4a8 kernels (kernels_q4.c), exactly as the experts do.
  */
 #include <stdio.h>
 #include "cb_internal.h"
@@ -28,6 +29,7 @@ typedef struct {
     const mm_item *items;
     int16_t *const *xq;        /* w8a8: per matrix its inputs quantized [n, cols] (NULL: f32 path) */
     float *const *sx;          /* w8a8: per matrix the per-token scales [n] */
+    int8_t *const *x4;         /* w4a8: per int4 matrix its inputs prepared [n, cb_q4_prep_bytes] (else NULL) */
 } mm_run;
 
 static void mm_block(void *ctx, int64_t item) {
@@ -37,16 +39,21 @@ static void mm_block(void *ctx, int64_t item) {
     const float *bias = run->biases ? run->biases[it.mat] : NULL;
     const float *xs[TOKEN_CHUNK];
     const int16_t *xq[TOKEN_CHUNK];
+    const int8_t *x4[TOKEN_CHUNK];
     float *outs[TOKEN_CHUNK];
     const int16_t *q = run->xq ? run->xq[it.mat] : NULL;
+    const int8_t *q4 = run->x4 ? run->x4[it.mat] : NULL;
+    size_t q4_bytes = q4 ? cb_q4_prep_bytes(w->cols, cb_group_size(w->dtype)) : 0;
     for (int64_t c = it.t0; c < it.t1; c += TOKEN_CHUNK) {
         int64_t m = it.t1 - c < TOKEN_CHUNK ? it.t1 - c : TOKEN_CHUNK;
         for (int64_t i = 0; i < m; i++) {
             xs[i] = run->xs[it.mat] + (size_t)(c + i) * (size_t)run->x_stride;
             if (q) xq[i] = q + (size_t)(c + i) * (size_t)w->cols;
+            if (q4) x4[i] = q4 + (size_t)(c + i) * q4_bytes;
             outs[i] = run->outs[it.mat] + (size_t)(c + i) * (size_t)run->out_stride;
         }
-        if (q) cb_dot_rows_q8(w, it.r0, it.r1, xq, run->sx[it.mat] + c, outs, m);
+        if (q4) cb_dot_rows_q4(w, it.r0, it.r1, x4, run->sx[it.mat] + c, outs, m);
+        else if (q) cb_dot_rows_q8(w, it.r0, it.r1, xq, run->sx[it.mat] + c, outs, m);
         else cb_dot_rows(w, it.r0, it.r1, xs, outs, m);
         if (bias)
             for (int64_t i = 0; i < m; i++)
@@ -56,9 +63,13 @@ static void mm_block(void *ctx, int64_t item) {
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* w8a8 mode: CB_I8_ROW matrices with K inside the exact-int32 range take the integer path. */
+/* w8a8 mode: CB_I8_ROW (w8a8) and int4 (w4a8) matrices with K inside the exact-int32 range take
+ * the integer path; q4_bytes: bytes of one token's w4a8 input (0: not w4a8). */
 static int uses_q8(const cb_engine *e, const cb_matrix *w) {
-    return e->w8a8 && w->dtype == CB_I8_ROW && w->cols <= CB_Q8_MAX_K;
+    return e->w8a8 && (w->dtype == CB_I8_ROW || cb_is_i4(w->dtype)) && w->cols <= CB_Q8_MAX_K;
+}
+static size_t q4_bytes(const cb_engine *e, const cb_matrix *w) {
+    return uses_q8(e, w) && cb_is_i4(w->dtype) ? cb_q4_prep_bytes(w->cols, cb_group_size(w->dtype)) : 0;
 }
 
 /* Tokens per item: all of them when the row blocks alone give every thread several items,
@@ -90,6 +101,34 @@ static cb_status check_args(int32_t n_mats, const cb_matrix *const *ws, const fl
     return CB_OK;
 }
 
+/* w8a8: the per-token int8 codes and scales of one matrix input (n rows, x_stride apart). */
+static cb_status quantize_input(cb_engine *e, const cb_matrix *w, const float *x, int64_t x_stride, int64_t n,
+                                int16_t **xq, float **sx) {
+    *xq = cb_arena_alloc(e->arena, sizeof(int16_t) * (size_t)n * (size_t)w->cols);
+    *sx = cb_arena_alloc(e->arena, sizeof(float) * (size_t)n);
+    if (!*xq || !*sx) return cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted");
+    for (int64_t t = 0; t < n; t++)
+        cb_quantize_row_q8(x + (size_t)t * (size_t)x_stride, w->cols, *xq + (size_t)t * (size_t)w->cols, &(*sx)[t]);
+    return CB_OK;
+}
+
+/* w4a8: matrix i's quantized input prepared for its group size (shared with an earlier int4 matrix
+ * of the same input, width and group size). */
+static cb_status prepare_q4(cb_engine *e, const cb_matrix *const *ws, const float *const *xs, int16_t *const *xq,
+                            int8_t **x4, int32_t i, int64_t n) {
+    const cb_matrix *w = ws[i];
+    for (int32_t j = 0; j < i; j++)
+        if (x4[j] && xs[j] == xs[i] && ws[j]->cols == w->cols && ws[j]->dtype == w->dtype) {
+            x4[i] = x4[j];
+            return CB_OK;
+        }
+    size_t bytes = q4_bytes(e, w);
+    if (!(x4[i] = cb_arena_alloc(e->arena, bytes * (size_t)n))) return cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted");
+    for (int64_t t = 0; t < n; t++)
+        cb_q4_prep(xq[i] + (size_t)t * (size_t)w->cols, w->cols, cb_group_size(w->dtype), x4[i] + (size_t)t * bytes);
+    return CB_OK;
+}
+
 cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *ws, const float *const *biases,
                           const float *const *xs, int64_t x_stride, float *const *outs, int64_t out_stride, int64_t n) {
     if (!e) return cb_fail(CB_E_INVALID, "cb_matmul_batch: engine is NULL");
@@ -103,31 +142,30 @@ cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *
     }
     int64_t span = token_span(row_items, n, cb_engine_threads(e));
     n_items = row_items * ceil_div(n, span);
-    size_t q8_bytes = 2 * cb_arena_need(sizeof(void *) * (size_t)n_mats);
+    size_t q8_bytes = 3 * cb_arena_need(sizeof(void *) * (size_t)n_mats);
     for (int32_t i = 0; i < n_mats; i++)
         if (uses_q8(e, ws[i]))
-            q8_bytes += cb_arena_need(sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols) + cb_arena_need(sizeof(float) * (size_t)n);
+            q8_bytes += cb_arena_need(sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols) + cb_arena_need(sizeof(float) * (size_t)n) +
+                        cb_arena_need(q4_bytes(e, ws[i]) * (size_t)n);
     if ((s = cb_engine_scratch(e, cb_arena_need(sizeof(mm_item) * (size_t)n_items) + q8_bytes)) != CB_OK)
         return cb_engine_fail(e, s);
     mm_item *items = cb_arena_alloc(e->arena, sizeof(mm_item) * (size_t)n_items);
     int16_t **xq = NULL;
     float **sx = NULL;
+    int8_t **x4 = NULL;
     if (e->w8a8) {
         xq = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
         sx = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
-        if (!xq || !sx) return cb_engine_fail(e, cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted"));
+        x4 = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
+        if (!xq || !sx || !x4) return cb_engine_fail(e, cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted"));
         for (int32_t i = 0; i < n_mats; i++) {
-            xq[i] = NULL, sx[i] = NULL;
+            xq[i] = NULL, sx[i] = NULL, x4[i] = NULL;
             if (!uses_q8(e, ws[i])) continue;
             int32_t j = 0;                  /* q/k/v share one input: quantize it once */
             while (j < i && !(xq[j] && xs[j] == xs[i] && ws[j]->cols == ws[i]->cols)) j++;
-            if (j < i) { xq[i] = xq[j], sx[i] = sx[j]; continue; }
-            xq[i] = cb_arena_alloc(e->arena, sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols);
-            sx[i] = cb_arena_alloc(e->arena, sizeof(float) * (size_t)n);
-            if (!xq[i] || !sx[i]) return cb_engine_fail(e, cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted"));
-            for (int64_t t = 0; t < n; t++)
-                cb_quantize_row_q8(xs[i] + (size_t)t * (size_t)x_stride, ws[i]->cols,
-                                   xq[i] + (size_t)t * (size_t)ws[i]->cols, &sx[i][t]);
+            if (j < i) xq[i] = xq[j], sx[i] = sx[j];
+            else if ((s = quantize_input(e, ws[i], xs[i], x_stride, n, &xq[i], &sx[i])) != CB_OK) return cb_engine_fail(e, s);
+            if (q4_bytes(e, ws[i]) && (s = prepare_q4(e, ws, xs, xq, x4, i, n)) != CB_OK) return cb_engine_fail(e, s);
         }
     }
     int64_t k = 0;
@@ -136,7 +174,7 @@ cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *
             for (int32_t r = 0; r < ws[i]->rows; r += ROW_BLOCK)
                 items[k++] = (mm_item){i, r, r + ROW_BLOCK < ws[i]->rows ? r + ROW_BLOCK : ws[i]->rows,
                                        t, t + span < n ? t + span : n};
-    mm_run run = {ws, biases, xs, outs, x_stride, out_stride, items, xq, sx};
+    mm_run run = {ws, biases, xs, outs, x_stride, out_stride, items, xq, sx, x4};
     if (work < INLINE_WORK)                        /* tiny (decode of a small matrix): the caller alone */
         for (int64_t i = 0; i < n_items; i++) mm_block(&run, i);
     else

@@ -26,6 +26,9 @@ typedef void (*cb_dot_rows_fn)(const cb_matrix *w, int32_t r0, int32_t r1, const
 typedef void (*cb_dot_rows_q8_fn)(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                                   const float *sx, float *const *outs, int64_t nt);
 /* q[k] = clamp(rint(x[k] * inv), -127, 127): one rounded multiply, round half to even. */
+/* w4a8 (kernels_q4.c): CB_I4_G32/G64 rows x activations prepared per token by cb_q4_prep. */
+typedef void (*cb_dot_rows_q4_fn)(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
+                                  const float *sx, float *const *outs, int64_t nt);
 typedef void (*cb_quantize_q8_fn)(const float *x, int32_t K, float inv, int16_t *q);
 
 /* AMX w8a8 (kernels_amx.c): 16-token blocks of activations packed for the tile unit (K/4 rows of
@@ -44,6 +47,7 @@ typedef struct {
     const char *name;               /* "scalar" | "avx2" | "avx512" (COLIBRI_SIMD, simd_force) */
     cb_dot_rows_fn dot_rows;
     cb_dot_rows_q8_fn dot_rows_q8;
+    cb_dot_rows_q4_fn dot_rows_q4;  /* avx512 and amx use the avx2 kernel (no wider one yet) */
     cb_quantize_q8_fn quantize_q8;
     float (*amax)(const float *x, int32_t K);   /* max |x[k]| (exact in any order) */
     cb_pack_q8_tiles_fn pack_q8_tiles;        /* NULL: this level has no tile unit */
@@ -72,6 +76,16 @@ void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16
                          const float *sx, float *const *outs, int64_t nt);
 void cb_dot_rows_q8_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                            const float *sx, float *const *outs, int64_t nt);
+/* w4a8 (kernels_q4.c): the w8a8 activation codes (int16 from cb_quantize_row_q8) of one token
+ * prepared for an int4 matrix of group size G: int8, 32-chunks reordered, lane corrections. */
+size_t cb_q4_prep_bytes(int32_t K, int32_t G);   /* a multiple of 32 */
+void cb_q4_prep(const int16_t *xq, int32_t K, int32_t G, int8_t *out);
+void cb_dot_rows_q4(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp, const float *sx,
+                    float *const *outs, int64_t nt);
+void cb_dot_rows_q4_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
+                           const float *sx, float *const *outs, int64_t nt);
+void cb_dot_rows_q4_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
+                         const float *sx, float *const *outs, int64_t nt);
 void cb_quantize_q8_scalar(const float *x, int32_t K, float inv, int16_t *q);
 float cb_amax_scalar(const float *x, int32_t K);
 float cb_amax_avx2(const float *x, int32_t K);

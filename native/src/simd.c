@@ -16,10 +16,10 @@
 #endif
 
 static const cb_kernel_table TABLES[] = {
-    {CB_SIMD_SCALAR, "scalar", cb_dot_rows_scalar, cb_dot_rows_q8_scalar, cb_quantize_q8_scalar, cb_amax_scalar, NULL, NULL},
-    {CB_SIMD_AVX2, "avx2", cb_dot_rows_avx2, cb_dot_rows_q8_avx2, cb_quantize_q8_avx2, cb_amax_avx2, NULL, NULL},
-    {CB_SIMD_AVX512, "avx512", cb_dot_rows_avx512, cb_dot_rows_q8_avx512, cb_quantize_q8_avx512, cb_amax_avx2, NULL, NULL},
-    {CB_SIMD_AMX, "amx", cb_dot_rows_avx512, cb_dot_rows_q8_avx512, cb_quantize_q8_avx512, cb_amax_avx2, cb_pack_q8_tiles_amx,
+    {CB_SIMD_SCALAR, "scalar", cb_dot_rows_scalar, cb_dot_rows_q8_scalar, cb_dot_rows_q4_scalar, cb_quantize_q8_scalar, cb_amax_scalar, NULL, NULL},
+    {CB_SIMD_AVX2, "avx2", cb_dot_rows_avx2, cb_dot_rows_q8_avx2, cb_dot_rows_q4_avx2, cb_quantize_q8_avx2, cb_amax_avx2, NULL, NULL},
+    {CB_SIMD_AVX512, "avx512", cb_dot_rows_avx512, cb_dot_rows_q8_avx512, cb_dot_rows_q4_avx2, cb_quantize_q8_avx512, cb_amax_avx2, NULL, NULL},
+    {CB_SIMD_AMX, "amx", cb_dot_rows_avx512, cb_dot_rows_q8_avx512, cb_dot_rows_q4_avx2, cb_quantize_q8_avx512, cb_amax_avx2, cb_pack_q8_tiles_amx,
      cb_dot_rows_q8_tiles_amx},
 };
 #define N_TABLES (int)(sizeof TABLES / sizeof TABLES[0])

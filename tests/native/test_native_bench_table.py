@@ -23,3 +23,15 @@ def test_table_has_every_mode_level_and_batch(monkeypatch):
     md = markdown(report)
     assert md.count("\n") == 2 + 2 + sum(len(levels_for(m, levels)) for m in MODES) and "| colibri int4-g32 (" in md
     assert bandwidth_markdown(report).count("| int8+w8a8 (") == len(levels)
+
+
+def test_expert_shapes_rows_and_markdown():
+    from colibri_dist.bench.kernels_shapes import MODES as SHAPE_MODES, expert_shapes, shapes_markdown
+    rows = expert_shapes(threads=1, bw=1e10, hidden=64, inter=32, tokens=[1, 3], min_bytes=1 << 16, passes=1,
+                         log=lambda *a: None)
+    assert {(r["mode"], r["tokens"]) for r in rows} == {(m, n) for m in SHAPE_MODES for n in (1, 3)}
+    for r in rows:
+        assert r["seconds"] > 0 and r["gb_per_s"] > 0 and r["speedup_vs_weight_only"] > 0
+        assert r["speedup_vs_weight_only"] == 1.0 or "+" in r["mode"]
+    md = shapes_markdown(rows)
+    assert md.count("\n") == 2 + len(SHAPE_MODES) and "| int4-g64+w4a8 |" in md
