@@ -14,10 +14,11 @@ if it changes nothing (stats, route, moe_forward, ...); otherwise, or when the R
 error is a PoolError that says the Router died, not that the workers are down.
 """
 import threading
+import time
 
 import numpy as np
 import ray
-from ray.exceptions import RayTaskError
+from ray.exceptions import ActorUnavailableError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..errors import ColibriError, PoolError
@@ -29,6 +30,11 @@ from .router import RouterActor, spawn_workers
 
 def _router_name(name):
     return f"{name}:router"
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _unwrap(ref):
@@ -64,8 +70,8 @@ class Pool:
             if self._exists(cfg.name, cfg.namespace):
                 raise PoolError(f"a pool named {cfg.name!r} is already running in Ray namespace {cfg.namespace!r}")
             options.update(name=_router_name(cfg.name), lifetime="detached", namespace=cfg.namespace)
-        self._workers = spawn_workers(self.path, cfg)
-        self._router = RouterActor.options(**options).remote(self.path, cfg, self._workers)
+        names, self._workers = spawn_workers(self.path, cfg)
+        self._router = RouterActor.options(**options).remote(self.path, cfg, names)
         try:
             self._ready = self._call("ready")
             self._client = self._make_client()
@@ -175,11 +181,23 @@ class Pool:
     def _call(self, method, *args, retry=True):
         """The Router's `method`; a Router that died mid-call (Ray restarts it) is retried once when
         the call changes nothing, and reported as a Router death otherwise."""
-        for attempt in range(2 if retry else 1):
+        if not retry:
+            self._call("ready")                        # a restarting Router first comes back
+        deadline = time.monotonic() + self.config.restart_timeout_s if getattr(self, "config", None) else 0
+        tries = 2 if retry else 1
+        while True:
             try:
                 return _unwrap(getattr(self._router, method).remote(*args))
-            except DEAD as exc:
-                cause = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            except ActorUnavailableError as exc:      # restarting: the call did not run; wait for it
+                cause = _first_line(exc)
+                if not retry or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            except DEAD as exc:                        # died with the call in flight (or for good)
+                cause = _first_line(exc)
+                tries -= 1
+                if tries <= 0:
+                    break
         what = "Ray restarts it (up to pool.max_restarts times): check list_experts() before retrying" \
             if not retry else "Ray did not bring it back (pool.max_restarts used up?)"
         raise PoolError(f"the pool's Router actor died during {method}() ({cause}); {what}. "

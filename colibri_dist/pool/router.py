@@ -12,6 +12,7 @@ own ExpertClient routes, dispatches and combines them, one call at a time, so an
 process waits for the batch in flight. Same bits either way (docs/ARCHITECTURE.md).
 """
 import os
+import uuid
 
 import ray
 
@@ -24,25 +25,29 @@ WorkerActor = ray.remote(ExpertWorker)
 
 
 def spawn_workers(path, cfg):
-    """The pool's ExpertWorker actors, owned by the caller (the Pool driver; detached and named for a
-    named pool), so that a Router death leaves them running."""
-    return [_spawn(str(path), cfg, i) for i in range(cfg.workers)]
+    """(actor names, handles) of the pool's ExpertWorker actors, owned by the caller (the Pool driver;
+    detached for a named pool) so that a Router death leaves them running. An unnamed pool's workers
+    get a private name too: the Router (re)finds them by name, with plain strings as its arguments."""
+    prefix = cfg.name or f"anon-{uuid.uuid4().hex[:12]}"
+    names = [f"{prefix}:worker:{i}" for i in range(cfg.workers)]
+    return names, [_spawn(str(path), cfg, i, n) for i, n in enumerate(names)]
 
 
-def _spawn(path, c, i):
+def _spawn(path, c, i, name):
     options = dict(num_cpus=0, max_restarts=c.max_restarts, max_task_retries=0,
-                   resources=c.worker_resources_of(i) or None)
+                   resources=c.worker_resources_of(i) or None, name=name, namespace=c.namespace)
     if c.name:
-        options.update(name=f"{c.name}:worker:{i}", lifetime="detached", namespace=c.namespace)
+        options.update(lifetime="detached")
     return WorkerActor.options(**options).remote(path, i, c)
 
 
 class Router:
-    def __init__(self, path, cfg, workers=None):
+    def __init__(self, path, cfg, worker_names=None):
         from ..engine import Engine
         self.path, self.cfg = str(path), cfg
         self.engine = Engine(path, threads=1)       # hot-added experts: re-read from the manifest
-        self.workers = list(workers) if workers is not None else spawn_workers(path, cfg)
+        self.workers = [ray.get_actor(n, namespace=cfg.namespace) for n in worker_names] \
+            if worker_names is not None else spawn_workers(path, cfg)[1]
         info = ray.get([w.ping.remote() for w in self.workers])
         self.client = ExpertClient(self.engine, self.workers, cfg, info)
         self.started = os.getpid()

@@ -26,6 +26,20 @@ def ray_address():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def mixtral_src(tmp_path_factory):
+    from colibri_dist.format.tiny import write_tiny
+    src = tmp_path_factory.mktemp("hf") / "mixtral"
+    write_tiny("mixtral", str(src))
+    return src
+
+
+@pytest.fixture
+def fresh_model(mixtral_src, tmp_path):
+    """A private copy (hot-add persists experts beside the file)."""
+    return lambda fam: cd.convert(mixtral_src, tmp_path / f"{fam}.colibri", experts="int8", progress=False)
+
+
 def _kill_router(pool):
     pid = pool._ready["router_pid"]
     os.kill(pid, signal.SIGKILL)
