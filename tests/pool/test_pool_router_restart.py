@@ -69,7 +69,7 @@ def test_router_kill_keeps_workers_and_bits(ray_address, fresh_model, routing_at
         with cd.Engine(path, threads=1) as eng:
             want = eng.moe_forward(layer, x)
         assert new_id == 8 and np.array_equal(pool.moe_forward(layer, x), want)
-        assert pool.stats()["workers"] == 2 if isinstance(pool.stats().get("workers"), int) else True
+        assert len(pool.stats()["workers"]) == 2                       # stats through the restarted Router
 
 
 def test_router_that_stays_dead_is_reported_as_such(ray_address, fresh_model):
