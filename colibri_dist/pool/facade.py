@@ -6,23 +6,35 @@ process routes, balances and combines itself (an ExpertClient over the Router's 
 handles: one Ray hop per worker and micro-batch); with "router" it sends each layer batch
 to the Router actor, which does. With `name=...` the actors are named and detached (a
 long-lived service in namespace "colibri") and other processes join it with `Pool.attach(name)`.
+
+The driver spawns the workers (router.spawn_workers) and hands them to the Router, which Ray restarts
+up to max_restarts times: killing the Router costs the control plane a restart, never the workers
+(the caller-routed data path does not notice at all). A call in flight when it died is retried once
+if it changes nothing (stats, route, moe_forward, ...); otherwise, or when the Router stays dead, the
+error is a PoolError that says the Router died, not that the workers are down.
 """
 import threading
+import time
 
 import numpy as np
 import ray
-from ray.exceptions import RayTaskError
+from ray.exceptions import ActorUnavailableError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..errors import ColibriError, PoolError
 from .config import config_from_kwargs
 from .ray_setup import NAMESPACE, connect, resolve_placement
-from .client import INLINE_BYTES, ExpertClient
-from .router import RouterActor
+from .client import DEAD, INLINE_BYTES, ExpertClient
+from .router import RouterActor, spawn_workers
 
 
 def _router_name(name):
     return f"{name}:router"
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _unwrap(ref):
@@ -51,15 +63,17 @@ class Pool:
                 ray.shutdown()
             raise
         self.config, self.name, self.namespace = cfg, cfg.name, cfg.namespace
-        options = dict(num_cpus=0, max_restarts=0, max_concurrency=1, scheduling_strategy=
+        options = dict(num_cpus=0, max_restarts=cfg.max_restarts, max_task_retries=0, max_concurrency=1,
+                       scheduling_strategy=
                        NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False))
         if cfg.name:
             if self._exists(cfg.name, cfg.namespace):
                 raise PoolError(f"a pool named {cfg.name!r} is already running in Ray namespace {cfg.namespace!r}")
             options.update(name=_router_name(cfg.name), lifetime="detached", namespace=cfg.namespace)
-        self._router = RouterActor.options(**options).remote(self.path, cfg)
+        names, self._workers = spawn_workers(self.path, cfg)
+        self._router = RouterActor.options(**options).remote(self.path, cfg, names)
         try:
-            self._ready = _unwrap(self._router.ready.remote())
+            self._ready = self._call("ready")
             self._client = self._make_client()
         except Exception:
             self._kill_router()
@@ -70,7 +84,7 @@ class Pool:
     def _make_client(self):
         """Routing in this process (routing_at="caller"), or None (the Router routes)."""
         self._turn = threading.Lock()
-        h = _unwrap(self._router.handles.remote())
+        h = self._call("handles")
         self.config = h["config"]
         if self.config.routing_at != "caller":
             return None
@@ -103,8 +117,8 @@ class Pool:
             raise PoolError(f"no pool named {name!r} in Ray namespace {namespace!r}") from None
         pool = cls.__new__(cls)
         pool.name, pool.namespace, pool._router = name, namespace, router
-        pool._owner, pool._started_ray, pool.path = False, started, None
-        pool._ready = _unwrap(router.ready.remote())
+        pool._owner, pool._started_ray, pool.path, pool._workers = False, started, None, []
+        pool._ready = pool._call("ready")
         pool._client = pool._make_client()
         return pool
 
@@ -115,21 +129,21 @@ class Pool:
                 return self._client.moe_forward(int(layer), x)
         if isinstance(x, np.ndarray) and x.nbytes >= INLINE_BYTES:
             x = [ray.put(x)]  # one copy into the object store; Router and workers all read it
-        return _unwrap(self._router.moe_forward.remote(int(layer), x))
+        return self._call("moe_forward", int(layer), x)
 
     def route(self, layer, x):
         if self._client is not None:
             with self._turn:
                 return self._client.route(int(layer), x)
-        return _unwrap(self._router.route.remote(int(layer), x))
+        return self._call("route", int(layer), x)
 
     def add_expert(self, layer, weights, router_row, bias=0.0):
-        new_id = _unwrap(self._router.add_expert.remote(int(layer), weights, router_row, bias))
+        new_id = self._call("add_expert", int(layer), weights, router_row, bias, retry=False)
         self._sync_table()
         return new_id
 
     def remove_expert(self, layer, expert):
-        out = _unwrap(self._router.remove_expert.remote(int(layer), int(expert)))
+        out = self._call("remove_expert", int(layer), int(expert), retry=False)
         self._sync_table()
         return out
 
@@ -139,14 +153,14 @@ class Pool:
                 self._client.maybe_refresh()
 
     def list_experts(self):
-        return _unwrap(self._router.list_experts.remote())
+        return self._call("list_experts")
 
     def rebalance(self, replicas=None):
         """Recompute homes and replicas from recent loads (optionally with a new replica budget)."""
         if self._client is not None:
             with self._turn:
                 return self._client.rebalance(replicas)
-        return _unwrap(self._router.rebalance.remote(replicas))
+        return self._call("rebalance", replicas)
 
     def counters(self):
         """This handle's routing counters (None when the Router routes)."""
@@ -158,11 +172,36 @@ class Pool:
 
     def stats(self):
         if self._client is None:
-            return _unwrap(self._router.stats.remote())
-        return _unwrap(self._router.stats.remote([self.counters()], "caller"))
+            return self._call("stats")
+        return self._call("stats", [self.counters()], "caller")
 
     def worker_pids(self):
-        return _unwrap(self._router.worker_pids.remote())
+        return self._call("worker_pids")
+
+    def _call(self, method, *args, retry=True):
+        """The Router's `method`; a Router that died mid-call (Ray restarts it) is retried once when
+        the call changes nothing, and reported as a Router death otherwise."""
+        if not retry:
+            self._call("ready")                        # a restarting Router first comes back
+        deadline = time.monotonic() + self.config.restart_timeout_s if getattr(self, "config", None) else 0
+        tries = 2 if retry else 1
+        while True:
+            try:
+                return _unwrap(getattr(self._router, method).remote(*args))
+            except ActorUnavailableError as exc:      # restarting: the call did not run; wait for it
+                cause = _first_line(exc)
+                if not retry or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            except DEAD as exc:                        # died with the call in flight (or for good)
+                cause = _first_line(exc)
+                tries -= 1
+                if tries <= 0:
+                    break
+        what = "Ray restarts it (up to pool.max_restarts times): check list_experts() before retrying" \
+            if not retry else "Ray did not bring it back (pool.max_restarts used up?)"
+        raise PoolError(f"the pool's Router actor died during {method}() ({cause}); {what}. "
+                        f"The expert workers are not affected by a Router death.") from None
 
     # ---------------------------------------------------------------- lifetime
     def _kill_router(self):
@@ -170,10 +209,11 @@ class Pool:
             ray.get(self._router.shutdown.remote(), timeout=30)
         except Exception:
             pass
-        try:
-            ray.kill(self._router, no_restart=True)
-        except Exception:
-            pass
+        for actor in [self._router] + list(getattr(self, "_workers", [])):
+            try:
+                ray.kill(actor, no_restart=True)    # the workers too, if the Router could not
+            except Exception:
+                pass
 
     def shutdown(self, stop_service=None):
         """Stop the actors if this handle created them (or stop_service=True); detach otherwise."""

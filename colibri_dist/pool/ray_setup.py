@@ -28,6 +28,7 @@ def connect(ray_address=None, num_cpus=None):
         ensure_token_auth()              # a local Ray is never open to tokenless processes
         ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=num_cpus or os.cpu_count(),
                  **common)
+        _start_reaper()
         return True
     _match_token_auth()
     try:
@@ -37,6 +38,19 @@ def connect(ray_address=None, num_cpus=None):
                         f"(if the head uses token auth, set RAY_AUTH_TOKEN or ~/.ray/auth_token as on the "
                         f"head)") from None
     return True
+
+
+_REAPERS = []
+
+
+def _start_reaper():
+    """A watchdog that ends this Ray's processes when this driver dies, even by SIGKILL (reaper.py)."""
+    from . import reaper
+    try:
+        session = ray._private.worker._global_node.get_session_dir_path()
+        _REAPERS.append(reaper.start(session))
+    except Exception:           # best effort: Ray's own fate sharing still ends GCS and raylet
+        pass
 
 
 def disconnect():

@@ -1,7 +1,10 @@
 """Router: the control plane of one pool (worker actors, hot-add, stats), and optionally its data path.
 
-Role: the Router actor spawns the ExpertWorker actors and owns them (Ray restarts a dead one up to
-max_restarts), persists hot-added experts through its private Engine (versioned manifest beside the
+Role: the Router actor holds the ExpertWorker actors (Ray restarts a dead one up to
+max_restarts). The workers are spawned by the Pool driver (spawn_workers), not by the Router, so they
+do not share its fate: a Router that dies (Ray restarts it up to max_restarts, re-running __init__ with
+the same worker handles and re-reading hot-added experts from the manifest) costs the control plane a
+restart, never the workers or the data path; the Router persists hot-added experts through its private Engine (versioned manifest beside the
 model) and tells the workers to refresh, and hands the worker handles to every caller that routes
 for itself (ExpertClient: the Pool driver, each sequence runner). With routing_at="router" (the
 design before sequence runners, kept for comparison) callers send it whole layer batches and its
@@ -9,6 +12,7 @@ own ExpertClient routes, dispatches and combines them, one call at a time, so an
 process waits for the batch in flight. Same bits either way (docs/ARCHITECTURE.md).
 """
 import os
+import uuid
 
 import ray
 
@@ -20,22 +24,33 @@ from .worker import ExpertWorker
 WorkerActor = ray.remote(ExpertWorker)
 
 
+def spawn_workers(path, cfg):
+    """(actor names, handles) of the pool's ExpertWorker actors, owned by the caller (the Pool driver;
+    detached for a named pool) so that a Router death leaves them running. An unnamed pool's workers
+    get a private name too: the Router (re)finds them by name, with plain strings as its arguments."""
+    prefix = cfg.name or f"anon-{uuid.uuid4().hex[:12]}"
+    names = [f"{prefix}:worker:{i}" for i in range(cfg.workers)]
+    return names, [_spawn(str(path), cfg, i, n) for i, n in enumerate(names)]
+
+
+def _spawn(path, c, i, name):
+    options = dict(num_cpus=0, max_restarts=c.max_restarts, max_task_retries=0,
+                   resources=c.worker_resources_of(i) or None, name=name, namespace=c.namespace)
+    if c.name:
+        options.update(lifetime="detached")
+    return WorkerActor.options(**options).remote(path, i, c)
+
+
 class Router:
-    def __init__(self, path, cfg):
+    def __init__(self, path, cfg, worker_names=None):
         from ..engine import Engine
         self.path, self.cfg = str(path), cfg
-        self.engine = Engine(path, threads=1)
-        self.workers = [self._spawn(i) for i in range(cfg.workers)]
+        self.engine = Engine(path, threads=1)       # hot-added experts: re-read from the manifest
+        self.workers = [ray.get_actor(n, namespace=cfg.namespace) for n in worker_names] \
+            if worker_names is not None else spawn_workers(path, cfg)[1]
         info = ray.get([w.ping.remote() for w in self.workers])
         self.client = ExpertClient(self.engine, self.workers, cfg, info)
-
-    def _spawn(self, i):
-        c = self.cfg
-        options = dict(num_cpus=0, max_restarts=c.max_restarts, max_task_retries=0,
-                       resources=c.worker_resources_of(i) or None)
-        if c.name:
-            options.update(name=f"{c.name}:worker:{i}", lifetime="detached", namespace=c.namespace)
-        return WorkerActor.options(**options).remote(self.path, i, c)
+        self.started = os.getpid()
 
     def handles(self):
         """What a caller needs to route for itself: worker handles, their ping info, the config."""

@@ -165,6 +165,7 @@ class RunnerPool:
         self.lost.append(dead)
         todo = [rid for rid, r in owner.items() if r == dead and rid not in results]
         live = [i for i in range(len(self.runners)) if i != dead and self._alive(i)] or [dead]
+        shares = {}
         for k, rid in enumerate(todo):
             it = dict(by_rid[rid])
             toks, lps = committed[rid]
@@ -173,8 +174,10 @@ class RunnerPool:
                 self.resumed_tokens += len(toks)
             else:
                 committed[rid] = ([], [])
-            self._submit(live[k % len(live)], [it], owner)
+            shares.setdefault(live[k % len(live)], []).append(it)
             self.resubmits += 1
+        for i, share in shares.items():   # one submit per survivor: its lanes batch them (issue 21 item 9)
+            self._submit(i, share, owner)
         for i in set(live):
             if i not in polls.values():
                 polls[self.runners[i].poll.remote()] = i

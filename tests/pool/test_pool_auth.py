@@ -1,6 +1,7 @@
 """Every Ray colibri starts requires Ray's token (issue 21 item 8): on a fresh HOME a local pool
 creates ~/.ray/auth_token (0600) and a process without the token is refused; `colibri pool
 start`'s head is started with token auth too. One local Ray for the module."""
+import logging
 import os
 import stat
 import subprocess
@@ -37,9 +38,25 @@ def local_ray(fresh_home):
     import ray
     from colibri_dist.pool.ray_setup import connect
     assert not (fresh_home / ".ray" / "auth_token").exists()
-    assert connect(None, num_cpus=1)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    setup_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    setup_log.addHandler(handler)
+    try:
+        assert connect(None, num_cpus=1)
+    finally:
+        setup_log.removeHandler(handler)
+    WARNINGS.extend(r.getMessage() for r in records)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
+
+
+WARNINGS = []
+
+
+def test_no_token_auth_warning_on_pool_start(local_ray):
+    assert not [m for m in WARNINGS if "Token authentication is" in m], WARNINGS
 
 
 def _intruder(address, home, **extra):

@@ -96,3 +96,6 @@ def test_sigkilled_runner_resumes_elsewhere_from_the_last_committed_token(ray_ad
         st = rp.stats()
         assert st["lost_runners"] == [1] and st["resubmits"] >= 1 and st["resumed_tokens"] > 0
         assert [r["alive"] for r in st["runners"]] == [True, False]
+        # issue 21 item 9: the lost runner's requests go to the survivor in ONE submit (its lanes batch
+        # them: at most `lanes` new threads), not one submit and thread per request
+        assert st["resubmits"] >= 2 and len(rp._submits[0]) == 2, (st["resubmits"], len(rp._submits[0]))
