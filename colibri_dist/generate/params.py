@@ -34,7 +34,8 @@ def _is_number(v):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """n: samples per prompt (each its own RNG stream; sample 0 is what n=1 gives).
+    """n: samples per prompt (each its own RNG stream; sample 0 is what n=1 gives; each sample
+    prefills the prompt itself: the KV blocks of the prompt are not shared between samples).
     max_tokens: tokens to generate at most (>= 1; None = up to max_seq_len). min_tokens: eos and
     stop_token_ids are masked (and stop strings not checked) until this many are generated.
     temperature: 0 = greedy (argmax, ties to the lowest token id); > 0 samples from softmax(logits / T).
