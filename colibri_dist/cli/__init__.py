@@ -12,7 +12,7 @@ import sys
 from ..errors import ColibriError, ConfigError, InvalidArgument
 
 # module name inside colibri_dist.cli, in help order
-SUBCOMMANDS = ["convert", "run", "generate", "pool", "experts", "numa", "stress", "bench"]
+SUBCOMMANDS = ["convert", "run", "generate", "serve", "pool", "experts", "numa", "stress", "bench"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
