@@ -137,15 +137,17 @@ class EngineBackend:
 
     def _take_inbox(self):
         while self._inbox:
-            stream, prompt, params = self._inbox.popleft()
+            stream, prompt, params = self._inbox[0]      # counted as waiting until it is in the engine
             try:
                 with self.lock:
                     self.engine.add_request(stream.request_id, prompt, params)
             except Exception as exc:
+                self._inbox.popleft()
                 self._deliver(stream, exc)
                 self.metrics.finished("error")
                 continue
             self._active[stream.request_id] = stream
+            self._inbox.popleft()
 
     def _take_aborts(self):
         while self._aborts:

@@ -10,7 +10,7 @@ import asyncio
 import time
 import uuid
 
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from . import responses as rsp
 from . import sse
@@ -102,6 +102,8 @@ async def _respond(call, request):
         per_choice = await _collect(call, request)
     finally:
         call.abort_open()
+    if per_choice is None:                   # the client is gone: its requests were aborted
+        return Response(status_code=499)
     return JSONResponse(_final(call, per_choice))
 
 
@@ -113,7 +115,7 @@ async def _collect(call, request):
             tr, deltas = await asyncio.wait_for(call.next(), DISCONNECT_POLL_S)
         except asyncio.TimeoutError:
             if await request.is_disconnected():
-                raise asyncio.CancelledError("client disconnected") from None
+                return None
             continue
         for d in deltas:
             got.setdefault(d.index, (tr, []))[1].append(d)
