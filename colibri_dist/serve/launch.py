@@ -47,13 +47,9 @@ def attach_pool(name):
 
 
 def make_engine(llm):
-    """The persistent generation engine over llm (generate/engine.py)."""
-    try:
-        from ..generate.engine import LLMEngine
-    except ImportError:
-        from ._interim_engine import InterimEngine
-        return InterimEngine(llm)
-    return LLMEngine(llm, llm.tokenizer, llm.scheduler_config)
+    """The persistent generation engine over llm (generate/engine.py's LLMEngine, with the model's
+    generation_config defaults): the server's own, beside the one llm.generate drives."""
+    return llm.new_engine()
 
 
 def build_state(cfg, llm, pool=None):
@@ -63,7 +59,8 @@ def build_state(cfg, llm, pool=None):
     metrics = Metrics()
     backend = EngineBackend(make_engine(llm), metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status,
                             stats_fn=llm.stats, pool_stats_fn=pool.stats if pool is not None else None).start()
-    state = ServerState(cfg, backend, ModelInfo(llm, SamplingParams, encode_prompt), metrics,
+    info = ModelInfo(llm, SamplingParams, encode_prompt, getattr(llm, "generation_defaults", {}))
+    state = ServerState(cfg, backend, info, metrics,
                         admin=ExpertAdmin(llm, pool, backend))
     from .logprobs import TokenText
     state.tok_text = TokenText(llm.tokenizer)

@@ -16,8 +16,9 @@ from .errors import APIError, bad_param
 class ModelInfo:
     """Model facts the server needs, from a cd.LLM (or anything with the same attributes)."""
 
-    def __init__(self, llm, params_cls, encode_prompt):
+    def __init__(self, llm, params_cls, encode_prompt, defaults=None):
         self.llm, self.params_cls, self._encode = llm, params_cls, encode_prompt
+        self.defaults = dict(defaults or {})          # the model's generation_config sampling defaults
         self.tokenizer = getattr(llm, "tokenizer", None)
         self.vocab_size, self.max_seq_len = llm.vocab_size, llm.max_seq_len
 
@@ -67,7 +68,8 @@ class ServerState:
             raise bad_param("prompt", f"this model's maximum context length is {ctx} tokens; the prompt has "
                             f"{prompt_len}")
         if asked is None:
-            return min(ctx - prompt_len, limit)
+            asked = self.info.defaults.get("max_tokens") or limit
+            return min(ctx - prompt_len, limit, asked)
         if asked > limit:
             raise bad_param(param, f"must be <= {limit} (the server's limit), got {asked}")
         if prompt_len + asked > ctx:
@@ -78,7 +80,7 @@ class ServerState:
     def params(self, sampling, max_tokens):
         fields = dict(sampling, max_tokens=max(1, max_tokens))
         try:
-            return self.info.params_cls(**fields)
+            return self.info.params_cls.from_dict(fields, self.info.defaults)
         except InvalidArgument as exc:
             m = re.search(r"SamplingParams\.(\w+)", str(exc))
             raise bad_param(m.group(1) if m else "sampling", str(exc)) from None

@@ -26,7 +26,7 @@ def client(server):
 
 
 def _ref(llm, prompt, **kw):
-    return llm.generate([prompt], SamplingParams(**kw))[0]
+    return llm.generate([prompt], SamplingParams(**{"temperature": 0.0, **kw}))[0]
 
 
 def _lps(c):
@@ -92,7 +92,7 @@ def test_chat_and_chat_streaming(client, reference_llm):
     msgs = [{"role": "user", "content": "spell: c d"}]
     r = client.chat.completions.create(model="demo", messages=msgs, max_tokens=3, temperature=0,
                                        logprobs=True, top_logprobs=2)
-    want = reference_llm.chat([msgs], SamplingParams(max_tokens=3, logprobs=2))[0]
+    want = reference_llm.chat([msgs], SamplingParams(max_tokens=3, logprobs=2, temperature=0.0))[0]
     assert r.choices[0].message.content == want.text == "e f g"
     assert r.choices[0].message.role == "assistant"
     assert [t.logprob for t in r.choices[0].logprobs.content] == _lps(want)
