@@ -136,7 +136,7 @@ class EngineBackend:
         self._fail_all(APIError(503, "the server is shutting down", code="shutdown"))
 
     def _take_inbox(self):
-        while self._inbox:
+        while self._inbox and not self._control:         # a pending change stops admissions at once
             stream, prompt, params = self._inbox[0]      # counted as waiting until it is in the engine
             try:
                 with self.lock:
