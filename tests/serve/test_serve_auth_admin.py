@@ -129,3 +129,16 @@ def test_hot_add_applies_to_requests_admitted_after_it(server, model_copy, refer
         assert c.delete(f"/admin/experts/0/{new_id}").status_code == 200
         assert c.get("/admin/experts").json()["experts"]["0"] == list(range(8))
     assert _text(server.url, B) == old["B"]            # removed: back to the original bits
+
+
+def test_colibri_experts_cli_against_the_server(server, tmp_path, capsys):
+    from colibri_dist.cli import main
+    (tmp_path / "e.safetensors").write_bytes(_expert(server))
+    common = ["--server", server.url, "--api-key", KEY]
+    assert main(["experts", "add", "--layer", "1", "--weights", str(tmp_path / "e.safetensors")] + common) == 0
+    assert "layer 1: added expert 8 (requests admitted after this change)" in capsys.readouterr().out
+    assert main(["experts", "list"] + common) == 0
+    assert "layer 1: 9 experts: 0 1 2 3 4 5 6 7 8" in capsys.readouterr().out
+    assert main(["experts", "remove", "--layer", "1", "--expert", "8"] + common) == 0
+    assert main(["experts", "list", "--server", server.url, "--api-key", "wrong"]) == 1
+    assert "401 incorrect API key" in capsys.readouterr().err
