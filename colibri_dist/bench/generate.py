@@ -4,7 +4,7 @@ Role in the data flow: measures what the generation layer costs around the model
 "Generation"), both in one run:
   1. around-model cost at --seqs concurrent sequences: wall time of generate() minus the time spent
      inside model.forward (schedule, sample, detokenize, stop checks), per token and as % of model time,
-     for greedy and for top-p sampling;
+     for greedy, for top-p sampling, and for top-p with repetition/presence/frequency penalties;
   2. with --model: time to first token of one --prompt-tokens prompt through generate() against the
      model's own prefill of the same prompt (one forward), and the load time, reported separately.
 Without --model a synthetic step model of --vocab logits that costs ~nothing stands in, so (1) is the
@@ -105,7 +105,10 @@ def around_model(model, tokenizer, a, rng):
     out = {}
     for name, sp in (("greedy", SamplingParams(max_tokens=a.max_tokens, temperature=0, ignore_eos=True)),
                      ("top_p", SamplingParams(max_tokens=a.max_tokens, temperature=0.8, top_p=0.9, seed=1,
-                                              ignore_eos=True))):
+                                              ignore_eos=True)),
+                     ("penalties", SamplingParams(max_tokens=a.max_tokens, temperature=0.8, top_p=0.9, seed=1,
+                                                  repetition_penalty=1.1, presence_penalty=0.2,
+                                                  frequency_penalty=0.2, ignore_eos=True))):
         timed = Timed(model)
         t = time.perf_counter()
         res = generate(timed, tokenizer, prompts, sp, SchedulerConfig(max_num_seqs=a.seqs,
@@ -156,7 +159,7 @@ def main(argv=None):
         res["around_model"] = around_model(SyntheticModel(a.vocab, flat=a.flat), None, a, rng)
     for name, r in res["around_model"].items():
         pct = r["around_pct_of_model"]
-        print(f"{name:7s}: {r['tokens']} tokens, around the model {r['around_us_per_token']:.1f} us/token"
+        print(f"{name:9s}: {r['tokens']} tokens, around the model {r['around_us_per_token']:.1f} us/token"
               + (f" = {pct:.1f}% of the model's own time" if pct is not None and a.model else ""))
     if "first_token" in res:
         f = res["first_token"]

@@ -8,8 +8,8 @@ the whole-model engine is passed in, never imported.
 from .engine import LLMEngine
 from .outputs import (Completion, CompletionOutput, Logprob, RequestMetrics, RequestOutput, Score, StepStats,
                       StreamEvent, TokenLogprobs)
-from .params import SamplingParams
+from .params import RequestOutputKind, SamplingParams
 from .scheduler import SchedulerConfig
 
-__all__ = ["Completion", "CompletionOutput", "LLMEngine", "Logprob", "RequestMetrics", "RequestOutput",
+__all__ = ["Completion", "CompletionOutput", "LLMEngine", "Logprob", "RequestMetrics", "RequestOutput", "RequestOutputKind",
            "SamplingParams", "SchedulerConfig", "Score", "StepStats", "StreamEvent", "TokenLogprobs"]

@@ -13,7 +13,9 @@ from dataclasses import replace
 
 from ..errors import ColibriError, InvalidArgument
 from .outputs import Score, failed_output
-from .params import SamplingParams
+from .params import RequestOutputKind, SamplingParams
+
+FINAL_ONLY = RequestOutputKind.FINAL_ONLY       # what vLLM's LLM.generate asks of its engine
 
 
 def _engine(model, tokenizer, scheduler_config, engine):
@@ -30,7 +32,7 @@ def generate(model, tokenizer, prompts, sampling_params=None, scheduler_config=N
     items = as_prompt_list(prompts)
     params = _params_list(sampling_params, len(items))
     eng = _engine(model, tokenizer, scheduler_config, engine)
-    adds = [(lambda it=it, sp=sp, rid=rid: eng.add_request(rid, it, sp))
+    adds = [(lambda it=it, sp=sp, rid=rid: eng.add_request(rid, it, sp, output_kind=FINAL_ONLY))
             for it, sp, rid in zip(items, params, _rids(request_ids, len(items)))]
     return _drive(eng, adds, _rids(request_ids, len(items)), on_token, on_step, use_tqdm)
 
@@ -49,7 +51,7 @@ def chat(model, tokenizer, template, conversations, sampling_params=None, schedu
             text = template.render(conv, add_generation_prompt=True)
         except InvalidArgument as exc:
             raise InvalidArgument(f"request {rid!r}: {exc}") from None
-        eng.add_request(rid, text, sp, add_special_tokens=False)
+        eng.add_request(rid, text, sp, add_special_tokens=False, output_kind=FINAL_ONLY)
     adds = [(lambda c=c, sp=sp, rid=rid: add(c, sp, rid)) for c, sp, rid in zip(convs, params, rids)]
     return _drive(eng, adds, rids, on_token, on_step, use_tqdm)
 

@@ -10,8 +10,10 @@ Role in the data flow: LLM.generate/chat/score (api.py), the pool's SequenceRunn
                                              call when another thread is stepping)
     step() -> list[RequestOutput]            one batched model call (scheduler.py); an output for
                                              every request that got a token or finished (cumulative
-                                             text / token_ids / logprobs, `finished`), and the final
-                                             "abort" output of requests aborted since the last step
+                                             text / token_ids / logprobs, or only the new ones, or
+                                             only the final one: SamplingParams.output_kind), and
+                                             the final "abort" output of requests aborted since the
+                                             last step
     has_unfinished(), stream()               stream() yields step() outputs until nothing is left
 Requests join and leave the running batch at step boundaries; a request's tokens and logprobs are
 the same bits whatever else runs (see scheduler.py) or gets aborted beside it.
@@ -28,7 +30,7 @@ from ..errors import InvalidArgument
 from .detok import Detokenizer
 from .logits import Processors, bad_words_token_ids
 from .outputs import RequestOutput
-from .params import SamplingParams
+from .params import RequestOutputKind, SamplingParams
 from .request import Request
 from .sampler import Sampler
 from .scheduler import Scheduler, SchedulerConfig
@@ -39,18 +41,22 @@ KINDS = ("generate", "score")
 class _Group:
     """One added request: its n samples (Requests) and what its RequestOutput reports."""
 
-    def __init__(self, request_id, kind, prompt_text, prompt_ids, params, children):
+    def __init__(self, request_id, kind, prompt_text, prompt_ids, params, children, output_kind):
         self.request_id, self.kind, self.prompt_text, self.prompt_ids = request_id, kind, prompt_text, prompt_ids
-        self.params, self.children = params, children
+        self.params, self.children, self.output_kind = params, children, output_kind
+        self.sent_prompt = False
 
     def finished(self):
         return all(c.finished for c in self.children)
 
     def output(self):
-        first = self.children[0]
+        first, delta = self.children[0], self.output_kind == RequestOutputKind.DELTA
         error = next((c.error for c in self.children if c.error is not None), None)
         prompt_lps = None if first.prompt_k is None else [None] + list(first.prompt_lps)
-        outs = [] if self.kind == "score" else [c.completion_output() for c in self.children]
+        if delta and self.sent_prompt:
+            prompt_lps = None if prompt_lps is None else []
+        self.sent_prompt = True
+        outs = [] if self.kind == "score" else [c.completion_output(delta) for c in self.children]
         return RequestOutput(self.request_id, self.prompt_text, list(self.prompt_ids), prompt_lps, outs,
                              self.finished(), first.metrics(), error)
 
@@ -74,15 +80,18 @@ class LLMEngine:
 
     # ------------------------------------------------------------ requests (any thread)
     def add_request(self, request_id, prompt, params=None, arrival_time=None, *, kind="generate",
-                    add_special_tokens=True, resume=None):
+                    add_special_tokens=True, resume=None, output_kind=None):
         """Queue a request; it joins the batch at the next step. Raises InvalidArgument naming the
         request for a bad prompt, bad params, a prompt the model cannot take, or an id in use.
-        resume=(token ids, logprobs or None): continue from tokens generated elsewhere (n=1)."""
+        resume=(token ids, logprobs or None): continue from tokens generated elsewhere (n=1).
+        output_kind: overrides params.output_kind (LLM.generate asks FINAL_ONLY, as vLLM's LLM does)."""
         if kind not in KINDS:
             raise InvalidArgument(f"request {request_id!r}: kind must be one of {KINDS}, got {kind!r}")
         text, ids = self._encode(request_id, prompt, add_special_tokens)
         params = self._params(request_id, params) if kind == "generate" else None
-        group = _Group(request_id, kind, text, ids, params, [])
+        if output_kind is None:
+            output_kind = params.output_kind if params is not None else RequestOutputKind.FINAL_ONLY
+        group = _Group(request_id, kind, text, ids, params, [], RequestOutputKind(output_kind))
         bad = self._bad_words(request_id, params)
         with self._lock:
             if request_id in self._groups:
@@ -154,10 +163,11 @@ class LLMEngine:
             for group in _groups_of(progressed):
                 if self._groups.get(group.request_id) is not group:
                     continue                     # aborted during the step: its abort output is in outs
-                out = group.output()
-                if out.finished:
+                finished = group.finished()
+                if finished:
                     del self._groups[group.request_id]
-                outs.append(out)
+                if finished or group.output_kind != RequestOutputKind.FINAL_ONLY:
+                    outs.append(group.output())
         return outs
 
     def stream(self, on_token=None, on_step=None):

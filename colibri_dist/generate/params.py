@@ -6,6 +6,7 @@ then read by the logits processors (logits.py: penalties, min_tokens, allowed/ba
 sampler (temperature/min_p/top_k/top_p/seed/logprobs) and the request (max_tokens, stop
 conditions, n). Every invalid value raises InvalidArgument naming the field.
 """
+import enum
 import math
 from dataclasses import dataclass, fields
 
@@ -14,6 +15,13 @@ from ..errors import InvalidArgument
 # generation_config.json keys vLLM's generation_config="auto" reads, and their SamplingParams names
 GENERATION_CONFIG_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
                           "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
+
+
+class RequestOutputKind(enum.IntEnum):
+    """vLLM's: what each RequestOutput of a request carries while it runs."""
+    CUMULATIVE = 0      # everything so far (the engine's default)
+    DELTA = 1           # only what is new since the last output (text, token_ids, logprobs)
+    FINAL_ONLY = 2      # no output until it is finished (what LLM.generate uses)
 
 
 def _is_int(v):
@@ -26,7 +34,8 @@ def _is_number(v):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """n: samples per prompt (each its own RNG stream; sample 0 is what n=1 gives).
+    """n: samples per prompt (each its own RNG stream; sample 0 is what n=1 gives; each sample
+    prefills the prompt itself: the KV blocks of the prompt are not shared between samples).
     max_tokens: tokens to generate at most (>= 1; None = up to max_seq_len). min_tokens: eos and
     stop_token_ids are masked (and stop strings not checked) until this many are generated.
     temperature: 0 = greedy (argmax, ties to the lowest token id); > 0 samples from softmax(logits / T).
@@ -43,6 +52,7 @@ class SamplingParams:
     logprobs: None = none; k >= 0 = per generated token the chosen token's logprob and the top k.
     prompt_logprobs: None = none; k >= 0 = per prompt token (after the first) its logprob and top k.
     skip_special_tokens: leave special tokens out of the text.
+    output_kind: RequestOutputKind (or its name / value) of the engine's outputs for this request.
     """
     n: int = 1
     max_tokens: int | None = 16
@@ -63,6 +73,7 @@ class SamplingParams:
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -97,6 +108,7 @@ class SamplingParams:
         for name in ("logprobs", "prompt_logprobs"):
             if getattr(self, name) is not None:
                 set_(self, name, _check_int(name, getattr(self, name), lo=0))
+        set_(self, "output_kind", _check_output_kind(self.output_kind))
 
     @property
     def greedy(self):
@@ -147,6 +159,15 @@ def generation_defaults(generation_config, where="generation_config.json"):
             raise InvalidArgument(f"{where}: {key}: {exc}") from None
         out[name] = value
     return out
+
+
+def _check_output_kind(value):
+    if isinstance(value, str) and value.upper() in RequestOutputKind.__members__:
+        return RequestOutputKind[value.upper()]
+    if _is_int(value) and value in set(RequestOutputKind):
+        return RequestOutputKind(value)
+    raise InvalidArgument(f"SamplingParams.output_kind must be one of {[k.name.lower() for k in RequestOutputKind]}, "
+                          f"got {value!r}")
 
 
 def _check_int(name, value, lo):

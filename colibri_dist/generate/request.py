@@ -24,6 +24,7 @@ class Request:
         self.detok = detok or NullDetokenizer()
         self.output, self.logprobs, self.prompt_lps = [], [], []
         self.cum_lp = 0.0
+        self.sent_tokens = self.sent_chars = 0   # what DELTA outputs already carried
         self.prompt_k = 0 if kind == "score" else (params.prompt_logprobs if params is not None else None)
         self.seq, self.computed = None, 0
         self.streamed = 0                     # characters of text already streamed
@@ -75,11 +76,15 @@ class Request:
         self.t_first = self.t_first or time.perf_counter()
 
     # ------------------------------------------------------------ outputs
-    def completion_output(self):
+    def completion_output(self, delta=False):
+        """Everything so far, or (delta) what is new since the last delta output."""
         text = self.final_text if self.finished and self.final_text is not None else self.detok.text[:self.streamed]
-        lps = list(self.logprobs) if self.params.logprobs is not None else None
-        return CompletionOutput(self.sample_index, text, list(self.output), self.cum_lp if lps is not None else None,
-                                lps, self.finish_reason, self.stop_reason)
+        t0, c0 = (self.sent_tokens, self.sent_chars) if delta else (0, 0)
+        if delta:
+            self.sent_tokens, self.sent_chars = len(self.output), len(text)
+        want_lp = self.params.logprobs is not None
+        return CompletionOutput(self.sample_index, text[c0:], self.output[t0:], self.cum_lp if want_lp else None,
+                                self.logprobs[t0:] if want_lp else None, self.finish_reason, self.stop_reason)
 
     def finish(self, reason=None, stop_reason=None, text=None, error=None):
         self.finished, self.finish_reason, self.stop_reason, self.error = True, reason, stop_reason, error

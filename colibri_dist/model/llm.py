@@ -169,7 +169,10 @@ class LLM:
         """prompts: str | token ids | {"prompt"} | {"prompt_token_ids"} | a list of those -> list[RequestOutput]
         in prompt order (`outs[0].outputs[0].text`). sampling_params None = the model's defaults.
         use_tqdm: a progress bar (off by default: the CLI and the jobs have their own progress).
-        on_token(StreamEvent) per generated token, on_step(StepStats) after every model step."""
+        on_token(StreamEvent) per generated token, on_step(StepStats) after every model step.
+        It drives llm_engine until these requests finish, in the calling thread: one thread at a time
+        may step this LLM's engines (model calls are not concurrent; the pool runner's lanes take turns
+        under a lock), so a server that drives llm_engine itself must not call generate meanwhile."""
         from ..generate.api import generate
         self._check_open()
         return generate(self, self.tokenizer, prompts, sampling_params, self.scheduler_config, on_token, request_ids,

@@ -73,7 +73,7 @@ class SequenceRunner:
             self.kinds[item["rid"]] = item["kind"]
             try:
                 self.engines[lane].add_request(item["rid"], item["prompt"], item["params"], kind=item["kind"],
-                                               resume=item.get("resume"))
+                                               resume=item.get("resume"), output_kind=2)   # final only
             except InvalidArgument as exc:
                 self.kinds.pop(item["rid"], None)
                 failed.append(failed_output(item["rid"], None, exc, item["kind"]))

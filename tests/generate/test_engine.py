@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from colibri_dist.errors import InvalidArgument
-from colibri_dist.generate import LLMEngine, RequestOutput, SamplingParams, SchedulerConfig
+from colibri_dist.generate import LLMEngine, RequestOutput, RequestOutputKind, SamplingParams, SchedulerConfig
 
 from gen_fake_model import FakeStepModel
 from gen_tokenizers import word_level
@@ -188,3 +188,23 @@ def test_stream_iterator_and_exception_frees_everything():
     with pytest.raises(RuntimeError, match="callback failed"):
         eng.step(on_token=boom)
     assert not eng.has_unfinished() and not m.live and m.used == 0
+
+
+def test_output_kinds_delta_and_final_only():
+    tok = word_level()
+    sp = dict(max_tokens=9, temperature=0.0, logprobs=1, ignore_eos=True, prompt_logprobs=1)
+    eng = LLMEngine(FakeStepModel(vocab_size=tok.get_vocab_size()), tok)
+    eng.add_request("c", "one two three", SamplingParams(**sp))
+    eng.add_request("d", "one two three", SamplingParams(**sp, output_kind="delta"))
+    eng.add_request("f", "one two three", SamplingParams(**sp, output_kind=RequestOutputKind.FINAL_ONLY))
+    got = {"c": [], "d": [], "f": []}
+    for out in eng.stream():
+        got[out.request_id].append(out)
+    cum, deltas, final = got["c"][-1], got["d"], got["f"]
+    assert len(final) == 1 and final[0].finished and _key(final[0]) == _key(cum)
+    assert len(deltas) == len(got["c"]) == 9 and [d.finished for d in deltas] == [False] * 8 + [True]
+    assert "".join(d.outputs[0].text for d in deltas) == cum.outputs[0].text and cum.outputs[0].text
+    assert sum((d.outputs[0].token_ids for d in deltas), []) == cum.outputs[0].token_ids
+    assert sum((d.outputs[0].logprobs for d in deltas), []) == cum.outputs[0].logprobs
+    assert deltas[-1].outputs[0].cumulative_logprob == cum.outputs[0].cumulative_logprob
+    assert deltas[0].prompt_logprobs == cum.prompt_logprobs and deltas[1].prompt_logprobs == []

@@ -30,7 +30,7 @@ def test_defaults_are_vllm_defaults():
     ({"prompt_logprobs": 0.5}, "prompt_logprobs"), ({"bad_words": [""]}, "bad_words"), ({"bad_words": 3}, "bad_words"),
     ({"allowed_token_ids": []}, "allowed_token_ids"), ({"allowed_token_ids": [1, -2]}, "allowed_token_ids"),
     ({"allowed_token_ids": "1"}, "allowed_token_ids"), ({"skip_special_tokens": "no"}, "skip_special_tokens"),
-    ({"max_tokens": -5}, "max_tokens"),
+    ({"max_tokens": -5}, "max_tokens"), ({"output_kind": "stream"}, "output_kind"), ({"output_kind": 7}, "output_kind"),
 ])
 def test_invalid_values_name_the_field(kwargs, field):
     with pytest.raises(InvalidArgument, match=f"SamplingParams.{field}"):
