@@ -12,7 +12,7 @@ from colibri_dist.serve import sse
 
 from conftest import start_server
 
-LONG = {"prompt": "count: one", "max_tokens": 200, "ignore_eos": True, "temperature": 0}
+LONG = {"prompt": "count: one", "max_tokens": 40, "ignore_eos": True, "temperature": 0}
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_queue_over_its_bound_is_429_and_nothing_else_is_disturbed(http, server,
             assert e["type"] == "rate_limit_error"
         got = [f.result() for f in futs]
     assert [g[0] for g in got] == [200] * 3
-    want = reference_llm.generate([LONG["prompt"]], SamplingParams(max_tokens=200, ignore_eos=True,
+    want = reference_llm.generate([LONG["prompt"]], SamplingParams(max_tokens=40, ignore_eos=True,
                                                                                   temperature=0.0))[0].text
     assert [g[1] for g in got] == [want] * 3                                   # the admitted ones are unharmed
     assert _wait_idle(http)
