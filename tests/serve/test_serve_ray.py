@@ -19,7 +19,37 @@ def _port():
         return s.getsockname()[1]
 
 
-def test_ray_serve_deployment_answers_like_generate(demo_model, reference_llm):
+@pytest.fixture(scope="module")
+def local_ray():
+    """One loopback Ray for the module: the 2-worker pool server and the Ray Serve deployment share it."""
+    import ray
+    from colibri_dist.pool.ray_setup import connect
+    connect(None)
+    yield
+    ray.shutdown()
+
+
+def test_server_with_experts_on_a_2_worker_pool_gives_generate_bits(local_ray, demo_model, reference_llm):
+    from conftest import start_server
+    s = start_server(demo_model, workers=2, max_num_seqs=8)
+    try:
+        bodies = [{"prompt": p, "max_tokens": 5, "temperature": 1.5, "seed": i, "logprobs": 1}
+                  for i, p in enumerate(["count: seven eight", "spell: c d", "week: monday", "month: may"])]
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            got = [c.post("/v1/completions", json=b).json()["choices"][0] for b in bodies]
+            metrics = c.get("/metrics").text
+        want = reference_llm.generate([b["prompt"] for b in bodies],
+                                      [SamplingParams(max_tokens=5, temperature=1.5, seed=i, logprobs=1)
+                                       for i in range(len(bodies))])
+        assert [g["text"] for g in got] == [w.outputs[0].text for w in want]
+        assert [g["logprobs"]["token_logprobs"] for g in got] == [[lp.logprob for lp in w.outputs[0].logprobs]
+                                                                  for w in want]
+        assert 'colibri_pool_worker_tokens{worker="0"}' in metrics and 'worker="1"' in metrics
+    finally:
+        s.stop()
+
+
+def test_ray_serve_deployment_answers_like_generate(local_ray, demo_model, reference_llm):
     from colibri_dist.serve import ray_serve
     cfg = ServeConfig(model=demo_model, port=_port(), served_model_name=("demo",), max_num_seqs=4, max_waiting=4)
     url, pool = ray_serve.start(cfg)
@@ -37,8 +67,6 @@ def test_ray_serve_deployment_answers_like_generate(demo_model, reference_llm):
         assert bad.status_code == 404 and bad.json()["error"]["code"] == "model_not_found"
     finally:
         ray_serve.stop(pool)
-        import ray
-        ray.shutdown()
 
 
 def test_replica_bounds_are_checked(demo_model):
