@@ -12,7 +12,6 @@ import dataclasses
 import os
 import time
 
-import ray
 from ray import serve as ray_serve
 
 from .config import ServeConfig

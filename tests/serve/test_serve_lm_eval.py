@@ -1,7 +1,6 @@
 """lm-evaluation-harness's `local-completions` model against a live server on a loglikelihood task built
 here (a custom task YAML over a local JSONL file): every request's loglikelihood equals llm.score's."""
 import json
-import os
 
 import pytest
 
