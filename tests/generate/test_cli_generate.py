@@ -68,3 +68,14 @@ def test_generate_prompt_from_stdin(fake, capsys, monkeypatch):
     assert main(["generate", "m.colibri", "-", "--max-tokens", "3"]) == 0
     want = FakeLLM().generate(["one two three"], SamplingParams(max_tokens=3))[0]
     assert capsys.readouterr().out == want.text + "\n"
+
+
+def test_cli_defaults_are_the_api_defaults(fake, capsys):
+    assert main(["generate", "m.colibri", "one two three"]) == 0        # no sampling flag at all
+    out, err = capsys.readouterr()
+    want = FakeLLM().generate(["one two three"])[0]                     # LLM.generate with nothing set
+    assert out == want.text + "\n" and f"{len(want.token_ids)} generated" in err
+    assert main(["generate", "m.colibri", "x", "--min-tokens", "3", "--max-tokens", "2"]) == 2
+    assert "SamplingParams.min_tokens" in capsys.readouterr().err
+    assert main(["generate", "m.colibri", "x", "--repetition-penalty", "0"]) == 2
+    assert "SamplingParams.repetition_penalty" in capsys.readouterr().err
