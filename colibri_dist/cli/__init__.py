@@ -15,7 +15,7 @@ from ..errors import ColibriError, ConfigError, InvalidArgument
 from . import streams
 
 # module name inside colibri_dist.cli, in help order
-SUBCOMMANDS = ["convert", "run", "generate", "pool", "experts", "numa", "stress", "bench"]
+SUBCOMMANDS = ["convert", "run", "generate", "serve", "pool", "experts", "numa", "stress", "bench"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_ROW_ERRORS = 0, 1, 2, 3
 

@@ -1,6 +1,7 @@
-"""`colibri experts add|list|remove [--pool NAME]`: change a running pool's experts without a restart.
+"""`colibri experts add|list|remove [--pool NAME | --server URL]`: change a running model's experts.
 
-Role: CLI shell over Pool.attach(name).add_expert / list_experts / remove_expert.
+Role: CLI shell over Pool.attach(name).add_expert / list_experts / remove_expert, or, with --server, over
+a running `colibri serve`'s /admin/experts routes (the files are read here and sent as a safetensors body).
 The weights file is a safetensors file with three tensors named gate, up, down
 (suffixes gate_proj/up_proj/down_proj or w1/w3/w2 are accepted too); the router
 row ([hidden] float32) comes from --router-row (.npy or .safetensors with one
@@ -33,6 +34,9 @@ def register(subparsers):
     for p in (a, l, r):
         add_pool_name(p)
         p.add_argument("--address", default=None, help="Ray address (default: the one recorded by `pool start`)")
+        p.add_argument("--server", default=None, metavar="URL",
+                       help="a running `colibri serve` instead of a pool (its /admin/experts; needs --api-key)")
+        p.add_argument("--api-key", default=None, metavar="KEY", help="with --server: the server's key")
 
 
 def _read_safetensors(path):
@@ -80,8 +84,36 @@ def _attach(args):
     return attach_pool(args.pool, args.address)
 
 
+def _admin(args, method, path, body=None):
+    """One call to a server's admin route -> its JSON; a non-2xx answer is an error naming its message."""
+    import json
+    import urllib.error
+    import urllib.request
+    from ..errors import ColibriError
+    req = urllib.request.Request(args.server.rstrip("/") + path, data=body, method=method,
+                                 headers={"Authorization": f"Bearer {args.api_key or ''}",
+                                          "Content-Type": "application/octet-stream"})
+    try:
+        with urllib.request.urlopen(req, timeout=600) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read())["error"]["message"]
+        except Exception:
+            message = exc.reason
+        raise ColibriError(f"{args.server}: {exc.code} {message}") from None
+    except urllib.error.URLError as exc:
+        raise ColibriError(f"{args.server}: cannot connect ({exc.reason})") from None
+
+
 def run_add(args):
     weights, row = load_expert(args.weights, args.router_row)
+    if args.server:
+        from safetensors.numpy import save
+        out = _admin(args, "POST", f"/admin/experts?layer={args.layer}&bias={args.bias}",
+                     save(dict(weights, router_row=row)))
+        print(f"layer {args.layer}: added expert {out['expert']} ({out['applies_to']})")
+        return 0
     pool = _attach(args)
     try:
         new_id = pool.add_expert(args.layer, weights, row, bias=args.bias)
@@ -92,6 +124,11 @@ def run_add(args):
 
 
 def run_list(args):
+    if args.server:
+        experts = {int(k): v for k, v in _admin(args, "GET", "/admin/experts")["experts"].items()}
+        for layer, ids in sorted(experts.items()):
+            print(f"layer {layer}: {len(ids)} experts: {' '.join(str(e) for e in ids)}")
+        return 0
     pool = _attach(args)
     try:
         experts = pool.list_experts()
@@ -103,6 +140,10 @@ def run_list(args):
 
 
 def run_remove(args):
+    if args.server:
+        _admin(args, "DELETE", f"/admin/experts/{args.layer}/{args.expert}")
+        print(f"layer {args.layer}: removed expert {args.expert}")
+        return 0
     pool = _attach(args)
     try:
         pool.remove_expert(args.layer, args.expert)

@@ -22,6 +22,7 @@ RANKS = {
     "pool": 8,
     "jobs": 9,
     "ray_data": 10,
+    "serve": 10,
     "bench": 11,
     "cli": 12,
 }
@@ -83,3 +84,33 @@ def test_format_does_not_need_the_compiled_core():
     for path in (ROOT / "format").rglob("*.py"):
         for line, target in _targets(path, ast.parse(path.read_text(encoding="utf-8"))):
             assert target not in ("native", "_native"), f"{path}:{line} imports {target}"
+
+
+# the only modules that may import ray (top-level or inside a function)
+RAY_ALLOWED = ("pool/", "serve/ray_serve.py")
+
+
+def test_ray_is_imported_only_in_pool_and_the_ray_serve_module():
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(RAY_ALLOWED):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n == "ray" or n.startswith("ray.") for n in names):
+                bad.append(f"{rel}:{node.lineno}")
+    assert not bad, "ray imported outside pool/ and serve/ray_serve.py:\n" + "\n".join(bad)
+
+
+def test_nothing_below_imports_serve():
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        own = _room(path.relative_to(ROOT).parts)
+        if own in FACADE or own in ("serve", "bench", "cli"):
+            continue
+        for line, target in _targets(path, ast.parse(path.read_text(encoding="utf-8"))):
+            if target == "serve":
+                bad.append(f"{path.relative_to(ROOT.parent)}:{line}")
+    assert not bad, "only bench/ and cli/ may import serve/:\n" + "\n".join(bad)

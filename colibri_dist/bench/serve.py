@@ -1,0 +1,185 @@
+"""`python -m colibri_dist.bench serve [--model PATH] [--quick] [--clients 32] [--max-tokens 32] [--json PATH]`.
+
+Role: what the HTTP server costs around the engine (docs/PERFORMANCE.md, "Serving"), all in one run:
+  1. start-up: `colibri serve MODEL` as a subprocess, time from spawn to the first 200 of GET /health;
+  2. served: --clients concurrent streaming clients (httpx, one connection each) send the same
+     requests (token-id prompts, greedy, ignore_eos, --max-tokens each): per-request TTFT (first chunk),
+     aggregate generated tokens/s over the wall time of the whole burst;
+  3. in-process: the same requests added at once to an LLMEngine over cd.LLM in this process (the server
+     stopped first, so the two never share the 2 cores), stepped to the end; the same figures.
+Reports the served/in-process throughput ratio, TTFT p50/p99 of both, and the server's overhead per
+streamed token = (served wall - in-process wall) / tokens. Default model: the whole-model benchmark
+model of `bench model` (made once into ~/.cache/colibri); --quick: the demo LLM. No thresholds.
+"""
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def _args(argv):
+    ap = argparse.ArgumentParser(prog="python -m colibri_dist.bench serve")
+    ap.add_argument("--model", default=None, help=".colibri (default: the whole-model benchmark model)")
+    ap.add_argument("--quick", action="store_true", help="the demo LLM instead (seconds, no torch)")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--prompt-tokens", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", default=None)
+    return ap.parse_args(argv)
+
+
+def _model(args):
+    if args.model:
+        return args.model
+    root = os.path.join(os.path.expanduser("~"), ".cache", "colibri")
+    if args.quick:
+        return _demo(root)
+    from .model import FULL, checkpoint
+    return checkpoint(FULL, root)[1]
+
+
+def _demo(root):
+    from ..format.convert import convert
+    from ..jobs import demo_llm
+    d = os.path.join(root, "bench-serve-demo")
+    dst = os.path.join(d, "m.colibri")
+    if not os.path.exists(dst):
+        demo_llm.write_checkpoint(os.path.join(d, "hf"), layers=2, n_experts=8)
+        convert(os.path.join(d, "hf"), dst, progress=False, force=True)
+    return dst
+
+
+def _requests(vocab, n, prompt_tokens, max_tokens):
+    rng = np.random.default_rng(0)
+    return [{"prompt": [int(t) for t in rng.integers(3, vocab, prompt_tokens)], "max_tokens": max_tokens,
+             "temperature": 0, "ignore_eos": True} for _ in range(n)]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model, threads, max_num_seqs, timeout=600.0):
+    """-> (Popen, url, seconds from spawn to the first healthy /health)."""
+    import httpx
+    port = _free_port()
+    cmd = [sys.executable, "-m", "colibri_dist", "serve", model, "--port", str(port),
+           "--max-num-seqs", str(max_num_seqs)] + (["--threads", str(threads)] if threads else [])
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    while time.perf_counter() - t0 < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"colibri serve exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url, time.perf_counter() - t0
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("colibri serve did not become healthy")
+
+
+async def _one(client, body, t0):
+    first, tokens = None, 0
+    async with client.stream("POST", "/v1/completions",
+                             json=dict(body, stream=True, stream_options={"include_usage": True})) as r:
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and first is None:
+                first = time.perf_counter() - t0
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    return first, time.perf_counter() - t0, tokens
+
+
+async def _burst(url, bodies):
+    import httpx
+    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        await client.post("/v1/completions", json=dict(bodies[0], max_tokens=2))     # warm-up
+        t0 = time.perf_counter()
+        got = await asyncio.gather(*(_one(client, b, t0) for b in bodies))
+    return got, time.perf_counter() - t0
+
+
+def served(model, bodies, threads):
+    proc, url, startup = start_server(model, threads, max_num_seqs=len(bodies))
+    try:
+        got, wall = asyncio.run(_burst(url, bodies))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return startup, _summary([g[0] for g in got], [g[2] for g in got], wall)
+
+
+def in_process(model, bodies, threads):
+    from ..generate import SamplingParams
+    from ..model import LLM
+    with LLM(model, threads=threads, max_num_seqs=len(bodies)) as llm:
+        eng = llm.new_engine()
+        p = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+        eng.add_request("warm", bodies[0]["prompt"], p)
+        list(eng.stream())
+        t0 = time.perf_counter()
+        firsts, tokens = {}, {}
+        for i, b in enumerate(bodies):
+            eng.add_request(i, b["prompt"], SamplingParams(max_tokens=b["max_tokens"], temperature=0.0,
+                                                           ignore_eos=True))
+        for out in eng.stream():
+            if out.outputs and out.outputs[0].token_ids and out.request_id not in firsts:
+                firsts[out.request_id] = time.perf_counter() - t0
+            if out.finished:
+                tokens[out.request_id] = len(out.outputs[0].token_ids)
+        wall = time.perf_counter() - t0
+    return _summary([firsts[i] for i in range(len(bodies))], [tokens[i] for i in range(len(bodies))], wall)
+
+
+def _summary(ttfts, tokens, wall):
+    t = np.array(ttfts, dtype=np.float64)
+    return {"wall_s": wall, "tokens": int(sum(tokens)), "tokens_per_s": sum(tokens) / wall,
+            "ttft_ms": {"p50": float(np.percentile(t, 50) * 1e3), "p99": float(np.percentile(t, 99) * 1e3)},
+            "tokens_per_request": sorted(set(tokens))}
+
+
+def main(argv=None):
+    args = _args(argv)
+    model = _model(args)
+    from ..format.reader import open_model
+    m = open_model(model)
+    try:
+        vocab = ((m.meta if isinstance(m.meta, dict) else {}).get("source_config") or {}).get("vocab_size", 64)
+    finally:
+        m.close()
+    bodies = _requests(vocab, args.clients, args.prompt_tokens, args.max_tokens)
+    startup, srv = served(model, bodies, args.threads)
+    eng = in_process(model, bodies, args.threads)
+    res = {"bench": "serve", "model": model, "clients": args.clients, "prompt_tokens": args.prompt_tokens,
+           "max_tokens": args.max_tokens, "host": platform.node(), "cpus": os.cpu_count(),
+           "startup_to_healthy_s": startup, "served": srv, "in_process": eng,
+           "served_over_in_process_tokens_per_s": srv["tokens_per_s"] / eng["tokens_per_s"],
+           "overhead_per_token_ms": (srv["wall_s"] - eng["wall_s"]) / max(srv["tokens"], 1) * 1e3}
+    print(f"serve bench: {args.clients} streaming clients x {args.max_tokens} tokens on {model}")
+    print(f"  start-up to healthy   {startup:.2f} s")
+    for name, r in (("served", srv), ("in-process", eng)):
+        print(f"  {name:<12} {r['tokens_per_s']:9.1f} tok/s  TTFT p50 {r['ttft_ms']['p50']:.0f} ms  "
+              f"p99 {r['ttft_ms']['p99']:.0f} ms  wall {r['wall_s']:.2f} s")
+    print(f"  served / in-process   {res['served_over_in_process_tokens_per_s']:.3f}x; overhead "
+          f"{res['overhead_per_token_ms']:.3f} ms per streamed token")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=2)
+    return 0

@@ -1,0 +1,75 @@
+"""`colibri serve MODEL.colibri`: the OpenAI-compatible HTTP server (colibri_dist.serve), like `vllm serve`.
+
+Role: argv -> ServeConfig (every check, including the non-loopback-without-key refusal, is there) ->
+serve.launch.serve (blocks until Ctrl-C), or with --ray-serve serve.ray_serve.run (Ray Serve replicas).
+"""
+
+
+def register(subparsers):
+    p = subparsers.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API",
+                              description="Serve MODEL on /v1/completions, /v1/chat/completions, /v1/models, "
+                                          "/health, /metrics, /tokenize, /detokenize (vLLM's routes).")
+    p.add_argument("model", metavar="MODEL", help=".colibri model")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs "
+                                                        "--api-key)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                   help="model name(s) clients send (default: the file name without .colibri)")
+    p.add_argument("--api-key", default=None, metavar="KEY", help="require 'Authorization: Bearer KEY'")
+    p.add_argument("--workers", type=int, default=0, metavar="N", help="expert workers on a Ray pool (0 = in-process)")
+    p.add_argument("--pool", default=None, metavar="NAME", help="run the experts on this running pool service")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="native threads (default: all cores)")
+    p.add_argument("--max-num-seqs", type=int, default=64, metavar="N", help="sequences in the batch (64)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048, metavar="N")
+    p.add_argument("--max-waiting", type=int, default=256, metavar="N",
+                   help="requests queued beyond the batch before new ones are refused (256)")
+    p.add_argument("--overload-status", type=int, choices=(429, 503), default=429,
+                   help="status of a refused request when the queue is full (429)")
+    p.add_argument("--max-body-bytes", type=int, default=4 << 20, metavar="N")
+    p.add_argument("--max-tokens-limit", type=int, default=None, metavar="N",
+                   help="largest max_tokens accepted (default: the model's context)")
+    p.add_argument("--seed", type=int, default=0, help="base seed of requests without one")
+    p.add_argument("--kv-cache-bytes", type=int, default=None, metavar="N")
+    p.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
+    r = p.add_argument_group("Ray Serve")
+    r.add_argument("--ray-serve", action="store_true", help="run as a Ray Serve application (replicas)")
+    r.add_argument("--min-replicas", type=int, default=1, metavar="N")
+    r.add_argument("--max-replicas", type=int, default=1, metavar="N")
+    r.add_argument("--ray-address", default=None, help="Ray cluster (default: a local Ray on loopback)")
+    p.set_defaults(func=main)
+
+
+def config_from_args(args):
+    from ..serve.config import ServeConfig
+    llm_kwargs = {"kv_cache_bytes": args.kv_cache_bytes} if args.kv_cache_bytes else {}
+    return ServeConfig(model=args.model, host=args.host, port=args.port,
+                       served_model_name=tuple(args.served_model_name or ()), api_key=args.api_key,
+                       workers=args.workers, pool=args.pool, threads=args.threads, max_num_seqs=args.max_num_seqs,
+                       max_num_batched_tokens=args.max_num_batched_tokens, max_waiting=args.max_waiting,
+                       overload_status=args.overload_status, max_body_bytes=args.max_body_bytes,
+                       max_tokens_limit=args.max_tokens_limit, seed=args.seed, llm_kwargs=llm_kwargs,
+                       log_level=args.log_level)
+
+
+def main(args):
+    import os
+    from ..errors import InvalidArgument
+    cfg = config_from_args(args)
+    if not os.path.exists(cfg.model):
+        raise InvalidArgument(f"{cfg.model}: no such model file")
+    if args.ray_serve:
+        from ..serve.ray_serve import run
+        return run(cfg, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+                   ray_address=args.ray_address)
+    from ..serve.launch import Server
+    server = Server(cfg)
+    try:
+        server.start()
+        print(f"colibri serve: {cfg.model} as {', '.join(cfg.model_names)} on {server.url}/v1 "
+              f"(model load {server.load_s:.2f} s); Ctrl-C stops", flush=True)
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0

@@ -1,0 +1,232 @@
+"""EngineBackend: one thread drives the generation engine; each request reads its outputs from an asyncio queue.
+
+Role in the data flow: the HTTP layer (app.py, in the event loop) calls `submit` (-> a RequestStream),
+`abort` and `exclusive`; the engine thread is the only caller of the engine: it takes new requests and
+aborts from an inbox between steps, calls engine.step(), and hands each RequestOutput to its request's
+queue with loop.call_soon_threadsafe. The HTTP layer never touches scheduler internals.
+
+Admission: `submit` refuses (APIError 429 or 503, the --overload-status flag) when more than
+`max_waiting` requests already wait beyond the running batch. `exclusive(fn)` drains: requests admitted
+before it finish on the model as it was, new ones wait in the inbox, fn runs on the engine thread with
+nothing in flight, then the inbox is admitted (the hot-add/remove rule of the admin endpoint).
+"""
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+
+from .errors import APIError
+
+log = logging.getLogger("colibri.serve")
+
+
+class RequestStream:
+    """What the HTTP side holds for one engine request: its queue of RequestOutput (or an Exception)."""
+
+    def __init__(self, request_id, prompt_len, loop, queue=None):
+        self.request_id, self.prompt_len, self.loop = request_id, prompt_len, loop
+        self.queue = queue if queue is not None else asyncio.Queue()
+        self.t_arrival = time.perf_counter()
+        self.t_first = None
+        self.tokens = 0
+        self.done = False
+
+    async def get(self):
+        return await self.queue.get()
+
+
+class EngineBackend:
+    def __init__(self, engine, metrics, max_num_seqs, max_waiting, overload_status=429, stats_fn=None,
+                 pool_stats_fn=None):
+        self.engine, self.metrics = engine, metrics
+        self.max_num_seqs, self.max_waiting, self.overload_status = max_num_seqs, max_waiting, overload_status
+        self.stats_fn, self.pool_stats_fn = stats_fn, pool_stats_fn
+        self.lock = threading.Lock()            # held around every engine call (step, add, abort, stats)
+        self._inbox, self._aborts, self._control = deque(), deque(), deque()
+        self._active = {}                       # request id -> RequestStream (in the engine)
+        self._wake = threading.Event()
+        self._stop = False
+        self.steps = 0
+        self.last_error = None
+        self._thread = threading.Thread(target=self._loop, name="colibri-engine", daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    @property
+    def alive(self):
+        return self._thread.is_alive() and not self._stop
+
+    # ------------------------------------------------------------ HTTP side (event loop thread)
+    def submit(self, request_id, prompt, params, prompt_len, queue=None):
+        if not self.alive:
+            raise APIError(503, "the engine is not running", code="engine_stopped")
+        running, waiting = self.load()
+        would_wait = waiting > 0 or running >= self.max_num_seqs
+        if would_wait and waiting >= self.max_waiting:
+            self.metrics.finished("rejected")
+            raise APIError(self.overload_status, f"the server is at capacity: {running} requests running and "
+                           f"{waiting} waiting (bound --max-waiting {self.max_waiting}); retry later",
+                           code="queue_full")
+        stream = RequestStream(request_id, prompt_len, asyncio.get_running_loop(), queue)
+        self._inbox.append((stream, prompt, params))
+        self._wake.set()
+        return stream
+
+    def abort(self, request_id):
+        self._aborts.append(request_id)
+        self._wake.set()
+
+    async def exclusive(self, fn):
+        """Run fn() on the engine thread once every request admitted so far has finished."""
+        fut = asyncio.get_running_loop().create_future()
+        self._control.append((fn, fut, fut.get_loop()))
+        self._wake.set()
+        return await fut
+
+    def load(self):
+        """(running, waiting): requests in the engine with a batch slot, and the rest (engine queue + inbox)."""
+        total = len(self._active) + len(self._inbox)
+        counts = getattr(self.engine, "num_requests", None)
+        if callable(counts):
+            try:
+                running = min(int(counts()[0]), total)
+                return running, total - running
+            except Exception:
+                pass
+        running = min(total, self.max_num_seqs)
+        return running, total - running
+
+    def model_stats(self):
+        """LLM.stats() (and the pool's) read between two engine steps."""
+        stats = pool = None
+        with self.lock:
+            if self.stats_fn is not None:
+                stats = self.stats_fn()
+        if self.pool_stats_fn is not None:
+            try:
+                pool = self.pool_stats_fn()
+            except Exception as exc:          # a pool hiccup must not break /metrics
+                log.warning("pool stats failed: %s", exc)
+        return stats, pool
+
+    def close(self, timeout=10.0):
+        self._stop = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # ------------------------------------------------------------ engine thread
+    def _loop(self):
+        while not self._stop:
+            self._wake.clear()
+            self._take_aborts()
+            draining = bool(self._control)
+            if draining and not self._active:
+                self._run_control()
+                continue
+            if not draining:
+                self._take_inbox()
+            if self._active:
+                self._step()
+            else:
+                self._wake.wait(0.5)
+        self._fail_all(APIError(503, "the server is shutting down", code="shutdown"))
+
+    def _take_inbox(self):
+        while self._inbox and not self._control:         # a pending change stops admissions at once
+            stream, prompt, params = self._inbox[0]      # counted as waiting until it is in the engine
+            try:
+                with self.lock:
+                    self.engine.add_request(stream.request_id, prompt, params)
+            except Exception as exc:
+                self._inbox.popleft()
+                self._deliver(stream, exc)
+                self.metrics.finished("error")
+                continue
+            self._active[stream.request_id] = stream
+            self._inbox.popleft()
+
+    def _take_aborts(self):
+        while self._aborts:
+            rid = self._aborts.popleft()
+            for i, (stream, _, _) in enumerate(self._inbox):
+                if stream.request_id == rid:
+                    del self._inbox[i]
+                    self.metrics.finished("aborted")
+                    break
+            stream = self._active.pop(rid, None)
+            if stream is not None:
+                with self.lock:
+                    self.engine.abort(rid)
+                self.metrics.finished("aborted", time.perf_counter() - stream.t_arrival, stream.prompt_len)
+
+    def _run_control(self):
+        fn, fut, loop = self._control.popleft()
+        try:
+            with self.lock:
+                result = fn()
+            loop.call_soon_threadsafe(_resolve, fut, result, None)
+        except Exception as exc:
+            loop.call_soon_threadsafe(_resolve, fut, None, exc)
+
+    def _step(self):
+        try:
+            with self.lock:
+                outs = self.engine.step()
+        except Exception as exc:             # the batch is lost: tell every request, free everything
+            log.exception("engine step failed")
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self._fail_all(APIError(500, f"the engine failed: {self.last_error}", code="engine_error"))
+            return
+        self.steps += 1
+        now = time.perf_counter()
+        for out in outs:
+            stream = self._active.get(out.request_id)
+            if stream is None:
+                continue                     # aborted meanwhile
+            self._account(stream, out, now)
+            self._deliver(stream, out)
+            if out.finished:
+                del self._active[out.request_id]
+
+    def _account(self, stream, out, now):
+        n = sum(len(o.token_ids) for o in out.outputs)
+        if n > stream.tokens:
+            if stream.t_first is None:
+                stream.t_first = now
+                self.metrics.first_token(now - stream.t_arrival)
+            self.metrics.tokens(n - stream.tokens, now)
+            stream.tokens = n
+        if out.finished:
+            self.metrics.finished("finished", now - stream.t_arrival, stream.prompt_len)
+
+    def _deliver(self, stream, item):
+        try:
+            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
+        except RuntimeError:                 # its event loop is closed: nobody is listening
+            pass
+
+    def _fail_all(self, exc):
+        for rid, stream in list(self._active.items()):
+            try:
+                with self.lock:
+                    self.engine.abort(rid)
+            except Exception:
+                pass
+            self._deliver(stream, exc)
+            self.metrics.finished("error")
+        self._active.clear()
+        while self._inbox:
+            self._deliver(self._inbox.popleft()[0], exc)
+
+
+def _resolve(fut, result, exc):
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)

@@ -1,0 +1,79 @@
+"""ServeConfig: every knob of `colibri serve`, validated once (CLI flags and Python keywords alike).
+
+Role in the data flow: cli/serve.py and colibri_dist.serve.serve(...) build one ServeConfig; launch.py
+opens the model and the engine from it, app.py reads the limits and the key. The security rules live
+here: the default host is loopback, and a host that is not loopback without an API key is refused.
+"""
+import ipaddress
+from dataclasses import dataclass, field
+
+from ..errors import InvalidArgument
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: tuple = ()          # names clients may send as "model" (default: the file's stem)
+    api_key: str | None = None
+    workers: int = 0                       # expert workers on a Ray pool (0 = in-process experts)
+    pool: str | None = None                # attach to this named pool service instead of starting workers
+    threads: int | None = None
+    max_num_seqs: int = 64                 # sequences decoding at once (the engine's batch)
+    max_num_batched_tokens: int = 2048
+    max_waiting: int = 256                 # requests queued beyond the batch before new ones are refused
+    overload_status: int = 429             # 429 (Too Many Requests) or 503 (Service Unavailable)
+    max_body_bytes: int = 4 << 20          # request bodies above this are refused with 413
+    max_admin_body_bytes: int = 256 << 20  # expert uploads to /admin/experts
+    max_tokens_limit: int | None = None    # largest max_tokens accepted (None = the model's context)
+    max_n: int = 16                        # largest `n` (samples per prompt) accepted
+    seed: int = 0                          # base seed of requests that give none
+    llm_kwargs: dict = field(default_factory=dict)   # any further cd.LLM keyword (kv_cache_bytes, ...)
+    log_level: str = "warning"
+
+    def __post_init__(self):
+        for name, lo in (("port", 0), ("workers", 0), ("max_num_seqs", 1), ("max_num_batched_tokens", 1),
+                         ("max_waiting", 0), ("max_body_bytes", 1), ("max_admin_body_bytes", 1), ("max_n", 1),
+                         ("seed", 0)):
+            _check_int(name, getattr(self, name), lo)
+        if self.port > 65535:
+            raise InvalidArgument(f"--port must be in [0, 65535], got {self.port}")
+        if self.max_tokens_limit is not None:
+            _check_int("max_tokens_limit", self.max_tokens_limit, 1)
+        if self.overload_status not in (429, 503):
+            raise InvalidArgument(f"--overload-status must be 429 or 503, got {self.overload_status!r}")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
+            raise InvalidArgument("--api-key must be a non-empty string")
+        names = (self.served_model_name,) if isinstance(self.served_model_name, str) else tuple(self.served_model_name)
+        if not all(isinstance(n, str) and n for n in names):
+            raise InvalidArgument(f"--served-model-name must be non-empty strings, got {self.served_model_name!r}")
+        object.__setattr__(self, "served_model_name", names)
+        if self.workers and self.pool:
+            raise InvalidArgument("--workers and --pool exclude each other (--pool attaches to running workers)")
+        if not is_loopback(self.host) and self.api_key is None:
+            raise InvalidArgument(f"--host {self.host} is not a loopback address: anyone who can reach it could use "
+                                  f"the model; pass --api-key KEY (or bind 127.0.0.1)")
+
+    @property
+    def model_names(self):
+        if self.served_model_name:
+            return self.served_model_name
+        import os
+        return (os.path.splitext(os.path.basename(self.model.rstrip("/")))[0] or "colibri",)
+
+
+def is_loopback(host):
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_int(name, v, lo):
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise InvalidArgument(f"--{name.replace('_', '-')} must be an integer >= {lo}, got {v!r}")

@@ -1,0 +1,169 @@
+"""The two generating routes, /v1/completions and /v1/chat/completions: submit, then stream or collect.
+
+Role in the data flow: parse (params.py) -> tokenize and check against the model (state.py) -> one
+engine request per prompt through the backend, all feeding one asyncio queue -> either SSE chunks as
+outputs come (sse.py) or one response at the end (responses.py). Whatever ends the HTTP exchange early
+(the client disconnects, the stream is cancelled, an error) aborts every engine request of it that is
+still running, which frees its KV blocks at once.
+"""
+import asyncio
+import time
+import uuid
+
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from . import responses as rsp
+from . import sse
+from .errors import APIError
+from .params import parse_chat, parse_completion
+
+DISCONNECT_POLL_S = 0.5
+
+
+class Call:
+    """One HTTP generation call: its engine requests, trackers and shared output queue."""
+
+    def __init__(self, state, kind, req, model):
+        self.state, self.kind, self.req, self.model = state, kind, req, model
+        self.id = f"{'cmpl' if kind == 'completion' else 'chatcmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.queue = asyncio.Queue()
+        self.trackers, self.rids, self.open = {}, [], set()
+        self.tok = state.tok_text
+
+    def submit(self, prompts):
+        """prompts: [(token ids, prompt text, max_tokens)]; validated before anything is submitted."""
+        params = [self.state.params(self.req.sampling, mt) for _, _, mt in prompts]
+        try:
+            for i, ((ids, text, _), p) in enumerate(zip(prompts, params)):
+                rid = f"{self.id}-{i}"
+                self.trackers[rid] = rsp.Tracker(i, self.req.n, ids, text)
+                self.state.backend.submit(rid, ids, p, len(ids), queue=self.queue)
+                self.rids.append(rid)
+                self.open.add(rid)
+        except BaseException:             # e.g. the queue bound refused prompt 3 of 4: drop 1 and 2 too
+            self.abort_open()
+            raise
+
+    def abort_open(self):
+        for rid in list(self.open):
+            self.state.backend.abort(rid)
+        self.open.clear()
+
+    async def next(self):
+        """(tracker, deltas) of the next engine output; raises the engine's error for a request."""
+        item = await self.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        err = getattr(item, "error", None)
+        if err is not None:
+            self.open.discard(item.request_id)
+            raise APIError(400, str(err), code="invalid_request")
+        tr = self.trackers[item.request_id]
+        deltas = tr.deltas(item)
+        if item.finished or tr.done:
+            self.open.discard(item.request_id)
+        return tr, deltas
+
+    def usage(self):
+        return rsp.usage(list(self.trackers.values()), drop_generated=getattr(self.req, "max_tokens", 1) == 0)
+
+
+async def completions(state, request, body):
+    req = parse_completion(body, state.cfg.max_n)
+    call = Call(state, "completion", req, state.check_model(req.model))
+    prompts = []
+    for p in req.prompts:
+        ids = state.info.encode(p, add_special_tokens=True)
+        text = p if isinstance(p, str) else state.info.decode(ids)
+        prompts.append((ids, text, state.max_tokens_for(max(req.max_tokens, 1), len(ids))))
+    call.submit(prompts)
+    return await _respond(call, request)
+
+
+async def chat(state, request, body):
+    req = parse_chat(body, state.cfg.max_n)
+    call = Call(state, "chat", req, state.check_model(req.model))
+    try:
+        text = state.info.chat_template().render(req.messages, add_generation_prompt=req.add_generation_prompt)
+    except APIError:
+        raise
+    except Exception as exc:
+        raise APIError(400, f"messages: the chat template rejected them ({exc})", param="messages") from None
+    ids = state.info.encode(text, add_special_tokens=False, param="messages")
+    call.submit([(ids, text, state.max_tokens_for(req.max_tokens, len(ids)))])
+    return await _respond(call, request)
+
+
+async def _respond(call, request):
+    if call.req.stream:
+        return StreamingResponse(_stream(call), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+    try:
+        per_choice = await _collect(call, request)
+    finally:
+        call.abort_open()
+    if per_choice is None:                   # the client is gone: its requests were aborted
+        return Response(status_code=499)
+    return JSONResponse(_final(call, per_choice))
+
+
+async def _collect(call, request):
+    """Wait for every sample; {choice index: (tracker, [deltas])}. Polls for a vanished client."""
+    got = {}
+    while call.open:
+        try:
+            tr, deltas = await asyncio.wait_for(call.next(), DISCONNECT_POLL_S)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                return None
+            continue
+        for d in deltas:
+            got.setdefault(d.index, (tr, []))[1].append(d)
+    return got
+
+
+def _final(call, per_choice):
+    choices = []
+    for index in sorted(per_choice):
+        tr, ds = per_choice[index]
+        d = rsp.merge_deltas(ds)
+        if call.kind == "completion":
+            choices.append(rsp.completion_choice(d, call.req, tr, call.tok))
+        else:
+            choices.append(rsp.chat_choice(d, call.req, call.tok))
+    kind = "text_completion" if call.kind == "completion" else "chat.completion"
+    return rsp.envelope(kind, call.id, call.created, call.model, choices, call.usage())
+
+
+async def _stream(call):
+    kind = "text_completion" if call.kind == "completion" else "chat.completion.chunk"
+    started = set()
+    try:
+        if call.kind == "chat":
+            for i in range(len(call.rids) * call.req.n):
+                yield sse.event(rsp.envelope(kind, call.id, call.created, call.model, [
+                    {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                     "finish_reason": None}]))
+        while call.open:
+            try:
+                tr, deltas = await call.next()
+            except APIError as exc:
+                yield sse.event(exc.body())
+                break
+            choices = [_chunk_choice(call, tr, d, started) for d in deltas
+                       if d.text or d.finish_reason or d.token_ids or d.index not in started]
+            if choices:
+                yield sse.event(rsp.envelope(kind, call.id, call.created, call.model, choices))
+        if call.req.include_usage:
+            yield sse.event(rsp.envelope(kind, call.id, call.created, call.model, [], call.usage()))
+        yield sse.DONE
+    finally:                                  # the client went away (cancelled) or we are done
+        call.abort_open()
+
+
+def _chunk_choice(call, tr, d, started):
+    first = d.index not in started
+    started.add(d.index)
+    if call.kind == "completion":
+        return rsp.completion_choice(d, call.req, tr, call.tok, first=first)
+    return rsp.chat_choice(d, call.req, call.tok, message=False)

@@ -1,0 +1,145 @@
+"""Open the model, start the engine thread and serve HTTP: what `colibri serve` and serve() run.
+
+Role in the data flow: ServeConfig -> open_llm (cd.LLM in process; its MoE layers on a new Ray pool with
+--workers N, or on a named pool service with --pool NAME) -> the generation engine over it -> an
+EngineBackend thread -> ServerState -> build_app -> uvicorn on cfg.host:cfg.port. `Server` is the
+in-Python handle (start in a thread, url, stop) the tests and the benchmark use.
+"""
+import logging
+import threading
+import time
+
+from .backend import EngineBackend
+from .config import ServeConfig
+from .metrics import Metrics
+from .state import ModelInfo, ServerState
+
+log = logging.getLogger("colibri.serve")
+SWITCH_INTERVAL_S = 0.001
+
+
+def open_llm(cfg):
+    """-> (cd.LLM, the Pool its experts run on or None)."""
+    from ..model import LLM
+    pool = None
+    if cfg.workers:
+        from ..pool import Pool
+        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads)
+    elif cfg.pool:
+        pool = attach_pool(cfg.pool)
+    kwargs = dict(threads=cfg.threads, max_num_seqs=cfg.max_num_seqs, seed=cfg.seed,
+                  max_num_batched_tokens=cfg.max_num_batched_tokens, moe=pool)
+    kwargs.update(cfg.llm_kwargs)
+    try:
+        return LLM(cfg.model, **kwargs), pool
+    except BaseException:
+        if pool is not None:
+            pool.shutdown()
+        raise
+
+
+def attach_pool(name):
+    from ..errors import PoolError
+    from ..pool import Pool, service
+    address = service.resolve_address(name)
+    if address is None:
+        raise PoolError(f"no running pool named {name!r} is recorded (start one with `colibri pool start`)")
+    return Pool.attach(name, ray_address=address)
+
+
+def make_engine(llm):
+    """The persistent generation engine over llm (generate/engine.py's LLMEngine, with the model's
+    generation_config defaults): the server's own, beside the one llm.generate drives."""
+    return llm.new_engine()
+
+
+def build_state(cfg, llm, pool=None):
+    from ..generate.api import encode_prompt
+    from ..generate.params import SamplingParams
+    from .admin import ExpertAdmin
+    metrics = Metrics()
+    backend = EngineBackend(make_engine(llm), metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status,
+                            stats_fn=llm.stats, pool_stats_fn=pool.stats if pool is not None else None).start()
+    info = ModelInfo(llm, SamplingParams, encode_prompt, getattr(llm, "generation_defaults", {}))
+    state = ServerState(cfg, backend, info, metrics,
+                        admin=ExpertAdmin(llm, pool, backend))
+    from .logprobs import TokenText
+    state.tok_text = TokenText(llm.tokenizer)
+    return state
+
+
+class Server:
+    """A running server in this process: Server(cfg).start() serves in a thread until stop()."""
+
+    def __init__(self, cfg, llm=None, pool=None):
+        self.cfg = cfg if isinstance(cfg, ServeConfig) else ServeConfig(**cfg)
+        self._owns = llm is None
+        t0 = time.perf_counter()
+        if llm is None:
+            llm, pool = open_llm(self.cfg)
+        self.llm, self.pool = llm, pool
+        self.state = build_state(self.cfg, llm, pool)
+        self.load_s = time.perf_counter() - t0
+        self._server = self._thread = None
+
+    def start(self, timeout=60.0):
+        import sys
+        import uvicorn
+        # the engine thread and the event loop share the GIL: hand it over every 1 ms, not 5 ms, so a busy
+        # event loop (32 streams' chunks) delays the next model step less
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+        from .app import build_app
+        config = uvicorn.Config(build_app(self.state), host=self.cfg.host, port=self.cfg.port,
+                                log_level=self.cfg.log_level, access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=5)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="colibri-http", daemon=True)
+        self._thread.start()
+        deadline = time.time() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.time() > deadline:
+                raise RuntimeError(f"the HTTP server did not start on {self.cfg.host}:{self.cfg.port}")
+            time.sleep(0.01)
+        return self
+
+    @property
+    def port(self):
+        sock = self._server.servers[0].sockets[0]
+        return sock.getsockname()[1]
+
+    @property
+    def url(self):
+        return f"http://{self.cfg.host}:{self.port}"
+
+    def wait(self):
+        self._thread.join()
+
+    def stop(self):
+        if self._server is not None:
+            self._server.should_exit = True
+            self._thread.join(15)
+        self.state.backend.close()
+        if self._owns:
+            self.llm.close()
+            if self.pool is not None:
+                self.pool.shutdown()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def serve(model, **options):
+    """Block serving MODEL (ServeConfig fields as keywords) until interrupted."""
+    cfg = ServeConfig(model=str(model), **options)
+    server = Server(cfg)
+    try:
+        server.start()
+        log.warning("colibri serve: %s on %s (model %s)", cfg.model, server.url, ", ".join(cfg.model_names))
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()

@@ -1,0 +1,98 @@
+"""Ray Serve deployment of the same app: `colibri serve --ray-serve` / colibri_dist.serve.deployment(...).
+
+Role in the data flow: each Serve replica opens the model (its own dense weights, KV cache and engine
+thread), builds the same ServerState and FastAPI app (serve.ingress with __serve_build_asgi_app__), and
+Ray Serve's proxy spreads HTTP requests over the replicas, scaling between min_replicas and max_replicas
+by ongoing requests. With workers > 0, `run` first starts ONE named expert pool and every replica
+attaches to it (cfg.pool), so replicas share the expert workers. The only module of serve/ that imports
+ray. An admin expert change drains the replica that received it; the others see the pool's change at
+their next step (say so to users: it is one pool's state shared by several engines).
+"""
+import dataclasses
+import os
+import time
+
+from ray import serve as ray_serve
+
+from .config import ServeConfig
+
+APP_NAME = "colibri"
+
+
+class _Replica:
+    def __init__(self, cfg):
+        from .launch import build_state, open_llm
+        self.cfg = cfg
+        self.llm, self.pool = open_llm(cfg)
+        self.state = build_state(cfg, self.llm, self.pool)
+
+    def __serve_build_asgi_app__(self):
+        from .app import build_app
+        return build_app(self.state)
+
+    def __del__(self):
+        try:
+            self.state.backend.close()
+            self.llm.close()
+        except Exception:
+            pass
+
+
+def deployment(model_or_cfg, min_replicas=1, max_replicas=1, num_cpus=0, **options):
+    """A bound Ray Serve application of the server (serve.run(app) starts it)."""
+    cfg = model_or_cfg if isinstance(model_or_cfg, ServeConfig) else ServeConfig(model=str(model_or_cfg), **options)
+    for name, v in (("min_replicas", min_replicas), ("max_replicas", max_replicas)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            from ..errors import InvalidArgument
+            raise InvalidArgument(f"{name} must be an integer >= 1, got {v!r}")
+    if max_replicas < min_replicas:
+        from ..errors import InvalidArgument
+        raise InvalidArgument(f"max_replicas ({max_replicas}) must be >= min_replicas ({min_replicas})")
+    scale = ({"num_replicas": min_replicas} if min_replicas == max_replicas else
+             {"autoscaling_config": {"min_replicas": min_replicas, "max_replicas": max_replicas,
+                                     "target_ongoing_requests": max(1, cfg.max_num_seqs // 2)}})
+    cls = ray_serve.ingress()(type("ColibriServer", (_Replica,), {}))
+    dep = ray_serve.deployment(cls, name="ColibriServer", ray_actor_options={"num_cpus": num_cpus},
+                               max_ongoing_requests=cfg.max_num_seqs + cfg.max_waiting, **scale)
+    return dep.bind(cfg)
+
+
+def start(cfg, min_replicas=1, max_replicas=1, ray_address=None, blocking=False):
+    """Connect Ray (loopback by default), start one shared expert pool if cfg.workers, run the app on
+    cfg.host:cfg.port. Returns the url (and, with blocking=True, serves until Ctrl-C)."""
+    from ..pool.ray_setup import connect
+    connect(ray_address)
+    pool = None
+    if cfg.workers:
+        from ..pool import Pool
+        name = f"serve-{os.getpid()}"
+        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads, name=name)
+        cfg = dataclasses.replace(cfg, workers=0, pool=name)
+    ray_serve.start(http_options={"host": cfg.host, "port": cfg.port})
+    ray_serve.run(deployment(cfg, min_replicas, max_replicas), name=APP_NAME, route_prefix="/")
+    url = f"http://{cfg.host}:{cfg.port}"
+    if not blocking:
+        return url, pool
+    print(f"colibri serve (Ray Serve, {min_replicas}-{max_replicas} replicas): {cfg.model} on {url}/v1; "
+          f"Ctrl-C stops", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop(pool)
+    return url, None
+
+
+def stop(pool=None):
+    try:
+        ray_serve.shutdown()
+    finally:
+        if pool is not None:
+            pool.shutdown(stop_service=True)
+
+
+def run(cfg, min_replicas=1, max_replicas=1, ray_address=None):
+    start(cfg, min_replicas, max_replicas, ray_address, blocking=True)
+    return 0

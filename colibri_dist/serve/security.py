@@ -1,0 +1,86 @@
+"""The server's guard: body size limits and the API key, as one ASGI middleware in front of the app.
+
+Role in the data flow: every HTTP request passes here first. Its body is read (at most the limit: 413
+beyond it, by Content-Length or by counting) and replayed to the app; requests to /v1/*, /tokenize,
+/detokenize and /admin/* need `Authorization: Bearer KEY` when the server has a key (401 otherwise,
+compared in constant time); /admin/* is refused (403) on a server started without a key. /health and
+/metrics stay open, as in vLLM. No route reads or writes a file named by a request.
+"""
+import hmac
+import json
+
+from .errors import error_body
+
+PROTECTED = ("/v1/", "/tokenize", "/detokenize", "/admin/")
+
+
+class Guard:
+    def __init__(self, app, api_key, max_body, max_admin_body):
+        self.app, self.api_key = app, api_key
+        self.max_body, self.max_admin_body = max_body, max_admin_body
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        denied = self._auth(path, _header(scope, b"authorization"))
+        if denied is not None:
+            return await _reply(send, *denied)
+        limit = self.max_admin_body if path.startswith("/admin/") else self.max_body
+        length = _header(scope, b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return await _reply(send, 413, f"the request body is larger than the server's limit of {limit} bytes",
+                                "payload_too_large")
+        body, more = bytearray(), True
+        while more:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            body += msg.get("body", b"")
+            more = msg.get("more_body", False)
+            if len(body) > limit:
+                return await _reply(send, 413, f"the request body is larger than the server's limit of "
+                                    f"{limit} bytes", "payload_too_large")
+        return await self.app(scope, _replay(bytes(body), receive), send)
+
+    def _auth(self, path, header):
+        if not path.startswith(PROTECTED) and path not in ("/tokenize", "/detokenize"):
+            return None
+        if self.api_key is None:
+            if path.startswith("/admin/"):
+                return 403, "admin endpoints are disabled: start the server with --api-key", "admin_disabled"
+            return None
+        token = header[7:].strip() if header and header[:7].lower() == "bearer " else None
+        if token is None:
+            return 401, "missing API key: send 'Authorization: Bearer KEY'", "invalid_api_key"
+        if not hmac.compare_digest(token.encode("utf-8", "surrogatepass"), self.api_key.encode("utf-8")):
+            return 401, "incorrect API key", "invalid_api_key"
+        return None
+
+
+def _header(scope, name):
+    for k, v in scope.get("headers", ()):
+        if k.lower() == name:
+            return v.decode("latin-1")
+    return None
+
+
+def _replay(body, receive):
+    sent = False
+
+    async def again():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()           # after the body: the disconnect a streaming route waits for
+    return again
+
+
+async def _reply(send, status, message, code):
+    payload = json.dumps(error_body(status, message, None, code)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})

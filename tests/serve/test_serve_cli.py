@@ -1,0 +1,40 @@
+"""`colibri serve`: flags reach ServeConfig, and the security rules refuse before anything starts."""
+import pytest
+
+from colibri_dist.cli import build_parser, main
+from colibri_dist.cli.serve import config_from_args
+from colibri_dist.serve.config import ServeConfig, is_loopback
+
+
+def test_non_loopback_host_without_a_key_is_refused(demo_model, capsys):
+    assert main(["serve", demo_model, "--host", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert "--host 0.0.0.0 is not a loopback address" in err and "--api-key" in err
+
+
+def test_flags_become_the_config(demo_model):
+    args = build_parser().parse_args(["serve", demo_model, "--port", "0", "--served-model-name", "a", "b",
+                                      "--max-num-seqs", "8", "--max-waiting", "3", "--overload-status", "503",
+                                      "--api-key", "k", "--host", "10.1.2.3"])
+    cfg = config_from_args(args)
+    assert (cfg.model_names, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status) == (("a", "b"), 8, 3, 503)
+    assert cfg.host == "10.1.2.3" and cfg.api_key == "k"
+
+
+@pytest.mark.parametrize("kw,match", [({"port": 70000}, "--port"), ({"max_num_seqs": 0}, "--max-num-seqs"),
+                                      ({"overload_status": 500}, "--overload-status"), ({"api_key": " "}, "--api-key"),
+                                      ({"workers": 2, "pool": "p"}, "exclude")])
+def test_bad_config_values_are_named(kw, match):
+    from colibri_dist.errors import InvalidArgument
+    with pytest.raises(InvalidArgument, match=match):
+        ServeConfig(model="m.colibri", **kw)
+
+
+def test_loopback_names():
+    assert all(map(is_loopback, ["127.0.0.1", "127.9.9.9", "::1", "localhost"]))
+    assert not any(map(is_loopback, ["0.0.0.0", "10.0.0.1", "example.com", "::"]))
+
+
+def test_a_missing_model_file_is_a_usage_error(tmp_path, capsys):
+    assert main(["serve", str(tmp_path / "none.colibri")]) == 2
+    assert "no such model file" in capsys.readouterr().err
