@@ -36,13 +36,13 @@ def tools(bin_dir):
     return t
 
 
-def _tokenizer(dst):
-    """A byte-level BPE tokenizer (trained on a fixed synthetic text) + its config, in dst."""
+def _tokenizer(dst, vocab):
+    """A byte-level BPE tokenizer of at most `vocab` tokens (trained on a fixed synthetic text) + its config, in dst."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=TOKENIZER_VOCAB, special_tokens=["<|endoftext|>"],
+    trainer = trainers.BpeTrainer(vocab_size=min(TOKENIZER_VOCAB, vocab), special_tokens=["<|endoftext|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     text = [" ".join(f"w{(i * 7919 + j * 104729) % 5003} {j}" for j in range(64)) for i in range(2000)]
     tok.train_from_iterator(text, trainer)
@@ -60,7 +60,8 @@ def _source_with_tokenizer(hf_dir, work):
         if not os.path.lexists(link) and not name.startswith("tokenizer"):
             os.symlink(os.path.abspath(os.path.join(hf_dir, name)), link)
     if not os.path.exists(os.path.join(src, "tokenizer.json")):
-        _tokenizer(src)
+        with open(os.path.join(hf_dir, "config.json")) as f:
+            _tokenizer(src, int(json.load(f)["vocab_size"]))
     return src
 
 
