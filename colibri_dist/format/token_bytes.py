@@ -56,6 +56,12 @@ def ours(model):
     return out
 
 
+def _attn_part(name):
+    """"q" | "k" | "v" | "o" | ... for an attention projection's name, else ""."""
+    m = _ATTN.match(name)
+    return m.group(2) if m else ""
+
+
 def _down_tensors(model):
     """Layers of llama.cpp's FFN_DOWN tensors in file order: a dense MLP's, or an MoE layer's experts + shared."""
     moe, shared = set(model.moe_layers), model.config.shared_inter > 0
@@ -71,7 +77,7 @@ def llama_cpp_estimate(model, ftype):
         raise ValueError(f"no llama.cpp rules for {ftype!r}; known: {', '.join(FTYPES)}")
     base, k_m, e8 = FTYPES[ftype], ftype == "Q4_K_M", model.config.n_experts == 8
     n_down = len(_down_tensors(model))
-    n_v = sum(1 for e in model.entries if _ATTN.match(e.name) and _ATTN.match(e.name).group(2) == "v")
+    n_v = sum(1 for e in model.entries if _attn_part(e.name) == "v")
     out = {"dense": 0, "lm_head": 0, "experts": 0, "routers": 0}
     i_v = 0
     for e in model.entries:
@@ -80,7 +86,7 @@ def llama_cpp_estimate(model, ftype):
             if e.name == "lm_head.weight":
                 out["lm_head"] += ggml_bytes("Q8_0" if base == "Q8_0" else "Q6_K", m.rows, m.cols)
                 continue
-            t, part = base, (_ATTN.match(e.name).group(2) if _ATTN.match(e.name) else "")
+            t, part = base, _attn_part(e.name)
             if part == "v":
                 t = "Q8_0" if e8 else ("Q6_K" if k_m and _use_more_bits(i_v, n_v) else base)
                 i_v += 1
