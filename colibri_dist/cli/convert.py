@@ -29,8 +29,8 @@ def register(subparsers):
     p.add_argument("--lm-head", dest="lm_head", choices=list(SCHEMES), default=None,
                    help="encoding of lm_head alone (default: the same as --dense)")
     p.add_argument("--preset", choices=list(PRESETS), default=None,
-                   help="a named choice of the three encodings, closest in bytes per decode token to the "
-                        "llama.cpp file type of that name: " + "; ".join(
+                   help="a named choice of the three encodings after the llama.cpp file type of that name "
+                        "(q4_k_m: the closest bytes per decode token; convert prints both sizes): " + "; ".join(
                             f"{k} = experts {v[0]}, dense {v[1]}, lm_head {v[2]}" for k, v in PRESETS.items())
                         + " (explicit --experts/--dense/--lm-head win)")
     p.add_argument("--force", action="store_true",

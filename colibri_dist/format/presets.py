@@ -3,14 +3,15 @@
 Role in the data flow: `colibri convert --preset NAME` and convert(preset=...) resolve here before
 anything is read. A preset fills in only what the caller left unset, so `--preset q4_k_m --lm-head
 f16` keeps the preset's 4-bit experts and dense matrices and puts the LM head in f16. Each preset
-names the llama.cpp file type whose bytes per decode token it comes closest to with our encodings
-(token_bytes.py computes both; `colibri convert` prints them side by side):
+names the llama.cpp file type it stands beside (token_bytes.py computes the bytes per decode token of
+both; `colibri convert` prints them side by side):
 
 - q4_k_m: every matrix int4 in groups of 64 (4.5 bits per weight: Q4_K's rate exactly), the LM head
   int8 per row (Q4_K_M keeps it in Q6_K, 6.56 bits; we have no 6-bit encoding, and the 4-bit one
   would be the larger quality loss). Q4_K_M also moves the value projection and the expert down
   projection of some layers to Q6_K; on the benchmark model the two files differ by ~2% per token.
-- q4_0: int4 in groups of 32 (5 bits; Q4_0 has 4.5 with an f16 scale), LM head int8.
+- q4_0: int4 in Q4_0's groups of 32 (5 bits with our f32 scale; Q4_0 has 4.5 with an f16 one), LM head int8:
+  the same grouping, not the same bytes (q4_k_m is the smaller of the two).
 - q8_0: int8 per row everywhere (8 bits plus one scale a row; Q8_0 has 8.5).
 """
 from ..errors import InvalidArgument
