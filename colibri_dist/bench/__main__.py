@@ -2,7 +2,7 @@
 import importlib
 import sys
 
-NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve"]
+NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer"]
 
 
 def main(argv=None):

@@ -52,13 +52,10 @@ def _timed(fn):
 
 
 def decode_bytes_per_token(llm):
-    """Bytes one decode token reads: every dense matrix (attention, lm_head, dense MLPs) + top_k experts per MoE layer."""
-    from ..format import spec
-    model = llm.engine.model
-    dense = sum(e.nbytes for e in model.entries if e.kind in (spec.KIND_MATRIX, spec.KIND_DENSE_MLP))
-    layers = model.moe_layers
-    experts = sum(model.config.top_k * model.expert_layout(layer).nbytes for layer in layers)
-    return dense + experts
+    """Bytes one decode token reads: every dense matrix (attention, lm_head, dense MLPs), the routers, shared
+    experts and top_k experts per MoE layer (format/token_bytes.py, the same count `colibri convert` prints)."""
+    from ..format import token_bytes
+    return token_bytes.ours(llm.engine.model)["total"]
 
 
 def ours(path, cfg, threads, rng, w8a8=False):

@@ -8,6 +8,7 @@ import json
 import sys
 
 from ..format.layout import SCHEMES
+from ..format.presets import PRESETS, gguf_type
 from .common import add_progress, progress_enabled
 
 
@@ -19,11 +20,19 @@ def register(subparsers):
                                           "OLMoE, DeepSeek-V3.")
     p.add_argument("src", metavar="SRC", help="checkpoint directory")
     p.add_argument("dst", metavar="DST", help="output .colibri file (written as DST.partial, then renamed)")
-    p.add_argument("--experts", choices=list(SCHEMES), default="int8",
+    p.add_argument("--experts", choices=list(SCHEMES), default=None,
                    help="expert weight encoding (default: int8, symmetric per row)")
     p.add_argument("--dense", choices=list(SCHEMES), default=None,
-                   help="encoding of dense matrices: attention projections, lm_head, dense MLP layers "
+                   help="encoding of dense matrices: attention projections, dense MLP layers and (unless "
+                        "--lm-head) lm_head; int4-g32 / int4-g64 put every matrix in 4 bits "
                         "(default: the same as --experts)")
+    p.add_argument("--lm-head", dest="lm_head", choices=list(SCHEMES), default=None,
+                   help="encoding of lm_head alone (default: the same as --dense)")
+    p.add_argument("--preset", choices=list(PRESETS), default=None,
+                   help="a named choice of the three encodings after the llama.cpp file type of that name "
+                        "(q4_k_m: the closest bytes per decode token; convert prints both sizes): " + "; ".join(
+                            f"{k} = experts {v[0]}, dense {v[1]}, lm_head {v[2]}" for k, v in PRESETS.items())
+                        + " (explicit --experts/--dense/--lm-head win)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing DST and drop its hot-added experts (DST.experts/)")
     add_progress(p)
@@ -42,15 +51,30 @@ def register(subparsers):
 
 def run_convert(args):
     from ..format.convert import convert
-    convert(args.src, args.dst, experts=args.experts, dense=args.dense, force=args.force,
-            progress=progress_enabled(args))
+    convert(args.src, args.dst, experts=args.experts, dense=args.dense, lm_head=args.lm_head, preset=args.preset,
+            force=args.force, progress=progress_enabled(args))
     from ..format.reader import open_model
     with open_model(args.dst) as model:
         c = model.config
         files = ", ".join(sorted(model.tokenizer_files())) or "none"
         print(f"wrote {args.dst}: {c.family}, {len(c.moe_layers)} MoE layers x {c.n_experts} experts "
-              f"({args.experts}; dense {model.dense_scheme}; tokenizer files {files})")
+              f"({c.scheme}; dense {model.dense_scheme}; lm_head {model.lm_head_scheme}; tokenizer files {files})")
+        print(token_bytes_line(model, gguf_type(args.preset)))
     return 0
+
+
+def token_bytes_line(model, ftype=None):
+    """Weight bytes per decode token of the container and (with a preset) of llama.cpp's file type."""
+    from ..format import token_bytes
+    ours = token_bytes.ours(model)
+    line = (f"bytes per decode token: {ours['total'] / 1e6:,.1f} MB (dense {ours['dense'] / 1e6:,.1f}, "
+            f"lm_head {ours['lm_head'] / 1e6:,.1f}, experts {ours['experts'] / 1e6:,.1f})")
+    if ftype:
+        peer = token_bytes.llama_cpp_estimate(model, ftype)
+        line += (f"; llama.cpp {ftype} of this model: {peer['total'] / 1e6:,.1f} MB (dense {peer['dense'] / 1e6:,.1f}, "
+                 f"lm_head {peer['lm_head'] / 1e6:,.1f}, experts {peer['experts'] / 1e6:,.1f}), "
+                 f"ratio {ours['total'] / peer['total']:.3f}")
+    return line
 
 
 def describe(model):
@@ -72,6 +96,7 @@ def describe(model):
         "bytes_by_dtype": model.bytes_by_dtype(),
         "file_bytes": model.header["file_size"],
         "dense_scheme": model.dense_scheme,
+        "lm_head_scheme": model.lm_head_scheme,
         "tokenizer_files": sorted(model.tokenizer_files()),
         "hot_added": hot_added(model.path),
     }
@@ -117,6 +142,7 @@ def run_inspect(args):
     print(f"  expert blobs {info['experts_total']} x {info['expert_blob_bytes']:,} bytes; "
           f"{info['tensors']} tensors in the table")
     print(f"  dense matrices {info['dense_scheme'] or 'as stored (container without whole-model entries)'}; "
+          f"lm_head {info['lm_head_scheme'] or 'as stored'}; "
           f"tokenizer {', '.join(info['tokenizer_files']) or 'none'}")
     if info["hot_added"]:
         for layer, h in info["hot_added"].items():

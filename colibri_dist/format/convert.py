@@ -1,12 +1,13 @@
-"""convert(src_dir, dst, experts="int8", dense=None): Hugging Face safetensors checkpoint -> .colibri.
+"""convert(src_dir, dst, experts=None, dense=None, lm_head=None, preset=None): HF safetensors -> .colibri.
 
 Role in the data flow: the way models enter colibri. It reads config.json,
 picks the family (families.py), checks up front that every MoE tensor exists
 with the right shape (so a bad checkpoint fails before a byte is written),
 then streams: per MoE layer the router (f32), the correction bias, the shared
 gate, the shared expert blob and each expert blob (pack_expert, one expert in
-memory at a time); the dense matrices (attention projections, lm_head; the tied
-embedding as lm_head) encoded in the `dense` scheme one at a time (dense_plan.py),
+memory at a time); the dense matrices (attention projections; the tied embedding
+as lm_head) encoded in the `dense` scheme, lm_head in the `lm_head` scheme, one at
+a time (dense_plan.py; presets.py resolves a preset and the defaults),
 dense MLP layers as blobs; every other tensor copied as it comes in bounded
 chunks; the tokenizer files into the metadata. The writer makes the file appear
 only when complete; an existing DST (and its hot-added experts) is replaced only
@@ -24,7 +25,7 @@ from .config_values import check_config
 from .families import detect
 from .hf_source import SafetensorsSource, storage_dtype
 from .integrity import check_values, checked_chunks
-from .layout import SCHEMES
+from .presets import resolve
 from .dense_plan import write_dense
 from .destination import check_destination
 from .progress import bar
@@ -33,11 +34,8 @@ from .quantize import pack_expert
 from .writer import ContainerWriter
 
 
-def convert(src_dir, dst, experts="int8", progress=True, dense=None, force=False):
-    dense = experts if dense is None else dense
-    for what, scheme in (("expert", experts), ("dense", dense)):
-        if scheme not in SCHEMES:
-            raise InvalidArgument(f"unknown {what} scheme {scheme!r}; choose from {', '.join(SCHEMES)}")
+def convert(src_dir, dst, experts=None, progress=True, dense=None, force=False, lm_head=None, preset=None):
+    experts, dense, lm_head = resolve(preset, experts, dense, lm_head)
     src_dir, dst = os.fspath(src_dir), os.fspath(dst)
     replaced = check_destination(dst, force)
     config_path = os.path.join(src_dir, "config.json")
@@ -56,10 +54,10 @@ def convert(src_dir, dst, experts="int8", progress=True, dense=None, force=False
             for lp in plan:
                 write_layer(writer, cfg, source, lp, pbar)
             used = {n for lp in plan for n in lp.sources}
-            used |= write_dense(writer, source, hf, cfg, dense, used, pbar)
+            used |= write_dense(writer, source, hf, cfg, dense, used, pbar, lm_head=lm_head)
             for name in sorted(set(source.refs) - used):
                 copy_dense(writer, source, name, pbar)
-            meta = dict(_meta(hf, src_dir, family, cfg), dense_scheme=dense,
+            meta = dict(_meta(hf, src_dir, family, cfg), dense_scheme=dense, lm_head_scheme=lm_head,
                         tokenizer_files=tokenizer_files(src_dir))
             writer.finish(cfg.header_fields(), meta, before_rename=replaced.move_aside)
     finally:

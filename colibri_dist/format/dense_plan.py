@@ -1,9 +1,9 @@
 """Dense part of a whole model in the container: which source tensors become encoded matrices.
 
 Role in the data flow: convert.py calls write_dense after the MoE layers. Matrices the
-decoder multiplies by (attention projections of every family, lm_head) are encoded in the
-`dense` scheme (pack_matrix) one at a time, so peak memory is one matrix; a tied embedding
-also becomes `lm_head.weight`; each non-MoE layer's SwiGLU MLP (DeepSeek's first dense layers,
+decoder multiplies by (attention projections of every family) are encoded in the `dense`
+scheme and lm_head in the `lm_head` scheme (pack_matrix) one at a time, so peak memory is one
+matrix; a tied embedding also becomes `lm_head.weight`; each non-MoE layer's SwiGLU MLP (DeepSeek's first dense layers,
 Qwen's mlp_only_layers) becomes one dense-MLP blob. Norm weights, biases and the embedding
 table stay plain tensors (the embedding is gathered, not streamed, per token).
 """
@@ -23,8 +23,10 @@ def dense_mlp_names(layer):
     return tuple(f"model.layers.{layer}.mlp.{part}.weight" for part in _MLP_PARTS)
 
 
-def write_dense(writer, source, hf, cfg, scheme, used, pbar):
-    """Write the encoded matrices and dense-MLP blobs; returns the source names consumed."""
+def write_dense(writer, source, hf, cfg, scheme, used, pbar, lm_head=None):
+    """Write the encoded matrices and dense-MLP blobs; returns the source names consumed.
+    lm_head: the LM head's scheme (None: `scheme`)."""
+    head = scheme if lm_head is None else lm_head
     done = set()
     for layer in range(cfg.n_layers):
         names = dense_mlp_names(layer)
@@ -39,11 +41,11 @@ def write_dense(writer, source, hf, cfg, scheme, used, pbar):
         pbar.update(sum(source.ref(n).nbytes for n in names))
         done.update(names)
     for name in sorted(n for n in source.refs if MATRIX_NAME.match(n) and n not in used):
-        _matrix(writer, source, name, name, scheme)
+        _matrix(writer, source, name, name, head if name == LM_HEAD else scheme)
         pbar.update(source.ref(name).nbytes)
         done.add(name)
     if hf.get("tie_word_embeddings") and LM_HEAD not in source and EMBED in source:
-        _matrix(writer, source, EMBED, LM_HEAD, scheme)
+        _matrix(writer, source, EMBED, LM_HEAD, head)
     return done
 
 

@@ -239,6 +239,14 @@ class Model:
         """Encoding of dense matrices (meta; None for containers from before whole-model support)."""
         return self.meta.get("dense_scheme")
 
+    @property
+    def lm_head_scheme(self):
+        """Encoding of lm_head.weight as stored (None when the container has no encoded lm_head)."""
+        if not self.has_tensor("lm_head.weight"):
+            return None
+        entry = self._entry("lm_head.weight")
+        return DTYPE_NAMES.get(entry.matrices[0].dtype) if entry.kind == spec.KIND_MATRIX else None
+
     def tokenizer_files(self):
         """{file name: text} of the tokenizer files copied from the checkpoint ({} when there are none)."""
         files = self.meta.get("tokenizer_files") or {}

@@ -1,0 +1,72 @@
+"""The colibri side of `python -m colibri_dist.bench peer`: the benchmark checkpoint's containers and one
+engine's measurements, shaped like llama-batched-bench's so the two sit in one table.
+
+Role: ENGINES names each column (container encodings + runtime mode); container() converts the bf16
+checkpoint once per encoding set into the cache folder; measure() opens one LLM (one model resident
+at a time), prefills `prompt` tokens for each of `pl` sequences in one forward call and times it, then
+times `gen` decode steps of all of them together: prefill tok/s = pl*prompt / t_pp and aggregate decode
+tok/s = pl*gen / t_tg, as llama-batched-bench defines S_PP and S_TG.
+"""
+import os
+import time
+
+import numpy as np
+
+# column name: (experts, dense, lm_head, LLM keyword arguments)
+ENGINES = {
+    "colibri int8": ("int8", "int8", "int8", {}),
+    "colibri int8 + w8a8": ("int8", "int8", "int8", {"w8a8": True}),
+    "colibri int4-g64 (+ int8 dense)": ("int4-g64", "int8", "int8", {}),
+    "colibri q4_k_m preset": ("int4-g64", "int4-g64", "int8", {}),
+}
+
+
+def container(hf_dir, cache_dir, experts, dense, lm_head):
+    """Path of the checkpoint converted with these encodings (made once)."""
+    from ..format.convert import convert
+    name = "model-int8.colibri" if (experts, dense, lm_head) == ("int8",) * 3 else \
+        f"model-{experts}-dense-{dense}-head-{lm_head}.colibri"
+    path = os.path.join(cache_dir, name)
+    if not os.path.exists(path):
+        convert(hf_dir, path, experts=experts, dense=dense, lm_head=lm_head, progress=False, force=True)
+    return path
+
+
+def _decode(llm, seqs, first, gen):
+    toks = [[int(t)] for t in first]
+    t0 = time.perf_counter()
+    for _ in range(gen):
+        logits = llm.forward([(s, tk, False) for s, tk in zip(seqs, toks)])
+        toks = [[int(np.argmax(lg[-1]))] for lg in logits]
+    return time.perf_counter() - t0
+
+
+def run_pl(llm, rng, prompt, gen, pl):
+    """One llama-batched-bench-shaped measurement at `pl` sequences -> speeds."""
+    V = llm.vocab_size
+    seqs = [llm.new_sequence() for _ in range(pl)]
+    try:
+        prompts = [rng.integers(0, V, prompt).tolist() for _ in range(pl)]
+        t0 = time.perf_counter()
+        logits = llm.forward([(s, p, False) for s, p in zip(seqs, prompts)])
+        t_pp = time.perf_counter() - t0
+        t_tg = _decode(llm, seqs, [np.argmax(lg[-1]) for lg in logits], gen)
+    finally:
+        for s in seqs:
+            llm.release(s)
+    return {"prefill_tok_s": pl * prompt / t_pp, "decode_tok_s": pl * gen / t_tg, "t_pp": t_pp, "t_tg": t_tg,
+            "n_kv": pl * (prompt + gen)}
+
+
+def measure(path, kwargs, threads, runs, seed=0):
+    """{(prompt, gen): {pl: speeds}} for runs = [(prompt, gen, [pl, ...]), ...] on one LLM, plus bytes/token."""
+    from ..model import LLM
+    from ..format import token_bytes
+    rng = np.random.default_rng(seed)
+    out = {}
+    with LLM(path, threads=threads, kv_cache_bytes=1 << 30, **kwargs) as llm:
+        run_pl(llm, rng, 16, 2, 1)                                   # warm-up: maps, arena, pool
+        for prompt, gen, pls in runs:
+            out[(prompt, gen)] = {pl: run_pl(llm, rng, prompt, gen, pl) for pl in pls}
+        nbytes = token_bytes.ours(llm.engine.model)["total"]
+    return out, nbytes
