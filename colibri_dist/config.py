@@ -114,6 +114,8 @@ class JobSection:
     on_error: str = _enum("continue", "fail", default="continue")
     max_num_seqs: int = 64
     prefill_chunk: Optional[int] = None
+    chat_template_timeout_s: float = 2.0        # = generate.safe_text.TemplateLimits() (tests check they agree)
+    chat_template_max_chars: int = 4 << 20
 
 
 @dataclass
@@ -491,7 +493,11 @@ def _validate_pool(pool, at, prefix="pool"):
 
 def _validate_job(cfg, at):
     job = cfg.job
-    _check_positive(job, ["batch_tokens", "shard_rows", "threads", "max_num_seqs", "prefill_chunk"], at, "job")
+    _check_positive(job, ["batch_tokens", "shard_rows", "threads", "max_num_seqs", "prefill_chunk",
+                          "chat_template_max_chars"], at, "job")
+    if job.chat_template_timeout_s <= 0:
+        _fail(at("job.chat_template_timeout_s"), "job.chat_template_timeout_s",
+              f"expected a positive number of seconds, got {job.chat_template_timeout_s}")
     if job.seed < 0:
         _fail(at("job.seed"), "job.seed", f"expected an integer >= 0, got {job.seed}")
     if job.input is None and cfg.model is not None:

@@ -75,8 +75,7 @@ def main_generate(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, seed=args.seed, stop=args.stop, ignore_eos=args.ignore_eos)
-    if args.prompt == "-":
-        args.prompt = sys.stdin.read()
+    _check_text_args(args)
     t0 = time.perf_counter()
     llm, pool = open_llm(args)
     try:
@@ -86,6 +85,24 @@ def main_generate(args, out=None, err=None):
         return 0
     finally:
         _close(llm, pool)
+
+
+def _check_text_args(args):
+    """PROMPT ('-': stdin) and --system must be UTF-8: bytes that are not arrive from argv as U+DC80..U+DCFF
+    (surrogateescape), which no tokenizer takes; one usage error naming the argument and the byte."""
+    from ..errors import InvalidArgument
+    from ..generate.safe_text import check_text
+    what = "PROMPT"
+    if args.prompt == "-":
+        what = "PROMPT (stdin)"
+        try:
+            args.prompt = sys.stdin.read()
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument(f"{what}: byte 0x{exc.object[exc.start]:02X} at offset {exc.start} is not "
+                                  f"UTF-8 (pass UTF-8 text)") from None
+    check_text(args.prompt, what, from_bytes=True)
+    if args.system is not None:
+        check_text(args.system, "--system", from_bytes=True)
 
 
 def _silence(out):

@@ -9,6 +9,7 @@ or bad per-request params give that request an `error` and the others go on; a w
 from ..errors import InvalidArgument
 from .outputs import Completion, Score
 from .params import SamplingParams
+from .safe_text import encode_or_error
 from .scheduler import Scheduler
 
 
@@ -94,8 +95,7 @@ def encode_prompt(tokenizer, item, rid, add_special_tokens=True):
     if isinstance(item, str):
         if tokenizer is None:
             return None, InvalidArgument(f"request {rid!r}: a text prompt needs a tokenizer")
-        enc = tokenizer.encode(item, add_special_tokens=add_special_tokens)
-        return list(getattr(enc, "ids", enc)), None
+        return encode_or_error(tokenizer, item, f"request {rid!r}", add_special_tokens)
     if isinstance(item, (list, tuple)) and all(_is_token(t) for t in item):
         return [int(t) for t in item], None
     return None, InvalidArgument(f"request {rid!r}: a prompt must be a string or a list of token ids, "

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import InvalidArgument
 from .detok import NullDetokenizer
 from .outputs import Completion, RequestMetrics, Score, StreamEvent
+from .safe_text import DecodeFailed
 from .sampler import NonFiniteLogits, logsumexp
 
 
@@ -70,9 +71,12 @@ class Request:
         self.output.append(token)
         if lp is not None:
             self.logprobs.append(lp)
-        delta = self.detok.add(token)
-        reason, stop_reason, cut = self._check_stop(token, delta, model)
-        self._emit(token, reason, stop_reason, cut, on_token)
+        try:
+            delta = self.detok.add(token)
+            reason, stop_reason, cut = self._check_stop(token, delta, model)
+            self._emit(token, reason, stop_reason, cut, on_token)
+        except DecodeFailed as exc:           # the tokenizer failed on this request's tokens (safe_text.py)
+            return self._fail(exc)
         return reason is not None
 
     def _fail(self, exc):

@@ -48,13 +48,13 @@ def test_template_failures_are_row_errors(tmp_path):
     names = ["div", "deep", "include", "big", "spin"]
     rows = [{"id": "ok1", "messages": _msg("one two")}] + [{"id": n, "messages": _msg(n)} for n in names] + \
            [{"id": "ok2", "messages": _msg("three")}]
-    cfg = _job(tmp_path, rows, "  chat_template_timeout_s: 0.2\n  chat_template_max_chars: 100000\n")
+    cfg = _job(tmp_path, rows, "  chat_template_timeout_s: 1\n  chat_template_max_chars: 2000\n")
     rep = run_generation_job(cfg, FakeLLM(template=HOSTILE), out_dir=str(tmp_path / "out"))
     got = {r["id"]: r for r in _rows(tmp_path / "out")}
     assert rep["rows"] == 7 and rep["errors"] == 5 and rep["complete"]
     want = {"div": "ZeroDivisionError", "deep": "RecursionError", "include": "TypeError",
-            "big": "more than 100000 characters (job.chat_template_max_chars)",
-            "spin": "took longer than 0.2 s (job.chat_template_timeout_s)"}
+            "big": "more than 2000 characters (job.chat_template_max_chars)",
+            "spin": "took longer than 1 s (job.chat_template_timeout_s)"}
     for name, text in want.items():
         assert set(got[name]) == {"id", "error"} and "chat template" in got[name]["error"], got[name]
         assert text in got[name]["error"], got[name]["error"]
