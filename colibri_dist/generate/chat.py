@@ -111,8 +111,11 @@ class ChatTemplate:
         variables = {**self.special_tokens, **kwargs}
         try:
             with bounded(limits or self.limits):
-                return self._template.render(messages=msgs, tools=tools, documents=documents,
-                                             add_generation_prompt=add_generation_prompt, **variables)
+                # Template.render without its handle_exception: rewriting a 1000-frame RecursionError
+                # traceback into template frames costs more than the time bound
+                ctx = self._template.new_context(dict(messages=msgs, tools=tools, documents=documents,
+                                                      add_generation_prompt=add_generation_prompt, **variables))
+                return "".join(self._template.root_render_func(ctx))
         except (jinja2.TemplateError, TemplateOverrun) as exc:
             raise InvalidArgument(f"{self.source}: chat template: {exc}") from None
         except Exception as exc:      # noqa: BLE001 - any Python error a template raises is the request's error
@@ -120,11 +123,12 @@ class ChatTemplate:
 
 
 def _line(exc):
-    """' (template line N)' from the traceback jinja rewrites to point into the template."""
+    """' (template line N)': the innermost frame of the compiled template in the traceback, mapped back."""
     tb, line = exc.__traceback__, None
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<template>":
-            line = tb.tb_lineno
+        template = tb.tb_frame.f_globals.get("__jinja_template__")
+        if template is not None:
+            line = template.get_corresponding_lineno(tb.tb_lineno)
         tb = tb.tb_next
     return f" (template line {line})" if line else ""
 

@@ -168,7 +168,11 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         b.tick()
         if sum(b.deep(p) for p in parts) > b.max_chars:
             b.over("'~'")
-        return parts
+        if self.autoescape:
+            return parts
+        # str() here, not inside str_join's map(): a StopIteration from a value's __str__ would end that
+        # map silently (dropping the text); raised here it is the rendering's error
+        return [p if type(p) is str else str(p) for p in parts]
 
     # -- sandbox hooks
     def call_binop(self, context, operator, left, right):

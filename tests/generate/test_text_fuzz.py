@@ -123,7 +123,9 @@ def _exception_classes():
 
 
 def _make(cls):
-    for args in (("boom",), ("boom", [ValueError("inner")]), ("utf-8", b"x", 0, 1, "bad"), ()):
+    for args in (("boom",), ("boom", [ValueError("inner")]), ("utf-8", b"x", 0, 1, "bad"), ("utf-8", "x", 0, 1, "bad"),
+                 ("x", 0, 1, "bad"),
+                 ()):
         try:
             return cls(*args)
         except TypeError:
@@ -145,7 +147,7 @@ class _Hostile:
 
 USES = ["{{ m.content }}", "{% for c in m.content %}{% endfor %}", "{{ m.content|length }}",
         "{{ m.content == 'x' }}", "{{ m.content + 'x' }}", "{{ m.content[0] }}", "{% if m.content %}{% endif %}",
-        "{{ [m.content]|sort }}", "{{ m.content|tojson }}", "{{ m.content ~ '' }}"]
+        "{{ [m.content, 'x']|sort }}", "{{ m.content|tojson }}", "{{ m.content ~ '' }}"]
 CLASSES = _exception_classes()
 
 
@@ -160,6 +162,9 @@ def test_every_builtin_exception_class_is_a_request_error(cls):
         out = chat(model, tok, t, convs, SamplingParams(max_tokens=2))
         assert out[0].error is None, (use, out[0].error)
         err = out[1].error
+        if use == "{{ m.content[0] }}" and issubclass(cls, (TypeError, LookupError)):
+            assert err is None            # jinja's getitem turns these into Undefined by design
+            continue
         assert isinstance(err, InvalidArgument) and str(err).startswith("request 1: m.colibri: chat template"), \
             (use, err)
 
@@ -169,7 +174,7 @@ def test_every_builtin_exception_class_is_a_request_error(cls):
 EDGE = ["\x00", "\ufeff", "\u202e", "\u202d", "\u200f", "\u200e", "\u2066", "\u0301", "e\u0301\u0327", "\ufffe",
         "\uffff", "\U0001fffe", "\U0010ffff", "\ufffd", "\ud800", "\udbff", "\udc00", "\udcff", "\udfff", "\r\n",
         "\u2028", "\u00a0", "日本", "🙂", "\U0001f468\u200d\U0001f469\u200d\U0001f467", "ß", "İ", "\x7f", "\x1b[31m",
-        " " * 300, "a" * 5000]
+        " " * 300, "a" * 3000]
 TEXT = st.lists(st.one_of(st.sampled_from(EDGE), st.text(st.characters(exclude_categories=()), max_size=6)),
                 max_size=6).map("".join)
 
@@ -178,7 +183,7 @@ def _has_surrogate(text):
     return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
 
 
-@FUZZ
+@settings(max_examples=50, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(sorted(TOKS)), st.lists(TEXT, min_size=1, max_size=4))
 def test_request_text_is_ids_or_that_requests_error(name, texts):
     tok = TOKS[name]
@@ -205,10 +210,12 @@ def _job(**kw):
     return JobSection(kind="generate", **kw)
 
 
+JOB_LLM = FakeLLM()
+JOB_READER = RowReader(_job(), "generate", JOB_LLM.tokenizer, JOB_LLM.chat_template)
 ROW_VALUES = st.one_of(TEXT, st.none(), st.integers(-5, 5), st.lists(TEXT, max_size=2))
 ROWS = st.fixed_dictionaries({}, optional={
     "id": st.one_of(TEXT, st.integers(-3, 3)), "prompt": ROW_VALUES,
-    "messages": st.one_of(st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", TEXT]),
+    "messages": st.one_of(st.lists(st.fixed_dictionaries({"role": st.one_of(st.sampled_from(["user", "system"]), TEXT),
                                                           "content": ROW_VALUES}), max_size=3), ROW_VALUES)})
 
 
@@ -224,8 +231,7 @@ def test_jsonl_rows_are_prompts_or_row_errors(rows, corruptions):
     path = os.path.join(WORK, "in.jsonl")
     with open(path, "wb") as fh:
         fh.write(bytes(data))
-    llm = FakeLLM()
-    reader = RowReader(_job(), "generate", llm.tokenizer, lambda: llm.chat_template)
+    llm, reader = JOB_LLM, JOB_READER
     n = sum(1 for line in bytes(data).split(b"\n") if line.strip())
     got = reader.read(Shard("s", path, 0, n))
     assert len(got) == n
