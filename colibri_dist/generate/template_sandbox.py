@@ -56,6 +56,11 @@ class Budget:
             self.over(what)
 
     def check_value(self, value, what):
+        t = type(value)
+        if t is str or t is list or t is dict or t is tuple:      # the common case, first
+            if len(value) > self.max_chars:
+                self.over(what)
+            return value
         if is_int(value):
             if value.bit_length() > 3.33 * INT_DIGITS:
                 self.check_size("digits", digits(value), what)
@@ -148,19 +153,21 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     # -- what the generated code calls
     def tick(self):
-        self.budget().tick()
+        if time.monotonic() > (_BUDGET.get() or self._untimed).deadline:
+            self.budget().tick()
 
     def out_value(self, value):
-        b = self.budget()
-        b.check_deep(value, "a value written")
+        if type(value) is not str:
+            self.budget().check_deep(value, "a value written")
         return value
 
     def out_count(self, text):
-        b = self.budget()
-        b.written += len(text) if isinstance(text, str) else len(str(text))
+        b = _BUDGET.get() or self._untimed
+        b.written += len(text) if type(text) is str else len(str(text))
         if b.written > b.max_chars:
             b.over("the rendered text")
-        b.tick()
+        if time.monotonic() > b.deadline:
+            b.tick()
         return text
 
     def concat_parts(self, parts):
@@ -176,21 +183,28 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     # -- sandbox hooks
     def call_binop(self, context, operator, left, right):
-        b = self.budget()
-        b.tick()
+        b = _BUDGET.get() or self._untimed
+        if time.monotonic() > b.deadline:
+            b.tick()
+        if operator == "+" and type(left) is str and type(right) is str:        # the common case, first
+            if len(left) + len(right) > b.max_chars:
+                b.over("'+'")
+            return left + right
         grow = binop_size(b, operator, left, right)
         if grow is not None:
             b.check_size(*grow, f"'{operator}'")
         return b.check_value(super().call_binop(context, operator, left, right), f"'{operator}'")
 
     def getattr(self, obj, attribute):
-        b = self.budget()
-        b.tick()
+        b = _BUDGET.get() or self._untimed
+        if time.monotonic() > b.deadline:
+            b.tick()
         return b.check_value(super().getattr(obj, attribute), f"attribute {attribute!r}")
 
     def getitem(self, obj, argument):
-        b = self.budget()
-        b.tick()
+        b = _BUDGET.get() or self._untimed
+        if time.monotonic() > b.deadline:
+            b.tick()
         return b.check_value(super().getitem(obj, argument), "an item")
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - jinja's signature
