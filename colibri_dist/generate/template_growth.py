@@ -130,8 +130,10 @@ def binop_size(b, op, left, right):
     """-> ("chars" | "digits", bound) for an intercepted binary operator, or None (no growth)."""
     if op == "*":
         for seq, n in ((left, right), (right, left)):
-            if isinstance(seq, (str, bytes, list, tuple)) and is_int(n):
-                return "chars", shallow(seq) * max(n, 0)
+            if isinstance(seq, (str, bytes)) and is_int(n):
+                return "chars", len(seq) * max(n, 0)
+            if isinstance(seq, (list, tuple)) and is_int(n):      # [[x] * 1000] * 1000: the whole size
+                return "chars", (b.deep(seq) if seq else 2) * max(n, 0)
         if is_int(left) and is_int(right):
             return "digits", digits(left) + digits(right)
     elif op == "**":
@@ -140,8 +142,10 @@ def binop_size(b, op, left, right):
                 return "digits", HUGE
             return "digits", int(right * math.log10(abs(left))) + 1
     elif op == "+":
-        if isinstance(left, (str, bytes, list, tuple)) and isinstance(right, (str, bytes, list, tuple)):
-            return "chars", shallow(left) + shallow(right)
+        if isinstance(left, (str, bytes)) and isinstance(right, (str, bytes)):
+            return "chars", len(left) + len(right)
+        if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+            return "chars", b.deep(left) + b.deep(right)
     elif op == "%":
         if isinstance(left, (str, bytes)):
             return "chars", printf_size(b, left, right)

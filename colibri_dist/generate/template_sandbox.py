@@ -117,6 +117,23 @@ class BoundedCodeGenerator(CodeGenerator):
         self.write(")")
         super().end_write(frame)
 
+    def visit_List(self, node, frame):             # literals: a [x, x] doubling inside a loop is refused
+        self.write("environment.built(")
+        super().visit_List(node, frame)
+        self.write(")")
+
+    def visit_Dict(self, node, frame):
+        self.write("environment.built(")
+        super().visit_Dict(node, frame)
+        self.write(")")
+
+    def visit_Tuple(self, node, frame):
+        if node.ctx != "load":                       # an assignment target: `{% for a, b in ... %}`
+            return super().visit_Tuple(node, frame)
+        self.write("environment.built(")
+        super().visit_Tuple(node, frame)
+        self.write(")")
+
     @optimizeconst
     def visit_Concat(self, node, frame):            # jinja's, with the parts checked before they are joined
         if frame.eval_ctx.volatile:
@@ -169,6 +186,14 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         if time.monotonic() > b.deadline:
             b.tick()
         return text
+
+    def built(self, container):
+        """A list / tuple / dict literal: its whole size (shared references counted each time) within the bound,
+        so no later comparison, sort, hash or str() of it can run away."""
+        b = _BUDGET.get() or self._untimed
+        if container and b.deep(container) > b.max_chars:
+            b.over("a list, tuple or dict")
+        return container
 
     def concat_parts(self, parts):
         b = self.budget()
@@ -228,7 +253,11 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
 
 def _check_call(b, obj, args, kwargs):
-    """Size check before a call: str/bytes methods and globals of the growth tables. -> (args, what)."""
+    """Size check before a call: str/bytes methods and globals of the growth tables. -> (args, what).
+    Calls inside loops / blocks carry jinja's own _loop_vars / _block_vars (for macros; Context.call drops
+    them for anything else): they are not the callee's arguments."""
+    if "_loop_vars" in kwargs or "_block_vars" in kwargs:
+        kwargs = {k: v for k, v in kwargs.items() if k not in _JINJA_KWARGS}
     owner, name = getattr(obj, "__self__", None), getattr(obj, "__name__", "a call")
     if isinstance(owner, (str, bytes)):
         what = f"str.{name}"
@@ -277,6 +306,7 @@ def _guard_filter(env, name, fn):
 
 
 _FLAT = {str, int, float, bool, type(None)}
+_JINJA_KWARGS = ("_loop_vars", "_block_vars")
 _SIZED = (str, list, tuple, dict)
 
 

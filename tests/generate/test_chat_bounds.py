@@ -201,6 +201,20 @@ GROW = {   # each would build (or write) gigabytes without the bound
     "lipsum": "{{ lipsum(100000)|length }}",
     "urlize": "{% set s = 'x' * 5000 %}{{ ('a.com ' * 1500)|urlize(target=s)|length }}",
     "list-of-str": "{{ ('x' * 5000)|list|join(' ' * 5000)|length }}",
+    "method-in-loop": "{% for m in messages %}{{ m.content.ljust(3000000000) }}{% endfor %}",
+    "method-in-macro": "{% macro f() %}{{ 'x'.center(3000000000) }}{% endmacro %}{% for m in messages %}{{ f() }}"
+                       "{% endfor %}",
+    "lipsum-in-loop": "{% for m in messages %}{{ lipsum(100000)|length }}{% endfor %}",
+    "format-in-loop": "{% for m in messages %}{{ '{:>{w}}'.format(1, w=3000000000) }}{% endfor %}",
+    "compare-shared": "{% set ns = namespace(a=['x'], b=['x']) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}"
+                      "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",
+    "sort-shared": "{% set ns = namespace(a=['x'], b=['y']) %}{% for i in range(60) %}{% set ns.a = (ns.a, ns.a) %}"
+                   "{% set ns.b = (ns.b, ns.b) %}{% endfor %}{{ [ns.a, ns.b]|sort|length }}",
+    "dict-shared": "{% set ns = namespace(d={}) %}{% for i in range(60) %}{% set ns.d = {'a': ns.d, 'b': ns.d} %}"
+                   "{% endfor %}{{ ns.d|length }}",
+    "repeat-nested": "{% set a = [[[1] * 1000] * 1000] * 1000 %}{{ a == a|list }}",
+    "plus-lists": "{% set ns = namespace(l=[[1] * 100]) %}{% for i in range(100000) %}{% set ns.l = ns.l + ns.l %}"
+                  "{% endfor %}{{ ns.l|length }}",
 }
 
 LIMITS = TemplateLimits(timeout_s=30.0, max_chars=20000)
@@ -250,7 +264,8 @@ def test_template_limits_attribute_is_the_default_for_render():
 
 
 LLAMA3 = ("{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
-          "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+          "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+          "{% if add_generation_prompt %}"
           "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
 CONVERSATIONS = [
     [{"role": "user", "content": "one two three?"}],

@@ -173,7 +173,8 @@ def test_every_builtin_exception_class_is_a_request_error(cls):
 
 EDGE = ["\x00", "\ufeff", "\u202e", "\u202d", "\u200f", "\u200e", "\u2066", "\u0301", "e\u0301\u0327", "\ufffe",
         "\uffff", "\U0001fffe", "\U0010ffff", "\ufffd", "\ud800", "\udbff", "\udc00", "\udcff", "\udfff", "\r\n",
-        "\u2028", "\u00a0", "日本", "🙂", "\U0001f468\u200d\U0001f469\u200d\U0001f467", "ß", "İ", "\x7f", "\x1b[31m",
+        "\u2028", "\u00a0", "日本", "🙂", "\U0001f468\u200d\U0001f469\u200d\U0001f467", "ß", "İ", "\x7f",
+        "\x1b[31m",
         " " * 300, "a" * 3000]
 TEXT = st.lists(st.one_of(st.sampled_from(EDGE), st.text(st.characters(exclude_categories=()), max_size=6)),
                 max_size=6).map("".join)
