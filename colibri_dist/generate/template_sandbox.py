@@ -17,13 +17,14 @@ a ContextVar, so one template may render in many threads (or asyncio tasks) at o
 import contextlib
 import contextvars
 import functools
+import inspect
 import time
 
 from jinja2.compiler import CodeGenerator, optimizeconst
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .template_growth import (CALL_GROWTH, FILTER_GROWTH, MATERIALIZE, METHOD_GROWTH, STRUCTURAL, binop_size,
-                              digits, format_size, is_int, measure, shallow)
+from .template_growth import (CALL_GROWTH, FILTER_GROWTH, HUGE, MATERIALIZE, METHOD_GROWTH, STRUCTURAL,
+                              binop_size, digits, format_size, is_int, measure, shallow)
 
 INT_DIGITS = 10000            # larger integers are refused (str() refuses > 4300 digits anyway)
 _BUDGET = contextvars.ContextVar("colibri_template_budget", default=None)
@@ -267,11 +268,11 @@ def _check_call(b, obj, args, kwargs):
         if name == "join" and args and not isinstance(args[0], (list, tuple, str)):
             args = (list(args[0]),) + tuple(args[1:])
         if grow is not None:
-            b.check_size("chars", _estimate(grow, b, owner, args, kwargs), what)
+            b.check_size("chars", _estimate(grow, b, owner, args, kwargs, (obj,)), what)
         return args, what
     grow = CALL_GROWTH.get(obj) if _hashable(obj) else None
     if grow is not None:
-        b.check_size("chars", _estimate(grow, b, None, args, kwargs), f"{name}()")
+        b.check_size("chars", _estimate(grow, b, None, args, kwargs, (obj,)), f"{name}()")
     return args, f"{name}()"
 
 
@@ -279,6 +280,7 @@ def _guard_filter(env, name, fn):
     skip = 1 if getattr(fn, "jinja_pass_arg", None) is not None else 0
     grow, structural, materialize = FILTER_GROWTH.get(name), name in STRUCTURAL, name in MATERIALIZE
     what, what_in = f"the {name} filter", f"the input of the {name} filter"
+    real = (fn, functools.partial(fn, None)) if skip else (fn,)     # wrapped filters may not show the pass-arg
 
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
@@ -295,7 +297,7 @@ def _guard_filter(env, name, fn):
             for v in kwargs.values():
                 b.check_deep(v, what_in)
         if grow is not None:
-            b.check_size("chars", _estimate(grow, b, None, args[skip:], kwargs), what)
+            b.check_size("chars", _estimate(grow, b, None, args[skip:], kwargs, real), what)
         result = fn(*args, **kwargs)
         if type(result) is str:
             if len(result) > b.max_chars:
@@ -310,12 +312,21 @@ _JINJA_KWARGS = ("_loop_vars", "_block_vars")
 _SIZED = (str, list, tuple, dict)
 
 
-def _estimate(grow, b, owner, args, kwargs):
-    """The table's bound; None when the arguments do not fit its signature (the real call raises then)."""
+def _estimate(grow, b, owner, args, kwargs, real):
+    """The table's bound; None when the arguments fit none of the `real` signatures either (the call raises
+    then). Arguments the callee takes but the table does not understand: no bound known, so refuse (HUGE)."""
     try:
         return grow(b, *([owner] if owner is not None else []), *args, **kwargs)
     except TypeError:
-        return None
+        return HUGE if any(_binds(f, args, kwargs) for f in real) else None
+
+
+def _binds(fn, args, kwargs):
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _hashable(obj):
