@@ -7,8 +7,8 @@ never imports ray unless Pool is used.
 from .errors import (ColibriError, ConfigError, FormatError, InvalidArgument,
                      NativeError, PoolError, StoreError)
 
-__all__ = ["convert", "open_model", "Engine", "Pool", "LLM", "SamplingParams", "ColibriError", "FormatError",
-           "ConfigError", "NativeError", "InvalidArgument", "StoreError", "PoolError"]
+__all__ = ["convert", "open_model", "Engine", "Pool", "LLM", "SamplingParams", "TemplateLimits", "ColibriError",
+           "FormatError", "ConfigError", "NativeError", "InvalidArgument", "StoreError", "PoolError"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -18,6 +18,7 @@ _LAZY = {
     "Pool": ("colibri_dist.pool", "Pool"),
     "LLM": ("colibri_dist.model", "LLM"),
     "SamplingParams": ("colibri_dist.generate.params", "SamplingParams"),
+    "TemplateLimits": ("colibri_dist.generate.safe_text", "TemplateLimits"),
 }
 
 

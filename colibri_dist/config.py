@@ -118,6 +118,8 @@ class JobSection:
     kv_cache_bytes: Optional[Size] = None
     kv_cache_dtype: str = _enum("f32", "f16", "bf16", default="f32")
     max_seq_len: Optional[int] = None
+    chat_template_timeout_s: float = 2.0        # = generate.safe_text.TemplateLimits() (tests check they agree)
+    chat_template_max_chars: int = 4 << 20
 
 
 @dataclass
@@ -496,7 +498,10 @@ def _validate_pool(pool, at, prefix="pool"):
 def _validate_job(cfg, at):
     job = cfg.job
     _check_positive(job, ["batch_tokens", "shard_rows", "threads", "max_num_seqs", "prefill_chunk",
-                                 "kv_cache_bytes", "max_seq_len"], at, "job")
+                                 "kv_cache_bytes", "max_seq_len", "chat_template_max_chars"], at, "job")
+    if job.chat_template_timeout_s <= 0:
+        _fail(at("job.chat_template_timeout_s"), "job.chat_template_timeout_s",
+              f"expected a positive number of seconds, got {job.chat_template_timeout_s}")
     if job.seed < 0:
         _fail(at("job.seed"), "job.seed", f"expected an integer >= 0, got {job.seed}")
     if job.input is None and cfg.model is not None:

@@ -96,8 +96,7 @@ def sampling_dict(args):
 def main_generate(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     params = sampling_dict(args)
-    if args.prompt == "-":
-        args.prompt = sys.stdin.read()
+    _check_text_args(args)
     t0 = time.perf_counter()
     llm, pool = open_llm(args)
     try:
@@ -107,6 +106,24 @@ def main_generate(args, out=None, err=None):
         return 0
     finally:
         _close(llm, pool)
+
+
+def _check_text_args(args):
+    """PROMPT ('-': stdin) and --system must be UTF-8: bytes that are not arrive from argv as U+DC80..U+DCFF
+    (surrogateescape), which no tokenizer takes; one usage error naming the argument and the byte."""
+    from ..errors import InvalidArgument
+    from ..generate.safe_text import check_text
+    what = "PROMPT"
+    if args.prompt == "-":
+        what = "PROMPT (stdin)"
+        try:
+            args.prompt = sys.stdin.read()
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument(f"{what}: byte 0x{exc.object[exc.start]:02X} at offset {exc.start} is not "
+                                  f"UTF-8 (pass UTF-8 text)") from None
+    check_text(args.prompt, what, from_bytes=True)
+    if args.system is not None:
+        check_text(args.system, "--system", from_bytes=True)
 
 
 def _silence(out):

@@ -23,6 +23,7 @@ def _engine(model, tokenizer, scheduler_config, engine):
         return engine
     from .engine import LLMEngine
     return LLMEngine(model, tokenizer, scheduler_config)
+from .safe_text import encode_or_error
 
 
 def generate(model, tokenizer, prompts, sampling_params=None, scheduler_config=None, on_token=None,
@@ -164,8 +165,7 @@ def encode_prompt(tokenizer, item, rid, add_special_tokens=True):
     if isinstance(item, str):
         if tokenizer is None:
             return None, InvalidArgument(f"request {rid!r}: a text prompt needs a tokenizer")
-        enc = tokenizer.encode(item, add_special_tokens=add_special_tokens)
-        return list(getattr(enc, "ids", enc)), None
+        return encode_or_error(tokenizer, item, f"request {rid!r}", add_special_tokens)
     if isinstance(item, (list, tuple)) and all(_is_token(t) for t in item):
         return [int(t) for t in item], None
     return None, InvalidArgument(f"request {rid!r}: a prompt must be a string or a list of token ids, "

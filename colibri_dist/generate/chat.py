@@ -6,6 +6,9 @@ jinja2 environment copies transformers' conventions: sandboxed, trim_blocks + ls
 loopcontrols, a `{% generation %}` block that just renders its body, `raise_exception`, `tojson`
 (json.dumps, no HTML escaping), `strftime_now`, and the tokenizer's named special tokens
 (bos_token, eos_token, ...) as variables, plus messages/tools/documents/add_generation_prompt.
+Rendering is bounded (template_sandbox.py) by the template's TemplateLimits (or a per-call one): time and the
+characters written / built. Whatever goes wrong in a template (Jinja's errors, any Python exception it
+raises, an overrun) is one InvalidArgument naming the template; KeyboardInterrupt / SystemExit propagate.
 """
 import json
 import os
@@ -13,9 +16,10 @@ from datetime import datetime
 
 import jinja2
 import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import InvalidArgument
+from .safe_text import TemplateLimits, describe
+from .template_sandbox import BoundedEnvironment, TemplateOverrun, bounded
 
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
@@ -45,25 +49,29 @@ def _strftime_now(fmt):
     return datetime.now().strftime(fmt)
 
 
-def _environment():
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_Generation, jinja2.ext.loopcontrols])
+def _environment(limits):
+    env = BoundedEnvironment(limits, trim_blocks=True, lstrip_blocks=True,
+                             extensions=[_Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
-    return env
+    return env.seal()
 
 
 class ChatTemplate:
-    def __init__(self, template, special_tokens=None, source="<chat template>"):
+    def __init__(self, template, special_tokens=None, source="<chat template>", limits=None):
+        """limits: the TemplateLimits every render() uses unless given its own (default TemplateLimits())."""
         if not isinstance(template, str) or not template:
             raise InvalidArgument(f"{source}: the chat template must be a non-empty string")
-        self.source = source
+        self.source, self.limits = source, limits or TemplateLimits()
         self.special_tokens = {k: v for k, v in (special_tokens or {}).items() if v is not None}
+        check_sandbox()
         try:
-            self._template = _environment().from_string(template)
+            self._template = _environment(self.limits).from_string(template)
         except jinja2.TemplateSyntaxError as exc:
             raise InvalidArgument(f"{source}: chat template syntax error at line {exc.lineno}: {exc.message}") from None
+        except Exception as exc:      # noqa: BLE001 - e.g. RecursionError from a deeply nested expression
+            raise InvalidArgument(f"{source}: chat template cannot be compiled: {describe(exc)}") from None
 
     @classmethod
     def from_dir(cls, path):
@@ -91,8 +99,9 @@ class ChatTemplate:
                                   f"or chat_template.jinja)")
         return cls(template, special_tokens_from_config(tokenizer_config), source=source)
 
-    def render(self, messages, add_generation_prompt=True, tools=None, documents=None, **kwargs):
-        """The prompt text; InvalidArgument (naming the template) when the template rejects the messages."""
+    def render(self, messages, add_generation_prompt=True, tools=None, documents=None, limits=None, **kwargs):
+        """The prompt text; InvalidArgument (naming the template) when the template rejects the messages,
+        raises anything, or goes past `limits` (default: self.limits)."""
         if not isinstance(messages, (list, tuple)) or not messages:
             raise InvalidArgument("a conversation must be a non-empty list of {'role', 'content'} messages")
         for m in messages:
@@ -101,10 +110,44 @@ class ChatTemplate:
         msgs = [{k: v for k, v in m.items() if v is not None} for m in messages]
         variables = {**self.special_tokens, **kwargs}
         try:
-            return self._template.render(messages=msgs, tools=tools, documents=documents,
-                                         add_generation_prompt=add_generation_prompt, **variables)
-        except jinja2.TemplateError as exc:
+            with bounded(limits or self.limits):
+                # Template.render without its handle_exception: rewriting a 1000-frame RecursionError
+                # traceback into template frames costs more than the time bound
+                ctx = self._template.new_context(dict(messages=msgs, tools=tools, documents=documents,
+                                                      add_generation_prompt=add_generation_prompt, **variables))
+                return "".join(self._template.root_render_func(ctx))
+        except (jinja2.TemplateError, TemplateOverrun) as exc:
             raise InvalidArgument(f"{self.source}: chat template: {exc}") from None
+        except Exception as exc:      # noqa: BLE001 - any Python error a template raises is the request's error
+            raise InvalidArgument(f"{self.source}: chat template raised {describe(exc)}{_line(exc)}") from None
+
+
+def _line(exc):
+    """' (template line N)': the innermost frame of the compiled template in the traceback, mapped back."""
+    tb, line = exc.__traceback__, None
+    while tb is not None:
+        template = tb.tb_frame.f_globals.get("__jinja_template__")
+        if template is not None:
+            line = template.get_corresponding_lineno(tb.tb_lineno)
+        tb = tb.tb_next
+    return f" (template line {line})" if line else ""
+
+
+_SANDBOX_OK = []
+
+
+def check_sandbox():
+    """Once per process: the bounded code generator's hooks are in the code jinja generates (a jinja2 whose
+    compiler changed would render unbounded: refuse instead)."""
+    if _SANDBOX_OK:
+        return
+    src = _environment(TemplateLimits()).compile("{% for x in y %}a{{ x ~ x }}{% endfor %}", raw=True)
+    missing = [h for h in ("environment.tick()", "environment.out_count(", "environment.concat_parts(")
+               if h not in src]
+    if missing:
+        raise RuntimeError(f"jinja2 {jinja2.__version__}: the bounded chat-template sandbox is not in effect "
+                           f"({', '.join(missing)} missing); use jinja2 3.1.x")
+    _SANDBOX_OK.append(True)
 
 
 def special_tokens_from_config(cfg):

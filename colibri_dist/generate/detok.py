@@ -7,6 +7,7 @@ and emit the difference unless it ends in U+FFFD (an incomplete UTF-8 sequence o
 tokenizer). `finish()` returns what remains so that the emitted text equals
 `tokenizer.decode(all_tokens, skip_special_tokens=True)`.
 """
+from .safe_text import safe_decode
 
 
 class Detokenizer:
@@ -19,7 +20,7 @@ class Detokenizer:
         self.text = ""        # everything emitted so far
 
     def _decode(self, ids):
-        return self.tokenizer.decode(ids, skip_special_tokens=self.skip)
+        return safe_decode(self.tokenizer, ids, self.skip)       # a failure: DecodeFailed, the request's error
 
     def add(self, token_id):
         """Append one token; return the newly completed text ("" when none)."""

@@ -13,6 +13,7 @@ from ..errors import InvalidArgument
 from .detok import NullDetokenizer
 from .outputs import CompletionOutput, RequestMetrics, StreamEvent
 from .sampler import NonFiniteLogits, logsumexp, token_logprobs
+from .safe_text import DecodeFailed
 
 
 class Request:
@@ -122,9 +123,12 @@ class Request:
         if lp is not None:
             self.logprobs.append(lp)
             self.cum_lp += lp.logprob
-        delta = self.detok.add(token)
-        reason, stop_reason, cut = self._check_stop(token, delta, model)
-        self._emit(token, lp, reason, stop_reason, cut, on_token)
+        try:
+            delta = self.detok.add(token)
+            reason, stop_reason, cut = self._check_stop(token, delta, model)
+            self._emit(token, lp, reason, stop_reason, cut, on_token)
+        except DecodeFailed as exc:           # the tokenizer failed on this request's tokens (safe_text.py)
+            return self.fail(exc)
         return reason is not None
 
     def _collect_prompt(self, start, n, logits):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import ColibriError, ConfigError, InvalidArgument
 from ..generate.params import SamplingParams
+from ..generate.safe_text import TemplateLimits, safe_encode
 from ..generate.sampler import derive_seed
 
 INPUT_EXTS = (".jsonl", ".parquet")
@@ -114,6 +115,7 @@ class RowReader:
         self.job, self.kind = job, kind
         self.tokenizer, self._template = tokenizer, chat_template
         self.defaults = {**(model_defaults or {}), **check_sampling_defaults(job)} if kind == "generate" else {}
+        self.limits = TemplateLimits.from_settings(job, "job")
 
     def chat_template(self):
         if callable(self._template) and not hasattr(self._template, "render"):
@@ -163,7 +165,7 @@ class RowReader:
             template = self.chat_template()
             if template is None:
                 raise InvalidArgument(f"'{j.messages_field}' needs a chat template, and the model has none")
-            return self._encode(template.render(value, add_generation_prompt=True), False)
+            return self._encode(template.render(value, add_generation_prompt=True, limits=self.limits), False)
         if not isinstance(value, str):
             raise InvalidArgument(f"'{j.prompt_field}' must be a string, got {type(value).__name__}")
         return self._encode(value, True)
@@ -171,10 +173,7 @@ class RowReader:
     def _encode(self, text, add_special_tokens):
         if self.tokenizer is None:
             raise InvalidArgument("text prompts need the model's tokenizer, and none was found")
-        try:
-            return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
-        except Exception as exc:          # the tokenizers library raises plain Exception subclasses
-            raise InvalidArgument(f"the tokenizer rejected the prompt: {exc}") from None
+        return safe_encode(self.tokenizer, text, None, add_special_tokens)
 
     def _params(self, obj, row_id):
         own = obj.get(self.job.sampling_field)

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ConfigError, FormatError, InvalidArgument
 from .dense import ClassifierHead, rms_norm_eps, rmsnorm
 from ..fsutil import atomic_write
+from ..generate.safe_text import safe_encode, tokenizer_call
 
 
 class TokenClassification:
@@ -103,7 +104,7 @@ class TokenClassification:
         elif fmt in ("auto", "text") and j.text_field in obj:
             if not isinstance(obj[j.text_field], str):
                 raise FormatError(f"{where}: '{j.text_field}' must be a string")
-            arr = np.asarray(self.tokenizer().encode(obj[j.text_field]).ids, dtype=np.int64)
+            arr = np.asarray(safe_encode(self.tokenizer(), obj[j.text_field], where, error=FormatError), dtype=np.int64)
         else:
             wanted = {"auto": f"'{j.ids_field}' or '{j.text_field}'", "ids": f"'{j.ids_field}'",
                       "text": f"'{j.text_field}'"}[fmt]
@@ -171,10 +172,8 @@ def load_tokenizer(path, ids_field="input_ids"):
     except ImportError:
         raise InvalidArgument("text input needs the `tokenizers` package (pip install tokenizers), "
                               "or feed token ids instead") from None
-    try:
-        return Tokenizer.from_file(path)
-    except Exception as exc:   # the tokenizers library raises plain Exception subclasses
-        raise FormatError(f"{path}: cannot load tokenizer: {exc}") from None
+    return tokenizer_call(Tokenizer.from_file, path,
+                          fail=lambda why: FormatError(f"{path}: cannot load tokenizer: {why}"))
 
 
 def find_tokenizer(job, model_path, model=None):

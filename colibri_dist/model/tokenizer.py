@@ -8,6 +8,7 @@ FormatError naming the container and the file.
 import json
 
 from ..errors import FormatError
+from ..generate.safe_text import tokenizer_call
 
 
 def _json(files, name, where):
@@ -26,10 +27,8 @@ def load_tokenizer(files, where):
     if "tokenizer.json" not in files:
         return None
     from tokenizers import Tokenizer
-    try:
-        return Tokenizer.from_str(files["tokenizer.json"])
-    except Exception as exc:       # the Rust side raises its own Exception type
-        raise FormatError(f"{where}: tokenizer.json inside the container cannot be loaded ({exc})") from exc
+    return tokenizer_call(Tokenizer.from_str, files["tokenizer.json"], fail=lambda why: FormatError(
+        f"{where}: tokenizer.json inside the container cannot be loaded ({why})"))
 
 
 def tokenizer_config(files, where):
