@@ -59,10 +59,10 @@ def warn_limits(cache, max_seq_len, max_num_seqs, default, cap=None):
     if cache.max_seq_len < max_seq_len:
         warnings.warn(f"colibri KV cache: the budget of {cache.n_blocks * cache.block_bytes:,} bytes holds "
                       f"{held:,} positions, so max_seq_len is capped from {max_seq_len:,} to {cache.max_seq_len:,} "
-                      f"(raise kv_cache_bytes or lower max_seq_len)", stacklevel=3)
+                      f"(raise kv_cache_bytes or lower max_seq_len)", stacklevel=5)
     elif default and held < max_num_seqs * max_seq_len:
         warnings.warn(f"colibri KV cache: the default budget is capped at {cache.n_blocks * cache.block_bytes:,} "
                       f"bytes ({RAM_FRACTION:.0%} of the free RAM, cap {cap:,}); it holds {held:,} positions, fewer "
                       f"than max_num_seqs={max_num_seqs} x max_seq_len={max_seq_len:,} = "
                       f"{max_num_seqs * max_seq_len:,}: long batches will be preempted (set kv_cache_bytes, "
-                      f"max_num_seqs or max_seq_len)", stacklevel=3)
+                      f"max_num_seqs or max_seq_len)", stacklevel=5)
