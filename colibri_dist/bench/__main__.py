@@ -2,7 +2,7 @@
 import importlib
 import sys
 
-NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity"]
+NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "prefix"]
 
 
 def main(argv=None):
