@@ -103,7 +103,7 @@ class Timed:
 def around_model(model, tokenizer, a, rng):
     prompts = [[int(t) for t in rng.integers(3, model.vocab_size, a.prompt_tokens)] for _ in range(a.seqs)]
     out = {}
-    for name, sp in (("greedy", SamplingParams(max_tokens=a.max_tokens, ignore_eos=True)),
+    for name, sp in (("greedy", SamplingParams(max_tokens=a.max_tokens, temperature=0, ignore_eos=True)),
                      ("top_p", SamplingParams(max_tokens=a.max_tokens, temperature=0.8, top_p=0.9, seed=1,
                                               ignore_eos=True))):
         timed = Timed(model)
@@ -128,7 +128,7 @@ def first_token(model, tokenizer, a, rng):
     model.release(seq)
     first = []
     t = time.perf_counter()
-    generate(model, tokenizer, [prompt], SamplingParams(max_tokens=1),
+    generate(model, tokenizer, [prompt], SamplingParams(max_tokens=1, temperature=0),
              on_token=lambda e: first.append(time.perf_counter()))
     ttft = first[0] - t
     return {"prefill_s": prefill, "ttft_s": ttft, "ratio": ttft / prefill}

@@ -23,10 +23,10 @@ def generation(path, threads, workers, seqs, prompt_len, new_tokens, lanes_list=
                   kv_cache_bytes=1 << 30)
     with LLM(path, **llm_kw) as llm:
         prompts = [rng.integers(0, llm.vocab_size, prompt_len).tolist() for _ in range(seqs)]
-    params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
+    params = SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True)
 
     def run(gen):
-        gen(prompts, SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up: page cache, arenas, Ray
+        gen(prompts, SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))  # warm-up: page cache, arenas, Ray
         t = time.perf_counter()
         outs = gen(prompts, params)
         dt = time.perf_counter() - t

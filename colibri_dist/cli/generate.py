@@ -1,7 +1,9 @@
 """`colibri generate MODEL "prompt"` (streams tokens as they come) and `colibri score MODEL FILE`.
 
-Role in the data flow: argv -> SamplingParams -> an LLM for MODEL (the whole-model engine,
-`colibri_dist.model.LLM`) -> llm.generate/chat with an on_token callback that writes each
+Role in the data flow: argv -> sampling params (only the flags given, over the model's
+generation_config.json defaults and then SamplingParams' vLLM defaults: the same defaults as
+LLM.generate) -> an LLM for MODEL (the whole-model engine, `colibri_dist.model.LLM`) ->
+llm.generate/chat (which drive the LLM's one LLMEngine) with an on_token callback that writes each
 StreamEvent's text to stdout at once (like `llama-cli -p`); a one-line summary (tokens, finish
 reason, time to first token, tokens/s, load time) goes to stderr. `score` prints one JSON object.
 """
@@ -17,10 +19,17 @@ def register(subparsers):
                                           "come. Sampling flags follow vLLM's SamplingParams.")
     p.add_argument("model", metavar="MODEL", help=".colibri model")
     p.add_argument("prompt", metavar="PROMPT", help="prompt text (with --chat: the user message); '-' = stdin")
-    p.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens to generate at most (128)")
-    p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
-    p.add_argument("--top-p", type=float, default=1.0, metavar="P")
-    p.add_argument("--top-k", type=int, default=0, metavar="K", help="0 = off")
+    p.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                   help="tokens to generate at most (default: the model's max_new_tokens, else 16 as vLLM)")
+    p.add_argument("--min-tokens", type=int, default=None, metavar="N", help="no eos / stop before N tokens")
+    p.add_argument("--temperature", type=float, default=None, metavar="T",
+                   help="0 = greedy (default: the model's generation_config, else 1.0 as vLLM)")
+    p.add_argument("--top-p", type=float, default=None, metavar="P")
+    p.add_argument("--top-k", type=int, default=None, metavar="K", help="0 = off")
+    p.add_argument("--min-p", type=float, default=None, metavar="P")
+    p.add_argument("--repetition-penalty", type=float, default=None, metavar="R", help="1 = off")
+    p.add_argument("--presence-penalty", type=float, default=None, metavar="P")
+    p.add_argument("--frequency-penalty", type=float, default=None, metavar="F")
     p.add_argument("--seed", type=int, default=None, metavar="S")
     p.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true")
@@ -70,11 +79,23 @@ def _close(llm, pool):
         pool.shutdown()
 
 
-def main_generate(args, out=None, err=None):
+SAMPLING_FLAGS = ("max_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                  "presence_penalty", "frequency_penalty", "seed", "stop")
+
+
+def sampling_dict(args):
+    """The sampling fields the flags set (checked now, so a bad value fails before the model loads)."""
     from ..generate import SamplingParams
+    params = {k: getattr(args, k) for k in SAMPLING_FLAGS if getattr(args, k) is not None}
+    if args.ignore_eos:
+        params["ignore_eos"] = True
+    SamplingParams.from_dict(params, {"min_tokens": 0, "max_tokens": None})
+    return params
+
+
+def main_generate(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                            top_k=args.top_k, seed=args.seed, stop=args.stop, ignore_eos=args.ignore_eos)
+    params = sampling_dict(args)
     if args.prompt == "-":
         args.prompt = sys.stdin.read()
     t0 = time.perf_counter()

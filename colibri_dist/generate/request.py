@@ -1,32 +1,34 @@
-"""One request's state inside the scheduler: tokens, cache position, sampler, detokenizer, result.
+"""One sequence's state inside the engine: tokens, cache position, sampler, processors, detokenizer.
 
-Role in the data flow: the scheduler creates a Request per prompt (after validation), moves it
-between its waiting queue and running list, feeds it the model's logits (`advance`), and reads its
-finished Completion or Score. Preemption (`reset_cache`) drops only the KV position; the sampled
-tokens and the RNG state stay, so the recomputed sequence continues exactly where it was.
+Role in the data flow: the engine creates one Request per sample of an added request (n of them for
+SamplingParams.n), the scheduler moves it between its waiting queue and running list and feeds it
+the model's logits (`advance`); the engine reads its CompletionOutput (and prompt logprobs) into
+RequestOutputs. Preemption (`reset_cache`) drops only the KV position; the sampled tokens, the
+processors' counts and the RNG state stay, so the recomputed sequence continues exactly where it was.
 """
 import math
 import time
 
-import numpy as np
-
 from ..errors import InvalidArgument
 from .detok import NullDetokenizer
-from .outputs import Completion, RequestMetrics, Score, StreamEvent
-from .sampler import NonFiniteLogits, logsumexp
+from .outputs import CompletionOutput, RequestMetrics, StreamEvent
+from .sampler import NonFiniteLogits, logsumexp, token_logprobs
 
 
 class Request:
-    def __init__(self, index, request_id, kind, prompt, params=None, sampler=None, detok=None):
-        self.index, self.request_id, self.kind = index, request_id, kind
+    def __init__(self, index, request_id, kind, prompt, params=None, sampler=None, detok=None, procs=None,
+                 sample_index=0):
+        self.index, self.request_id, self.kind, self.sample_index = index, request_id, kind, sample_index
         self.prompt = prompt
-        self.params, self.sampler = params, sampler
+        self.params, self.sampler, self.procs = params, sampler, procs
         self.detok = detok or NullDetokenizer()
-        self.output, self.logprobs, self.score_lps = [], [], []
+        self.output, self.logprobs, self.prompt_lps = [], [], []
+        self.cum_lp = 0.0
+        self.prompt_k = 0 if kind == "score" else (params.prompt_logprobs if params is not None else None)
         self.seq, self.computed = None, 0
         self.streamed = 0                     # characters of text already streamed
         self.holdback = max((len(s) for s in params.stop), default=1) - 1 if params else 0
-        self.result = None
+        self.finished, self.finish_reason, self.stop_reason, self.error, self.final_text = False, None, None, None, None
         self.t_added, self.t_sched, self.t_first, self.t_done = time.perf_counter(), None, None, None
         self.preemptions = 0
 
@@ -44,70 +46,103 @@ class Request:
         head = self.prompt[c:c + n]
         return head + self.output[:n - len(head)] if len(head) < n else head
 
+    def want_all(self):
+        """Does the next chunk need the logits of every position (prompt logprobs still to collect)?"""
+        return self.prompt_k is not None and self.computed < len(self.prompt) - 1
+
     def reset_cache(self):
         self.seq, self.computed = None, 0
-        self.score_lps = []
+        self.prompt_lps = []
         self.preemptions += 1
 
     def metrics(self):
         return RequestMetrics(self.t_added, self.t_sched, self.t_first, self.t_done, self.preemptions)
+
+    def resume(self, tokens, logprobs=None):
+        """Continue from tokens generated elsewhere (a lost pool runner's last committed ones): the same
+        output so far, the RNG advanced by one draw per token (the sampler's contract), processors and
+        detokenizer fed; the scheduler's prefill of prompt + output rebuilds the KV cache."""
+        for t in tokens:
+            self.sampler.rng.random()
+            self.output.append(int(t))
+            if self.procs is not None:
+                self.procs.accept(int(t))
+            self.detok.add(int(t))
+        if logprobs is not None and self.params.logprobs is not None:
+            self.logprobs = list(logprobs)
+            self.cum_lp = float(sum(lp.logprob for lp in self.logprobs))
+        self.streamed = max(0, len(self.detok.text) - self.holdback)
+        self.t_first = self.t_first or time.perf_counter()
+
+    # ------------------------------------------------------------ outputs
+    def completion_output(self):
+        text = self.final_text if self.finished and self.final_text is not None else self.detok.text[:self.streamed]
+        lps = list(self.logprobs) if self.params.logprobs is not None else None
+        return CompletionOutput(self.sample_index, text, list(self.output), self.cum_lp if lps is not None else None,
+                                lps, self.finish_reason, self.stop_reason)
+
+    def finish(self, reason=None, stop_reason=None, text=None, error=None):
+        self.finished, self.finish_reason, self.stop_reason, self.error = True, reason, stop_reason, error
+        self.final_text = text if text is not None else self.detok.text[:self.streamed]
+        self.t_done = time.perf_counter()
+
+    def fail(self, exc):
+        """Finish with an error naming this request (the scheduler releases its blocks)."""
+        self.finish(error=exc if isinstance(exc, InvalidArgument) and str(exc).startswith("request ")
+                    else InvalidArgument(f"request {self.request_id!r}: {exc}"))
+        return True
 
     # ------------------------------------------------------------ after a forward
     def advance(self, n, logits, model, on_token):
         """Account n fed tokens with their logits; return True when the request is finished."""
         start = self.computed
         self.computed += n
+        if self.prompt_k is not None and start < len(self.prompt) - 1 and self._collect_prompt(start, n, logits):
+            return True
         if self.kind == "score":
-            return self._collect_score(start, n, logits)
+            if self.computed >= len(self.prompt):
+                self.finish()
+            return self.finished
         if self.computed < self.num_tokens():
             return False                      # mid-prompt chunk: its logits are not needed
         try:
-            token, lp = self.sampler.sample(logits[-1])
+            token, lp = self.sampler.sample(logits[-1], self.procs, self.output)
         except NonFiniteLogits as exc:
-            return self._fail(exc)
+            return self.fail(exc)
         if self.t_first is None:
             self.t_first = time.perf_counter()
         self.output.append(token)
+        if self.procs is not None:
+            self.procs.accept(token)
         if lp is not None:
             self.logprobs.append(lp)
+            self.cum_lp += lp.logprob
         delta = self.detok.add(token)
         reason, stop_reason, cut = self._check_stop(token, delta, model)
-        self._emit(token, reason, stop_reason, cut, on_token)
+        self._emit(token, lp, reason, stop_reason, cut, on_token)
         return reason is not None
 
-    def _fail(self, exc):
-        """Finish with an error naming this request (the scheduler releases its blocks)."""
-        self.t_done = time.perf_counter()
-        err = InvalidArgument(f"request {self.request_id!r}: {exc}")
-        if self.kind == "score":
-            self.result = Score(list(self.prompt), error=err, request_id=self.request_id, metrics=self.metrics())
-        else:
-            self.result = Completion(list(self.prompt), list(self.output), error=err, request_id=self.request_id,
-                                     metrics=self.metrics())
-        return True
-
-    def _collect_score(self, start, n, logits):
-        want = [(j, self.prompt[start + j + 1]) for j in range(n) if start + j + 1 < len(self.prompt)]
-        for j, tok in want:
+    def _collect_prompt(self, start, n, logits):
+        """Logprobs of the prompt tokens this chunk predicts; True when the row is not finite (failed)."""
+        for j in range(min(n, logits.shape[0])):
+            pos = start + j
+            if pos + 1 >= len(self.prompt):
+                break
             lse = logsumexp(logits[j])
             if not math.isfinite(lse):
-                return self._fail(NonFiniteLogits(f"the model's logits at position {start + j} are not finite"))
-            self.score_lps.append(float(np.float64(np.float32(logits[j][tok])) - lse))
-        if self.computed < len(self.prompt):
-            return False
-        self.t_done = time.perf_counter()
-        self.result = Score(list(self.prompt), list(self.score_lps), float(np.sum(self.score_lps, dtype=np.float64)),
-                            len(self.prompt), request_id=self.request_id, metrics=self.metrics())
-        return True
+                return self.fail(NonFiniteLogits(f"the model's logits at position {pos} are not finite"))
+            self.prompt_lps.append(token_logprobs(logits[j], self.prompt[pos + 1], self.prompt_k, lse))
+        return False
 
     def _check_stop(self, token, delta, model):
-        """(finish_reason, stop_reason, text cut index) after a new token; reason None = go on."""
+        """(finish_reason, stop_reason, text cut index) after a new token; reason None = go on.
+        vLLM's values: eos, a stop token or a stop string -> "stop" (stop_reason None for eos)."""
         p = self.params
         if not p.ignore_eos and token in model.eos_token_ids:
-            return "eos", None, None
+            return "stop", None, None
         if token in p.stop_token_ids:
             return "stop", token, None
-        if delta and p.stop:
+        if delta and p.stop and len(self.output) > p.min_tokens:
             text = self.detok.text
             lo = len(text) - len(delta)
             best = None
@@ -117,11 +152,11 @@ class Request:
                     best = (i, s)
             if best is not None:
                 return "stop", best[1], best[0]
-        if len(self.output) >= p.max_tokens or self.num_tokens() >= model.max_seq_len:
+        if (p.max_tokens is not None and len(self.output) >= p.max_tokens) or self.num_tokens() >= model.max_seq_len:
             return "length", None, None
         return None, None, None
 
-    def _emit(self, token, reason, stop_reason, cut, on_token):
+    def _emit(self, token, lp, reason, stop_reason, cut, on_token):
         if reason is None:
             text = self.detok.text
             safe = len(text) - self.holdback
@@ -133,10 +168,8 @@ class Request:
             else:
                 text = self.detok.text[:cut]
             delta = text[self.streamed:]
-            self.t_done = time.perf_counter()
-            self.result = Completion(list(self.prompt), list(self.output), text, reason,
-                                     list(self.logprobs) if self.params.logprobs > 0 else None,
-                                     stop_reason, request_id=self.request_id, metrics=self.metrics())
         self.streamed += len(delta)
+        if reason is not None:
+            self.finish(reason, stop_reason, text)
         if on_token is not None:
-            on_token(StreamEvent(self.index, token, delta, reason))
+            on_token(StreamEvent(self.index, token, delta, reason, self.request_id, self.sample_index, lp))

@@ -1,9 +1,11 @@
-"""Per-request token sampling: greedy, temperature, top-k, top-p, and logprobs.
+"""Per-request token sampling: greedy, temperature, min-p, top-k, top-p, and logprobs.
 
 Role in the data flow: the scheduler hands each request's last-position logits (float32 [vocab],
 straight from the model) to that request's Sampler and gets back the next token (and its logprobs).
-Each Sampler owns one numpy Generator seeded from the request's seed (or, without one, from the
-caller's base seed and the request id) and consumes exactly one uniform draw per generated token,
+The request's logits processors (logits.py: masks, penalties) give the row sampled from; logprobs
+are always of the raw row. Each Sampler owns one numpy Generator seeded from the request's seed
+(or, without one, from the engine's base seed and the request id; sample i > 0 of n from that seed
+and i) and consumes exactly one uniform draw per generated token,
 so a request's stream never depends on what else is in the batch. All arithmetic is on that one
 row in float64, so the result is a function of the logits' bits alone.
 """
@@ -13,6 +15,7 @@ import math
 import numpy as np
 
 from ..errors import ColibriError
+from .logits import min_p_mask
 from .outputs import TokenLogprobs
 
 
@@ -22,28 +25,38 @@ def derive_seed(base_seed, request_id):
     return int.from_bytes(digest, "little")
 
 
-def make_rng(params, base_seed=0, request_id=0):
+def request_seed(params, base_seed=0, request_id=0, sample_index=0):
+    """The RNG seed of sample `sample_index` of a request: its own seed (or the derived one) for
+    sample 0, so n=1 and sample 0 of n>1 agree; a seed derived from that and i for the others."""
     seed = params.seed if params.seed is not None else derive_seed(base_seed, request_id)
-    return np.random.Generator(np.random.PCG64(seed))
+    return seed if sample_index == 0 else derive_seed(seed, f"sample-{sample_index}")
+
+
+def make_rng(params, base_seed=0, request_id=0, sample_index=0):
+    return np.random.Generator(np.random.PCG64(request_seed(params, base_seed, request_id, sample_index)))
 
 
 class Sampler:
-    def __init__(self, params, base_seed=0, request_id=0):
+    def __init__(self, params, base_seed=0, request_id=0, sample_index=0):
         self.params = params
-        self.rng = make_rng(params, base_seed, request_id)
+        self.rng = make_rng(params, base_seed, request_id, sample_index)
 
-    def sample(self, logits):
-        """logits: float32 [vocab] -> (token_id, TokenLogprobs | None). NonFiniteLogits when the row
-        holds a NaN or +inf, or nothing but -inf."""
+    def sample(self, logits, procs=None, output=()):
+        """logits: float32 [vocab] -> (token_id, TokenLogprobs | None); procs: the request's
+        logits.Processors (output: its tokens so far). NonFiniteLogits when the row holds a NaN or
+        +inf, or nothing but -inf (after the processors' masks)."""
         u = self.rng.random()                    # the one draw of this token, greedy or not
         p = self.params
+        x = logits if procs is None else procs.apply(logits, output)
+        if x is not logits:
+            _check_finite(logits.max())        # a NaN the masks hid is still a broken row
         if p.greedy:
-            token = int(logits.argmax())       # first maximum = lowest token id among ties
-            _check_finite(logits[token])       # argmax lands on a NaN or +inf if there is one
+            token = int(x.argmax())            # first maximum = lowest token id among ties
+            _check_finite(x[token])            # argmax lands on a NaN or +inf if there is one
         else:
-            _check_finite(logits.max())
-            token = _sample_filtered(logits, p.temperature, p.top_k, p.top_p, u)
-        lp = token_logprobs(logits, token, p.logprobs) if p.logprobs > 0 else None
+            _check_finite(x.max())
+            token = _sample_filtered(x, p.temperature, p.top_k, p.top_p, u, p.min_p)
+        lp = token_logprobs(logits, token, p.logprobs) if p.logprobs is not None else None
         return token, lp
 
 
@@ -70,9 +83,9 @@ def log_softmax(logits):
     return np.asarray(logits, dtype=np.float32).astype(np.float64) - logsumexp(logits)
 
 
-def token_logprobs(logits, token, n):
+def token_logprobs(logits, token, n, lse=None):
     x = np.asarray(logits, dtype=np.float32)
-    lse = logsumexp(x)
+    lse = logsumexp(x) if lse is None else lse
     chosen = float(np.float64(x[token]) - lse)
     rank = 1 + int(np.count_nonzero(x > x[token]))
     top = tuple((int(i), float(np.float64(x[i]) - lse)) for i in top_n_ids(x, n))
@@ -107,13 +120,16 @@ def top_candidates(x, n):
     return np.arange(x.shape[0])
 
 
-def _sample_filtered(logits, temperature, top_k, top_p, u):
-    """vLLM semantics: scale by 1/T, keep the top_k largest (ties with the k-th kept), then the
+def _sample_filtered(logits, temperature, top_k, top_p, u, min_p=0.0):
+    """vLLM semantics: scale by 1/T, drop tokens below min_p x the most likely one's probability,
+    keep the top_k largest (ties with the k-th kept), then the
     smallest most-likely set whose mass reaches top_p (a token is kept when the mass of the tokens
     ranked above it, most likely first and ties by id, is < top_p; the most likely always stays),
     renormalize, invert the CDF at u over the kept tokens in token-id order. Every step is a
     function of this row alone; the candidate shortcuts only skip tokens that cannot be kept."""
     z = np.asarray(logits, dtype=np.float32) / np.float32(temperature)
+    if min_p > 0.0:
+        z = min_p_mask(z, min_p)
     ids = None                                 # None = every token (no top_k): positions are token ids
     if 0 < top_k < z.shape[0]:
         cand = top_candidates(z, top_k)

@@ -1,6 +1,7 @@
 """Continuous batching over a step model: admission, chunked prefill, preemption, stop conditions.
 
-Role in the data flow: api.py (or a job) adds requests; every `step()` builds ONE batched model call
+Role in the data flow: the engine (engine.py) adds Requests and removes aborted ones; every
+`step()` builds ONE batched model call
 that mixes the decode tokens of running sequences with prefill chunks of waiting ones, under
 `max_num_batched_tokens` and `max_num_seqs`, checking KV blocks before scheduling anything. When
 blocks run out the NEWEST running sequence is preempted (released, requeued at the front of the
@@ -24,10 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
-from .detok import Detokenizer
-from .outputs import Completion, Score, StepStats
-from .request import Request
-from .sampler import Sampler
+from .outputs import StepStats
 
 
 @dataclass(frozen=True)
@@ -50,109 +48,65 @@ class SchedulerConfig:
 
 
 class Scheduler:
-    def __init__(self, model, config=None, tokenizer=None):
-        self.model, self.cfg, self.tokenizer = model, config or SchedulerConfig(), tokenizer
-        self.requests, self.waiting, self.running = [], deque(), []
+    """The batch of one engine: a FIFO waiting queue and the running list (oldest first). Only the
+    engine's driving thread calls it (the engine's lock serializes adds and aborts into it)."""
+
+    def __init__(self, model, config=None):
+        self.model, self.cfg = model, config or SchedulerConfig()
+        self.waiting, self.running = deque(), []
         self.stats = {"steps": 0, "prefill_tokens": 0, "decode_tokens": 0, "preemptions": 0,
                       "max_running": 0, "max_batch_tokens": 0, "failed": 0,
                       "cached_tokens": 0}
+        self._failed_now = []
 
-    # ------------------------------------------------------------ requests
-    def add_generate(self, prompt_token_ids, params, request_id=None):
-        """Queue a generation; returns its index. Invalid requests finish at once with .error set."""
-        index = len(self.requests)
-        rid = index if request_id is None else request_id
-        err = self._validate(prompt_token_ids, index, rid)
-        if err is None and not hasattr(params, "max_tokens"):
-            err = InvalidArgument(f"request {rid!r}: sampling params must be SamplingParams, got {params!r}")
-        if err is not None:
-            return self._add_failed(Completion(_as_list(prompt_token_ids), error=err, request_id=rid))
-        detok = Detokenizer(self.tokenizer) if self.tokenizer is not None else None
-        req = Request(index, rid, "generate", list(prompt_token_ids), params,
-                      Sampler(params, self.cfg.base_seed, rid), detok)
-        return self._enqueue(req)
-
-    def add_score(self, prompt_token_ids, request_id=None):
-        index = len(self.requests)
-        rid = index if request_id is None else request_id
-        err = self._validate(prompt_token_ids, index, rid)
-        if err is not None:
-            return self._add_failed(Score(_as_list(prompt_token_ids), error=err, request_id=rid))
-        return self._enqueue(Request(index, rid, "score", list(prompt_token_ids)))
-
-    def fail(self, result):
-        """Record a request that failed before reaching the scheduler (e.g. a bad prompt string)."""
-        return self._add_failed(result)
-
-    def _validate(self, ids, index, rid):
-        m = self.model
-        if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-            return InvalidArgument(f"request {rid!r}: prompt token ids must be a list of integers")
-        if not ids:
-            return InvalidArgument(f"request {rid!r}: empty prompt")
-        if len(ids) > m.max_seq_len:
-            return InvalidArgument(f"request {rid!r}: prompt has {len(ids)} tokens, longer than "
-                                   f"max_seq_len {m.max_seq_len}")
-        bad = next((t for t in ids if not 0 <= t < m.vocab_size), None)
-        if bad is not None:
-            return InvalidArgument(f"request {rid!r}: token id {bad} outside the vocabulary [0, {m.vocab_size})")
-        return None
-
-    def _add_failed(self, result):
-        req = Request(len(self.requests), result.request_id, "failed", result.prompt_token_ids)
-        req.result = result
-        self.requests.append(req)
-        self.stats["failed"] += 1
-        return req.index
-
-    def _enqueue(self, req):
-        self.requests.append(req)
+    def add(self, req):
         self.waiting.append(req)
-        return req.index
 
-    # ------------------------------------------------------------ running
+    def remove(self, req):
+        """Drop a request wherever it is; its KV blocks are freed now."""
+        if req.seq is not None:
+            self.model.release(req.seq)
+            req.seq = None
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+
     def has_work(self):
         return bool(self.waiting or self.running)
 
-    def run(self, on_token=None, on_step=None):
-        """Step until every request is done; results in the order added. If anything raises (the
-        model, a callback, Ctrl-C), every sequence's KV blocks are released before it propagates."""
-        try:
-            while self.has_work():
-                self.step(on_token, on_step)
-        except BaseException:
-            self.abort()
-            raise
-        return [r.result for r in self.requests]
-
-    def abort(self):
-        """Release every running sequence and drop all unfinished requests (their result stays None)."""
-        for r in self.running:
-            if r.seq is not None:
-                self.model.release(r.seq)
-                r.seq = None
-        self.running.clear()
-        self.waiting.clear()
+    def clear(self):
+        """Release every running sequence and drop every request (after an exception in a step)."""
+        for r in list(self.running) + list(self.waiting):
+            self.remove(r)
 
     def step(self, on_token=None, on_step=None):
-        """One batched model call; returns the requests that finished in it. on_step(StepStats)."""
+        """One batched model call; -> the requests that produced a token or finished in it (requests
+        failed while scheduling included). on_step(StepStats) after it."""
         t0, preempted = time.perf_counter(), self.stats["preemptions"]
+        self._failed_now = []
         sched = self._schedule()
         if not sched:
-            return []
-        outs = self.model.forward([(r.seq, r.pending(n), r.kind == "score") for r, n in sched])
+            return self._failed_now
+        outs = self.model.forward([(r.seq, r.pending(n), r.want_all()) for r, n in sched])
         if len(outs) != len(sched):
             raise InvalidArgument(f"model.forward returned {len(outs)} results for {len(sched)} steps")
         prefill, decode = self._count(sched)
-        done = [r for (r, n), logits in zip(sched, outs) if r.advance(n, logits, self.model, on_token)]
-        for r in done:
-            self.running.remove(r)
-            self.model.release(r.seq)
-            r.seq = None
+        progressed = list(self._failed_now)
+        for (r, n), logits in zip(sched, outs):
+            before = len(r.output)
+            if r.advance(n, logits, self.model, on_token):
+                self.running.remove(r)
+                self.model.release(r.seq)
+                r.seq = None
+                progressed.append(r)
+            elif len(r.output) > before:
+                progressed.append(r)
         if on_step is not None:
+            done = sum(r.finished for r in progressed)
             on_step(StepStats(t0, time.perf_counter(), prefill, decode, len(self.running), len(self.waiting),
-                              self.model.free_blocks(), len(done), self.stats["preemptions"] - preempted))
-        return done
+                              self.model.free_blocks(), done, self.stats["preemptions"] - preempted))
+        return progressed
 
     def _count(self, sched):
         """Update the totals; -> (prefill tokens, decode tokens) of this step."""
@@ -223,10 +177,11 @@ class Scheduler:
             budget -= n
 
     def _start(self, r):
-        """A new sequence for r; with prefix caching its prefill starts after the cached full blocks."""
+        """A new sequence for r; with prefix caching its prefill starts after the cached full blocks
+        (not for requests that need every prompt position's logits: score, prompt_logprobs)."""
         r.seq, r.computed = self.model.new_sequence(), 0
         match = getattr(self.model, "match_prefix", None)
-        if match is not None and r.kind != "score":
+        if match is not None and r.prompt_k is None:
             r.computed = match(r.seq, r.prompt + r.output)
 
     def _preempt(self, r):
@@ -239,15 +194,8 @@ class Scheduler:
         if r.seq is not None:
             self.model.release(r.seq)
         r.seq = None
-        err = InvalidArgument(f"request {r.request_id!r}: needs {need} more KV blocks at {r.num_tokens()} tokens "
-                              f"but only {self.model.free_blocks()} are free with nothing else running "
-                              f"(the KV cache budget is too small for this request)")
-        cls = Score if r.kind == "score" else Completion
-        r.result = cls(list(r.prompt), error=err, request_id=r.request_id)
-        if r.kind != "score":
-            r.result.token_ids = list(r.output)
+        r.fail(InvalidArgument(f"request {r.request_id!r}: needs {need} more KV blocks at {r.num_tokens()} tokens "
+                               f"but only {self.model.free_blocks()} are free with nothing else running "
+                               f"(the KV cache budget is too small for this request)"))
+        self._failed_now.append(r)
         self.stats["failed"] += 1
-
-
-def _as_list(ids):
-    return list(ids) if isinstance(ids, (list, tuple)) else []

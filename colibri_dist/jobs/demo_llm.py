@@ -128,7 +128,9 @@ def write_checkpoint(out_dir, layers=4, n_experts=16, seed=0):
     tensors, config = build_weights(layers=layers, n_experts=n_experts, seed=seed)
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     _write_json(os.path.join(out_dir, "config.json"), config)
-    _write_json(os.path.join(out_dir, "generation_config.json"), {"eos_token_id": EOS, "bos_token_id": 0})
+    # greedy by default (vLLM's generation_config="auto" reads temperature): the demo's tasks have one answer
+    _write_json(os.path.join(out_dir, "generation_config.json"), {"eos_token_id": EOS, "bos_token_id": 0,
+                                                                  "temperature": 0.0})
     _write_json(os.path.join(out_dir, "tokenizer_config.json"), {
         "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
         "chat_template": "{% for m in messages %}{{ m['content'] }}{% if not loop.last %} {% endif %}{% endfor %}"})

@@ -38,7 +38,8 @@ class _GenerationKind:
     def __init__(self, cfg, llm):
         self.cfg, self.job, self.llm = cfg, cfg.job, llm
         self.reader = RowReader(cfg.job, self.kind, getattr(llm, "tokenizer", None),
-                                lambda: getattr(llm, "chat_template", None))
+                                lambda: getattr(llm, "chat_template", None),
+                                model_defaults=getattr(llm, "generation_defaults", None))
 
     def signature(self):
         j = self.job
@@ -114,7 +115,7 @@ class GenerateKind(_GenerationKind):
         out = {"id": row.id, "generated_text": c.text, "generated_tokens": list(c.token_ids),
                "num_input_tokens": len(c.prompt_token_ids), "num_generated_tokens": len(c.token_ids),
                "finish_reason": c.finish_reason}
-        if row.params.logprobs > 0:
+        if row.params.logprobs is not None:
             out["logprobs"] = [lp.to_dict() for lp in c.logprobs]
         return out
 

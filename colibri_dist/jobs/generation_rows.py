@@ -96,12 +96,13 @@ def check_sampling_defaults(job):
 class RowReader:
     """Turns a shard's rows into Row records for one job kind ("generate" or "score")."""
 
-    def __init__(self, job, kind, tokenizer=None, chat_template=None):
+    def __init__(self, job, kind, tokenizer=None, chat_template=None, model_defaults=None):
         """chat_template: a ChatTemplate, None, or a callable returning one (asked on the first
-        `messages` row; an InvalidArgument it raises, e.g. "no chat template", is that row's error)."""
+        `messages` row; an InvalidArgument it raises, e.g. "no chat template", is that row's error).
+        model_defaults: the model's generation_config sampling defaults, under the job's."""
         self.job, self.kind = job, kind
         self.tokenizer, self._template = tokenizer, chat_template
-        self.defaults = check_sampling_defaults(job) if kind == "generate" else {}
+        self.defaults = {**(model_defaults or {}), **check_sampling_defaults(job)} if kind == "generate" else {}
 
     def chat_template(self):
         if callable(self._template) and not hasattr(self._template, "render"):

@@ -6,11 +6,15 @@ RAM cache, mmap, SSD offload, prefetch, hot-add) or a caller-given MoE executor 
 Ray pool client: anything with moe_forward(layer, x)), a paged KVCache, and the Decoder. Besides
 the teacher-forced `logits` / `logits_batch` it is the step model the generation scheduler
 drives (new_sequence / match_prefix / forward(steps) / release / free_blocks / blocks_needed) and
-offers generate / chat / score on top of generate/. Automatic prefix caching (on by default; vLLM's
-enable_prefix_caching) lets a prompt that starts with full KV blocks another request computed skip
-their prefill; its key includes the expert set's version, so a hot-add never reuses stale KV. With a
-caller-given `moe=` executor the LLM cannot see that version: caching is off unless the executor
-has kv_identity() or the caller turns it on (then reset_prefix_cache() after changing experts).
+offers generate / chat / score on top of generate/: they all drive `llm_engine`, one persistent
+generate.LLMEngine over this model (vLLM's LLM.llm_engine). The container's generation_config.json
+sampling defaults (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens) apply to
+requests whose params are None or a dict, as vLLM's generation_config="auto". Automatic prefix
+caching (on by default; vLLM's enable_prefix_caching) lets a prompt that starts with full KV blocks
+another request computed skip their prefill; its key includes the expert set's version, so a hot-add
+never reuses stale KV. With a caller-given `moe=` executor the LLM cannot see that version: caching
+is off unless the executor has kv_identity() or the caller turns it on (then reset_prefix_cache()
+after changing experts).
 """
 
 import numpy as np
@@ -20,17 +24,28 @@ from .arch import architecture, kv_row_dims
 from .decoder import Decoder
 from .kv_budget import check_max_seq_len, default_budget, warn_limits
 from .kv_cache import KVCache, block_bytes
-from .tokenizer import eos_token_ids, load_tokenizer, tokenizer_config
+from .tokenizer import eos_token_ids, generation_config, load_tokenizer, tokenizer_config
 from .weights import check_ids, load_weights
 
 
 class LLM:
-    def __init__(self, path, threads=None, cache_bytes=None, offload_dir=None, kv_cache_bytes=None,
+    def __init__(self, model=None, threads=None, cache_bytes=None, offload_dir=None, kv_cache_bytes=None,
                  max_seq_len=None, kv_cache_dtype="f32", block_size=16, policy="lru", prefetch_workers=2,
-                 max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=False,
+                 max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=False, max_model_len=None,
                  enable_prefix_caching=None, allow_long_context=False, checksums=True):
+        """model: the .colibri path (vLLM's name); max_model_len: vLLM's name of max_seq_len (at most the
+        model's max_position_embeddings unless allow_long_context=True); seed: the base seed of requests
+        without their own (vLLM's); enable_prefix_caching: vLLM's switch (None: on when the KV bits'
+        dependencies are visible); checksums=False skips the container's first-use view checks."""
         from ..engine import Engine
         from ..generate import SchedulerConfig
+        if model is None:
+            raise InvalidArgument("LLM: model (the .colibri path) is required")
+        if max_model_len is not None:
+            if max_seq_len is not None and max_seq_len != max_model_len:
+                raise InvalidArgument(f"LLM: max_model_len {max_model_len!r} and max_seq_len {max_seq_len!r} disagree")
+            max_seq_len = max_model_len
+        path = model
         self.path = str(path)
         self.scheduler_config = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
                                                 max_num_seqs=max_num_seqs, base_seed=seed)
@@ -62,6 +77,10 @@ class LLM:
         self._template_text = files.get("chat_template.jinja")
         self._chat_template = None
         self.eos_token_ids = eos_token_ids(files, self.tokenizer, self.path)
+        from ..generate.params import generation_defaults
+        self.generation_defaults = generation_defaults(generation_config(files, self.path),
+                                                       where=f"{self.path}: generation_config.json")
+        self._llm_engine = None
 
     def _kv_cache(self, kv_cache_bytes, max_seq_len, dtype, block_size, max_num_seqs, prefix, salt):
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
@@ -170,26 +189,56 @@ class LLM:
             self._chat_template = ChatTemplate.from_config(self.tokenizer_config, self._template_text, source=self.path)
         return self._chat_template
 
-    def generate(self, prompts, sampling_params=None, on_token=None, request_ids=None, on_step=None):
-        """prompts: str | token ids | list of those -> list[Completion] in prompt order.
-        on_step(StepStats) after every model step (the job reports use it)."""
+    def get_tokenizer(self):
+        """The container's tokenizers.Tokenizer (None when it carries none)."""
+        return self.tokenizer
+
+    def get_default_sampling_params(self):
+        """vLLM's: SamplingParams from the model's generation_config.json over SamplingParams' defaults."""
+        from ..generate import SamplingParams
+        return SamplingParams(**self.generation_defaults)
+
+    def new_engine(self):
+        """A new LLMEngine over this model (the pool's runner lanes each drive one; they share the KV cache)."""
+        from ..generate import LLMEngine
+        return LLMEngine(self, self.tokenizer, self.scheduler_config, self.generation_defaults)
+
+    @property
+    def llm_engine(self):
+        """The persistent LLMEngine generate/chat/score drive (rebuilt, when idle, after
+        scheduler_config was replaced)."""
+        eng = self._llm_engine
+        if eng is None or (eng.scheduler_config is not self.scheduler_config and not eng.has_unfinished()):
+            eng = self._llm_engine = self.new_engine()
+        return eng
+
+    def generate(self, prompts, sampling_params=None, use_tqdm=False, on_token=None, request_ids=None, on_step=None):
+        """prompts: str | token ids | {"prompt"} | {"prompt_token_ids"} | a list of those -> list[RequestOutput]
+        in prompt order (`outs[0].outputs[0].text`). sampling_params None = the model's defaults.
+        use_tqdm: a progress bar (off by default: the CLI and the jobs have their own progress).
+        on_token(StreamEvent) per generated token, on_step(StepStats) after every model step."""
         from ..generate.api import generate
         self._check_open()
         return generate(self, self.tokenizer, prompts, sampling_params, self.scheduler_config, on_token, request_ids,
-                        on_step)
+                        on_step, engine=self.llm_engine, use_tqdm=use_tqdm)
 
-    def chat(self, conversations, sampling_params=None, on_token=None, request_ids=None, on_step=None):
+    def chat(self, messages, sampling_params=None, use_tqdm=False, on_token=None, request_ids=None, on_step=None):
         """Conversations of {"role", "content"} rendered with the container's chat template."""
         from ..generate.api import chat
         self._check_open()
-        return chat(self, self.tokenizer, self.chat_template, conversations, sampling_params,
-                    self.scheduler_config, on_token, request_ids, on_step)
+        return chat(self, self.tokenizer, self.chat_template, messages, sampling_params,
+                    self.scheduler_config, on_token, request_ids, on_step, engine=self.llm_engine, use_tqdm=use_tqdm)
 
-    def score(self, prompts, request_ids=None, on_step=None):
-        """-> list[Score]: log-probability of each prompt token after the first."""
+    def score(self, prompts, request_ids=None, on_step=None, use_tqdm=False):
+        """-> list[Score]: the log-probability of each prompt token after the first under this model (a
+        language-model log-likelihood). vLLM's `LLM.score` is different: a cross-encoder's relevance
+        score of (query, document) pairs; the vLLM way to get these numbers is
+        generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0)).prompt_logprobs, which
+        gives the same values here."""
         from ..generate.api import score
         self._check_open()
-        return score(self, self.tokenizer, prompts, self.scheduler_config, request_ids, on_step)
+        return score(self, self.tokenizer, prompts, self.scheduler_config, request_ids, on_step,
+                     engine=self.llm_engine, use_tqdm=use_tqdm)
 
     # -- lifecycle ---------------------------------------------------------------
     def stats(self):

@@ -36,6 +36,10 @@ def tokenizer_config(files, where):
     return _json(files, "tokenizer_config.json", where)
 
 
+def generation_config(files, where):
+    return _json(files, "generation_config.json", where)
+
+
 def eos_token_ids(files, tokenizer, where):
     eos = _json(files, "generation_config.json", where).get("eos_token_id")
     if eos is None:

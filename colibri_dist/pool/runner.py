@@ -2,10 +2,12 @@
 
 Role in the data flow: the RunnerPool (runners.py) gives each runner a share of a job's requests
 (`submit`); the runner holds the dense weights (mmap'd: one copy per machine in the page cache), its
-own paged KV cache and schedulers, and an ExpertClient that routes, balances and combines its MoE
-layers over the pool's workers (no central actor on the token path). Its `lanes` schedulers split
-its share and step in their own threads under one `turn` lock that the ExpertClient releases while
-a layer's experts are away: lane B's attention runs while lane A waits (two-batch overlap).
+own paged KV cache and `lanes` persistent generate.LLMEngines (the one generation loop), and an
+ExpertClient that routes, balances and combines its MoE layers over the pool's workers (no central
+actor on the token path). Requests are dealt to the lanes' engines (add_request, safe from the
+actor's other threads while a lane steps); each lane steps its engine in its own thread while it has
+work, under one `turn` lock that the ExpertClient releases while a layer's experts are away: lane
+B's attention runs while lane A waits (two-batch overlap).
 `poll` hands the driver, atomically per step, the tokens committed since the last poll and the
 finished results, so a lost runner's requests resume elsewhere from their last committed token.
 
@@ -47,7 +49,13 @@ class SequenceRunner:
         self.client.turn = self.turn
         self.out_lock = threading.Condition()
         self.events, self.results, self.errors = [], {}, []
+        self.engines = [self.llm.new_engine() for _ in range(max(1, self.lanes))]
+        self.lanes = len(self.engines)
+        self.lane_lock = threading.Lock()      # a lane's thread exits, or is started, under it
+        self.active = [False] * self.lanes
         self.threads = []
+        self._next_lane = 0
+        self.kinds = {}                        # rid -> kind of the requests in the engines
         self.steps = 0
 
     def ping(self):
@@ -57,72 +65,64 @@ class SequenceRunner:
     # ------------------------------------------------------------------ work
     def submit(self, items):
         """items: [{"rid", "kind" ("generate"|"score"), "prompt", "params", "resume": (tokens, logprobs)}].
-        Returns at once; the lanes run in threads."""
-        from ..generate.scheduler import Scheduler
-        lanes = [Scheduler(self.llm, self.llm.scheduler_config, self.llm.tokenizer)
-                 for _ in range(max(1, min(self.lanes, len(items))))]
-        owners = [{} for _ in lanes]          # per lane: scheduler index -> rid
+        Returns at once; the lanes' threads step their engines."""
+        from ..generate.outputs import failed_output
+        failed = []
         for j, item in enumerate(items):
-            lane = j % len(lanes)
-            owners[lane][self._add(lanes[lane], item)] = item["rid"]
-        for sched, rids in zip(lanes, owners):
-            t = threading.Thread(target=self._lane, args=(sched, rids), daemon=True)
-            t.start()
-            self.threads.append(t)
-        return len(lanes)
-
-    def _add(self, sched, item):
-        from ..generate.api import encode_prompt
-        from ..generate.outputs import Completion, Score
-        from ..generate.params import SamplingParams
-        rid, kind = item["rid"], item["kind"]
-        ids, err = encode_prompt(self.llm.tokenizer, item["prompt"], rid, add_special_tokens=True)
-        params = None
-        if err is None and kind == "generate":
+            lane = (self._next_lane + j) % self.lanes
+            self.kinds[item["rid"]] = item["kind"]
             try:
-                params = SamplingParams.from_dict(item["params"])
+                self.engines[lane].add_request(item["rid"], item["prompt"], item["params"], kind=item["kind"],
+                                               resume=item.get("resume"))
             except InvalidArgument as exc:
-                err = InvalidArgument(f"request {rid!r}: {exc}")
-        if err is not None:
-            return sched.fail((Score if kind == "score" else Completion)(ids or [], error=err, request_id=rid))
-        if kind == "score":
-            return sched.add_score(ids, rid)
-        index = sched.add_generate(ids, params, rid)
-        if item.get("resume"):
-            _resume(sched.requests[index], *item["resume"])
-        return index
+                self.kinds.pop(item["rid"], None)
+                failed.append(failed_output(item["rid"], None, exc, item["kind"]))
+                continue
+            self._wake(lane)
+        self._next_lane = (self._next_lane + len(items)) % self.lanes
+        self._publish([], failed)
+        return self.lanes
 
-    def _lane(self, sched, rids):
+    def _wake(self, lane):
+        with self.lane_lock:
+            if not self.active[lane]:
+                self.active[lane] = True
+                t = threading.Thread(target=self._lane, args=(lane,), daemon=True)
+                self.threads.append(t)
+                t.start()
+
+    def _lane(self, lane):
+        eng = self.engines[lane]
         try:
-            for req in sched.requests:           # requests that failed validation are done already
-                if req.result is not None:
-                    self._publish([], [req])
             while True:
                 events = []
                 with self.turn:
-                    if not sched.has_work():
-                        break
-                    done = sched.step(lambda ev: events.append(self._event(sched, rids, ev)))
+                    with self.lane_lock:
+                        if not eng.has_unfinished():
+                            self.active[lane] = False
+                            return
+                    outs = eng.step(lambda ev: events.append((ev.request_id, ev.token_id, ev.logprobs)))
                     self.steps += 1
-                self._publish(events, done)
+                self._publish(events, [self._result(o) for o in outs if o.finished])
                 if self.hooks.runner_step_delay_s:
                     time.sleep(self.hooks.runner_step_delay_s)
         except BaseException as exc:  # reported by poll(); the driver re-runs the lane's requests
+            with self.lane_lock:
+                self.active[lane] = False
             with self.out_lock:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 self.out_lock.notify_all()
 
-    @staticmethod
-    def _event(sched, rids, ev):
-        req = sched.requests[ev.index]
-        lp = req.logprobs[-1] if req.params.logprobs > 0 and req.logprobs else None
-        return (rids[ev.index], ev.token_id, lp)
+    def _result(self, out):
+        """A finished request as the driver wants it: a Score for score requests (as LLM.score)."""
+        from ..generate.outputs import Score
+        return Score.from_output(out) if self.kinds.pop(out.request_id, None) == "score" else out
 
     def _publish(self, events, done):
         with self.out_lock:
             self.events.extend(events)
             for r in done:
-                self.results[r.result.request_id] = r.result
+                self.results[r.request_id] = r
             self.out_lock.notify_all()
 
     def poll(self, wait_s=0.2):
@@ -149,17 +149,3 @@ class SequenceRunner:
     def close(self):
         self.llm.close()
         return True
-
-
-def _resume(req, tokens, logprobs):
-    """Continue a request from its last committed token: the same output so far, its RNG advanced by
-    one draw per token (the sampler's contract), its detokenizer fed; the KV cache is rebuilt by the
-    scheduler's prefill of prompt + output (chunking never changes bits)."""
-    for t in tokens:
-        req.sampler.rng.random()
-        req.output.append(int(t))
-        req.detok.add(int(t))
-    if logprobs is not None and req.params.logprobs > 0:
-        req.logprobs = list(logprobs)
-    req.streamed = max(0, len(req.detok.text) - req.holdback)
-    req.t_first = req.t_first or time.perf_counter()

@@ -50,8 +50,11 @@ def test_default_request_ids_are_positions_and_seed_derivation_uses_them():
     sp = SamplingParams(max_tokens=8, temperature=1.0)
     a = generate(model, None, [[1, 2], [1, 2]], sp)
     assert [c.request_id for c in a] == [0, 1] and a[0].token_ids != a[1].token_ids
-    b = generate(model, None, [[1, 2], [1, 2]], sp, request_ids=["x", "x"])
-    assert b[0].token_ids == b[1].token_ids
+    b = generate(model, None, [[1, 2], [3]], sp, request_ids=["x", "y"])
+    c = generate(model, None, [[1, 2]], sp, request_ids=["x"])
+    assert b[0].token_ids == c[0].token_ids != a[0].token_ids
+    with pytest.raises(InvalidArgument, match="request ids must be unique"):     # vLLM: ids are unique
+        generate(model, None, [[1, 2], [1, 2]], sp, request_ids=["x", "x"])
 
 
 def test_score_text_prompts():

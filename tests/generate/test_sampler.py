@@ -8,13 +8,13 @@ from colibri_dist.generate.sampler import Sampler, _sample_filtered, derive_seed
 
 def test_greedy_ties_go_to_lowest_id():
     logits = np.array([0.0, 2.0, 1.0, 2.0, 2.0], dtype=np.float32)
-    tok, lp = Sampler(SamplingParams()).sample(logits)
+    tok, lp = Sampler(SamplingParams(temperature=0)).sample(logits)
     assert tok == 1 and lp is None
 
 
 def test_logprobs_top_n_ties_by_id_and_rank():
     logits = np.array([1.0, 3.0, 3.0, 0.5, 3.0, 2.0], dtype=np.float32)
-    tok, lp = Sampler(SamplingParams(logprobs=4)).sample(logits)
+    tok, lp = Sampler(SamplingParams(temperature=0, logprobs=4)).sample(logits)
     ref = log_softmax(logits)
     assert tok == 1 and lp.token_id == 1 and lp.logprob == float(ref[1]) and lp.rank == 1
     assert [t for t, _ in lp.top] == [1, 2, 4, 5]
@@ -29,7 +29,7 @@ def test_chosen_rank_when_sampled_low():
 
 def test_one_draw_per_token_any_mode():
     logits = np.linspace(-1, 1, 10).astype(np.float32)
-    for params in (SamplingParams(seed=5), SamplingParams(seed=5, temperature=0.8, top_k=3, top_p=0.5)):
+    for params in (SamplingParams(seed=5, temperature=0), SamplingParams(seed=5, temperature=0.8, top_k=3, top_p=0.5)):
         s = Sampler(params)
         for _ in range(7):
             s.sample(logits)

@@ -5,8 +5,9 @@ import pytest
 from colibri_dist.generate import SamplingParams, SchedulerConfig
 from colibri_dist.generate.api import generate, score
 from colibri_dist.generate.sampler import log_softmax
-from colibri_dist.generate.scheduler import Scheduler
+from colibri_dist.generate import LLMEngine
 
+from gen_engine import run_all
 from gen_fake_model import FakeStepModel
 
 VOCAB = 97
@@ -20,7 +21,7 @@ def _mixed_requests(n, seed=0):
         kind = i % 3
         mt = int(rng.integers(1, 21))
         if kind == 0:
-            params.append(SamplingParams(max_tokens=mt, logprobs=int(i % 4)))
+            params.append(SamplingParams(max_tokens=mt, temperature=0.0, logprobs=int(i % 4) or None))
         elif kind == 1:
             params.append(SamplingParams(max_tokens=mt, temperature=0.9, top_k=int(i % 7), top_p=0.9, seed=i,
                                          logprobs=2))
@@ -57,7 +58,8 @@ def alone():
 
 def test_requests_finish_for_all_reasons(alone):
     reasons = {c.finish_reason for c in alone}
-    assert reasons == {"length", "eos"} and all(c.error is None for c in alone)
+    assert reasons == {"length", "stop"} and all(c.error is None for c in alone)
+    assert {c.stop_reason for c in alone} == {None}             # eos: "stop" with stop_reason None (vLLM)
 
 
 CONFIGS = [
@@ -81,11 +83,9 @@ def test_all_together_equals_alone(alone, conf):
 
 
 def test_tiny_kv_budget_preempts():
-    sched = Scheduler(_model(num_blocks=16, block_size=4), SchedulerConfig(max_num_batched_tokens=64))
-    for p, sp, rid in zip(PROMPTS, PARAMS, IDS):
-        sched.add_generate(p, sp, rid)
-    sched.run()
-    assert sched.stats["preemptions"] > 0
+    eng = LLMEngine(_model(num_blocks=16, block_size=4), None, SchedulerConfig(max_num_batched_tokens=64))
+    run_all(None, None, [("generate", p, sp, rid) for p, sp, rid in zip(PROMPTS, PARAMS, IDS)], engine=eng)
+    assert eng.scheduler.stats["preemptions"] > 0
 
 
 @pytest.mark.parametrize("k", [1, 2, 8, 64])
@@ -109,7 +109,7 @@ def test_same_seed_same_prompt_same_tokens():
 
 def test_greedy_matches_reference_argmax_with_ties():
     m = _model(levels=1, eos_token_ids=())
-    out = generate(m, None, [[4, 8, 15]], SamplingParams(max_tokens=10, logprobs=1))[0]
+    out = generate(m, None, [[4, 8, 15]], SamplingParams(max_tokens=10, temperature=0, logprobs=1))[0]
     ref_model = _model(levels=1, eos_token_ids=())
     hist, ties = [4, 8, 15], 0
     for tok, lp in zip(out.token_ids, out.logprobs):
@@ -123,15 +123,16 @@ def test_greedy_matches_reference_argmax_with_ties():
 
 def test_stop_conditions():
     m = _model(eos_token_ids=())
-    free = generate(m, None, [[1, 2]], SamplingParams(max_tokens=20))[0]
+    free = generate(m, None, [[1, 2]], SamplingParams(max_tokens=20, temperature=0))[0]
     stop_tok = free.token_ids[3]
     first = free.token_ids.index(stop_tok)
-    out = generate(_model(eos_token_ids=()), None, [[1, 2]], SamplingParams(max_tokens=20,
+    out = generate(_model(eos_token_ids=()), None, [[1, 2]], SamplingParams(max_tokens=20, temperature=0,
                                                                             stop_token_ids=[stop_tok]))[0]
     assert out.token_ids == free.token_ids[:first + 1] and out.finish_reason == "stop" and out.stop_reason == stop_tok
-    eos = generate(_model(eos_token_ids=(stop_tok,)), None, [[1, 2]], SamplingParams(max_tokens=20))[0]
-    assert eos.token_ids == free.token_ids[:first + 1] and eos.finish_reason == "eos"
-    ign = generate(_model(eos_token_ids=(stop_tok,)), None, [[1, 2]], SamplingParams(max_tokens=20,
+    eos = generate(_model(eos_token_ids=(stop_tok,)), None, [[1, 2]], SamplingParams(max_tokens=20,
+                                                                                    temperature=0))[0]
+    assert eos.token_ids == free.token_ids[:first + 1] and eos.finish_reason == "stop" and eos.stop_reason is None
+    ign = generate(_model(eos_token_ids=(stop_tok,)), None, [[1, 2]], SamplingParams(max_tokens=20, temperature=0,
                                                                                     ignore_eos=True))[0]
     assert ign.token_ids == free.token_ids and ign.finish_reason == "length"
 
@@ -191,11 +192,10 @@ def test_score_matches_reference(cfg, blocks):
 
 
 def test_generate_and_score_in_one_scheduler(alone):
-    sched = Scheduler(_model(num_blocks=20), SchedulerConfig(max_num_batched_tokens=10, prefill_chunk_size=4))
+    reqs = []
     for i in range(10):
-        sched.add_generate(PROMPTS[i], PARAMS[i], IDS[i])
-        sched.add_score(PROMPTS[i])
-    res = sched.run()
+        reqs += [("generate", PROMPTS[i], PARAMS[i], IDS[i]), ("score", PROMPTS[i], None, f"s{i}")]
+    res = run_all(_model(num_blocks=20), SchedulerConfig(max_num_batched_tokens=10, prefill_chunk_size=4), reqs)
     for i in range(10):
         assert _key(res[2 * i]) == _key(alone[i])
         assert res[2 * i + 1].token_logprobs == _ref_score(PROMPTS[i])
@@ -228,11 +228,11 @@ def test_step_stats_and_request_metrics():
         assert m.arrival_time <= m.first_scheduled_time <= m.first_token_time <= m.finished_time
         assert m.time_to_first_token >= 0 and m.latency >= m.time_to_first_token and m.preemptions == 0
     tight = []
-    sched = Scheduler(_model(num_blocks=16, block_size=4), SchedulerConfig(max_num_batched_tokens=64))
-    for p, sp, rid in zip(PROMPTS, PARAMS, IDS):
-        sched.add_generate(p, sp, rid)
-    res = sched.run(on_step=tight.append)
-    assert sum(c.metrics.preemptions for c in res) == sched.stats["preemptions"] == sum(s.preemptions for s in tight)
+    eng = LLMEngine(_model(num_blocks=16, block_size=4), None, SchedulerConfig(max_num_batched_tokens=64))
+    res = run_all(None, None, [("generate", p, sp, rid) for p, sp, rid in zip(PROMPTS, PARAMS, IDS)], engine=eng,
+                  on_step=tight.append)
+    preempted = eng.scheduler.stats["preemptions"]
+    assert sum(c.metrics.preemptions for c in res) == preempted == sum(s.preemptions for s in tight)
     assert min(s.free_blocks for s in tight) >= 0 and max(s.running for s in tight) <= 16
     sc = score(_model(), None, PROMPTS[:3], on_step=tight.append)
     assert all(s.metrics.first_token_time is None and s.metrics.latency >= 0 for s in sc)

@@ -5,8 +5,8 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from colibri_dist.generate import SamplingParams, SchedulerConfig
-from colibri_dist.generate.scheduler import Scheduler
 
+from gen_engine import run_all
 from gen_fake_model import FakeStepModel
 
 
@@ -24,13 +24,7 @@ def _key(res):
 
 
 def _run(model, cfg, reqs):
-    sched = Scheduler(model, cfg)
-    for kind, prompt, params, rid in reqs:
-        if kind == "score":
-            sched.add_score(prompt, rid)
-        else:
-            sched.add_generate(prompt, params, rid)
-    return sched.run()
+    return run_all(model, cfg, reqs)
 
 
 @settings(max_examples=40, deadline=None)
@@ -44,7 +38,7 @@ def test_any_schedule_equals_alone(seed, n, budget, chunk, max_seqs, blocks, blo
         prompt = [int(t) for t in rng.integers(0, 41, int(rng.integers(1, 20)))]
         params = SamplingParams(max_tokens=int(rng.integers(1, 15)), temperature=float(rng.choice([0.0, 0.7, 1.5])),
                                 top_k=int(rng.choice([0, 3])), top_p=float(rng.choice([1.0, 0.8])),
-                                logprobs=int(rng.integers(0, 3)), seed=int(rng.integers(0, 5)) if i % 2 else None)
+                                logprobs=[None, 0, 2][int(rng.integers(0, 3))], seed=int(rng.integers(0, 5)) if i % 2 else None)
         reqs.append(("score" if i % 4 == 3 else "generate", prompt, params, f"q{i}"))
     alone = [_run(_model(blocks, block_size), SchedulerConfig(), [r])[0] for r in reqs]
     m = _model(blocks, block_size)

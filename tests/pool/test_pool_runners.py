@@ -42,7 +42,7 @@ def prompts(k=6):
     return [np.random.default_rng(s).integers(0, 97, 3 + 4 * s).tolist() for s in range(k)]
 
 
-PARAMS = [SamplingParams(max_tokens=8, ignore_eos=True, logprobs=2),
+PARAMS = [SamplingParams(max_tokens=8, temperature=0, ignore_eos=True, logprobs=2),
           SamplingParams(max_tokens=10, temperature=0.9, top_p=0.9, ignore_eos=True, logprobs=1)]
 LLM_KW = dict(threads=1, max_num_seqs=4, max_num_batched_tokens=24)
 

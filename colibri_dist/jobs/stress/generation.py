@@ -99,7 +99,7 @@ class GenerationStress:
         from .. import demo_llm
         rows = demo_llm.prompts(n, seed=int(self.s.seed) * 100003 + self.waves, max_tokens=self.s.max_tokens)
         ids = [f"w{self.waves:05d}-{i:03d}" for i in range(n)]
-        params = [SamplingParams(max_tokens=self.s.max_tokens, logprobs=1) if i % 3 else
+        params = [SamplingParams(max_tokens=self.s.max_tokens, temperature=0, logprobs=1) if i % 3 else
                   SamplingParams(max_tokens=self.s.max_tokens, temperature=0.9, seed=self.waves * 1000 + i,
                                  logprobs=1) for i in range(n)]
         return ids, [r["prompt"] for r in rows], params
