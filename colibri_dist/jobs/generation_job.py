@@ -199,7 +199,8 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
     progress = RequestProgress(sum(s.rows for s in shards), sum(s.rows for s in shards if s not in pending),
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
     cache = getattr(llm, "cache", None)
-    meter = GenerationMeter(moe=getattr(llm, "moe_meter", None), kv_blocks=getattr(cache, "n_blocks", None))
+    meter = GenerationMeter(moe=getattr(llm, "moe_meter", None), kv_blocks=getattr(cache, "n_blocks", None),
+                            prefix=getattr(cache, "prefix", None))
     t0 = time.perf_counter()
     try:
         for group in _groups(pending, cfg.job):
