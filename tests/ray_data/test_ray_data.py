@@ -146,7 +146,7 @@ def test_many_small_blocks_and_half_cpu_row_functions_on_two_cpus(demo):
     assert len({r["pre_pid"] for r in out}) <= 2 and len({r["post_pid"] for r in out}) <= 2
 
 
-def test_config_is_checked(demo):
+def test_config_is_checked(monkeypatch):
     from colibri_dist.errors import InvalidArgument
     from colibri_dist.ray_data import ColibriProcessorConfig, build_processor
     with pytest.raises(InvalidArgument, match="kind: expected generate | score"):
@@ -159,10 +159,34 @@ def test_config_is_checked(demo):
         ColibriProcessorConfig(model_source="m", should_continue_on_error="yes")
     with pytest.raises(InvalidArgument, match="num_cpus: expected a number >= 0"):
         ColibriProcessorConfig(model_source="m", num_cpus=-1)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
     too_big = build_processor(ColibriProcessorConfig(model_source="m", concurrency=2, num_cpus=1),
                               preprocess=dict, preprocess_map_kwargs={"num_cpus": 0.5})
     with pytest.raises(InvalidArgument, match="2 actors x num_cpus=1 plus 0.5 CPUs .* cluster's 2 CPUs"):
         too_big.actor_cpus()
+    shrunk = build_processor(ColibriProcessorConfig(model_source="m", concurrency=(1, 3)), preprocess=dict,
+                             postprocess=dict, preprocess_map_kwargs={"num_cpus": 0.5},
+                             postprocess_map_kwargs={"num_cpus": 0.25})
+    assert shrunk.actor_cpus() == 0.41                       # (2 - 0.75) / 3 actors, rounded down
+    assert build_processor(ColibriProcessorConfig(model_source="m", concurrency=2)).actor_cpus() == 1.0
+
+
+def test_row_function_batches_keep_every_key_and_failed_rows_raise_by_default():
+    import pyarrow as pa
+
+    from colibri_dist.errors import InvalidArgument
+    from colibri_dist.pool.ray_data import ColibriPredictor, ColibriProcessorConfig, RowFn
+    out = RowFn(lambda r: {**r, "b": 1} if r["a"] == 1 else {**r, "c": "x"})(pa.table({"a": [1, 2]}))
+    assert out.to_pylist() == [{"a": 1, "b": 1, "c": None}, {"a": 2, "b": None, "c": "x"}]
+
+    class Runner:
+        def run(self, rows):
+            return [{"id": r["id"], "error": "empty prompt" if not r["prompt"] else None} for r in rows]
+    config = ColibriProcessorConfig(model_source="m", numa={"enabled": False})
+    pred = ColibriPredictor(config, lambda c, n: Runner())
+    assert pred(pa.table({"id": ["a"], "prompt": ["x"]})).column("error").to_pylist() == [None]
+    with pytest.raises(InvalidArgument, match="row 'b': empty prompt .*should_continue_on_error=True"):
+        pred(pa.table({"id": ["a", "b"], "prompt": ["x", ""]}))
 
 
 def test_predictor_output_types_do_not_depend_on_the_batch():
