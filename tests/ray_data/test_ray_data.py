@@ -115,10 +115,6 @@ def test_a_failed_row_raises_by_default(demo):
         processor(ray.data.from_items(items)).take_all()
 
 
-def _pid_row(row):
-    return {**row, "prompt": row["question"], "pre_pid": os.getpid()}
-
-
 def test_many_small_blocks_and_half_cpu_row_functions_on_two_cpus(demo):
     """40 one-row blocks: the row functions run in at most `concurrency` tasks (not a process per block),
     and num_cpus=0.5 for pre- and postprocess beside 2 actors on a 2-CPU Ray finishes (the actors'
@@ -130,7 +126,8 @@ def test_many_small_blocks_and_half_cpu_row_functions_on_two_cpus(demo):
     assert ray.cluster_resources()["CPU"] == os.cpu_count() == 2
     items = [{"question": demo_llm.prompts(40, max_tokens=2)[i]["prompt"], "id": str(i)} for i in range(40)]
     config = ColibriProcessorConfig(model_source=model, concurrency=2, sampling_params={"max_tokens": 2})
-    processor = build_processor(config, preprocess=_pid_row,
+    processor = build_processor(config, preprocess=lambda row: {**row, "prompt": row["question"],
+                                                                "pre_pid": os.getpid()},
                                 postprocess=lambda row: {**row, "post_pid": os.getpid()},
                                 preprocess_map_kwargs={"num_cpus": 0.5}, postprocess_map_kwargs={"num_cpus": 0.5})
     assert processor.actor_cpus() == 0.5
