@@ -26,7 +26,8 @@ __all__ = ["BatchRunner", "ColibriPredictor", "ColibriProcessorConfig", "Process
 
 def build_processor(config, preprocess=None, postprocess=None, preprocess_map_kwargs=None,
                     postprocess_map_kwargs=None, runner_factory=open_runner):
-    """processor(ds) -> ds: preprocess (ds.map), the colibri actors (ds.map_batches), postprocess (ds.map).
-    *_map_kwargs go to those ds.map calls (default num_cpus=0: the row lambdas never wait for a CPU)."""
+    """processor(ds) -> ds: preprocess, the colibri actors, postprocess (each a ds.map_batches over batch_size rows).
+    *_map_kwargs go to those stages (ray.data map_batches keywords; default num_cpus=0 and at most as
+    many tasks at once as actors: the row functions never wait for a CPU the actors hold)."""
     return _build(config, runner_factory, preprocess=preprocess, postprocess=postprocess,
                   preprocess_map_kwargs=preprocess_map_kwargs, postprocess_map_kwargs=postprocess_map_kwargs)

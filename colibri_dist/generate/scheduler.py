@@ -16,6 +16,9 @@ StepModel protocol (duck-typed; the whole-model engine provides it):
     new_sequence() -> seq                an opaque handle with an empty cache
     release(seq) -> None                 frees its blocks
     forward([(seq, token_ids, want_all), ...]) -> [float32 [len(token_ids) or 1, vocab], ...]
+    match_prefix(seq, token_ids) -> int  optional (prefix caching): gives the new seq the cached KV of
+                                         the first tokens (whole blocks, never the last token); the
+                                         request's prefill then starts there
 """
 import time
 from collections import deque
@@ -52,7 +55,8 @@ class Scheduler:
         self.model, self.cfg = model, config or SchedulerConfig()
         self.waiting, self.running = deque(), []
         self.stats = {"steps": 0, "prefill_tokens": 0, "decode_tokens": 0, "preemptions": 0,
-                      "max_running": 0, "max_batch_tokens": 0, "failed": 0}
+                      "max_running": 0, "max_batch_tokens": 0, "failed": 0,
+                      "cached_tokens": 0}
         self._failed_now = []
 
     def add(self, req):
@@ -152,22 +156,33 @@ class Scheduler:
     def _admit(self, sched, budget, reserved):
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             r = self.waiting[0]
+            self._start(r)
             n = self._chunk(r, budget)
             need = self.model.blocks_needed(r.seq, n)
             if need > self.model.free_blocks() - reserved:
+                self.model.release(r.seq)
+                r.seq, r.computed = None, 0
                 if self.running:
                     return                     # FIFO: wait for blocks rather than skip ahead
                 self.waiting.popleft()
                 self._fail_too_big(r, need)
                 continue
             self.waiting.popleft()
-            r.seq = self.model.new_sequence()
+            self.stats["cached_tokens"] += r.computed
             if r.t_sched is None:
                 r.t_sched = time.perf_counter()
             self.running.append(r)
             reserved += need
             sched.append((r, n))
             budget -= n
+
+    def _start(self, r):
+        """A new sequence for r; with prefix caching its prefill starts after the cached full blocks
+        (not for requests that need every prompt position's logits: score, prompt_logprobs)."""
+        r.seq, r.computed = self.model.new_sequence(), 0
+        match = getattr(self.model, "match_prefix", None)
+        if match is not None and r.prompt_k is None:
+            r.computed = match(r.seq, r.prompt + r.output)
 
     def _preempt(self, r):
         self.model.release(r.seq)

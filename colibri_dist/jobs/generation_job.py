@@ -198,7 +198,8 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
     progress = RequestProgress(total, sum(s.rows for s in shards if s not in pending),
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
     cache = getattr(llm, "cache", None)
-    meter = GenerationMeter(moe=getattr(llm, "moe_meter", None), kv_blocks=getattr(cache, "n_blocks", None))
+    meter = GenerationMeter(moe=getattr(llm, "moe_meter", None), kv_blocks=getattr(cache, "n_blocks", None),
+                            prefix=getattr(cache, "prefix", None))
 
     def this_report(n_written, elapsed_s, quiet=False):
         report = build_report(cfg, manifest, n_written, elapsed_s)

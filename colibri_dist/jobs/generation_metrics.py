@@ -29,8 +29,10 @@ def percentiles(values):
 
 
 class GenerationMeter:
-    def __init__(self, moe=None, kv_blocks=None, sample_every_s=0.25):
+    def __init__(self, moe=None, kv_blocks=None, sample_every_s=0.25, prefix=None):
         self.moe, self.kv_blocks, self.sample_every_s = moe, kv_blocks, sample_every_s
+        self.prefix = prefix                      # the KV cache's PrefixIndex (prefix caching) or None
+        self.prefix_first = prefix.stats() if prefix is not None else None
         self.first_stats = moe.stats() if moe is not None else None
         self.samples, self.min_free_blocks = [], None
         self.steps = []          # per model step (t, prefill, decode, running, waiting, free_blocks): the plots
@@ -84,12 +86,22 @@ class GenerationMeter:
         out["kv_cache"] = {"blocks": self.kv_blocks, "min_free_blocks": self.min_free_blocks,
                            "peak_used_blocks": None if self.kv_blocks is None or self.min_free_blocks is None
                            else self.kv_blocks - self.min_free_blocks}
+        out["prefix_cache"] = self._prefix_report()
         return {**out, "latency": {"time_to_first_token_s": percentiles(self.ttft),
                             "request_latency_s": percentiles(self.latency)},
                 "throughput": {"prefill_tokens_per_s": rate(self.prefill), "decode_tokens_per_s": rate(self.decode),
                                "prefill_tokens": self.prefill, "decode_tokens": self.decode, "step_s": self.step_s},
                 "timeline": [self.buckets[k] for k in sorted(self.buckets)],
                 "preemptions": self.preemptions}
+
+    def _prefix_report(self):
+        """This run's prompt tokens looked up in the prefix cache and found there (vLLM's hit rate)."""
+        if self.prefix is None:
+            return {"enabled": False}
+        last, first = self.prefix.stats(), self.prefix_first
+        q, h = last["queried_tokens"] - first["queried_tokens"], last["hit_tokens"] - first["hit_tokens"]
+        return {"enabled": True, "queried_tokens": q, "hit_tokens": h, "hit_rate": h / q if q else None,
+                "evictions": last["evictions"] - first["evictions"]}
 
     def _executor_report(self):
         from .report import cache_section, load_imbalance, worker_section

@@ -1,7 +1,8 @@
 """Decoder: one batched forward step of the whole model over many sequences.
 
 Role in the data flow: LLM (and the generation scheduler through it) calls forward(steps), each
-step = (sequence, new token ids, want_all). The tokens of all steps go through the stack together:
+step = (sequence, new token ids, want): want True = logits after every new token, False = after the
+last one only, or a list of indices into the new tokens (negative from the end). The tokens of all steps go through the stack together:
 embed -> per layer [rmsnorm -> attention (attention.py, paged KV) -> residual -> rmsnorm ->
 MoE (Engine: route/group/experts/combine over the expert store) or dense MLP -> residual] ->
 final norm -> lm_head on the rows asked for. Every op is row-wise or per (token, head), so a
@@ -18,8 +19,9 @@ from .weights import check_ids
 
 
 class Decoder:
-    def __init__(self, arch, weights, engine, cache, moe=None):
+    def __init__(self, arch, weights, engine, cache, moe=None, salt=None):
         self.arch, self.w, self.engine, self.cache = arch, weights, engine, cache
+        self.salt = salt                                    # () -> what the KV bits depend on (prefix cache key)
         self.moe = moe if moe is not None else engine      # anything with moe_forward(layer, x)
         self.rt = engine.runtime
         self.specs = [attn_spec(arch, i, cache) for i in range(arch.n_layers)]
@@ -29,12 +31,13 @@ class Decoder:
         """Check every step, then reserve KV blocks for all (nothing reserved when one cannot fit)."""
         if not steps:
             raise InvalidArgument("forward: no steps given")
-        ids, need, seen = [], 0, set()
-        for i, (seq, tokens, _) in enumerate(steps):
+        ids, picks, need, seen = [], [], 0, set()
+        for i, (seq, tokens, want) in enumerate(steps):
             if id(seq) in seen:
                 raise InvalidArgument(f"forward: sequence {seq.id} appears twice in one step")
             seen.add(id(seq))
             ids.append(check_ids(tokens, self.arch.vocab_size, f"step {i} (sequence {seq.id})"))
+            picks.append(_rows(want, len(ids[-1]), i))
             if seq.length + len(ids[-1]) > self.cache.max_seq_len:
                 raise KVCacheFull(f"step {i}: sequence {seq.id} would hold {seq.length + len(ids[-1])} tokens, "
                                   f"more than max_seq_len={self.cache.max_seq_len}")
@@ -44,11 +47,17 @@ class Decoder:
                               f"{self.cache.n_blocks} are free")
         for (seq, _, _), t in zip(steps, ids):
             self.cache.reserve(seq, len(t))
-        return ids
+        return ids, picks
+
+    def sync_salt(self):
+        """Re-key the prefix cache when what the KV bits depend on changed (e.g. a hot-added expert)."""
+        if self.salt is not None:
+            self.cache.set_salt(self.salt())
 
     def forward(self, steps):
         self.engine.model.check_unchanged()     # the mmap'd file edited in place: refuse (reader.py)
-        ids = self._plan(steps)
+        self.sync_salt()
+        ids, picks = self._plan(steps)
         counts = np.array([len(t) for t in ids], dtype=np.int64)
         seq_start = np.zeros(len(ids) + 1, dtype=np.int32)
         seq_start[1:] = np.cumsum(counts)
@@ -61,17 +70,30 @@ class Decoder:
             h = h + attend(self.rt, self.arch, layer, lw, x, batch, self.cache, self.specs[layer])
             x = native.rmsnorm(h, lw.ln_mlp, self.arch.rms_eps)
             h = h + (self.rt.shared_forward(x, lw.mlp) if lw.mlp is not None else self.moe.moe_forward(layer, x))
-        for (seq, _, _), c in zip(steps, counts):
-            self.cache.commit(seq, int(c))
+        for (seq, _, _), t in zip(steps, ids):
+            self.cache.commit(seq, t)
         self.tokens_processed += int(counts.sum())
-        rows = np.concatenate([np.arange(seq_start[i], seq_start[i + 1]) if want_all else [seq_start[i + 1] - 1]
-                               for i, (_, _, want_all) in enumerate(steps)])
+        rows = np.concatenate([seq_start[i] + p for i, p in enumerate(picks)])
+        if not rows.size:
+            return [np.zeros((0, self.arch.vocab_size), np.float32) for _ in picks]
         x = native.rmsnorm(np.ascontiguousarray(h[rows]), self.w.final_norm, self.arch.rms_eps)
         logits = self.rt.matmul(x, self.w.lm_head)
         self.engine.model.check_unchanged()
         out, at = [], 0
-        for (_, _, want_all), c in zip(steps, counts):
-            k = int(c) if want_all else 1
-            out.append(logits[at:at + k])
-            at += k
+        for p in picks:
+            out.append(logits[at:at + len(p)])
+            at += len(p)
         return out
+
+
+def _rows(want, n, i):
+    """Indices into a step's n new tokens whose logits are asked for."""
+    if isinstance(want, (bool, np.bool_)):
+        return np.arange(n) if want else np.array([n - 1])
+    try:
+        rows = np.asarray(want, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"step {i}: want must be True, False or a list of token indices, got {want!r}") from None
+    if rows.size and (rows.min() < -n or rows.max() >= n):
+        raise InvalidArgument(f"step {i}: logits position out of range for {n} tokens: {want!r}")
+    return np.where(rows < 0, rows + n, rows)

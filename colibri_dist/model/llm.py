@@ -5,30 +5,38 @@ Role in the data flow: the user-facing object. It opens the container, builds th
 RAM cache, mmap, SSD offload, prefetch, hot-add) or a caller-given MoE executor (`moe=`, e.g. a
 Ray pool client: anything with moe_forward(layer, x)), a paged KVCache, and the Decoder. Besides
 the teacher-forced `logits` / `logits_batch` it is the step model the generation scheduler
-drives (new_sequence / forward(steps) / release / free_blocks / blocks_needed) and offers
-generate / chat / score on top of generate/: they all drive `llm_engine`, one persistent
+drives (new_sequence / match_prefix / forward(steps) / release / free_blocks / blocks_needed) and
+offers generate / chat / score on top of generate/: they all drive `llm_engine`, one persistent
 generate.LLMEngine over this model (vLLM's LLM.llm_engine). The container's generation_config.json
 sampling defaults (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens) apply to
-requests whose params are None or a dict, as vLLM's generation_config="auto".
+requests whose params are None or a dict, as vLLM's generation_config="auto". Automatic prefix
+caching (on by default; vLLM's enable_prefix_caching) lets a prompt that starts with full KV blocks
+another request computed skip their prefill; its key includes the expert set's version, so a hot-add
+never reuses stale KV. With a caller-given `moe=` executor the LLM cannot see that version: caching
+is off unless the executor has kv_identity() or the caller turns it on (then reset_prefix_cache()
+after changing experts).
 """
+
 import numpy as np
 
 from ..errors import InvalidArgument
 from .arch import architecture, kv_row_dims
 from .decoder import Decoder
-from .kv_cache import KVCache
+from .kv_budget import check_max_seq_len, default_budget, warn_limits
+from .kv_cache import KVCache, block_bytes
 from .tokenizer import eos_token_ids, generation_config, load_tokenizer, tokenizer_config
 from .weights import check_ids, load_weights
-
-DEFAULT_KV_BYTES = 256 << 20
 
 
 class LLM:
     def __init__(self, model=None, threads=None, cache_bytes=None, offload_dir=None, kv_cache_bytes=None,
                  max_seq_len=None, kv_cache_dtype="f32", block_size=16, policy="lru", prefetch_workers=2,
-                 max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=False, max_model_len=None):
-        """model: the .colibri path (vLLM's name); max_model_len: vLLM's name of max_seq_len; seed: the
-        base seed of requests without their own (vLLM's)."""
+                 max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=False, max_model_len=None,
+                 enable_prefix_caching=None, allow_long_context=False, checksums=True):
+        """model: the .colibri path (vLLM's name); max_model_len: vLLM's name of max_seq_len (at most the
+        model's max_position_embeddings unless allow_long_context=True); seed: the base seed of requests
+        without their own (vLLM's); enable_prefix_caching: vLLM's switch (None: on when the KV bits'
+        dependencies are visible); checksums=False skips the container's first-use view checks."""
         from ..engine import Engine
         from ..generate import SchedulerConfig
         if model is None:
@@ -42,32 +50,27 @@ class LLM:
         self.scheduler_config = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
                                                 max_num_seqs=max_num_seqs, base_seed=seed)
         self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
-                             policy=policy, prefetch_workers=prefetch_workers, w8a8=w8a8)
+                             policy=policy, prefetch_workers=prefetch_workers, w8a8=w8a8, checksums=checksums)
         try:
-            self._setup(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe)
+            self._setup(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe, max_num_seqs,
+                        _prefix_switch(enable_prefix_caching, moe), allow_long_context)
         except BaseException:
             self.engine.close()
             raise
         self._closed = False
 
-    def _setup(self, kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe):
+    def _setup(self, kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe, max_num_seqs, prefix,
+               allow_long_context):
         model = self.engine.model
         meta = model.meta if isinstance(model.meta, dict) else {}
         self.arch = architecture(model.config.family, meta.get("source_config"), where=self.path)
         self.weights = load_weights(model, self.arch)
-        limit = self.arch.max_position_embeddings
-        if max_seq_len is None:
-            max_seq_len = limit
-        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len <= 0:
-            raise InvalidArgument(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
-        k_row, v_row, _ = kv_row_dims(self.arch)
-        n_kv = 1 if self.arch.mla else self.arch.n_kv_heads
-        budget = DEFAULT_KV_BYTES if kv_cache_bytes is None else kv_cache_bytes
-        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
-            raise InvalidArgument(f"kv_cache_bytes must be a positive integer, got {kv_cache_bytes!r}")
-        self.cache = KVCache(self.arch.n_layers, n_kv, k_row, v_row, int(budget), max_seq_len, block_size,
-                             kv_cache_dtype, separate_v=not self.arch.mla)
-        self.decoder = Decoder(self.arch, self.weights, self.engine, self.cache, moe=moe)
+        max_seq_len = check_max_seq_len(max_seq_len, self.arch.max_position_embeddings, allow_long_context,
+                                        self.path)
+        salt = self._salt_fn(moe) if prefix else None
+        self.cache = self._kv_cache(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, max_num_seqs, prefix,
+                                    salt)
+        self.decoder = Decoder(self.arch, self.weights, self.engine, self.cache, moe=moe, salt=salt)
         files = model.tokenizer_files()
         self.tokenizer = load_tokenizer(files, self.path)
         self.tokenizer_config = tokenizer_config(files, self.path)
@@ -78,6 +81,33 @@ class LLM:
         self.generation_defaults = generation_defaults(generation_config(files, self.path),
                                                        where=f"{self.path}: generation_config.json")
         self._llm_engine = None
+
+    def _kv_cache(self, kv_cache_bytes, max_seq_len, dtype, block_size, max_num_seqs, prefix, salt):
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise InvalidArgument(f"block_size must be a positive integer, got {block_size!r}")
+        k_row, v_row, _ = kv_row_dims(self.arch)
+        n_kv = 1 if self.arch.mla else self.arch.n_kv_heads
+        shape = (self.arch.n_layers, n_kv, k_row, v_row)
+        per_block = block_bytes(*shape, block_size, dtype, separate_v=not self.arch.mla)
+        cap = None
+        if kv_cache_bytes is None:
+            budget, _, cap = default_budget(per_block, block_size, max_num_seqs, max_seq_len)
+        else:
+            budget = kv_cache_bytes
+            if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
+                raise InvalidArgument(f"kv_cache_bytes must be a positive integer, got {kv_cache_bytes!r}")
+        cache = KVCache(*shape, int(budget), max_seq_len, block_size, dtype, separate_v=not self.arch.mla,
+                        prefix_caching=prefix, salt=salt() if salt is not None else None)
+        warn_limits(cache, max_seq_len, max_num_seqs, kv_cache_bytes is None, cap)
+        return cache
+
+    def _salt_fn(self, moe):
+        """() -> what the KV bits depend on besides the tokens: the expert set's version."""
+        if moe is not None:
+            ident = getattr(moe, "kv_identity", None)
+            return (lambda: ("moe", ident())) if callable(ident) else (lambda: ("moe", id(moe)))
+        segments = self.engine.segments
+        return lambda: ("engine", segments.version)
 
     # -- facts ------------------------------------------------------------------
     @property
@@ -101,6 +131,20 @@ class LLM:
         self._check_open()
         return self.cache.new_sequence()
 
+    def match_prefix(self, seq, token_ids):
+        """Start the new seq with the cached full KV blocks token_ids begin with -> tokens covered (0 when
+        prefix caching is off). The block of the last token is never matched."""
+        self.decoder.sync_salt()
+        return self.cache.match_prefix(seq, token_ids)
+
+    def reset_prefix_cache(self):
+        """Forget every cached prefix block (vLLM's name); blocks of running sequences stay theirs."""
+        self.cache.reset_prefix_cache()
+
+    @property
+    def prefix_caching(self):
+        return self.cache.prefix is not None
+
     def release(self, seq):
         self.cache.release(seq)
 
@@ -116,19 +160,22 @@ class LLM:
         return self.decoder.forward(steps)
 
     # -- teacher-forced logits ---------------------------------------------------
-    def logits(self, token_ids):
-        """float32 [len(token_ids), vocab]: the logits after each position of one sequence."""
-        return self.logits_batch([token_ids])[0]
+    def logits(self, token_ids, last_only=False, positions=None):
+        """float32 [len(token_ids), vocab]: the logits after each position of one sequence; last_only=True
+        gives [1, vocab] (after the last token), positions=[i, ...] the rows of those positions only."""
+        return self.logits_batch([token_ids], last_only=last_only, positions=positions)[0]
 
-    def logits_batch(self, sequences):
-        """One batched forward over several sequences -> list of float32 [len_i, vocab]."""
+    def logits_batch(self, sequences, last_only=False, positions=None):
+        """One batched forward over several sequences -> list of float32 [len_i, vocab] (or the rows of
+        last_only / positions, the same for every sequence; negative positions count from the end)."""
         self._check_open()
         if not isinstance(sequences, (list, tuple)) or not sequences:
             raise InvalidArgument("logits_batch: expected a non-empty list of token id lists")
+        want = _want(last_only, positions)
         ids = [check_ids(s, self.vocab_size, f"sequence {i}") for i, s in enumerate(sequences)]
         seqs = [self.cache.new_sequence() for _ in ids]
         try:
-            return self.decoder.forward([(s, t, True) for s, t in zip(seqs, ids)])
+            return self.decoder.forward([(s, t, want) for s, t in zip(seqs, ids)])
         finally:
             for s in seqs:
                 self.cache.release(s)
@@ -201,7 +248,11 @@ class LLM:
         s = dict(self.engine.stats())
         s["kv_cache"] = {"blocks": self.cache.n_blocks, "block_size": self.cache.block_size,
                          "used_blocks": self.cache.used_blocks(), "peak_blocks": self.cache.peak_blocks,
-                         "bytes": self.cache.nbytes(), "dtype": self.cache.dtype}
+                         "bytes": self.cache.nbytes(), "dtype": self.cache.dtype,
+                         "max_seq_len": self.cache.max_seq_len}
+        s["prefix_cache"] = self.cache.prefix.stats() if self.cache.prefix is not None else {"enabled": False}
+        if self.cache.prefix is not None:
+            s["prefix_cache"]["enabled"] = True
         s["tokens_processed"] = self.decoder.tokens_processed
         return s
 
@@ -220,3 +271,26 @@ class LLM:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _prefix_switch(enable, moe):
+    if enable is None:                  # vLLM's default: on, when this LLM can see what the KV bits depend on
+        return moe is None or callable(getattr(moe, "kv_identity", None))
+    if not isinstance(enable, bool):
+        raise InvalidArgument(f"enable_prefix_caching must be True, False or None, got {enable!r}")
+    return enable
+
+
+def _want(last_only, positions):
+    if not isinstance(last_only, bool):
+        raise InvalidArgument(f"last_only must be True or False, got {last_only!r}")
+    if positions is None:
+        return not last_only
+    if last_only:
+        raise InvalidArgument("pass last_only or positions, not both")
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
+        positions = [positions]
+    if not isinstance(positions, (list, tuple, np.ndarray)) or not all(
+            isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in positions):
+        raise InvalidArgument(f"positions must be a list of integers, got {positions!r}")
+    return [int(p) for p in positions]

@@ -1,8 +1,15 @@
 """Ray Data batch inference with colibri: a processor over `ds.map_batches` (ray.data.llm's shape).
 
 Role in the data flow (the Ray side; colibri_dist/ray_data.py is the public entry point):
-    ds -> [preprocess: ds.map] -> ds.map_batches(ColibriPredictor, actor pool of `concurrency`,
-    batch_format="pyarrow") -> [postprocess: ds.map] -> ds
+    ds -> [preprocess] -> ds.map_batches(ColibriPredictor, actor pool of `concurrency` (n or (min, max)),
+    batch_format="pyarrow") -> [postprocess] -> ds
+The row functions run as map_batches tasks over `batch_size` rows (Ray Data bundles small blocks into
+one task, so 40 one-row blocks do not start 40 worker processes), at most as many at once as there
+are actors, on their own resources (*_map_kwargs; default num_cpus=0). If the actors and one task of
+each row function do not fit the cluster's CPUs (a pipeline that would wait forever), the actors'
+default reservation shrinks to fit, and an explicit num_cpus that cannot fit is an InvalidArgument.
+A row the runner fails raises by default (ray.data.llm's should_continue_on_error=False); with
+should_continue_on_error=True it gets an `error` column and the pipeline goes on.
 Each actor takes a NUMA slot from a small counter actor, pins itself with the numa room's plan
 (pool/worker.py's _numa_pin: one slot per core group, round-robin over the nodes; pinning decides
 speed, never results), then opens ONE runner (`runner_factory(config, threads)`, e.g. an LLM) and
@@ -13,7 +20,7 @@ batches with only bad rows still have the same schema. Needs pyarrow (Ray Data d
 """
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Tuple, Union
 
 import ray
 import ray.data
@@ -29,20 +36,46 @@ class ColibriProcessorConfig:
     sampling_params: dict = field(default_factory=dict)     # defaults under each row's `sampling_params`
     seed: int = 0                           # rows without a seed: derived from this and the row's id
     batch_size: int = 64                    # rows per map_batches call (the LLM batches them continuously)
-    concurrency: int = 1                    # actors, one LLM each
+    concurrency: Union[int, Tuple[int, int]] = 1    # actors, one LLM each: n, or an autoscaling (min, max)
     num_cpus: Optional[float] = None        # Ray CPUs reserved per actor (default 1)
     threads: Optional[int] = None           # native threads per LLM (default: the actor's NUMA cpus)
     numa: dict = field(default_factory=lambda: {"enabled": True, "workers_per_node": 1, "mem_policy": "bind"})
     engine_kwargs: dict = field(default_factory=dict)       # LLM(...) keywords: max_num_seqs, kv_cache_bytes, ...
     ray_address: Optional[str] = None       # None: a local Ray on loopback unless one is connected
+    should_continue_on_error: bool = False  # False: a failed row raises; True: it gets an `error` column
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise InvalidArgument(f"ColibriProcessorConfig.kind: expected generate | score, got {self.kind!r}")
-        for name in ("batch_size", "concurrency"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgument(f"ColibriProcessorConfig.{name}: expected an integer >= 1, got {value!r}")
+        if not _positive_int(self.batch_size):
+            raise InvalidArgument(f"ColibriProcessorConfig.batch_size: expected an integer >= 1, "
+                                  f"got {self.batch_size!r}")
+        self.concurrency = _concurrency(self.concurrency)
+        if not isinstance(self.should_continue_on_error, bool):
+            raise InvalidArgument(f"ColibriProcessorConfig.should_continue_on_error: expected True or False, "
+                                  f"got {self.should_continue_on_error!r}")
+        c = self.num_cpus
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or c < 0):
+            raise InvalidArgument(f"ColibriProcessorConfig.num_cpus: expected a number >= 0 or None, got {c!r}")
+
+    @property
+    def max_actors(self):
+        return self.concurrency if isinstance(self.concurrency, int) else self.concurrency[1]
+
+
+def _positive_int(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _concurrency(value):
+    """An int n >= 1, or (min, max) with 1 <= min <= max (ray.data.llm's rule) -> int or tuple."""
+    if _positive_int(value):
+        return value
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(_positive_int(v) for v in value) \
+            and value[0] <= value[1]:
+        return tuple(value)
+    raise InvalidArgument(f"ColibriProcessorConfig.concurrency: expected an integer >= 1 or a (min, max) pair "
+                          f"with 1 <= min <= max, got {value!r}")
 
 
 def _types():
@@ -78,13 +111,20 @@ class ColibriPredictor:
         from .worker import _numa_pin
         self.config = config
         self.slot = ray.get(slots.next.remote()) if slots is not None else 0
-        self.numa_report, cpus = _numa_pin(self.slot, config.concurrency, config.numa)
+        self.numa_report, cpus = _numa_pin(self.slot, config.max_actors, config.numa)
         self.runner = runner_factory(config, config.threads or (len(cpus) if cpus else None))
         self.types = _types()[config.kind]
 
     def __call__(self, table):
         import pyarrow as pa
         out = self.runner.run([_plain(r) for r in table.to_pylist()])
+        if not self.config.should_continue_on_error:
+            bad = next(((i, r) for i, r in enumerate(out) if r.get("error")), None)
+            if bad is not None:
+                i, row = bad
+                name = f"row {row['id']!r}" if row.get("id") is not None else f"row {i} of a batch"
+                raise InvalidArgument(f"{name}: {row['error']} (ColibriProcessorConfig("
+                                      f"should_continue_on_error=True) keeps going with an `error` column)")
         for name, typ in self.types.items():
             column = pa.array([row.get(name) for row in out], type=typ)
             if name in table.column_names:
@@ -103,6 +143,19 @@ def _plain(row):
     return row
 
 
+class RowFn:
+    """A row function (preprocess / postprocess) applied to every row of a pyarrow batch."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, table):
+        import pyarrow as pa
+        rows = [self.fn(r) for r in table.to_pylist()]
+        names = list(dict.fromkeys(k for r in rows for k in r))        # every key any row gave, in order
+        return pa.table({k: [r.get(k) for r in rows] for k in names})
+
+
 class Processor:
     """processor(ds) -> ds with the output columns (ray.data.llm's Processor shape)."""
 
@@ -110,25 +163,47 @@ class Processor:
                  postprocess_map_kwargs=None):
         self.config, self.runner_factory = config, runner_factory
         self.preprocess, self.postprocess = preprocess, postprocess
-        # the row lambdas reserve no CPU by default: the actors may hold every CPU of a small machine, and a
-        # postprocess task waiting for one would wait for the actor pool to be torn down (or forever)
+        # the row functions reserve no CPU by default: the actors may hold every CPU of a small machine
         self.pre_kwargs = {"num_cpus": 0, **(preprocess_map_kwargs or {})}
         self.post_kwargs = {"num_cpus": 0, **(postprocess_map_kwargs or {})}
+
+    def _row_stage(self, ds, fn, kwargs):
+        kw = dict(kwargs)
+        if "compute" not in kw and "concurrency" not in kw:
+            kw["compute"] = ray.data.TaskPoolStrategy(size=self.config.max_actors)
+        return ds.map_batches(RowFn(fn), batch_size=self.config.batch_size, batch_format="pyarrow", **kw)
+
+    def actor_cpus(self):
+        """CPUs each actor reserves: num_cpus, or 1 shrunk so that the actors and one task of each row
+        function fit the cluster (else the row tasks wait forever for the CPUs the actors hold)."""
+        c = self.config
+        row_cpus = sum(float(kw.get("num_cpus") or 0) for fn, kw in ((self.preprocess, self.pre_kwargs),
+                                                                     (self.postprocess, self.post_kwargs)) if fn)
+        total = float(ray.cluster_resources().get("CPU", 0))
+        want = 1.0 if c.num_cpus is None else float(c.num_cpus)
+        if c.max_actors * want + row_cpus <= total:
+            return want
+        if c.num_cpus is not None or row_cpus >= total:
+            raise InvalidArgument(f"ColibriProcessorConfig: {c.max_actors} actors x num_cpus={want:g} plus "
+                                  f"{row_cpus:g} CPUs for the pre/postprocess tasks need more than the "
+                                  f"cluster's {total:g} CPUs: the pipeline would wait forever (lower "
+                                  f"num_cpus, concurrency or the row functions' num_cpus)")
+        return int((total - row_cpus) / c.max_actors * 100) / 100
 
     def __call__(self, ds):
         from .ray_setup import connect
         connect(self.config.ray_address)
         c = self.config
         if self.preprocess is not None:
-            ds = ds.map(self.preprocess, **self.pre_kwargs)
+            ds = self._row_stage(ds, self.preprocess, self.pre_kwargs)
         slots = _Slots.remote()
+        pool = ray.data.ActorPoolStrategy(size=c.concurrency) if isinstance(c.concurrency, int) else \
+            ray.data.ActorPoolStrategy(min_size=c.concurrency[0], max_size=c.concurrency[1])
         ds = ds.map_batches(ColibriPredictor, fn_constructor_kwargs={"config": c, "runner_factory": self.runner_factory,
                                                                      "slots": slots},
-                            batch_size=c.batch_size, batch_format="pyarrow",
-                            compute=ray.data.ActorPoolStrategy(size=c.concurrency),
-                            num_cpus=1 if c.num_cpus is None else c.num_cpus)
+                            batch_size=c.batch_size, batch_format="pyarrow", compute=pool, num_cpus=self.actor_cpus())
         if self.postprocess is not None:
-            ds = ds.map(self.postprocess, **self.post_kwargs)
+            ds = self._row_stage(ds, self.postprocess, self.post_kwargs)
         return ds
 
 

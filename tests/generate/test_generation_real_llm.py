@@ -47,6 +47,8 @@ def test_generate_job_on_the_demo_llm(demo):
     acc = demo_llm.task_accuracy(rows, [r["generated_text"] for r in got[:-1]])
     assert acc["accuracy"] == 1.0, acc
     assert rep["this_run"]["latency"]["time_to_first_token_s"]["n"] == 12
+    pc = rep["this_run"]["prefix_cache"]                      # prefix caching is on by default
+    assert pc["enabled"] and pc["queried_tokens"] >= 12 and 0 <= pc["hit_tokens"] <= pc["queried_tokens"]
     small = run_job(_job(root, extra="  batch_tokens: 5\n  prefill_chunk: 2\n  max_num_seqs: 3\n"),
                     out_dir=str(root / "out-small"))
     assert small["rows"] == 13

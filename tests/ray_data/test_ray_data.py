@@ -1,9 +1,13 @@
 """colibri_dist.ray_data: a real ray.data.from_items pipeline on a local Ray (loopback), one Ray per module.
 
 Every output row must equal what the in-process LLM gives for the same row (the same columns as the
-jobs), whatever the batch size and the number of actors; bad rows get `error` and the pipeline goes on.
+jobs), whatever the batch size and the number of actors (a fixed pool or an autoscaling (min, max) range);
+a bad row raises by default, and with should_continue_on_error=True gets `error` while the pipeline goes on.
+Many one-row blocks run in a few tasks, and row functions asking for CPUs of a 2-CPU Ray do not deadlock.
 """
 import json
+import os
+import threading
 
 import pytest
 
@@ -44,7 +48,7 @@ def test_generate_pipeline_equals_in_process_and_reports_accuracy(demo):
     model, rows = demo
     items = [{"question": r["prompt"], "id": r["id"], "task": r["task"], "expected": r["expected"]} for r in rows]
     items.append({"question": "", "id": "empty", "task": "numbers", "expected": ""})   # a bad row
-    config = ColibriProcessorConfig(model_source=model, concurrency=2, batch_size=5,
+    config = ColibriProcessorConfig(model_source=model, concurrency=2, batch_size=5, should_continue_on_error=True,
                                     sampling_params={"max_tokens": 5}, engine_kwargs={"max_num_seqs": 4})
     processor = build_processor(config, preprocess=lambda row: {**row, "prompt": row["question"]},
                                 postprocess=lambda row: {"answer": row["generated_text"], **row})
@@ -82,7 +86,8 @@ def test_score_pipeline_and_per_row_sampling_params(demo):
     items = [{"prompt": r["prompt"], "sampling_params": {"max_tokens": 2 + i % 3, "temperature": 0.8}}
              for i, r in enumerate(rows[:6])]
     items.append({"prompt": rows[0]["prompt"], "sampling_params": {"no_such_key": 1}})
-    got = build_processor(ColibriProcessorConfig(model_source=model, batch_size=3, seed=7))(
+    got = build_processor(ColibriProcessorConfig(model_source=model, batch_size=3, seed=7, concurrency=(1, 2),
+                                                 should_continue_on_error=True))(
         ray.data.from_items(items)).take_all()
     want = _expected(model, items, seed=7)
     want_by = {_key(i["prompt"], i["sampling_params"]): w for i, w in zip(items, want)}
@@ -99,13 +104,86 @@ def _key(prompt, params):
     return json.dumps([prompt, {k: v for k, v in (params or {}).items() if v is not None}], sort_keys=True)
 
 
-def test_config_is_checked():
+def test_a_failed_row_raises_by_default(demo):
+    import ray.data
+
+    from colibri_dist.ray_data import ColibriProcessorConfig, build_processor
+    model, rows = demo
+    items = [{"prompt": rows[0]["prompt"], "id": "fine"}, {"prompt": "", "id": "empty"}]
+    processor = build_processor(ColibriProcessorConfig(model_source=model, sampling_params={"max_tokens": 2}))
+    with pytest.raises(Exception, match=r"row 'empty': .*empty.*should_continue_on_error=True"):
+        processor(ray.data.from_items(items)).take_all()
+
+
+def test_many_small_blocks_and_half_cpu_row_functions_on_two_cpus(demo):
+    """40 one-row blocks: the row functions run in at most `concurrency` tasks (not a process per block),
+    and num_cpus=0.5 for pre- and postprocess beside 2 actors on a 2-CPU Ray finishes (the actors'
+    default reservation shrinks to fit)."""
+    import ray.data
+
+    from colibri_dist.ray_data import ColibriProcessorConfig, build_processor
+    model, rows = demo
+    assert ray.cluster_resources()["CPU"] == os.cpu_count() == 2
+    items = [{"question": demo_llm.prompts(40, max_tokens=2)[i]["prompt"], "id": str(i)} for i in range(40)]
+    config = ColibriProcessorConfig(model_source=model, concurrency=2, sampling_params={"max_tokens": 2})
+    processor = build_processor(config, preprocess=lambda row: {**row, "prompt": row["question"],
+                                                                "pre_pid": os.getpid()},
+                                postprocess=lambda row: {**row, "post_pid": os.getpid()},
+                                preprocess_map_kwargs={"num_cpus": 0.5}, postprocess_map_kwargs={"num_cpus": 0.5})
+    assert processor.actor_cpus() == 0.5
+    done = {}
+    worker = threading.Thread(target=lambda: done.update(
+        out=processor(ray.data.from_items(items, override_num_blocks=40)).take_all()), daemon=True)
+    worker.start()
+    worker.join(timeout=240)
+    assert "out" in done, "the pipeline did not finish in 240 s (deadlocked?)"
+    out = done["out"]
+    assert sorted(r["id"] for r in out) == sorted(r["id"] for r in items)
+    assert all(r["error"] is None and r["generated_tokens"] for r in out)
+    assert len({r["pre_pid"] for r in out}) <= 2 and len({r["post_pid"] for r in out}) <= 2
+
+
+def test_config_is_checked(monkeypatch):
     from colibri_dist.errors import InvalidArgument
-    from colibri_dist.ray_data import ColibriProcessorConfig
+    from colibri_dist.ray_data import ColibriProcessorConfig, build_processor
     with pytest.raises(InvalidArgument, match="kind: expected generate | score"):
         ColibriProcessorConfig(model_source="m", kind="embed")
-    with pytest.raises(InvalidArgument, match="concurrency: expected an integer >= 1"):
-        ColibriProcessorConfig(model_source="m", concurrency=0)
+    for bad in (0, (0, 2), (3, 2), (1, 2, 3), "2", True):
+        with pytest.raises(InvalidArgument, match="concurrency: expected an integer >= 1 or a \\(min, max\\) pair"):
+            ColibriProcessorConfig(model_source="m", concurrency=bad)
+    assert ColibriProcessorConfig(model_source="m", concurrency=[1, 3]).max_actors == 3
+    with pytest.raises(InvalidArgument, match="should_continue_on_error: expected True or False"):
+        ColibriProcessorConfig(model_source="m", should_continue_on_error="yes")
+    with pytest.raises(InvalidArgument, match="num_cpus: expected a number >= 0"):
+        ColibriProcessorConfig(model_source="m", num_cpus=-1)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    too_big = build_processor(ColibriProcessorConfig(model_source="m", concurrency=2, num_cpus=1),
+                              preprocess=dict, preprocess_map_kwargs={"num_cpus": 0.5})
+    with pytest.raises(InvalidArgument, match="2 actors x num_cpus=1 plus 0.5 CPUs .* cluster's 2 CPUs"):
+        too_big.actor_cpus()
+    shrunk = build_processor(ColibriProcessorConfig(model_source="m", concurrency=(1, 3)), preprocess=dict,
+                             postprocess=dict, preprocess_map_kwargs={"num_cpus": 0.5},
+                             postprocess_map_kwargs={"num_cpus": 0.25})
+    assert shrunk.actor_cpus() == 0.41                       # (2 - 0.75) / 3 actors, rounded down
+    assert build_processor(ColibriProcessorConfig(model_source="m", concurrency=2)).actor_cpus() == 1.0
+
+
+def test_row_function_batches_keep_every_key_and_failed_rows_raise_by_default():
+    import pyarrow as pa
+
+    from colibri_dist.errors import InvalidArgument
+    from colibri_dist.pool.ray_data import ColibriPredictor, ColibriProcessorConfig, RowFn
+    out = RowFn(lambda r: {**r, "b": 1} if r["a"] == 1 else {**r, "c": "x"})(pa.table({"a": [1, 2]}))
+    assert out.to_pylist() == [{"a": 1, "b": 1, "c": None}, {"a": 2, "b": None, "c": "x"}]
+
+    class Runner:
+        def run(self, rows):
+            return [{"id": r["id"], "error": "empty prompt" if not r["prompt"] else None} for r in rows]
+    config = ColibriProcessorConfig(model_source="m", numa={"enabled": False})
+    pred = ColibriPredictor(config, lambda c, n: Runner())
+    assert pred(pa.table({"id": ["a"], "prompt": ["x"]})).column("error").to_pylist() == [None]
+    with pytest.raises(InvalidArgument, match="row 'b': empty prompt .*should_continue_on_error=True"):
+        pred(pa.table({"id": ["a", "b"], "prompt": ["x", ""]}))
 
 
 def test_predictor_output_types_do_not_depend_on_the_batch():
@@ -122,7 +200,8 @@ def test_predictor_output_types_do_not_depend_on_the_batch():
     def factory(config, n):
         threads.append(n)
         return Runner()
-    config = ColibriProcessorConfig(model_source="m", numa={"enabled": False}, threads=3)
+    config = ColibriProcessorConfig(model_source="m", numa={"enabled": False}, threads=3,
+                                    should_continue_on_error=True)
     pred = ColibriPredictor(config, factory)
     out = pred(pa.table({"id": ["a", "b"], "prompt": ["", ""], "extra": [1, 2]}))
     assert threads == [3] and pred.numa_report is None

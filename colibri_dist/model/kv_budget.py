@@ -1,0 +1,68 @@
+"""KV sizes: max_seq_len against the model's limit, the default KV byte budget, load-time warnings.
+
+Role in the data flow: LLM asks check_max_seq_len(...) and default_budget(...) before it builds the
+KVCache, and warn_limits(...) after: the default budget holds max_num_seqs sequences of max_seq_len
+tokens, capped by RAM_FRACTION of the RAM free at load; when the budget holds less (or clamps one
+sequence's length) a warning names the numbers, so a preempting or truncating run is never silent.
+"""
+import os
+import warnings
+
+from ..errors import InvalidArgument
+
+RAM_FRACTION = 0.25          # of MemAvailable at load, at most, for a default KV budget
+FALLBACK_RAM = 4 << 30       # when the free RAM cannot be read
+
+
+def available_ram():
+    """Bytes of MemAvailable (/proc/meminfo), else the free physical pages, else None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_max_seq_len(max_seq_len, limit, allow_long_context=False, where="model"):
+    """-> max_seq_len (the model's max_position_embeddings when None); beyond it only when forced."""
+    if max_seq_len is None:
+        return limit
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len <= 0:
+        raise InvalidArgument(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
+    if max_seq_len > limit and not allow_long_context:
+        raise InvalidArgument(f"max_seq_len={max_seq_len} is beyond {where}'s max_position_embeddings={limit}; "
+                              f"positions past it were never trained (pass allow_long_context=True to force it, "
+                              f"e.g. with a rope-scaled checkpoint)")
+    return max_seq_len
+
+
+def default_budget(block_bytes, block_size, max_num_seqs, max_seq_len, available=None):
+    """-> (bytes, wanted bytes, cap bytes): max_num_seqs x max_seq_len positions in whole blocks, at most
+    RAM_FRACTION of the free RAM (and at least one block)."""
+    blocks = max_num_seqs * -(-max_seq_len // block_size)
+    want = blocks * block_bytes
+    ram = available_ram() if available is None else available
+    cap = int((ram if ram else FALLBACK_RAM) * RAM_FRACTION)
+    return max(block_bytes, min(want, cap)), want, cap
+
+
+def warn_limits(cache, max_seq_len, max_num_seqs, default, cap=None):
+    """Warn when the budget clamps one sequence's length, or (default budget) holds fewer than
+    max_num_seqs full-length sequences."""
+    held = cache.n_blocks * cache.block_size
+    if cache.max_seq_len < max_seq_len:
+        warnings.warn(f"colibri KV cache: the budget of {cache.n_blocks * cache.block_bytes:,} bytes holds "
+                      f"{held:,} positions, so max_seq_len is capped from {max_seq_len:,} to {cache.max_seq_len:,} "
+                      f"(raise kv_cache_bytes or lower max_seq_len)", stacklevel=5)
+    elif default and held < max_num_seqs * max_seq_len:
+        warnings.warn(f"colibri KV cache: the default budget is capped at {cache.n_blocks * cache.block_bytes:,} "
+                      f"bytes ({RAM_FRACTION:.0%} of the free RAM, cap {cap:,}); it holds {held:,} positions, fewer "
+                      f"than max_num_seqs={max_num_seqs} x max_seq_len={max_seq_len:,} = "
+                      f"{max_num_seqs * max_seq_len:,}: long batches will be preempted (set kv_cache_bytes, "
+                      f"max_num_seqs or max_seq_len)", stacklevel=5)
