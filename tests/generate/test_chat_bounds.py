@@ -51,7 +51,7 @@ def _template(snippet):
 
 def _chat(template, convs, **kw):
     model = FakeStepModel(vocab_size=TOK.get_vocab_size())
-    return chat(model, TOK, template, convs, SamplingParams(max_tokens=3), **kw)
+    return chat(model, TOK, template, convs, SamplingParams(max_tokens=3, temperature=0), **kw)
 
 
 @pytest.mark.parametrize("snippet", list(RAISING), ids=[f"{v}-{i}" for i, v in enumerate(RAISING.values())])

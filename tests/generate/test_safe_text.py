@@ -24,7 +24,7 @@ from gen_hostile_tokenizers import (PANIC_AT_LOAD, RaisingTokenizer, charsmap_to
 from gen_tokenizers import byte_level_bpe
 
 BPE = byte_level_bpe()
-SP = SamplingParams(max_tokens=3)
+SP = SamplingParams(max_tokens=3, temperature=0)
 
 
 def _model(tok):
@@ -113,7 +113,7 @@ def test_interrupts_from_the_tokenizer_propagate(exc):
 
 
 def test_a_decoder_failure_is_that_requests_error():
-    long = SamplingParams(max_tokens=6)
+    long = SamplingParams(max_tokens=6, temperature=0)
     ref = generate(_model(BPE), BPE, ["one two", "the quick"], long)
     bad = ref[0].token_ids[2]
     tok = RaisingTokenizer(BPE, _panic, marker=None, bad_id=bad)

@@ -159,7 +159,7 @@ def test_every_builtin_exception_class_is_a_request_error(cls):
     for use in USES:
         t = ChatTemplate("{% for m in messages %}" + use + "{% endfor %}x", source="m.colibri")
         convs = [[{"role": "user", "content": "ok"}], [{"role": "user", "content": _Hostile(_make(cls))}]]
-        out = chat(model, tok, t, convs, SamplingParams(max_tokens=2))
+        out = chat(model, tok, t, convs, SamplingParams(max_tokens=2, temperature=0))
         assert out[0].error is None, (use, out[0].error)
         err = out[1].error
         if use == "{{ m.content[0] }}" and issubclass(cls, (TypeError, LookupError)):
@@ -189,7 +189,7 @@ def _has_surrogate(text):
 def test_request_text_is_ids_or_that_requests_error(name, texts):
     tok = TOKS[name]
     model = FakeStepModel(vocab_size=tok.get_vocab_size(), max_seq_len=100000)
-    out = generate(model, tok, texts, SamplingParams(max_tokens=2))
+    out = generate(model, tok, texts, SamplingParams(max_tokens=2, temperature=0))
     for i, (text, c) in enumerate(zip(texts, out)):
         if _has_surrogate(text):
             assert "not valid Unicode" in str(c.error) and str(c.error).startswith(f"request {i}: ")
@@ -199,7 +199,7 @@ def test_request_text_is_ids_or_that_requests_error(name, texts):
         else:
             assert c.prompt_token_ids == safe_encode(tok, text, f"request {i}")
             assert not _has_surrogate(c.text)
-            solo = generate(model, tok, [text], SamplingParams(max_tokens=2))[0]
+            solo = generate(model, tok, [text], SamplingParams(max_tokens=2, temperature=0))[0]
             assert solo.token_ids == c.token_ids
 
 

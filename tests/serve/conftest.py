@@ -3,8 +3,8 @@ import pytest
 
 import colibri_dist as cd
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
+import fastapi  # noqa: F401  (the [test] extra pins fastapi and uvicorn: missing is a failure, not a skip)
+import uvicorn  # noqa: F401
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +23,3 @@ def reference_llm(demo_model):
     with cd.LLM(demo_model) as llm:
         yield llm
 
-
-def start_server(path, **options):
-    from colibri_dist.serve import Server, ServeConfig
-    return Server(ServeConfig(model=path, port=0, **options)).start()

@@ -13,7 +13,7 @@ import colibri_dist as cd
 from colibri_dist.generate import SamplingParams
 from colibri_dist.serve import sse
 
-from conftest import start_server
+from serve_helpers import start_server
 
 openai = pytest.importorskip("openai")
 KEY = "sk-test-key"

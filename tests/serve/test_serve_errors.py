@@ -10,7 +10,7 @@ import pytest
 from colibri_dist.generate import SamplingParams
 from colibri_dist.serve import sse
 
-from conftest import start_server
+from serve_helpers import start_server
 
 LONG = {"prompt": "count: one", "max_tokens": 40, "ignore_eos": True, "temperature": 0}
 

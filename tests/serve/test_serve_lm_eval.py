@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import start_server
+from serve_helpers import start_server
 
 import lm_eval                   # in the [test] extra (pinned): a missing harness is a failure, not a skip
 

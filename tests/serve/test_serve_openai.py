@@ -6,7 +6,7 @@ import pytest
 
 from colibri_dist.generate import SamplingParams
 
-from conftest import start_server
+from serve_helpers import start_server
 
 openai = pytest.importorskip("openai")
 

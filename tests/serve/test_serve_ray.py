@@ -30,7 +30,7 @@ def local_ray():
 
 
 def test_server_with_experts_on_a_2_worker_pool_gives_generate_bits(local_ray, demo_model, reference_llm):
-    from conftest import start_server
+    from serve_helpers import start_server
     s = start_server(demo_model, workers=2, max_num_seqs=8)
     try:
         bodies = [{"prompt": p, "max_tokens": 5, "temperature": 1.5, "seed": i, "logprobs": 1}
