@@ -6,7 +6,8 @@ naming each setting that changed (`changed_settings`). Held: the container's con
 its header, tensor table with every blob's CRC, and metadata, so a re-converted or replaced model differs
 whatever its path or mtime), the hot-added expert set (`MODEL.experts/`: the manifest and every segment's
 header, which carries the blob CRCs and the bias), routing.policy, job.w8a8, the KV cache dtype, budget and
-max_seq_len (they decide where a long generation stops), the sampling defaults and seed, and the row fields
+max_seq_len (they decide where a long generation stops), the chat-template bounds (an overrun is a row
+error), the sampling defaults and seed, and the row fields
 read. Not held: batch_tokens, max_num_seqs, prefill_chunk, threads, workers, cache and offload settings:
 they never change a byte (docs/CONFIG.md).
 """
@@ -72,6 +73,8 @@ def generation_signature(cfg, model, inputs, kind_settings):
             "job.kv_cache_dtype": getattr(j, "kv_cache_dtype", "f32"),
             "job.kv_cache_bytes": getattr(j, "kv_cache_bytes", None), "job.max_seq_len": getattr(j, "max_seq_len", None),
             "job.sampling_params": kind_settings["sampling_params"], "job.seed": kind_settings["seed"],
+            "job.chat_template_timeout_s": getattr(j, "chat_template_timeout_s", None),
+            "job.chat_template_max_chars": getattr(j, "chat_template_max_chars", None),
             "job (row fields)": kind_settings["fields"], "job.shard_rows": j.shard_rows, "job.input": inputs}
 
 

@@ -81,6 +81,8 @@ CHANGES = [
     ("job.kv_cache_dtype", "  kv_cache_dtype: f16\n", ""),
     ("job.kv_cache_bytes", "  kv_cache_bytes: 1MiB\n", ""),
     ("job.max_seq_len", "  max_seq_len: 32\n", ""),
+    ("job.chat_template_timeout_s", "  chat_template_timeout_s: 0.5\n", ""),
+    ("job.chat_template_max_chars", "  chat_template_max_chars: 4096\n", ""),
 ]
 
 
