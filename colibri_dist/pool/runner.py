@@ -54,6 +54,7 @@ class SequenceRunner:
         self.lane_lock = threading.Lock()      # a lane's thread exits, or is started, under it
         self.active = [False] * self.lanes
         self.threads = []
+        self.peak_lane_threads = 0             # most lane threads alive at once (<= lanes: issue 21 item 9)
         self._next_lane = 0
         self.kinds = {}                        # rid -> kind of the requests in the engines
         self.steps = 0
@@ -88,8 +89,9 @@ class SequenceRunner:
             if not self.active[lane]:
                 self.active[lane] = True
                 t = threading.Thread(target=self._lane, args=(lane,), daemon=True)
-                self.threads.append(t)
+                self.threads = [x for x in self.threads if x.is_alive()] + [t]
                 t.start()
+                self.peak_lane_threads = max(self.peak_lane_threads, len(self.threads))
 
     def _lane(self, lane):
         eng = self.engines[lane]
@@ -144,6 +146,7 @@ class SequenceRunner:
 
     def stats(self):
         return {"index": self.index, "pid": os.getpid(), "steps": self.steps, "lanes": self.lanes,
+                "peak_lane_threads": self.peak_lane_threads,
                 "cpus": self.cpus, "numa": self.numa_report, "llm": self.llm.stats()}
 
     def close(self):

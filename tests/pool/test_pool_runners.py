@@ -99,3 +99,5 @@ def test_sigkilled_runner_resumes_elsewhere_from_the_last_committed_token(ray_ad
         # issue 21 item 9: the lost runner's requests go to the survivor in ONE submit (its lanes batch
         # them: at most `lanes` new threads), not one submit and thread per request
         assert st["resubmits"] >= 2 and len(rp._submits[0]) == 2, (st["resubmits"], len(rp._submits[0]))
+        # ... and join the survivor's running engines: never more lane threads alive than lanes
+        assert 1 <= st["runners"][0]["peak_lane_threads"] <= 2, st["runners"][0]
