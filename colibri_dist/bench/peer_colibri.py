@@ -18,6 +18,7 @@ ENGINES = {
     "colibri int8 + w8a8": ("int8", "int8", "int8", {"w8a8": True}),
     "colibri int4-g64 (+ int8 dense)": ("int4-g64", "int8", "int8", {}),
     "colibri q4_k_m preset": ("int4-g64", "int4-g64", "int8", {}),
+    "colibri q4_k_m preset + w4a8": ("int4-g64", "int4-g64", "int8", {"w8a8": True}),
 }
 
 
