@@ -37,19 +37,7 @@ def case(request, whole_model):
 def test_w8a8_mode_is_invariant_too_and_close(whole_model, name):
     path, _ = whole_model(name, experts="int8", dense="int8")
     target, other = ids(27, 12), ids(9, 13)
-    with cd.LLM(path) as llm:
-        weight_only = llm.logits(target)
-    with cd.LLM(path, w8a8=True) as llm:
-        ref = llm.logits(target)
-        assert llm.engine.runtime.w8a8
-        assert np.array_equal(llm.logits_batch([other, target])[1], ref)
-        assert np.array_equal(chunked(llm, target, [4, 9]), ref)
-        for level, missing in native.simd_levels().items():
-            if missing is None:
-                with native.simd_force(level):
-                    assert np.array_equal(llm.logits(target), ref), level
-    assert not np.array_equal(ref, weight_only)          # the integer path really ran
-    cos = float(np.sum(ref * weight_only) / (np.linalg.norm(ref) * np.linalg.norm(weight_only)))
+    cos = _integer_mode_is_invariant(path, target, other)
     assert cos >= 0.99, cos
 
 
@@ -59,18 +47,7 @@ def test_w4a8_mode_is_invariant_too_and_close(whole_model, name, experts, dense)
     """int4 matrices under the same switch run the w4a8 kernels: batch, chunking and SIMD level invariant."""
     path, _ = whole_model(name, experts=experts, dense=dense)
     target, other = ids(27, 12), ids(9, 13)
-    with cd.LLM(path) as llm:
-        weight_only = llm.logits(target)
-    with cd.LLM(path, w8a8=True) as llm:
-        ref = llm.logits(target)
-        assert np.array_equal(llm.logits_batch([other, target])[1], ref)
-        assert np.array_equal(chunked(llm, target, [4, 9]), ref)
-        for level, missing in native.simd_levels().items():
-            if missing is None:
-                with native.simd_force(level):
-                    assert np.array_equal(llm.logits(target), ref), level
-    assert not np.array_equal(ref, weight_only)          # the integer path really ran
-    cos = float(np.sum(ref * weight_only) / (np.linalg.norm(ref) * np.linalg.norm(weight_only)))
+    cos = _integer_mode_is_invariant(path, target, other)
     print(f"{name} {experts}/{dense}: cosine w4a8 vs int4 weight-only {cos:.6f}")
     assert cos >= 0.97, cos       # measured 0.9995-0.9999, deepseek_v3 all-int4 0.9825 (a routing flip)
 
@@ -168,3 +145,21 @@ def test_hot_added_expert_serves_the_whole_model_and_removal_restores_the_bits(w
         assert e in set(eng.route(0, np.ones((1, h), np.float32))[0].ravel().tolist())
         eng.remove_expert(0, e)
         assert np.array_equal(llm.logits(target), ref)
+
+
+def _integer_mode_is_invariant(path, target, other):
+    """w8a8=True logits of `target`: the same bits beside `other`, chunked and on every SIMD level, and not the
+    weight-only bits (the integer path ran); returns their cosine to the weight-only logits."""
+    with cd.LLM(path) as llm:
+        weight_only = llm.logits(target)
+    with cd.LLM(path, w8a8=True) as llm:
+        ref = llm.logits(target)
+        assert llm.engine.runtime.w8a8
+        assert np.array_equal(llm.logits_batch([other, target])[1], ref)
+        assert np.array_equal(chunked(llm, target, [4, 9]), ref)
+        for level, missing in native.simd_levels().items():
+            if missing is None:
+                with native.simd_force(level):
+                    assert np.array_equal(llm.logits(target), ref), level
+    assert not np.array_equal(ref, weight_only)          # the integer path really ran
+    return float(np.sum(ref * weight_only) / (np.linalg.norm(ref) * np.linalg.norm(weight_only)))
