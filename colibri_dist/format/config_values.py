@@ -8,6 +8,7 @@ the value, never a raw ValueError at load or a silent wrong result. One table, r
 """
 import math
 
+from .. import families
 from ..errors import FormatError
 
 # kind: "int" (integer), "float" (any finite number), "bool" (true/false), "?" suffix = null allowed
@@ -24,6 +25,8 @@ VALUES = {
     "norm_topk_prob": "bool?", "tie_word_embeddings": "bool?", "use_sliding_window": "bool?",
     "attention_bias": "bool?", "qkv_bias": "bool?", "rope_interleave": "bool?",
 }
+# the keys only some family reads, declared in its table entry (colibri_dist/families/<model_type>.py)
+VALUES.update({key: kind for fam in families.FAMILIES.values() for key, kind in fam.values.items()})
 ROPE_VALUES = {"rope_theta": "float?", "factor": "float?", "original_max_position_embeddings": "int?",
                "attention_factor": "float?", "beta_fast": "float?", "beta_slow": "float?", "mscale": "float?",
                "mscale_all_dim": "float?", "partial_rotary_factor": "float?", "truncate": "bool?"}

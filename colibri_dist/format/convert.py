@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import FormatError, InvalidArgument
 from . import spec
 from .config_values import check_config
-from .families import detect
+from .families import detect, model_config
 from .hf_source import SafetensorsSource, storage_dtype
 from .integrity import check_values, checked_chunks
 from .presets import resolve
@@ -45,7 +45,7 @@ def convert(src_dir, dst, experts=None, progress=True, dense=None, force=False, 
         raise FormatError(f"{config_path}: cannot read the model config ({exc})") from exc
     family = detect(hf, config_path)
     check_config(hf, config_path)
-    cfg = family.model_config(hf, experts)
+    cfg = model_config(family, hf, experts)
     source = SafetensorsSource(src_dir)
     try:
         plan = [plan_layer(family, cfg, source, layer) for layer in cfg.moe_layers]
@@ -78,13 +78,13 @@ class LayerPlan:
 
 
 def plan_layer(family, cfg, source, layer):
-    prefixes = [family.layer_prefix(layer, p) for p in family.prefixes]
-    p = next((q for q in prefixes if f"{q}.gate.weight" in source), None)
+    prefixes = [family.layer_prefix(layer, p) for p in family.names.moe_prefixes]
+    p = next((q for q in prefixes if family.router_name(q) in source), None)
     if p is None:
-        raise FormatError(f"{source.dir}: checkpoint is missing tensor {prefixes[0] + '.gate.weight'!r} "
+        raise FormatError(f"{source.dir}: checkpoint is missing tensor {family.router_name(prefixes[0])!r} "
                           f"(router of MoE layer {layer})")
     lp = LayerPlan(layer, p)
-    lp.router = f"{p}.gate.weight"
+    lp.router = family.router_name(p)
     _check_shape(source, lp.router, (cfg.n_experts, cfg.hidden))
     lp.bias = family.bias_name(p)
     if lp.bias:

@@ -9,27 +9,33 @@ table stay plain tensors (the embedding is gathered, not streamed, per token).
 """
 import re
 
+from .. import families
 from ..errors import FormatError, InvalidArgument
 from . import spec
 from .quantize import pack_expert, pack_matrix
 
-MATRIX_NAME = re.compile(r"^(lm_head\.weight|model\.layers\.\d+\.self_attn\."
-                         r"(q_proj|k_proj|v_proj|o_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)\.weight)$")
+_PROJECTIONS = "q_proj|k_proj|v_proj|o_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj"
 EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 
 
-def dense_mlp_names(layer):
-    return tuple(f"model.layers.{layer}.mlp.{part}.weight" for part in _MLP_PARTS)
+def matrix_name(names=families.Names()):
+    """The pattern of the encoded matrices' names: lm_head and the attention projections of every layer."""
+    return re.compile(rf"^(lm_head\.weight|model\.layers\.\d+\.{re.escape(names.attn)}\.({_PROJECTIONS})\.weight)$")
+
+
+def dense_mlp_names(layer, names=families.Names()):
+    return tuple(f"model.layers.{layer}.{names.dense_mlp}.{part}.weight" for part in _MLP_PARTS)
 
 
 def write_dense(writer, source, hf, cfg, scheme, used, pbar, lm_head=None):
     """Write the encoded matrices and dense-MLP blobs; returns the source names consumed.
     lm_head: the LM head's scheme (None: `scheme`)."""
     head = scheme if lm_head is None else lm_head
+    fam = families.get(cfg.family).names
     done = set()
     for layer in range(cfg.n_layers):
-        names = dense_mlp_names(layer)
+        names = dense_mlp_names(layer, fam)
         if layer in cfg.moe_layers or not all(n in source for n in names):
             continue
         mats = [source.read_f32(n, tuple(source.ref(n).shape)) for n in names]
@@ -40,7 +46,8 @@ def write_dense(writer, source, hf, cfg, scheme, used, pbar, lm_head=None):
         writer.add_blob(f"model.layers.{layer}.mlp", blob, layout, spec.KIND_DENSE_MLP, layer, -1)
         pbar.update(sum(source.ref(n).nbytes for n in names))
         done.update(names)
-    for name in sorted(n for n in source.refs if MATRIX_NAME.match(n) and n not in used):
+    pattern = matrix_name(fam)
+    for name in sorted(n for n in source.refs if pattern.match(n) and n not in used):
         _matrix(writer, source, name, name, head if name == LM_HEAD else scheme)
         pbar.update(source.ref(name).nbytes)
         done.add(name)

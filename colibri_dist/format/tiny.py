@@ -9,36 +9,22 @@ torch and transformers are imported lazily: the runtime never needs them.
 """
 import os
 
-FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3")
+from .. import families
+
+FAMILIES = tuple(name for name, fam in families.FAMILIES.items() if fam.tiny)   # every family with a tiny config
 _COMMON = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, max_position_embeddings=64, initializer_range=0.2,
                tie_word_embeddings=False)
 
 
 def tiny_config(family):
+    """The transformers config of a family's tiny checkpoint: its entry's `tiny` over the common sizes."""
     import transformers
-    if family == "mixtral":
-        return transformers.MixtralConfig(**_COMMON, intermediate_size=16, num_local_experts=8,
-                                          num_experts_per_tok=2)
-    if family == "qwen2_moe":
-        return transformers.Qwen2MoeConfig(**_COMMON, intermediate_size=48, moe_intermediate_size=16,
-                                           shared_expert_intermediate_size=24, num_experts=8,
-                                           num_experts_per_tok=2, norm_topk_prob=False)
-    if family == "qwen3_moe":
-        return transformers.Qwen3MoeConfig(**_COMMON, intermediate_size=48, moe_intermediate_size=16,
-                                           num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
-                                           head_dim=8)
-    if family == "olmoe":
-        return transformers.OlmoeConfig(**_COMMON, intermediate_size=16, num_experts=8, eos_token_id=1,
-                                        num_experts_per_tok=2)
-    if family == "deepseek_v3":
-        common = dict(_COMMON, num_key_value_heads=4)
-        return transformers.DeepseekV3Config(**common, intermediate_size=48, moe_intermediate_size=16,
-                                             n_routed_experts=8, num_experts_per_tok=2, n_group=4,
-                                             topk_group=2, n_shared_experts=1, first_k_dense_replace=1,
-                                             q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
-                                             qk_nope_head_dim=8, v_head_dim=8, routed_scaling_factor=2.5)
-    raise ValueError(f"unknown tiny family {family!r}; choose from {', '.join(FAMILIES)}")
+    entry = families.FAMILIES.get(family)
+    if entry is None or not entry.tiny:
+        raise ValueError(f"unknown tiny family {family!r}; choose from {', '.join(FAMILIES)}")
+    cls_name, kwargs = entry.tiny
+    return getattr(transformers, cls_name)(**dict(_COMMON, **kwargs))
 
 
 def tiny_model(family, seed=0):

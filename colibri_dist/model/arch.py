@@ -1,13 +1,15 @@
 """Architecture: what the decoder needs to know about a model beyond its MoE layers.
 
 Role in the data flow: built once per LLM from the container's `source_config` (the checkpoint's
-config.json, kept in the metadata) and family; it decides attention kind (GQA or DeepSeek MLA),
-q/k/v biases, QK-norm placement (per head for Qwen3-MoE, over the whole projection for OLMoE),
-clip_qkv, per-layer sliding windows, rope (rope.py) and the softmax scale, and refuses what the
-engine does not run with a FormatError naming the key.
+config.json, kept in the metadata) and family. The common keys (sizes, heads, norms eps, rope via
+rope.py, softmax scale) are read here; the family's table entry (colibri_dist/families/) decides the
+rest: attention kind (GQA or MLA), q/k/v and o biases, QK-norm placement ("head" or "full"),
+clip_qkv, per-layer sliding windows, and the tensor names. What the engine does not run is refused
+with a FormatError naming the key.
 """
 from dataclasses import dataclass
 
+from .. import families
 from ..errors import FormatError
 from ..format.config_values import check_config
 from .rope import RopeSpec, rope_spec, softmax_mscale
@@ -43,6 +45,7 @@ class Architecture:
     tie_embeddings: bool
     max_position_embeddings: int
     mla: MLA = None
+    names: families.Names = families.Names()   # the decoder's tensor names (model/weights.py)
 
 
 def _get(hf, key, where, default=None):
@@ -73,36 +76,21 @@ def architecture(family, hf, where="config.json"):
                   rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
                   tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
                   max_position_embeddings=int(hf.get("max_position_embeddings") or 4096))
-    if family == "deepseek_v3":
-        return _deepseek(hf, where, common)
+    entry = families.get(family, where)
+    common["names"] = entry.names
+    feats = entry.attention(hf, n_layers, where)
+    if feats.mla:
+        return _mla(hf, where, common, feats)
     head_dim = _positive(hf.get("head_dim") or hidden // n_heads, "head_dim", where)
-    rope = rope_spec(hf, head_dim, where)
-    qkv_bias = bool(hf.get("qkv_bias", True)) if family == "qwen2_moe" else bool(hf.get("attention_bias", False))
-    o_bias = False if family == "qwen2_moe" else bool(hf.get("attention_bias", False))
-    return Architecture(**common, n_kv_heads=n_kv, head_dim=head_dim, v_head_dim=head_dim, qkv_bias=qkv_bias,
-                        o_bias=o_bias, qk_norm={"qwen3_moe": "head", "olmoe": "full"}.get(family, "none"),
-                        clip_qkv=float(hf.get("clip_qkv") or 0.0) if family == "olmoe" else 0.0,
-                        windows=_windows(family, hf, n_layers, where), rope=rope, scale=head_dim ** -0.5)
+    windows = feats.windows or (0,) * n_layers
+    if len(windows) != n_layers:
+        raise FormatError(f"{where}: {len(windows)} attention windows for {n_layers} layers")
+    return Architecture(**common, n_kv_heads=n_kv, head_dim=head_dim, v_head_dim=head_dim, qkv_bias=feats.qkv_bias,
+                        o_bias=feats.o_bias, qk_norm=feats.qk_norm, clip_qkv=feats.clip_qkv, windows=tuple(windows),
+                        rope=rope_spec(hf, head_dim, where), scale=head_dim ** -0.5)
 
 
-def _windows(family, hf, n_layers, where):
-    window = hf.get("sliding_window")
-    if family == "mixtral":
-        return (int(window or 0),) * n_layers
-    if family == "qwen3_moe":
-        return (int(window or 0) if hf.get("use_sliding_window") else 0,) * n_layers
-    if family == "qwen2_moe":
-        types = hf.get("layer_types") or [
-            "sliding_attention" if (i + 1) % 2 and i < hf.get("max_window_layers", 28) and hf.get("use_sliding_window")
-            else "full_attention" for i in range(n_layers)]
-        if len(types) != n_layers or set(types) - {"sliding_attention", "full_attention"}:
-            raise FormatError(f"{where}: layer_types {types!r} must name full_attention/sliding_attention per layer")
-        w = int(window or 0) if hf.get("use_sliding_window") else 0
-        return tuple(w if t == "sliding_attention" else 0 for t in types)
-    return (0,) * n_layers
-
-
-def _deepseek(hf, where, common):
+def _mla(hf, where, common, feats):
     mla = MLA(q_lora_rank=int(hf.get("q_lora_rank") or 0),
               kv_lora_rank=_positive(_get(hf, "kv_lora_rank", where), "kv_lora_rank", where),
               qk_nope_head_dim=_positive(_get(hf, "qk_nope_head_dim", where), "qk_nope_head_dim", where),
@@ -113,9 +101,9 @@ def _deepseek(hf, where, common):
         raise FormatError(f"{where}: partial rotary dims are not supported with MLA")
     head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
     return Architecture(**common, n_kv_heads=1, head_dim=head_dim, v_head_dim=mla.v_head_dim,
-                        qkv_bias=bool(hf.get("attention_bias", False)), o_bias=bool(hf.get("attention_bias", False)),
-                        qk_norm="none", clip_qkv=0.0, windows=(0,) * common["n_layers"], rope=rope,
-                        scale=head_dim ** -0.5 * softmax_mscale(rope), mla=mla)
+                        qkv_bias=feats.qkv_bias, o_bias=feats.o_bias, qk_norm="none", clip_qkv=0.0,
+                        windows=(0,) * common["n_layers"], rope=rope, scale=head_dim ** -0.5 * softmax_mscale(rope),
+                        mla=mla)
 
 
 def kv_row_dims(arch):

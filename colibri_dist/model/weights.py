@@ -1,6 +1,7 @@
 """LayerWeights / ModelWeights: the dense weights of a whole model as kernel-ready views.
 
-Role in the data flow: the LLM builds these once from the container (format reader): encoded
+Role in the data flow: the LLM builds these once from the container (format reader), under the
+tensor names of the family's table entry (arch.names, colibri_dist/families/): encoded
 matrices (attention projections, lm_head) as zero-copy native MatrixViews into the mmap, norms
 and biases as float32 arrays, dense MLP layers as ExpertViews; for DeepSeek MLA the per-head
 absorbed matrices W_kb^T [kv_lora, nope] and W_vb [v, kv_lora] are decoded once from kv_b_proj.
@@ -43,11 +44,11 @@ class _Reader:
             raise FormatError(f"{self.model.path}: tensor {name!r} has {v.size} values, expected {size}")
         return np.ascontiguousarray(v, dtype=np.float32)
 
-    def dense_mlp(self, layer):
+    def dense_mlp(self, layer, module="mlp"):
         found = self.model.dense_mlp(layer)
         if found is not None:
             return native.expert_view(*found)
-        names = [f"{_prefix(layer)}mlp.{p}_proj.weight" for p in ("gate", "up", "down")]
+        names = [f"{_prefix(layer)}{module}.{p}_proj.weight" for p in ("gate", "up", "down")]
         mats = [self.model.tensor_f32(self.need(n)) for n in names]   # older containers: raw tensors
         return native.expert_view(*pack_expert(mats[0], mats[1], mats[2], "f32"))
 
@@ -65,10 +66,10 @@ class LayerWeights:
 
 
 def load_layer(model, arch, layer, moe):
-    r, p = _Reader(model), _prefix(layer)
-    lw = LayerWeights(ln_attn=r.vector(p + "input_layernorm.weight", arch.hidden),
-                      ln_mlp=r.vector(p + "post_attention_layernorm.weight", arch.hidden), mats={})
-    a = p + "self_attn."
+    r, p, names = _Reader(model), _prefix(layer), arch.names
+    lw = LayerWeights(ln_attn=r.vector(f"{p}{names.input_norm}.weight", arch.hidden),
+                      ln_mlp=r.vector(f"{p}{names.post_attn_norm}.weight", arch.hidden), mats={})
+    a = f"{p}{names.attn}."
     if arch.mla:
         _load_mla(r, arch, a, lw)
     else:
@@ -86,7 +87,7 @@ def load_layer(model, arch, layer, moe):
             lw.norms["k"] = r.vector(a + "k_norm.weight", sizes[1])
     _check_shapes(model, arch, layer, lw)
     if not moe:
-        lw.mlp = r.dense_mlp(layer)
+        lw.mlp = r.dense_mlp(layer, names.dense_mlp)
     return lw
 
 
