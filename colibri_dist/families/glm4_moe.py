@@ -28,8 +28,9 @@ FAMILY = Family(
     tiny=("Glm4MoeConfig", dict(intermediate_size=48, moe_intermediate_size=16, n_routed_experts=8,
                                 num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1,
                                 first_k_dense_replace=1, routed_scaling_factor=1.5)),
-    # odd sizes; head_dim 12 with partial_rotary_factor 0.5 rotates 6 of 12; GQA 2; biases; QK-norm
-    cases={"glm4_moe": ("Glm4MoeConfig", dict(hidden_size=44, num_attention_heads=6, num_key_value_heads=2,
+    # odd sizes; head_dim 12 with partial_rotary_factor 0.5 rotates 6 of 12; GQA 3; biases; QK-norm;
+    # 2 layers (one dense, one MoE) to keep the oracle tests short
+    cases={"glm4_moe": ("Glm4MoeConfig", dict(num_hidden_layers=2, hidden_size=44, num_attention_heads=6, num_key_value_heads=2,
                                               head_dim=12, intermediate_size=30, moe_intermediate_size=10,
                                               n_routed_experts=8, num_experts_per_tok=3, n_group=2, topk_group=1,
                                               n_shared_experts=2, first_k_dense_replace=1, attention_bias=True,

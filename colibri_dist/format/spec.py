@@ -11,6 +11,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from .gating_spec import GATING_KINDS, GATING_NAMES   # noqa: F401  header gating_kind codes (one table)
 from .layout import MatrixLayout
 
 MAGIC = b"COLIBRI\0"
@@ -70,10 +71,6 @@ DTYPE_SIZES = {0: 4, 1: 2, 2: 2, 3: 1, 4: 1, 5: 2, 6: 4, 7: 8, 8: 8, 9: 1}
 # safetensors dtype strings -> storage dtype code
 SAFETENSORS_DTYPES = {"F32": 0, "F16": 1, "BF16": 2, "I8": 3, "U8": 4, "I16": 5,
                       "I32": 6, "I64": 7, "F64": 8, "BOOL": 9}
-
-GATING_KINDS = {"softmax_topk_norm": 0, "softmax_topk": 1, "sigmoid_group": 2}
-GATING_NAMES = {v: k for k, v in GATING_KINDS.items()}
-
 
 def crc32(data, value=0):
     """CRC-32 (IEEE, zlib polynomial) of a bytes-like object, chainable."""

@@ -3,7 +3,7 @@
 Role: the native boundary of routing rules; Runtime.route / moe_forward accept any
 GatingSpec and convert it here with to_c().
 """
-from ..format.gating_spec import GATING_KINDS, MAX_EXPERTS, MAX_TOPK, GatingSpec
+from ..format.gating_spec import BY_NAME, GATING_KINDS, MAX_EXPERTS, MAX_TOPK, GatingSpec
 from ._lib import ffi
 
 __all__ = ["Gating", "GatingSpec", "GATING_KINDS", "MAX_EXPERTS", "MAX_TOPK", "to_c"]
@@ -16,7 +16,7 @@ def to_c(spec):
     g.n_experts, g.top_k = spec.n_experts, spec.top_k
     g.n_group, g.topk_group = spec.n_group, spec.topk_group
     g.norm_topk_prob = int(bool(spec.norm_topk_prob))
-    g.routed_scaling_factor = float(spec.routed_scaling_factor) if spec.kind == "sigmoid_group" else 1.0
+    g.routed_scaling_factor = float(spec.routed_scaling_factor) if BY_NAME[spec.kind].scaled else 1.0
     return g
 
 

@@ -5,7 +5,8 @@ config asks for it. Each expert keeps a ring buffer of the gate mass of its last
 `window` assignments; walking a token's candidates best-first, an expert whose
 bucket is above `threshold` x the mean bucket is skipped and the next-best
 candidate takes the slot (if too few remain, skipped ones fill in, best first).
-Weights follow the family gating over the experts actually chosen.
+Weights follow the family gating over the experts actually chosen, per the gating kind's row of
+format/gating_spec.KINDS (scores, renormalisation, groups + correction bias, scaling).
 
 THIS CHANGES OUTPUTS (unlike the pool's replica balancer). Its cost against
 exact routing is measured by `measure_cosine` and recorded in docs/POOL.md.
@@ -15,30 +16,33 @@ triggers the weights match the exact kernel only to float rounding.
 import numpy as np
 
 from ..errors import InvalidArgument
+from ..format.gating_spec import BY_NAME, GATING_NAMES
 
 POLICIES = ("exact", "balanced")
 
-_KINDS = {0: "softmax_topk_norm", 1: "softmax_topk", 2: "sigmoid_group"}
-
 
 def _gating_kind(gating):
+    """The GatingKind row (format/gating_spec.KINDS) of a GatingSpec, a kind name or a header code."""
     kind = getattr(gating, "kind", gating)
-    return _KINDS.get(kind, kind)
+    row = BY_NAME.get(GATING_NAMES.get(kind, kind) if isinstance(kind, int) else kind)
+    if row is None:
+        raise InvalidArgument(f"routing.policy balanced: unknown gating kind {kind!r}")
+    return row
 
 
 def gate_scores(x, router, gating, bias=None):
     """(selection scores, weight scores), both float64 [n, E], for the family gating."""
     logits = np.asarray(x, np.float64) @ np.asarray(router, np.float64).T
     kind = _gating_kind(gating)
-    if kind in ("softmax_topk_norm", "softmax_topk"):
+    if kind.scores == "softmax":
         z = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probs = z / z.sum(axis=1, keepdims=True)
-        return probs, probs
-    if kind == "sigmoid_group":
+        s = z / z.sum(axis=1, keepdims=True)
+    else:
         s = 1.0 / (1.0 + np.exp(-logits))
-        sel = s + (0.0 if bias is None else np.asarray(bias, np.float64)[None, :])
-        return _group_limit(sel, int(gating.n_group), int(gating.topk_group)), s
-    raise InvalidArgument(f"routing.policy balanced: unknown gating kind {kind!r}")
+    if not kind.grouped:
+        return s, s
+    sel = s + (0.0 if bias is None else np.asarray(bias, np.float64)[None, :])
+    return _group_limit(sel, int(gating.n_group), int(gating.topk_group)), s
 
 
 def _group_limit(sel, n_group, topk_group):
@@ -57,11 +61,11 @@ def _group_limit(sel, n_group, topk_group):
 def _final_weights(chosen_scores, gating):
     kind = _gating_kind(gating)
     w = np.asarray(chosen_scores, np.float64)
-    if kind == "softmax_topk_norm":
+    if kind.renorm == "always":
         w = w / w.sum()
-    elif kind == "sigmoid_group":
-        if getattr(gating, "norm_topk_prob", True):
-            w = w / (w.sum() + 1e-20)
+    elif kind.renorm == "norm_topk_prob" and getattr(gating, "norm_topk_prob", True):
+        w = w / (w.sum() + 1e-20)
+    if kind.scaled:
         w = w * float(getattr(gating, "routed_scaling_factor", 1.0))
     return w
 
