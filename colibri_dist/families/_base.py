@@ -10,9 +10,11 @@ Role in the data flow: each family file of this package holds one `FAMILY = Fami
   format/tiny.py        `tiny`: the seeded MoE-block oracle checkpoint; tests/model: `cases`, whole models
 Nothing here imports the rest of colibri_dist but errors: format/ and model/ build their own types from it.
 """
+import re
 from dataclasses import dataclass, field
 
 STD_PARTS = ("gate_proj", "up_proj", "down_proj")
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,17 @@ class Family:
     values: dict = field(default_factory=dict)   # extra config keys -> kind ("bool?", ...: format/config_values)
     tiny: tuple = None         # (transformers config class name, kwargs over format/tiny.py's common sizes)
     cases: dict = field(default_factory=dict)    # whole-model oracle cases: name -> (class name, kwargs)
+    drop_extra_layers: bool = False   # tensors of model.layers.{i >= num_hidden_layers} (multi-token-prediction
+                                      # modules transformers ignores on load) are not converted
 
     @property
     def name(self):
         return self.model_type
+
+    def dropped(self, name, n_layers):
+        """True for a source tensor the converter leaves out (a layer past the decoder's last)."""
+        m = _LAYER.match(name) if self.drop_extra_layers else None
+        return bool(m) and int(m.group(1)) >= n_layers
 
     def layer_prefix(self, layer, prefix):
         return f"model.layers.{layer}.{prefix}"

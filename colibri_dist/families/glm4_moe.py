@@ -2,6 +2,7 @@
 bias, n_shared_experts shared MLP, first_k_dense_replace dense layers; GQA with q/k/v biases
 (attention_bias; o_proj never biased), optional per-head QK RMSNorm (use_qk_norm) and partial rotary
 (rope_parameters.partial_rotary_factor, 0.5 by default: rotate-half on the first half of each head).
+The hub checkpoints' multi-token-prediction layer (model.layers.{num_hidden_layers}.*) is not converted.
 
 Role: the family table entry (format/families.py, model/arch.py, model/weights.py, format/tiny.py read
 it) and its tiny test configs. Added through the family seam (issue 22 item 2): no other file names it.
@@ -25,6 +26,7 @@ FAMILY = Family(
     "glm4_moe", moe, attention,
     names=Names(shared="shared_experts", correction_bias="gate.e_score_correction_bias"),
     values={"use_qk_norm": "bool?"},
+    drop_extra_layers=True,    # the checkpoints' model.layers.{num_hidden_layers} MTP module
     tiny=("Glm4MoeConfig", dict(intermediate_size=48, moe_intermediate_size=16, n_routed_experts=8,
                                 num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1,
                                 first_k_dense_replace=1, routed_scaling_factor=1.5)),

@@ -54,6 +54,9 @@ def convert(src_dir, dst, experts=None, progress=True, dense=None, force=False, 
             for lp in plan:
                 write_layer(writer, cfg, source, lp, pbar)
             used = {n for lp in plan for n in lp.sources}
+            dropped = {n for n in source.refs if family.dropped(n, cfg.n_layers)}     # never written
+            pbar.update(sum(source.ref(n).nbytes for n in dropped))
+            used |= dropped
             used |= write_dense(writer, source, hf, cfg, dense, used, pbar, lm_head=lm_head)
             for name in sorted(set(source.refs) - used):
                 copy_dense(writer, source, name, pbar)

@@ -3,6 +3,7 @@ import json
 import shutil
 
 import colibri_dist as cd
+from colibri_dist import families
 from colibri_dist.cli import main
 
 
@@ -50,7 +51,9 @@ def test_convert_unsupported_architecture_exit_1(tiny_dir, tmp_path, capsys):
     cfg["model_type"] = "gpt2"
     (bad / "config.json").write_text(json.dumps(cfg))
     assert main(["convert", str(bad), str(tmp_path / "x.colibri")]) == 1
-    assert "supported: deepseek_v3, mixtral, olmoe, qwen2_moe, qwen3_moe" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "model_type='gpt2'" in err and "supported: deepseek_v3, glm4_moe, mixtral, olmoe, qwen2_moe" in err
+    assert err.rstrip().endswith(", ".join(sorted(families.FAMILIES)))    # every registered family, in order
 
 
 class _Tty:
