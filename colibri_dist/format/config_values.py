@@ -4,7 +4,8 @@ Role in the data flow: convert.py calls check_config(hf) before a byte is writte
 model/arch.py calls it on the container's stored `source_config` before building an
 Architecture, so a typo'd value (`"128k"`, `"none"` where a number belongs, `"yes"` for a
 flag) or an activation the native FFN does not compute is a FormatError naming the key and
-the value, never a raw ValueError at load or a silent wrong result. One table, read both ways.
+the value, never a raw ValueError at load or a silent wrong result. One table, read both ways; a key
+only one family reads is declared in that family's entry (`values`, colibri_dist/families/) and joins it.
 """
 import math
 
