@@ -162,7 +162,7 @@ def available_ram(meminfo="/proc/meminfo"):
 
 def main(args):
     from ..errors import ColibriError
-    from ..jobs.executors import uses_pool
+    from ..jobs.run.executors import uses_pool
     from ..jobs.runner import run_job
     cfg = load_job(args)
     if uses_pool(cfg) and not cfg.pool.name:

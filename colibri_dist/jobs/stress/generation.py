@@ -56,7 +56,7 @@ class GenerationStress:
     def _model_source(self):
         if self.cfg.model:
             return self.cfg.model
-        from ..demo_llm_cache import ensure_demo_llm
+        from ..demos.llm_cache import ensure_demo_llm
         return ensure_demo_llm(self.cfg.demo_llm, log=self.log).model
 
     def setup(self):
@@ -96,7 +96,7 @@ class GenerationStress:
     # ---------------------------------------------------------------- requests
     def _wave(self, n):
         from ...generate import SamplingParams
-        from .. import demo_llm
+        from ..demos import llm as demo_llm
         rows = demo_llm.prompts(n, seed=int(self.s.seed) * 100003 + self.waves, max_tokens=self.s.max_tokens)
         ids = [f"w{self.waves:05d}-{i:03d}" for i in range(n)]
         params = [SamplingParams(max_tokens=self.s.max_tokens, temperature=0, logprobs=1) if i % 3 else

@@ -59,7 +59,7 @@ class Harness:
     def _model_source(self):
         if self.cfg.model:
             return self.cfg.model
-        from ..demo_model import ensure_demo
+        from ..demos.classifier import ensure_demo
         return ensure_demo(self.cfg.demo, log=self.log).model
 
     def setup(self):

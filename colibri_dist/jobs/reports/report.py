@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from .metrics import delta_cache
-from ..fsutil import atomic_write
+from ...fsutil import atomic_write
 
 
 def percentiles(values):
@@ -32,7 +32,7 @@ def cache_section(first, final):
 
 def cache_unlimited(cfg):
     """No RAM cache budget (experts served from the mmap): there is nothing to hit or miss."""
-    from .executors import attaches_to_named_pool
+    from ..run.executors import attaches_to_named_pool
     return cfg.pool.cache_bytes is None and not attaches_to_named_pool(cfg)
 
 
@@ -99,7 +99,7 @@ def write_all(rep, meter, out_dir, report_cfg, stream):
     data = json.dumps(rep, indent=2).encode()
     atomic_write(os.path.join(out_dir, "report.json"), [data])
     if report_cfg.html:
-        from .report_html import render_html
+        from .page import render_html
         html = render_html(rep, meter).encode()
         atomic_write(os.path.join(out_dir, "report.html"), [html])
     if report_cfg.summary:

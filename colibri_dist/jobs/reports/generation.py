@@ -9,7 +9,7 @@ import html
 import json
 import os
 
-from ..fsutil import atomic_write
+from ...fsutil import atomic_write
 from .report import hit_rate_text
 
 

@@ -1,7 +1,7 @@
 """Job kinds `generate` and `score`, run against an LLM object, and their resumable runner.
 
 Role in the data flow: `run_generation_job(cfg, llm)` plans shards of `job.input` (JSONL/Parquet),
-skips those the manifest already holds (resume), and per shard: rows -> prompts (generation_rows)
+skips those the manifest already holds (resume), and per shard: rows -> prompts (rows.py)
 -> ONE llm.generate / llm.score call over all of the shard's good rows (the scheduler batches them
 continuously) -> one JSONL output row per input row, written atomically -> manifest -> report.json.
 
@@ -22,14 +22,14 @@ import os
 import sys
 import time
 
-from ..errors import InvalidArgument
-from ..fsutil import atomic_write
-from .generation_metrics import GenerationMeter
-from .generation_report import write_all
-from .generation_rows import RowReader, check_sampling_defaults, row_error_text
-from .progress import RequestProgress
-from .report import without_limit
-from .generation_plan import identity_of, plan_generation
+from ...errors import InvalidArgument
+from ...fsutil import atomic_write
+from .metrics import GenerationMeter
+from ..reports.generation import write_all
+from .rows import RowReader, check_sampling_defaults, row_error_text
+from ..run.progress import RequestProgress
+from ..reports.report import without_limit
+from .plan import identity_of, plan_generation
 
 DEFAULT_OUT = "colibri-out"
 EXAMPLES_PER_SHARD = 5

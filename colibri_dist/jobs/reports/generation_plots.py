@@ -1,15 +1,15 @@
 """The figures of a generate/score job's report.html (matplotlib PNGs, base64 for embedding).
 
-Role in the data flow: generation_report.render_html calls `figures(report, meter)`; the meter
-(generation_metrics.GenerationMeter) holds this run's per-step records, per-request TTFT and latency,
+Role in the data flow: generation.render_html calls `figures(report, meter)`; the meter
+(jobs/generation/metrics.GenerationMeter) holds this run's per-step records, per-request TTFT and latency,
 and the executor stats samples. Plots: prefill/decode tokens/s over time, TTFT distribution with
 p50/p90/p99, request latency distribution, sequences in flight (running, waiting), KV blocks used,
-then the MoE views shared with the token-classification report (report_html.py): expert heat per
+then the MoE views shared with the token-classification report (page.py): expert heat per
 layer, cache hit rate over time, per-worker load. A plot with no data is left out.
 """
 import numpy as np
 
-from .report_html import _figure, _png, plot_heat, plot_hit_rate, plot_worker_load
+from .page import _figure, _png, plot_heat, plot_hit_rate, plot_worker_load
 
 
 def _bins(steps):
