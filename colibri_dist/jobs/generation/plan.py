@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .rows import INPUT_EXTS, count_rows
 from ..run.shards import MANIFEST, Manifest, clean_temp_files, discover_inputs, plan_shards
-from .signature import generation_signature, model_identity
+from ..run.signature import generation_signature, model_identity
 
 
 @dataclass

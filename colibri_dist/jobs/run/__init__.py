@@ -1,2 +1,2 @@
-"""What every job run shares: input shards + resume manifest (shards.py), one run per output dir
+"""What every job run shares: input shards + resume manifest (shards.py, signature.py), one run per output dir
 (outlock.py), progress display (progress.py), where the MoE layers run (executors.py)."""

@@ -125,7 +125,7 @@ class Manifest:
             raise InvalidArgument(f"{self.path}: unreadable resume manifest ({exc}); "
                                   f"use a new --out or pass --restart") from None
         if old.get("signature") != self.signature or old.get("shards") != self.shard_names:
-            from ..generation.signature import changed_settings
+            from .signature import changed_settings
             changed = changed_settings(old.get("signature"), self.signature) or ["the shard plan (job.shard_rows "
                                                                                "or the inputs' row counts)"]
             raise InvalidArgument(f"{out_dir} holds the output of a different job: {'; '.join(changed)} changed "

@@ -62,7 +62,8 @@ class GenerationStress:
     def setup(self):
         from ...format.reader import open_model
         from ...model import LLM
-        from ...pool import Pool, testing_cluster
+        from ...pool import Pool
+        from ...testing import cluster as testing_cluster
         from .harness import expert_bytes
         os.makedirs(self.out, exist_ok=True)
         src = self._model_source()

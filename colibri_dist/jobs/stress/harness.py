@@ -91,7 +91,7 @@ class Harness:
 
     def _start_pool(self):
         from ...pool import Pool
-        from ...pool import testing_cluster
+        from ...testing import cluster as testing_cluster
         c = self.s.cluster
         self.ray = testing_cluster.start(c.nodes, c.cpus_per_node if c.nodes > 1 else None,
                                          env={CONTROL_ENV: self.control_dir}, setup_hook=HOOK)
