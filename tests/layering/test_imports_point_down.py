@@ -11,7 +11,7 @@ import colibri_dist
 
 # rank of each room; a module may import rooms of a strictly lower rank (and its own room)
 RANKS = {
-    "errors": -1, "fsutil": 0, "config": 0, "encodings": 0,
+    "errors": -1, "encodings": -1, "fsutil": 0, "config": 0,   # encodings: plain data config reads (KV dtypes)
     "format": 1,
     "native": 2,
     "routing": 3, "numa": 3,
