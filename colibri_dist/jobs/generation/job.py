@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from ...errors import InvalidArgument
+from ...errors import InvalidArgument, NumericalError
 from ...fsutil import atomic_write
 from .metrics import GenerationMeter
 from ..reports.generation import write_all
@@ -57,7 +57,7 @@ class _GenerationKind:
         result_of = {}
         for r, res in zip(good, results):
             if res.error is not None:
-                r.error = row_error_text(res.error)
+                r.error, r.fault = row_error_text(res.error), res.error
             result_of[id(r)] = res
         for rows in per_shard:
             self._fail_fast(rows)
@@ -98,9 +98,10 @@ class _GenerationKind:
     def _fail_fast(self, rows):
         if self.job.on_error == "fail":
             bad = next((r for r in rows if r.error is not None), None)
-            if bad is not None:
-                raise InvalidArgument(f"{bad.where}: row {bad.id!r}: {bad.error} (job.on_error: fail; fix the row, "
-                                      f"or set job.on_error: continue to write it as an error row and go on)")
+            if bad is not None:        # a numerical fault stays one (exit 4), anything else is the row's (exit 2)
+                kind = NumericalError if isinstance(bad.fault, NumericalError) else InvalidArgument
+                raise kind(f"{bad.where}: row {bad.id!r}: {bad.error} (job.on_error: fail; fix the row, "
+                           f"or set job.on_error: continue to write it as an error row and go on)")
 
 
 class GenerateKind(_GenerationKind):

@@ -29,6 +29,7 @@ class Row:
     prompt_ids: list | None = None
     params: SamplingParams | None = None
     error: str | None = None
+    fault: Exception | None = None   # the exception behind a generation error (on_error: fail raises its kind)
 
 
 def count_rows(path):
