@@ -68,7 +68,8 @@ def test_executor_line_says_per_worker_only_for_a_pool(tmp_path):
 
 
 def test_no_hit_rate_is_claimed_without_a_cache_limit(tmp_path):
-    from colibri_dist.jobs.reports.report import hit_rate_text, without_limit
+    from colibri_dist.jobs.reports.metrics import hit_rate_text
+    from colibri_dist.jobs.reports.report import without_limit
     cache = {"hits": 8, "misses": 0, "evictions": 0, "bytes_loaded": 0, "hit_rate": 1.0}
     unlimited = without_limit(dict(cache), cfg_with(tmp_path, "{workers: 0}"))
     assert unlimited["hit_rate"] is None and unlimited["no_limit"] is True

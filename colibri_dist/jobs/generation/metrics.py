@@ -104,7 +104,7 @@ class GenerationMeter:
                 "evictions": last["evictions"] - first["evictions"]}
 
     def _executor_report(self):
-        from ..reports.report import cache_section, load_imbalance, worker_section
+        from ..reports.metrics import cache_section, load_imbalance, worker_section
         self.sample()
         first, last = self.first_stats, self.samples[-1]
         workers = worker_section(first["workers"], last["workers"])

@@ -3,31 +3,14 @@
 Role in the data flow: the runner hands over the Meter (what this run measured),
 the executor's final normalized stats and the manifest (all shards, including
 ones written by an earlier, resumed run); this module turns them into the
-fields documented in docs/CONFIG.md "Report" and writes them to the output dir.
+fields documented in docs/CONFIG.md "Report" and writes them to the output dir
+(write_all: the generate/score report writes through it too).
 """
 import json
 import os
 
-import numpy as np
-
-from .metrics import delta_cache
 from ...fsutil import atomic_write
-
-
-def percentiles(values):
-    if not values:
-        return {"p50": None, "p90": None, "p99": None, "mean": None, "batches": 0}
-    arr = np.asarray(values, dtype=np.float64)
-    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(arr.mean()),
-            "batches": len(values)}
-
-
-def cache_section(first, final):
-    cache = delta_cache(first, final)
-    lookups = cache["hits"] + cache["misses"]
-    cache["hit_rate"] = cache["hits"] / lookups if lookups else None
-    return cache
+from .metrics import cache_section, load_imbalance, percentiles, summary_rows, summary_table, worker_section
 
 
 def cache_unlimited(cfg):
@@ -41,27 +24,6 @@ def without_limit(cache, cfg):
     if cache is not None and cache_unlimited(cfg):
         cache["hit_rate"], cache["no_limit"] = None, True
     return cache
-
-
-def hit_rate_text(cache):
-    return "n/a (no cache limit: experts served from the mmap)" if cache.get("no_limit") else \
-        _fmt(cache["hit_rate"], "{:.1%}")
-
-
-def worker_section(first_workers, final_workers):
-    before = {str(w["id"]): w for w in first_workers}
-    out = []
-    for w in final_workers:
-        start = before.get(str(w["id"]), {}).get("tokens", 0)
-        out.append({"id": w["id"], "tokens": int(w["tokens"]) - int(start), "experts": w["experts"],
-                    "cpus": w["cpus"], "node": w["node"]})
-    return out
-
-
-def load_imbalance(workers):
-    work = [w["tokens"] for w in workers]
-    mean = float(np.mean(work)) if work else 0.0
-    return float(max(work) / mean) if mean > 0 else None
 
 
 def build_report(cfg, meter, final_stats, manifest, executor_kind, startup_s, model_path):
@@ -95,47 +57,15 @@ def build_report(cfg, meter, final_stats, manifest, executor_kind, startup_s, mo
     return rep
 
 
-def write_all(rep, meter, out_dir, report_cfg, stream):
-    data = json.dumps(rep, indent=2).encode()
-    atomic_write(os.path.join(out_dir, "report.json"), [data])
+def write_all(rep, meter, out_dir, report_cfg, stream, render=None, rows=None, indent=2, pad=24):
+    """report.json, report.html (render(rep, meter) -> the page; default: page.render_html) and the
+    summary table (rows(rep); default: metrics.summary_rows) on `stream`. Shared by every job kind."""
+    atomic_write(os.path.join(out_dir, "report.json"), [json.dumps(rep, indent=indent).encode()])
     if report_cfg.html:
-        from .page import render_html
-        html = render_html(rep, meter).encode()
-        atomic_write(os.path.join(out_dir, "report.html"), [html])
-    if report_cfg.summary:
-        print(summary_table(rep, out_dir, report_cfg.html), file=stream, flush=True)
-
-
-def _fmt(value, spec="{:,.1f}"):
-    return "n/a" if value is None else spec.format(value)
-
-
-def summary_rows(rep):
-    lat, cache = rep["batch_latency_ms"], rep["cache"]
-    rows = [("tokens (all shards)", f"{rep['tokens']:,}"), ("rows", f"{rep['rows']:,}"),
-            ("tokens this run", f"{rep['tokens_this_run']:,}"),
-            ("shards written / resumed", f"{rep['shards']['written_this_run']} / {rep['shards']['resumed']}"),
-            ("executor", rep["job"]["executor"]),
-            ("startup", _fmt(rep["startup_s"], "{:.1f} s")),
-            ("throughput", _fmt(rep["tokens_per_s"], "{:,.0f} tok/s")),
-            ("batch latency p50/p90/p99", " / ".join(_fmt(lat[k], "{:.1f}") for k in ("p50", "p90", "p99")) + " ms"),
-            ("cache hit rate", hit_rate_text(cache)),
-            ("cache hits / misses / evictions", f"{cache['hits']:,} / {cache['misses']:,} / {cache['evictions']:,}"),
-            ("bytes loaded", f"{cache['bytes_loaded'] / 2**20:,.1f} MiB"),
-            ("load imbalance (max/mean)", _fmt(rep["load_imbalance"], "{:.2f}")),
-            ("retries", str(rep["faults"]["retries"]))]
-    if "accuracy" in rep:
-        rows.append(("accuracy vs labels", f"{rep['accuracy']['accuracy']:.1%}"))
-    return rows
-
-
-def summary_table(rep, out_dir, html=True):
-    rows = summary_rows(rep)
-    width = max(len(k) for k, _ in rows)
-    lines = ["", "colibri run: summary", "-" * (width + 24)]
-    lines += [f"{k.ljust(width)}  {v}" for k, v in rows]
-    lines.append("-" * (width + 24))
-    lines.append(f"report: {os.path.join(out_dir, 'report.json')}")
-    if html:
-        lines.append(f"        {os.path.join(out_dir, 'report.html')}")
-    return "\n".join(lines)
+        if render is None:
+            from .page import render_html as render
+        atomic_write(os.path.join(out_dir, "report.html"), [render(rep, meter).encode()])
+    if report_cfg.summary:                  # --progress none hides progress, not the summary and report paths
+        title = f"colibri run: {rep['job']['kind']} summary" if rows else "colibri run: summary"
+        print(summary_table(title, (rows or summary_rows)(rep), out_dir, report_cfg.html, pad), file=stream,
+              flush=True)
