@@ -4,11 +4,12 @@ Public API (see docs/ and DESIGN): convert, open_model, Engine, Pool and the
 error classes. Heavy rooms load lazily so `import colibri_dist` stays cheap and
 never imports ray unless Pool is used.
 """
-from .errors import (ColibriError, ConfigError, FormatError, InvalidArgument,
-                     NativeError, PoolError, StoreError)
+from .errors import (ColibriError, ConfigError, FormatError, IntegrityError, InvalidArgument,
+                     NativeError, NumericalError, PoolError, ResourceError, StoreError)
 
 __all__ = ["convert", "open_model", "Engine", "Pool", "LLM", "SamplingParams", "TemplateLimits", "ColibriError",
-           "FormatError", "ConfigError", "NativeError", "InvalidArgument", "StoreError", "PoolError"]
+           "FormatError", "ConfigError", "NativeError", "InvalidArgument", "StoreError", "PoolError",
+           "IntegrityError", "ResourceError", "NumericalError"]
 __version__ = "0.1.0"
 
 _LAZY = {

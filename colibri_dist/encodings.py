@@ -59,3 +59,8 @@ GROUP_SIZE = {e.dtype: e.group for e in ENCODINGS if e.scale_kind == SCALE_GROUP
 def encoding(code):
     """Encoding of a cb_dtype code, or None when the code is unknown."""
     return ENCODINGS[code] if isinstance(code, int) and 0 <= code < len(ENCODINGS) else None
+
+
+# the encodings a KV cache pool may hold (cb_attn.cache_dtype takes their cb_dtype codes): the one list that
+# model/kv_cache.py, native/kv_ops.py and the job config's kv_cache_dtype choices derive from
+KV_CACHE_DTYPES = ("f32", "f16", "bf16")

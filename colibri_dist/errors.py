@@ -1,7 +1,15 @@
 """Exception hierarchy shared by every room.
 
-Every exception passes all its constructor arguments to super().__init__ so it
-pickles intact across Ray process boundaries.
+Every exception pickles intact across Ray process boundaries: positional constructor arguments go to
+super().__init__ (Exception pickles its args), keyword-only ones are attributes (Exception pickles __dict__).
+
+    ColibriError
+      FormatError, StoreError -> IntegrityError     bad container / expert data (checked before use)
+      ConfigError                                   a YAML config (file:line:column and key)
+      InvalidArgument (also ValueError)             a caller's bad value: .parameter, .value name it
+      ResourceError                                 a bounded resource ran out (KV cache blocks, length)
+      NumericalError                                a computation went non-finite (NaN/inf logits)
+      NativeError, PoolError                        the C core / the Ray pool failed
 """
 
 
@@ -33,7 +41,23 @@ class NativeError(ColibriError):
 
 
 class InvalidArgument(ColibriError, ValueError):
-    """A caller passed a wrong shape, dtype, layer, expert or option."""
+    """A caller passed a wrong shape, dtype, layer, expert or option. As vLLM's validation error:
+    `.parameter` names the field (e.g. "temperature", "pool.workers") and `.value` is the rejected value,
+    when the raiser knows them (None otherwise); the message names them too."""
+
+    def __init__(self, message="", *, parameter=None, value=None):
+        super().__init__(message)
+        self.parameter, self.value = parameter, value
+
+
+class ResourceError(ColibriError):
+    """A bounded resource ran out (KV cache blocks, the model's maximum length): the request is valid and
+    fits more of it, or later. Not an InvalidArgument; `colibri` exits 1 on it."""
+
+
+class NumericalError(ColibriError):
+    """A computation produced non-finite values where a number is needed (NaN/+inf logits, nothing but
+    -inf): a fault of the model or its weights, not of the caller's input. `colibri` exits 4 on it."""
 
 
 class StoreError(ColibriError):

@@ -15,9 +15,9 @@ jobs (docs/CONFIG.md); every input column is carried over. Needs the `[data]` ex
 what Ray Data itself imports).
 
 Role: a thin re-export. The Ray side lives in pool/ray_data.py (the only room that imports ray);
-the rows -> LLM -> columns side in jobs/generation_batch.py; this module joins the two.
+the rows -> LLM -> columns side in jobs/generation/batch.py; this module joins the two.
 """
-from .jobs.generation_batch import BatchRunner, open_runner
+from .jobs.generation.batch import BatchRunner, open_runner
 from .pool.ray_data import ColibriPredictor, ColibriProcessorConfig, Processor
 from .pool.ray_data import build_processor as _build
 

@@ -4,7 +4,7 @@ Role: called by bench/pool.py main (`python -m colibri_dist.bench pool`):
   generation   aggregate decode tok/s of N concurrent greedy sequences on the whole-model bench
                model (bench/model.py's OLMoE-shaped checkpoint): LLM in process vs RunnerPool
                (1 runner, W workers) with 1 and 2 lanes, tokens checked identical;
-  simulation   throughput vs simulated worker count on several raylets (pool/simulate.py), the
+  simulation   throughput vs simulated worker count on several raylets (testing/simulate.py), the
                workers' per-row delay calibrated from the generation run's measured worker busy time.
 """
 import time
@@ -55,9 +55,9 @@ def generation(path, threads, workers, seqs, prompt_len, new_tokens, lanes_list=
 
 
 def simulation(path, worker_counts, runners, steps, batch, layers, row_s, raylets, min_request_rows=64):
-    """Throughput vs simulated worker count (pool/simulate.py): tok/s and scaling efficiency; the
+    """Throughput vs simulated worker count (testing/simulate.py): tok/s and scaling efficiency; the
     largest count once more with PoolConfig.min_request_rows (fewer workers per call)."""
-    from ..pool.simulate import SimCluster, simulate
+    from ..testing.simulate import SimCluster, simulate
     sim = SimCluster(raylets=raylets)
     rows = []
     try:

@@ -2,7 +2,8 @@
 
 Role: parse argv, dispatch to one subcommand module per area, map errors to
 exit codes (0 ok, 1 runtime failure or an incomplete job, 2 usage or config error, 3 a generate/score
-job wrote error rows and job.on_error is not `continue`, 130 interrupted). stdout/stderr are PipeSafe
+job wrote error rows and job.on_error is not `continue`, 4 a numerical fault: the model's logits went
+non-finite (NumericalError), 130 interrupted). stdout/stderr are PipeSafe
 (cli/streams.py): `| head` never kills a job. Each module in
 SUBCOMMANDS defines `register(subparsers)` which adds its parser(s) and sets
 `func=callable(args) -> int` on them.
@@ -11,13 +12,13 @@ import argparse
 import importlib
 import sys
 
-from ..errors import ColibriError, ConfigError, InvalidArgument
+from ..errors import ColibriError, ConfigError, InvalidArgument, NumericalError
 from . import streams
 
 # module name inside colibri_dist.cli, in help order
 SUBCOMMANDS = ["convert", "run", "generate", "serve", "pool", "experts", "numa", "stress", "bench"]
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_ROW_ERRORS = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_ROW_ERRORS, EXIT_NUMERICAL = 0, 1, 2, 3, 4
 
 
 def build_parser():
@@ -46,6 +47,9 @@ def main(argv=None):
     except (ConfigError, InvalidArgument) as exc:
         print(f"colibri: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except NumericalError as exc:
+        print(f"colibri: error: {exc}", file=sys.stderr)
+        return EXIT_NUMERICAL
     except ColibriError as exc:
         print(f"colibri: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE

@@ -140,13 +140,13 @@ def _job_overrides(cfg, args):
 def default_workers(model, meminfo="/proc/meminfo"):
     """Workers for a no-YAML job: 0 (in-process, no Ray start-up) when the model file fits in the RAM
     available now, else the pool default (2 workers, each mapping its share of the experts)."""
-    from ..config import PoolConfig
+    from ..config import PoolSection
     try:
         size = os.path.getsize(model)
     except OSError:
         return 0                        # the runner names the missing model
     avail = available_ram(meminfo)
-    return 0 if avail is None or size <= avail else PoolConfig().workers
+    return 0 if avail is None or size <= avail else PoolSection().workers
 
 
 def available_ram(meminfo="/proc/meminfo"):
@@ -162,7 +162,7 @@ def available_ram(meminfo="/proc/meminfo"):
 
 def main(args):
     from ..errors import ColibriError
-    from ..jobs.executors import uses_pool
+    from ..jobs.run.executors import uses_pool
     from ..jobs.runner import run_job
     cfg = load_job(args)
     if uses_pool(cfg) and not cfg.pool.name:

@@ -213,7 +213,7 @@ class LLMEngine:
         try:
             p = SamplingParams.from_dict(params, self.default_params)
         except InvalidArgument as exc:
-            raise InvalidArgument(f"request {rid!r}: {exc}") from None
+            raise InvalidArgument(f"request {rid!r}: {exc}", parameter=exc.parameter, value=exc.value) from None
         except TypeError:
             raise InvalidArgument(f"request {rid!r}: sampling params must be SamplingParams or a dict, "
                                   f"got {params!r}") from None

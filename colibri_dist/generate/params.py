@@ -4,7 +4,7 @@ Role in the data flow: built by the caller (or from a job row's `sampling_params
 `from_dict`, over the model's generation_config.json defaults when given), validated here once,
 then read by the logits processors (logits.py: penalties, min_tokens, allowed/bad tokens), the
 sampler (temperature/min_p/top_k/top_p/seed/logprobs) and the request (max_tokens, stop
-conditions, n). Every invalid value raises InvalidArgument naming the field.
+conditions, n). Every invalid value raises InvalidArgument naming the field (.parameter, .value).
 """
 import enum
 import math
@@ -83,7 +83,7 @@ class SamplingParams:
         set_(self, "min_tokens", _check_int("min_tokens", self.min_tokens, lo=0))
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise InvalidArgument(f"SamplingParams.min_tokens ({self.min_tokens}) must be <= max_tokens "
-                                  f"({self.max_tokens})")
+                                  f"({self.max_tokens})", parameter="min_tokens", value=self.min_tokens)
         set_(self, "temperature", _check_float("temperature", self.temperature, lo=0.0))
         set_(self, "top_p", _check_float("top_p", self.top_p, lo=0.0, hi=1.0, open_lo=True))
         set_(self, "top_k", _check_int("top_k", self.top_k, lo=-1))
@@ -100,11 +100,13 @@ class SamplingParams:
         if self.allowed_token_ids is not None:
             ids = _check_token_ids("allowed_token_ids", self.allowed_token_ids)
             if not ids:
-                raise InvalidArgument("SamplingParams.allowed_token_ids must not be empty (None = all tokens)")
+                raise InvalidArgument("SamplingParams.allowed_token_ids must not be empty (None = all tokens)",
+                                      parameter="allowed_token_ids", value=self.allowed_token_ids)
             set_(self, "allowed_token_ids", ids)
         for name in ("ignore_eos", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
-                raise InvalidArgument(f"SamplingParams.{name} must be a bool, got {getattr(self, name)!r}")
+                raise InvalidArgument(f"SamplingParams.{name} must be a bool, got {getattr(self, name)!r}",
+                                      parameter=name, value=getattr(self, name))
         for name in ("logprobs", "prompt_logprobs"):
             if getattr(self, name) is not None:
                 set_(self, name, _check_int(name, getattr(self, name), lo=0))
@@ -128,11 +130,13 @@ class SamplingParams:
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise InvalidArgument(f"sampling_params must be a mapping, got {type(data).__name__}")
+            raise InvalidArgument(f"sampling_params must be a mapping, got {type(data).__name__}",
+                                  parameter="sampling_params", value=data)
         known = [f.name for f in fields(cls)]
         unknown = sorted(str(k) for k in data if k not in known)
         if unknown:
-            raise InvalidArgument(f"unknown sampling parameter {unknown[0]!r} (known: {', '.join(known)})")
+            raise InvalidArgument(f"unknown sampling parameter {unknown[0]!r} (known: {', '.join(known)})",
+                                  parameter=unknown[0], value=data[unknown[0]] if unknown[0] in data else None)
         return cls(**{**(defaults or {}), **data})
 
     def to_dict(self):
@@ -156,7 +160,7 @@ def generation_defaults(generation_config, where="generation_config.json"):
         try:
             SamplingParams(**{name: value, **({"min_tokens": 0} if name == "max_tokens" else {})})
         except InvalidArgument as exc:
-            raise InvalidArgument(f"{where}: {key}: {exc}") from None
+            raise InvalidArgument(f"{where}: {key}: {exc}", parameter=key, value=value) from None
         out[name] = value
     return out
 
@@ -167,23 +171,24 @@ def _check_output_kind(value):
     if _is_int(value) and value in set(RequestOutputKind):
         return RequestOutputKind(value)
     raise InvalidArgument(f"SamplingParams.output_kind must be one of {[k.name.lower() for k in RequestOutputKind]}, "
-                          f"got {value!r}")
+                          f"got {value!r}", parameter="output_kind", value=value)
 
 
 def _check_int(name, value, lo):
     if not _is_int(value):
-        raise InvalidArgument(f"SamplingParams.{name} must be an integer, got {value!r}")
+        raise InvalidArgument(f"SamplingParams.{name} must be an integer, got {value!r}", parameter=name, value=value)
     if value < lo:
-        raise InvalidArgument(f"SamplingParams.{name} must be >= {lo}, got {value}")
+        raise InvalidArgument(f"SamplingParams.{name} must be >= {lo}, got {value}", parameter=name, value=value)
     return int(value)
 
 
 def _check_float(name, value, lo, hi=None, open_lo=False):
     if not _is_number(value) or not math.isfinite(value):
-        raise InvalidArgument(f"SamplingParams.{name} must be a finite number, got {value!r}")
+        raise InvalidArgument(f"SamplingParams.{name} must be a finite number, got {value!r}", parameter=name,
+                              value=value)
     if value < lo or (open_lo and value == lo) or (hi is not None and value > hi):
         rng = f"{'(' if open_lo else '['}{lo}, {hi if hi is not None else 'inf'}{']' if hi is not None else ')'}"
-        raise InvalidArgument(f"SamplingParams.{name} must be in {rng}, got {value}")
+        raise InvalidArgument(f"SamplingParams.{name} must be in {rng}, got {value}", parameter=name, value=value)
     return float(value)
 
 
@@ -192,10 +197,12 @@ def _check_strings(name, value):
         return ()
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):
-        raise InvalidArgument(f"SamplingParams.{name} must be a string or a list of strings, got {value!r}")
+        raise InvalidArgument(f"SamplingParams.{name} must be a string or a list of strings, got {value!r}",
+                              parameter=name, value=value)
     for s in items:
         if not isinstance(s, str) or not s:
-            raise InvalidArgument(f"SamplingParams.{name} entries must be non-empty strings, got {s!r}")
+            raise InvalidArgument(f"SamplingParams.{name} entries must be non-empty strings, got {s!r}",
+                                  parameter=name, value=value)
     return tuple(items)
 
 
@@ -203,8 +210,10 @@ def _check_token_ids(name, ids):
     if ids is None:
         return ()
     if not isinstance(ids, (list, tuple)):
-        raise InvalidArgument(f"SamplingParams.{name} must be a list of token ids, got {ids!r}")
+        raise InvalidArgument(f"SamplingParams.{name} must be a list of token ids, got {ids!r}", parameter=name,
+                              value=ids)
     for t in ids:
         if not _is_int(t) or t < 0:
-            raise InvalidArgument(f"SamplingParams.{name} entries must be integers >= 0, got {t!r}")
+            raise InvalidArgument(f"SamplingParams.{name} entries must be integers >= 0, got {t!r}", parameter=name,
+                                  value=ids)
     return tuple(int(t) for t in ids)

@@ -93,9 +93,15 @@ class Request:
         self.t_done = time.perf_counter()
 
     def fail(self, exc):
-        """Finish with an error naming this request (the scheduler releases its blocks)."""
-        self.finish(error=exc if isinstance(exc, InvalidArgument) and str(exc).startswith("request ")
-                    else InvalidArgument(f"request {self.request_id!r}: {exc}"))
+        """Finish with an error naming this request (the scheduler releases its blocks); a numerical fault
+        keeps its class (NonFiniteLogits), anything else becomes InvalidArgument."""
+        if str(exc).startswith("request ") and isinstance(exc, (InvalidArgument, NonFiniteLogits)):
+            error = exc
+        elif isinstance(exc, NonFiniteLogits):
+            error = NonFiniteLogits(f"request {self.request_id!r}: {exc}")
+        else:
+            error = InvalidArgument(f"request {self.request_id!r}: {exc}")
+        self.finish(error=error)
         return True
 
     # ------------------------------------------------------------ after a forward

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..errors import ColibriError
+from ..errors import NumericalError
 from .logits import min_p_mask
 from .outputs import TokenLogprobs
 
@@ -60,7 +60,7 @@ class Sampler:
         return token, lp
 
 
-class NonFiniteLogits(ColibriError):
+class NonFiniteLogits(NumericalError):
     """The model's logits for a request hold NaN or +inf (or only -inf): nothing can be sampled."""
 
 

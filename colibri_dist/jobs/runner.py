@@ -16,13 +16,13 @@ import tempfile
 import time
 
 from ..errors import ColibriError, InvalidArgument
-from . import report as report_mod
-from .executors import open_executor
-from .metrics import Meter
+from .reports import report as report_mod
+from .run.executors import open_executor
+from .reports.metrics import Meter
 from .moe_layer import MoeLayer
-from .outlock import LOCK_NAME, hold_output_dir
-from .progress import JobProgress
-from .shards import Manifest, clean_temp_files, discover_inputs, plan_shards, refuse_overlap
+from .run.outlock import LOCK_NAME, hold_output_dir
+from .run.progress import JobProgress
+from .run.shards import Manifest, clean_temp_files, discover_inputs, plan_shards, refuse_overlap
 from .token_classification import TokenClassification, find_tokenizer
 
 KINDS = {"token-classification": TokenClassification, "moe-layer": MoeLayer}
@@ -35,7 +35,7 @@ def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, st
     """Run (or resume) the job described by a JobConfig; returns the report dict.
 
     executor_factory(cfg, model_path, offload_dir) and model_opener(path) are injectable for tests.
-    `generate`/`score` jobs run on llm_factory(cfg) -> an LLM (default: generation_llm.open_job_llm).
+    `generate`/`score` jobs run on llm_factory(cfg) -> an LLM (default: generation.llm.open_job_llm).
     """
     stream = stream or sys.stderr
     if cfg.job.kind in GENERATION_KINDS:
@@ -73,12 +73,12 @@ def _run_generation(cfg, out_dir, restart, stream, llm_factory):
     """generate/score: the demo LLM when `model: null`, the LLM (Engine or pool), the job, its report."""
     import dataclasses
 
-    from .generation_job import check_config
-    from .generation_rows import INPUT_EXTS
+    from .generation.job import check_config
+    from .generation.rows import INPUT_EXTS
     check_config(cfg)
     log, extra = _logger(cfg, stream), None
     if cfg.model is None:
-        from .demo_llm_cache import accuracy_of_outputs, ensure_demo_llm
+        from .demos.llm_cache import accuracy_of_outputs, ensure_demo_llm
         art = ensure_demo_llm(cfg.demo_llm, log=log)
         cfg = dataclasses.replace(cfg, model=art.model, job=dataclasses.replace(cfg.job, input=cfg.job.input or art.data_dir))
         extra = lambda out, paths: {"task_accuracy": accuracy_of_outputs(paths, out)}   # noqa: E731
@@ -100,7 +100,7 @@ def _run_generation(cfg, out_dir, restart, stream, llm_factory):
 
 def _nothing_written(out_dir):
     """Only the lock and a manifest without shards (the plan is made before the model opens)."""
-    from .shards import MANIFEST
+    from .run.shards import MANIFEST
     names = set(os.listdir(out_dir)) - {LOCK_NAME}
     if names - {MANIFEST}:
         return False
@@ -115,10 +115,10 @@ def _nothing_written(out_dir):
 
 def _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log):
     """Plan first (a refused resume or a finished job opens no model and starts no pool), then run."""
-    from .executors import uses_pool
-    from .generation_job import finished_job, run_generation_job
-    from .generation_llm import open_job_llm
-    from .generation_plan import identity_of, plan_generation
+    from .run.executors import uses_pool
+    from .generation.job import finished_job, run_generation_job
+    from .generation.llm import open_job_llm
+    from .generation.plan import identity_of, plan_generation
     clean_temp_files(out_dir)                      # a killed run's leftovers, before this run's offload dir
     plan = plan_generation(cfg, out_dir, restart, identity_of(cfg.model))
     if not plan.pending:
@@ -155,7 +155,7 @@ def resolve_sources(cfg, log):
     if cfg.model is not None:
         check_model_path(cfg.model)
         return cfg.model, cfg.job.input, None
-    from .demo_model import ensure_demo
+    from .demos.classifier import ensure_demo
     art = ensure_demo(cfg.demo, log=log)
     return art.model, cfg.job.input or art.data_dir, art.tokenizer
 
@@ -212,7 +212,7 @@ def _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor
 
 
 def _executor_line(cfg, offload_dir):
-    from .executors import attaches_to_named_pool, uses_pool
+    from .run.executors import attaches_to_named_pool, uses_pool
     if attaches_to_named_pool(cfg):
         return f"attaching to the running pool {cfg.pool.name!r} (its own cache and offload settings apply)"
     pool = uses_pool(cfg)
@@ -226,7 +226,7 @@ def _executor_line(cfg, offload_dir):
 
 def _offload_dir(cfg, out_dir):
     """pool.offload_dir, or a fresh temp dir inside the output dir (removed at the end) when a cache is set."""
-    from .executors import attaches_to_named_pool
+    from .run.executors import attaches_to_named_pool
     if attaches_to_named_pool(cfg):
         return None, False            # the running pool has its own cache and offload settings
     if cfg.pool.offload_dir:

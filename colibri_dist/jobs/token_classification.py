@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from ..errors import ConfigError, FormatError, InvalidArgument
-from .dense import ClassifierHead, rms_norm_eps, rmsnorm
+from .classifier_head import ClassifierHead, rms_norm_eps, rmsnorm
 from ..fsutil import atomic_write
 from ..generate.safe_text import safe_encode, tokenizer_call
 

@@ -34,11 +34,12 @@ def check_max_seq_len(max_seq_len, limit, allow_long_context=False, where="model
     if max_seq_len is None:
         return limit
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len <= 0:
-        raise InvalidArgument(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
+        raise InvalidArgument(f"max_seq_len must be a positive integer, got {max_seq_len!r}", parameter="max_seq_len",
+                              value=max_seq_len)
     if max_seq_len > limit and not allow_long_context:
         raise InvalidArgument(f"max_seq_len={max_seq_len} is beyond {where}'s max_position_embeddings={limit}; "
                               f"positions past it were never trained (pass allow_long_context=True to force it, "
-                              f"e.g. with a rope-scaled checkpoint)")
+                              f"e.g. with a rope-scaled checkpoint)", parameter="max_seq_len", value=max_seq_len)
     return max_seq_len
 
 

@@ -14,14 +14,18 @@ always ends on a block boundary.
 """
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..encodings import BY_NAME, KV_CACHE_DTYPES
+from ..errors import InvalidArgument, ResourceError
 from .prefix_cache import PrefixIndex
 
-DTYPES = {"f32": (np.float32, 4), "f16": (np.uint16, 2), "bf16": (np.uint16, 2)}
+# name -> (numpy dtype of the pools, bytes per element): f32 as float32, the 16-bit kinds as uint16 words
+DTYPES = {name: (np.float32 if BY_NAME[name].bits == 32 else np.uint16, BY_NAME[name].bits // 8)
+          for name in KV_CACHE_DTYPES}
 
 
-class KVCacheFull(InvalidArgument):
-    """Not enough free KV blocks, or the sequence would pass the model's maximum length."""
+class KVCacheFull(ResourceError):
+    """Not enough free KV blocks, or the sequence would pass the model's maximum length (a resource ran out,
+    not a bad argument: the same request fits a bigger cache, or later)."""
 
 
 class Sequence:
@@ -37,7 +41,8 @@ class Sequence:
 
 def block_bytes(n_layers, n_kv_heads, k_row, v_row, block_size, dtype="f32", separate_v=True):
     if dtype not in DTYPES:
-        raise InvalidArgument(f"kv cache dtype {dtype!r} unknown; expected one of {sorted(DTYPES)}")
+        raise InvalidArgument(f"kv cache dtype {dtype!r} unknown; expected one of {sorted(DTYPES)}",
+                              parameter="kv_cache_dtype", value=dtype)
     return n_layers * n_kv_heads * block_size * (k_row + (v_row if separate_v else 0)) * DTYPES[dtype][1]
 
 
@@ -49,7 +54,8 @@ class KVCache:
         self.n_blocks = int(budget_bytes // per_block)
         if self.n_blocks < 1:
             raise InvalidArgument(f"kv_cache_bytes={budget_bytes:,} holds no {block_size}-position block "
-                                  f"({per_block:,} bytes per block over {n_layers} layers)")
+                                  f"({per_block:,} bytes per block over {n_layers} layers)",
+                                  parameter="kv_cache_bytes", value=budget_bytes)
         self.dtype, self.block_size = dtype, block_size
         self.max_seq_len = min(int(max_seq_len), self.n_blocks * block_size)   # what one sequence can ever hold
         self.block_bytes = per_block

@@ -40,10 +40,11 @@ class LLM:
         from ..engine import Engine
         from ..generate import SchedulerConfig
         if model is None:
-            raise InvalidArgument("LLM: model (the .colibri path) is required")
+            raise InvalidArgument("LLM: model (the .colibri path) is required", parameter="model", value=model)
         if max_model_len is not None:
             if max_seq_len is not None and max_seq_len != max_model_len:
-                raise InvalidArgument(f"LLM: max_model_len {max_model_len!r} and max_seq_len {max_seq_len!r} disagree")
+                raise InvalidArgument(f"LLM: max_model_len {max_model_len!r} and max_seq_len {max_seq_len!r} disagree",
+                                      parameter="max_model_len", value=max_model_len)
             max_seq_len = max_model_len
         path = model
         self.path = str(path)
@@ -84,7 +85,8 @@ class LLM:
 
     def _kv_cache(self, kv_cache_bytes, max_seq_len, dtype, block_size, max_num_seqs, prefix, salt):
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise InvalidArgument(f"block_size must be a positive integer, got {block_size!r}")
+            raise InvalidArgument(f"block_size must be a positive integer, got {block_size!r}", parameter="block_size",
+                                  value=block_size)
         k_row, v_row, _ = kv_row_dims(self.arch)
         n_kv = 1 if self.arch.mla else self.arch.n_kv_heads
         shape = (self.arch.n_layers, n_kv, k_row, v_row)
@@ -95,7 +97,8 @@ class LLM:
         else:
             budget = kv_cache_bytes
             if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
-                raise InvalidArgument(f"kv_cache_bytes must be a positive integer, got {kv_cache_bytes!r}")
+                raise InvalidArgument(f"kv_cache_bytes must be a positive integer, got {kv_cache_bytes!r}",
+                                      parameter="kv_cache_bytes", value=kv_cache_bytes)
         cache = KVCache(*shape, int(budget), max_seq_len, block_size, dtype, separate_v=not self.arch.mla,
                         prefix_caching=prefix, salt=salt() if salt is not None else None)
         warn_limits(cache, max_seq_len, max_num_seqs, kv_cache_bytes is None, cap)
@@ -277,7 +280,8 @@ def _prefix_switch(enable, moe):
     if enable is None:                  # vLLM's default: on, when this LLM can see what the KV bits depend on
         return moe is None or callable(getattr(moe, "kv_identity", None))
     if not isinstance(enable, bool):
-        raise InvalidArgument(f"enable_prefix_caching must be True, False or None, got {enable!r}")
+        raise InvalidArgument(f"enable_prefix_caching must be True, False or None, got {enable!r}",
+                              parameter="enable_prefix_caching", value=enable)
     return enable
 
 

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..encodings import KV_CACHE_DTYPES, SCHEMES
 from ..errors import InvalidArgument
 from . import _args
 from ._lib import check_status, ffi, lib
 
-CACHE_DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
-_POOL_DTYPES = {"f32": (np.float32,), "f16": (np.uint16, np.float16), "bf16": (np.uint16,)}
+CACHE_DTYPES = {name: SCHEMES[name] for name in KV_CACHE_DTYPES}     # name -> cb_dtype code (encodings.py)
+_POOL_DTYPES = {"f32": (np.float32,), "f16": (np.uint16, np.float16), "bf16": (np.uint16,)}   # numpy views of each
 
 
 @dataclass(frozen=True)

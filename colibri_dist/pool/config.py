@@ -6,7 +6,7 @@ sequence runners; none of them re-reads loose keyword arguments or `.get(default
 Test-only knobs live in one field, `hooks` (PoolHooks).
 
     cfg = PoolConfig(workers=2, balancer={"kind": "token-bucket", "threshold": 1.3})
-    cfg = PoolConfig.from_section(yaml_pool_section, routing_policy="exact")   # config.PoolConfig -> this
+    cfg = PoolConfig.from_section(yaml_pool_section, routing_policy="exact")   # config.PoolSection -> this
     cfg.replace(workers=4)                                                     # a validated copy
 """
 import dataclasses
@@ -25,13 +25,14 @@ def _int(name, v, low, allow_none=False):
     if v is None and allow_none:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise InvalidArgument(f"pool.{name} must be an integer >= {low}{' or None' if allow_none else ''}, got {v!r}")
+        raise InvalidArgument(f"pool.{name} must be an integer >= {low}{' or None' if allow_none else ''}, got {v!r}",
+                              parameter=f"pool.{name}", value=v)
     return int(v)
 
 
 def _float(name, v, low=0.0):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v) >= low:
-        raise InvalidArgument(f"pool.{name} must be a number >= {low}, got {v!r}")
+        raise InvalidArgument(f"pool.{name} must be a number >= {low}, got {v!r}", parameter=f"pool.{name}", value=v)
     return float(v)
 
 
@@ -91,29 +92,35 @@ class PoolConfig:
         if self.compression in ("none", ""):
             s("compression", None)
         if self.compression not in (None, "zstd"):
-            raise InvalidArgument(f"pool.compression must be None or 'zstd', got {self.compression!r}")
+            raise InvalidArgument(f"pool.compression must be None or 'zstd', got {self.compression!r}",
+                                  parameter="pool.compression", value=self.compression)
         if self.policy not in STORE_POLICIES:
-            raise InvalidArgument(f"pool.policy must be one of {', '.join(STORE_POLICIES)}, got {self.policy!r}")
+            raise InvalidArgument(f"pool.policy must be one of {', '.join(STORE_POLICIES)}, got {self.policy!r}",
+                                  parameter="pool.policy", value=self.policy)
         if self.routing_policy not in ROUTING_POLICIES:
-            raise InvalidArgument(f"routing.policy must be 'exact' or 'balanced', got {self.routing_policy!r}")
+            raise InvalidArgument(f"routing.policy must be 'exact' or 'balanced', got {self.routing_policy!r}",
+                                  parameter="routing.policy", value=self.routing_policy)
         if self.routing_at not in ROUTING_AT:
-            raise InvalidArgument(f"pool.routing_at must be 'caller' or 'router', got {self.routing_at!r}")
+            raise InvalidArgument(f"pool.routing_at must be 'caller' or 'router', got {self.routing_at!r}",
+                                  parameter="pool.routing_at", value=self.routing_at)
         make_balancer(self.balancer, self.workers)  # InvalidArgument naming the bad key
         if self.name is not None:
             check_name(self.name, "pool.name")
         if self.numa is None:
             s("numa", {"enabled": True})
         if not isinstance(self.numa, dict):
-            raise InvalidArgument(f"pool.numa must be a mapping, got {self.numa!r}")
+            raise InvalidArgument(f"pool.numa must be a mapping, got {self.numa!r}", parameter="pool.numa",
+                                  value=self.numa)
         wr = self.worker_resources
         if not (wr is None or wr in ("numa", "auto") or (isinstance(wr, (list, tuple)) and len(wr) == self.workers
                                                           and all(d is None or isinstance(d, dict) for d in wr))):
             raise InvalidArgument(f"pool.worker_resources must be None, 'numa', 'auto' or one dict per worker "
-                                  f"({self.workers}), got {wr!r}")
+                                  f"({self.workers}), got {wr!r}", parameter="pool.worker_resources", value=wr)
         if isinstance(self.hooks, dict):
             s("hooks", PoolHooks(**self.hooks))
         if not isinstance(self.hooks, PoolHooks):
-            raise InvalidArgument(f"pool.hooks must be a PoolHooks or a mapping, got {self.hooks!r}")
+            raise InvalidArgument(f"pool.hooks must be a PoolHooks or a mapping, got {self.hooks!r}",
+                                  parameter="pool.hooks", value=self.hooks)
 
     # ---------------------------------------------------------------- derived
     @property
@@ -138,7 +145,7 @@ class PoolConfig:
 
     @classmethod
     def from_section(cls, p, routing_policy="exact", **overrides):
-        """The YAML `pool:` section (colibri_dist.config.PoolConfig) -> a pool PoolConfig."""
+        """The YAML `pool:` section (colibri_dist.config.PoolSection) -> a pool PoolConfig."""
         balancer = {"kind": p.balancer.kind, "window": p.balancer.window, "threshold": p.balancer.threshold}
         numa = {"enabled": p.numa.enabled, "workers_per_node": p.numa.workers_per_node,
                 "mem_policy": p.numa.mem_policy, "sysfs_root": p.numa.sysfs_root}

@@ -82,8 +82,7 @@ class ServerState:
         try:
             return self.info.params_cls.from_dict(fields, self.info.defaults)
         except InvalidArgument as exc:
-            m = re.search(r"SamplingParams\.(\w+)", str(exc))
-            raise bad_param(m.group(1) if m else "sampling", str(exc)) from None
+            raise bad_param(exc.parameter or "sampling", str(exc)) from None
         except TypeError as exc:
             m = re.search(r"'(\w+)'", str(exc))
             name = m.group(1) if m else "sampling"

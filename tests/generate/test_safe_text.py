@@ -138,7 +138,7 @@ def test_a_tokenizer_json_that_panics_at_load_is_a_format_error(tmp_path):
 def test_token_classification_text_the_tokenizer_rejects_names_file_and_line(tmp_path):
     from types import SimpleNamespace
 
-    from colibri_dist.jobs.shards import Shard
+    from colibri_dist.jobs.run.shards import Shard
     from colibri_dist.jobs.token_classification import TokenClassification
     kind = TokenClassification.__new__(TokenClassification)
     kind.job = SimpleNamespace(input_format="text", ids_field="input_ids", text_field="text", id_field="id")

@@ -24,8 +24,8 @@ from colibri_dist.generate import SamplingParams
 from colibri_dist.generate.api import chat, generate
 from colibri_dist.generate.chat import ChatTemplate
 from colibri_dist.generate.safe_text import TemplateLimits, safe_encode
-from colibri_dist.jobs.generation_rows import RowReader
-from colibri_dist.jobs.shards import Shard
+from colibri_dist.jobs.generation.rows import RowReader
+from colibri_dist.jobs.run.shards import Shard
 
 from gen_fake_llm import FakeLLM
 from gen_fake_model import FakeStepModel

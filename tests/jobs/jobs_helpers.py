@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from colibri_dist.config import DemoConfig, DemoDatasetConfig
-from colibri_dist.jobs.demo_model import generate_weights
+from colibri_dist.jobs.demos.classifier import generate_weights
 
 TINY_DEMO = dict(seed=3, vocab_size=64, hidden=16, inter=32, layers=2, experts=4, top_k=2, classes=5)
 

@@ -106,10 +106,10 @@ def test_pool_section_alone(tmp_path):
 
 
 def test_parse_section_validates_dicts_like_files():
-    pool = C.parse_section(C.PoolConfig, {"workers": 0, "cache_bytes": "1MiB"})
+    pool = C.parse_section(C.PoolSection, {"workers": 0, "cache_bytes": "1MiB"})
     assert pool.workers == 0 and pool.cache_bytes == 2**20
     with pytest.raises(ConfigError, match="policy: expected one of lru | lfu | lfru"):
-        C.parse_section(C.PoolConfig, {"policy": "mru"})
+        C.parse_section(C.PoolSection, {"policy": "mru"})
 
 
 def test_packaged_demo_configs_are_valid_and_match_repo_copies():

@@ -3,7 +3,7 @@ import pytest
 
 from colibri_dist.config import load_config
 from colibri_dist.errors import InvalidArgument, PoolError
-from colibri_dist.jobs import executors as X
+from colibri_dist.jobs.run import executors as X
 
 
 def cfg_with(tmp_path, pool):
@@ -68,7 +68,8 @@ def test_executor_line_says_per_worker_only_for_a_pool(tmp_path):
 
 
 def test_no_hit_rate_is_claimed_without_a_cache_limit(tmp_path):
-    from colibri_dist.jobs.report import hit_rate_text, without_limit
+    from colibri_dist.jobs.reports.metrics import hit_rate_text
+    from colibri_dist.jobs.reports.report import without_limit
     cache = {"hits": 8, "misses": 0, "evictions": 0, "bytes_loaded": 0, "hit_rate": 1.0}
     unlimited = without_limit(dict(cache), cfg_with(tmp_path, "{workers: 0}"))
     assert unlimited["hit_rate"] is None and unlimited["no_limit"] is True
@@ -78,7 +79,7 @@ def test_no_hit_rate_is_claimed_without_a_cache_limit(tmp_path):
 
 
 def test_w8a8_with_a_pool_is_refused_before_the_pool_starts(tmp_path, monkeypatch):
-    from colibri_dist.jobs import generation_llm
+    from colibri_dist.jobs.generation import llm as generation_llm
     model = tmp_path / "m.colibri"
     model.write_bytes(b"x")
     path = tmp_path / "job.yaml"

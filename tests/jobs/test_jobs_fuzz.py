@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from colibri_dist import config as C
 from colibri_dist.errors import ColibriError, ConfigError, FormatError
 from colibri_dist.jobs.moe_layer import MoeLayer
-from colibri_dist.jobs.shards import Shard
+from colibri_dist.jobs.run.shards import Shard
 from colibri_dist.jobs.token_classification import TokenClassification
 from jobs_helpers import FakeModel, tiny_demo
 

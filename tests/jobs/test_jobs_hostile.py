@@ -82,14 +82,14 @@ def test_fifo_model_or_input_never_hangs(tmp_path):
     assert proc.returncode == 1 and "not a regular file" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     from colibri_dist.errors import ConfigError
-    from colibri_dist.jobs.shards import discover_inputs
+    from colibri_dist.jobs.run.shards import discover_inputs
     os.mkfifo(tmp_path / "f.npy")
     with pytest.raises(ConfigError, match="f.npy: not a regular file"):
         discover_inputs(str(tmp_path / "f.npy"), (".npy",))
 
 
 def test_input_discovery_skips_and_reports_non_regular_files(tmp_path):
-    from colibri_dist.jobs.shards import discover_inputs
+    from colibri_dist.jobs.run.shards import discover_inputs
     os.mkfifo(tmp_path / "b.jsonl")
     (tmp_path / "a.jsonl").write_text("{}\n")
     os.mkdir(tmp_path / "c.jsonl")
@@ -154,7 +154,7 @@ def test_out_dir_holding_the_inputs_is_refused(fake_job, tmp_path, where):
 
 def test_moe_layer_job_given_jsonl_says_what_it_expects(tmp_path):
     from colibri_dist.errors import ConfigError
-    from colibri_dist.jobs.shards import discover_inputs
+    from colibri_dist.jobs.run.shards import discover_inputs
     kind = _moe_kind()
     (tmp_path / "in.jsonl").write_text('{"prompt": "x"}\n')
     with pytest.raises(FormatError, match="in.jsonl: a moe-layer job reads hidden states: .npy .*`job.kind: generate`"):

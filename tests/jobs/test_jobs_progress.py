@@ -1,7 +1,7 @@
 """Progress display: a bar on a terminal, plain log lines otherwise, nothing with `none`."""
 import io
 
-from colibri_dist.jobs.progress import JobProgress, choose_mode
+from colibri_dist.jobs.run.progress import JobProgress, choose_mode
 
 
 class FakeTty(io.StringIO):

@@ -11,7 +11,7 @@ import colibri_dist
 
 # rank of each room; a module may import rooms of a strictly lower rank (and its own room)
 RANKS = {
-    "errors": -1, "fsutil": 0, "config": 0, "encodings": 0, "families": 0,
+    "errors": -1, "encodings": -1, "fsutil": 0, "config": 0, "families": 0,   # encodings: plain data config reads (KV dtypes)
     "format": 1,
     "native": 2,
     "routing": 3, "numa": 3,
@@ -20,11 +20,12 @@ RANKS = {
     "generate": 6,
     "model": 7,
     "pool": 8,
-    "jobs": 9,
-    "ray_data": 10,
-    "serve": 10,
-    "bench": 11,
-    "cli": 12,
+    "testing": 9,      # harnesses for stress runs, tests and bench (Ray set-ups, the pool simulation)
+    "jobs": 10,
+    "ray_data": 11,
+    "serve": 11,
+    "bench": 12,
+    "cli": 13,
 }
 FACADE = {"__init__", "__main__", "_native"}
 ROOT = pathlib.Path(colibri_dist.__file__).parent
@@ -87,10 +88,10 @@ def test_format_does_not_need_the_compiled_core():
 
 
 # the only modules that may import ray (top-level or inside a function)
-RAY_ALLOWED = ("pool/", "serve/ray_serve.py")
+RAY_ALLOWED = ("pool/", "testing/", "serve/ray_serve.py")
 
 
-def test_ray_is_imported_only_in_pool_and_the_ray_serve_module():
+def test_ray_is_imported_only_in_pool_testing_and_the_ray_serve_module():
     bad = []
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
@@ -101,7 +102,7 @@ def test_ray_is_imported_only_in_pool_and_the_ray_serve_module():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             if any(n == "ray" or n.startswith("ray.") for n in names):
                 bad.append(f"{rel}:{node.lineno}")
-    assert not bad, "ray imported outside pool/ and serve/ray_serve.py:\n" + "\n".join(bad)
+    assert not bad, "ray imported outside pool/, testing/ and serve/ray_serve.py:\n" + "\n".join(bad)
 
 
 def test_nothing_below_imports_serve():
@@ -114,3 +115,31 @@ def test_nothing_below_imports_serve():
             if target == "serve":
                 bad.append(f"{path.relative_to(ROOT.parent)}:{line}")
     assert not bad, "only bench/ and cli/ may import serve/:\n" + "\n".join(bad)
+
+
+# inside jobs/: the rooms of the job kinds sit on the shared run/ and reports/ machinery
+JOBS_RANKS = {"run": 0, "classifier_head": 0, "reports": 1, "demos": 1,
+              "moe_layer": 2, "token_classification": 2, "generation": 2, "runner": 3, "stress": 3}
+
+
+def test_jobs_sub_rooms_point_down():
+    jobs, bad = ROOT / "jobs", []
+    for path in sorted(jobs.rglob("*.py")):
+        rel = path.relative_to(jobs).parts
+        own = _room(rel)
+        if own == "__init__":
+            continue
+        pkg = ["jobs"] + list(rel[:-1])
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            mod = pkg[:len(pkg) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            if mod[:1] != ["jobs"]:
+                continue                      # a room outside jobs/ (the test above checks those)
+            for target in [_room(mod[1:])] if len(mod) > 1 else [a.name for a in node.names]:
+                if target != own and JOBS_RANKS[target] >= JOBS_RANKS[own]:
+                    bad.append(f"jobs/{'/'.join(rel)}:{node.lineno}: {own} imports {target}")
+    assert set(JOBS_RANKS) == {_room(p.relative_to(jobs).parts) for p in jobs.iterdir()
+                               if p.suffix == ".py" or (p / "__init__.py").exists()} - {"__init__"}, \
+        "give every jobs/ room a rank in JOBS_RANKS"
+    assert not bad, "upward or sideways imports inside jobs/:\n" + "\n".join(bad)

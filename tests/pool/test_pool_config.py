@@ -43,7 +43,7 @@ def test_legacy_keywords_land_in_hooks_and_unknown_ones_are_named():
 
 
 def test_from_yaml_section():
-    from colibri_dist.config import PoolConfig as Section
+    from colibri_dist.config import PoolSection as Section
     cfg = PoolConfig.from_section(Section(workers=3, offload_compression="none"), routing_policy="balanced")
     assert (cfg.workers, cfg.compression, cfg.routing_policy) == (3, None, "balanced")
     assert cfg.balancer_spec["kind"] == "token-bucket"

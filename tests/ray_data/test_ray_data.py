@@ -16,7 +16,7 @@ pytest.importorskip("pandas")
 pytest.importorskip("tokenizers")
 ray = pytest.importorskip("ray")
 
-from colibri_dist.jobs import demo_llm  # noqa: E402
+from colibri_dist.jobs.demos import llm as demo_llm  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def demo(tmp_path_factory):
 
 
 def _expected(model, rows, kind="generate", **job):
-    from colibri_dist.jobs.generation_batch import BatchRunner
+    from colibri_dist.jobs.generation.batch import BatchRunner
     runner = BatchRunner(model, kind=kind, **job)
     try:
         return runner.run([dict(r) for r in rows])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from colibri_dist.config import DemoConfig, DemoDatasetConfig
-from colibri_dist.jobs.demo_model import ensure_demo
+from colibri_dist.jobs.demos.classifier import ensure_demo
 from colibri_dist.jobs.stress import faults, offload_fs, worker_hooks
 from colibri_dist.jobs.stress.reference import ExpertTable, Reference, link_model, new_expert_weights
 from colibri_dist.jobs.stress.schedule import FaultEvent

@@ -26,7 +26,7 @@ from . import report as report_mod
 from .faults import SETTLE_S, Injectors
 from .harness import HOOK, _stop_on_signals
 from .probe import PoolProbe
-from .reference import ExpertTable, link_model, new_expert_weights
+from .reference import new_expert_weights, stage_models, worker_budget
 from .schedule import FaultSchedule, specs_from_events
 from .settings import as_plain, enabled_events
 from .worker_hooks import CONTROL_ENV, set_slow_source
@@ -56,23 +56,16 @@ class GenerationStress:
     def _model_source(self):
         if self.cfg.model:
             return self.cfg.model
-        from ..demo_llm_cache import ensure_demo_llm
+        from ..demos.llm_cache import ensure_demo_llm
         return ensure_demo_llm(self.cfg.demo_llm, log=self.log).model
 
     def setup(self):
-        from ...format.reader import open_model
         from ...model import LLM
-        from ...pool import Pool, testing_cluster
-        from .harness import expert_bytes
-        os.makedirs(self.out, exist_ok=True)
-        src = self._model_source()
-        self.pool_model_path = link_model(src, os.path.join(self.out, "pool"))
-        ref_path = link_model(src, os.path.join(self.out, "ref"))
-        with open_model(self.pool_model_path) as model:
-            self.table, self.expert_bytes = ExpertTable(model), expert_bytes(model)
+        from ...pool import Pool
+        from ...testing import cluster as testing_cluster
+        self.pool_model_path, ref_path, self.table, self.expert_bytes = stage_models(self._model_source(), self.out)
         p = self.cfg.pool
-        total = p.cache_bytes * p.workers if p.cache_bytes is not None else int(self.s.cache_fraction * self.expert_bytes)
-        self.budget = max(1, total // p.workers)
+        self.budget = worker_budget(p, self.s.cache_fraction, self.expert_bytes)
         self.offload_dir = p.offload_dir or os.path.join(self.out, "offload")
         os.makedirs(self.offload_dir, exist_ok=True)
         self.control_dir = os.path.join(self.out, "control")
@@ -96,7 +89,7 @@ class GenerationStress:
     # ---------------------------------------------------------------- requests
     def _wave(self, n):
         from ...generate import SamplingParams
-        from .. import demo_llm
+        from ..demos import llm as demo_llm
         rows = demo_llm.prompts(n, seed=int(self.s.seed) * 100003 + self.waves, max_tokens=self.s.max_tokens)
         ids = [f"w{self.waves:05d}-{i:03d}" for i in range(n)]
         params = [SamplingParams(max_tokens=self.s.max_tokens, temperature=0, logprobs=1) if i % 3 else

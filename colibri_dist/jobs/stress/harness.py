@@ -20,7 +20,7 @@ from .accounting import TokenLedger
 from .faults import SETTLE_S, Injectors
 from .offload_fs import make_offload_fs
 from .probe import PoolProbe
-from .reference import ExpertTable, Reference, link_model, new_expert_weights
+from .reference import Reference, new_expert_weights, stage_models, worker_budget
 from .rss import RssSampler
 from .schedule import TABLE_KINDS, FaultSchedule, specs_from_events
 from .settings import as_plain, enabled_events
@@ -31,10 +31,6 @@ from .workload import JobStream
 HOOK = "colibri_dist.jobs.stress.worker_hooks.install"
 PROCESS_FAULTS = ("kill_worker", "remove_node")   # one at a time: the next waits until the last settled
 BUDGET_LIMIT = 0.10         # the bar: RAM budget at most 10% of the expert bytes
-
-
-def expert_bytes(model):
-    return sum(model.expert_layout(l).nbytes * model.config.n_experts for l in model.moe_layers)
 
 
 class Harness:
@@ -59,25 +55,14 @@ class Harness:
     def _model_source(self):
         if self.cfg.model:
             return self.cfg.model
-        from ..demo_model import ensure_demo
+        from ..demos.classifier import ensure_demo
         return ensure_demo(self.cfg.demo, log=self.log).model
 
     def setup(self):
-        from ...format.reader import open_model
-        os.makedirs(self.out, exist_ok=True)
-        src = self._model_source()
-        self.pool_model_path = link_model(src, os.path.join(self.out, "pool"))
-        ref_path = link_model(src, os.path.join(self.out, "ref"))
-        model = open_model(self.pool_model_path)
-        try:
-            self.table = ExpertTable(model)
-            self.expert_bytes = expert_bytes(model)
-        finally:
-            model.close()
+        self.pool_model_path, ref_path, self.table, self.expert_bytes = stage_models(self._model_source(), self.out)
         p = self.cfg.pool
         self.n_workers = p.workers
-        total = p.cache_bytes * p.workers if p.cache_bytes is not None else int(self.s.cache_fraction * self.expert_bytes)
-        self.budget = max(1, total // p.workers)
+        self.budget = worker_budget(p, self.s.cache_fraction, self.expert_bytes)
         self.offload_dir = p.offload_dir or os.path.join(self.out, "offload")
         self.offload_fs = make_offload_fs(self.offload_dir, self.s.offload_fs, self.s.offload_fs_bytes, log=self.log)
         self.control_dir = os.path.join(self.out, "control")
@@ -91,7 +76,7 @@ class Harness:
 
     def _start_pool(self):
         from ...pool import Pool
-        from ...pool import testing_cluster
+        from ...testing import cluster as testing_cluster
         c = self.s.cluster
         self.ray = testing_cluster.start(c.nodes, c.cpus_per_node if c.nodes > 1 else None,
                                          env={CONTROL_ENV: self.control_dir}, setup_hook=HOOK)

@@ -33,6 +33,27 @@ def link_model(src, dst_dir, name="model.colibri"):
     return dst
 
 
+def expert_bytes(model):
+    return sum(model.expert_layout(l).nbytes * model.config.n_experts for l in model.moe_layers)
+
+
+def stage_models(src, out):
+    """The two links a stress run needs (<out>/pool/ for the pool, <out>/ref/ for the reference) ->
+    (pool path, reference path, the pool copy's ExpertTable, the experts' bytes)."""
+    from ...format.reader import open_model
+    os.makedirs(out, exist_ok=True)
+    pool_path = link_model(src, os.path.join(out, "pool"))
+    ref_path = link_model(src, os.path.join(out, "ref"))
+    with open_model(pool_path) as model:
+        return pool_path, ref_path, ExpertTable(model), expert_bytes(model)
+
+
+def worker_budget(pool, cache_fraction, experts_bytes):
+    """Each worker's RAM cache: pool.cache_bytes, else cache_fraction of all expert bytes over the workers."""
+    total = pool.cache_bytes * pool.workers if pool.cache_bytes is not None else int(cache_fraction * experts_bytes)
+    return max(1, total // pool.workers)
+
+
 class Reference:
     def __init__(self, path, threads=1):
         from ...engine import Engine

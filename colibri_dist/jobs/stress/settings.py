@@ -40,7 +40,7 @@ class ClusterSection:
 
 @dataclass
 class StressSection:
-    workload: str = C._enum("moe", "generation", default="moe")   # MoE-layer batches | whole-model requests
+    workload: str = C.one_of("moe", "generation", default="moe")   # MoE-layer batches | whole-model requests
     duration_s: float = 60.0
     max_batches: Optional[int] = None
     streams: int = 3
@@ -50,7 +50,7 @@ class StressSection:
     noise: float = 0.25
     seed: int = 0
     cache_fraction: float = 0.05    # total RAM budget over all workers / expert bytes (pool.cache_bytes null)
-    offload_fs: str = C._enum("auto", "loop", "tmpfs", "dir", default="auto")
+    offload_fs: str = C.one_of("auto", "loop", "tmpfs", "dir", default="auto")
     offload_fs_bytes: C.Size = 256 * 1024 ** 2
     slow_source_ms: float = 20.0
     rss_period_s: float = 0.5
@@ -67,7 +67,7 @@ class StressSection:
 @dataclass
 class StressConfig:
     model: Optional[str] = None
-    pool: C.PoolConfig = field(default_factory=C.PoolConfig)
+    pool: C.PoolSection = field(default_factory=C.PoolSection)
     routing: C.RoutingConfig = field(default_factory=C.RoutingConfig)
     demo: C.DemoConfig = field(default_factory=C.DemoConfig)
     demo_llm: C.DemoLLMConfig = field(default_factory=C.DemoLLMConfig)
@@ -84,44 +84,39 @@ def default_config_path(workload="moe"):
 def load_stress_config(path=None, text=None):
     """Load and validate a stress config (default: the packaged offload-stress.yaml)."""
     source = os.path.normpath(os.fspath(path or default_config_path()))
-    text = C._read(source) if text is None else text
-    node = C._compose(text, source)
-    cfg = C._build_dataclass(StressConfig, node, source, "")
-    at = C._Locator(source, node)
-    C._validate_pool(cfg.pool, at)
+    return C.load_sections(StressConfig, source, text, _validate_all,
+                           resolve=[("demo", ["cache_dir"]), ("demo_llm", ["cache_dir"])])
+
+
+def _validate_all(cfg, at):
+    C.validate_pool(cfg.pool, at)
     _validate_stress(cfg, at)
-    base = os.path.dirname(os.path.abspath(source))
-    C._resolve_common(cfg, base)
-    C._resolve_paths(cfg.demo, base, ["cache_dir"])
-    C._resolve_paths(cfg.demo_llm, base, ["cache_dir"])
-    cfg.source = source
-    return cfg
 
 
 def _validate_stress(cfg, at):
     s = cfg.stress
-    C._check_positive(s, ["streams", "batch_tokens", "shift_every", "max_batches", "requests_per_wave",
+    C.check_positive(s, ["streams", "batch_tokens", "shift_every", "max_batches", "requests_per_wave",
                           "max_tokens"], at, "stress")
-    C._check_positive(s.cluster, ["nodes", "cpus_per_node"], at, "stress.cluster")
+    C.check_positive(s.cluster, ["nodes", "cpus_per_node"], at, "stress.cluster")
     for name in ("duration_s", "rss_period_s"):
         if getattr(s, name) <= 0:
-            C._fail(at(f"stress.{name}"), f"stress.{name}", f"expected a positive number, got {getattr(s, name)}")
+            C.fail(at(f"stress.{name}"), f"stress.{name}", f"expected a positive number, got {getattr(s, name)}")
     if not 0 < s.cache_fraction <= 1:
-        C._fail(at("stress.cache_fraction"), "stress.cache_fraction",
+        C.fail(at("stress.cache_fraction"), "stress.cache_fraction",
                 f"expected a number in (0, 1], got {s.cache_fraction}")
     for name in ("zipf_s", "noise", "slow_source_ms"):
         if getattr(s, name) < 0:
-            C._fail(at(f"stress.{name}"), f"stress.{name}", f"expected a number >= 0, got {getattr(s, name)}")
+            C.fail(at(f"stress.{name}"), f"stress.{name}", f"expected a number >= 0, got {getattr(s, name)}")
     for path, spec in _event_specs(s):
         for name in ("first_s", "every_s", "duration_s"):
             if getattr(spec, name) < 0:
-                C._fail(at(f"{path}.{name}"), f"{path}.{name}", f"expected seconds >= 0, got {getattr(spec, name)}")
+                C.fail(at(f"{path}.{name}"), f"{path}.{name}", f"expected seconds >= 0, got {getattr(spec, name)}")
     if s.faults.remove_node and s.faults.remove_node.enabled and s.cluster.nodes < cfg.pool.workers + 2:
-        C._fail(at("stress.faults.remove_node"), "stress.faults.remove_node",
+        C.fail(at("stress.faults.remove_node"), "stress.faults.remove_node",
                 f"needs stress.cluster.nodes >= pool.workers + 2 = {cfg.pool.workers + 2} (a head raylet, "
                 "one raylet per worker and a spare the removed node's worker can restart on)")
     if cfg.pool.workers < 1:
-        C._fail(at("pool.workers"), "pool.workers", "the stress run drives a Ray pool: expected >= 1")
+        C.fail(at("pool.workers"), "pool.workers", "the stress run drives a Ray pool: expected >= 1")
 
 
 def _event_specs(s):

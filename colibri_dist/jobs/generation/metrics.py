@@ -8,7 +8,7 @@ GenerationMeter; `report()` turns them into
     timeline:   per second of the run {t, prefill_tokens, decode_tokens, max_running, max_waiting,
                 min_free_blocks, finished}
     preemptions
-and, when the job's MoE calls are metered (generation_llm.MoeMeter), samples of the executor's stats
+and, when the job's MoE calls are metered (llm.MoeMeter), samples of the executor's stats
 at most every 0.25 s of steps:
     cache:      {hits, misses, evictions, bytes_loaded, hit_rate} over this run
     workers:    per worker {id, tokens, experts, cpus, node}; load_imbalance (max / mean tokens)
@@ -104,7 +104,7 @@ class GenerationMeter:
                 "evictions": last["evictions"] - first["evictions"]}
 
     def _executor_report(self):
-        from .report import cache_section, load_imbalance, worker_section
+        from ..reports.metrics import cache_section, load_imbalance, worker_section
         self.sample()
         first, last = self.first_stats, self.samples[-1]
         workers = worker_section(first["workers"], last["workers"])

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ...errors import InvalidArgument
 
 
 def open_job_llm(cfg, offload_dir=None, log=None):
@@ -22,8 +22,8 @@ def open_job_llm(cfg, offload_dir=None, log=None):
     offload_dir: the resolved spill dir (default: pool.offload_dir); log(text): the KV budget line."""
     import dataclasses
 
-    from ..model import LLM
-    from .executors import EngineExecutor, PoolExecutor, uses_pool
+    from ...model import LLM
+    from ..run.executors import EngineExecutor, PoolExecutor, uses_pool
     if cfg.model is None:
         raise InvalidArgument(f"job.kind {cfg.job.kind!r} needs `model:` (a .colibri whole model)")
     if not os.path.exists(cfg.model):

@@ -15,8 +15,8 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from ..errors import ConfigError, InvalidArgument
-from ..fsutil import atomic_write
+from ...errors import ConfigError, InvalidArgument
+from ...fsutil import atomic_write
 
 MANIFEST = "manifest.json"
 

@@ -13,10 +13,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from ..errors import ColibriError, ConfigError, InvalidArgument
-from ..generate.params import SamplingParams
-from ..generate.safe_text import TemplateLimits, safe_encode
-from ..generate.sampler import derive_seed
+from ...errors import ColibriError, ConfigError, InvalidArgument
+from ...generate.params import SamplingParams
+from ...generate.safe_text import TemplateLimits, safe_encode
+from ...generate.sampler import derive_seed
 
 INPUT_EXTS = (".jsonl", ".parquet")
 
@@ -29,6 +29,7 @@ class Row:
     prompt_ids: list | None = None
     params: SamplingParams | None = None
     error: str | None = None
+    fault: Exception | None = None   # the exception behind a generation error (on_error: fail raises its kind)
 
 
 def count_rows(path):

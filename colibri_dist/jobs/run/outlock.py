@@ -11,7 +11,7 @@ import contextlib
 import fcntl
 import os
 
-from ..errors import ColibriError
+from ...errors import ColibriError
 
 LOCK_NAME = ".colibri-run.lock"
 

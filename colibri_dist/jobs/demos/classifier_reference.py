@@ -9,8 +9,8 @@ with ties to the lower expert index, weights renormalised (Mixtral).
 """
 import numpy as np
 
-from ..format.quantize import dequantize
-from .dense import rms_norm_eps   # config lookup only; the math below is independent
+from ...format.quantize import dequantize
+from ..classifier_head import rms_norm_eps   # config lookup only; the math below is independent
 
 
 class ReferenceClassifier:
@@ -65,6 +65,6 @@ class ReferenceClassifier:
 
 def reference_probs(model_path, ids, dtype=np.float64):
     """Open a .colibri and return the reference class probabilities [n_tokens, classes]."""
-    from ..format.reader import open_model
+    from ...format.reader import open_model
     with open_model(model_path) as model:
         return ReferenceClassifier(model, dtype).probs(ids)

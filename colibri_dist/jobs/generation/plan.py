@@ -7,9 +7,9 @@ resume refused for a changed setting, or a job already finished, costs no model 
 import os
 from dataclasses import dataclass
 
-from .generation_rows import INPUT_EXTS, count_rows
-from .shards import MANIFEST, Manifest, clean_temp_files, discover_inputs, plan_shards
-from .signature import generation_signature, model_identity
+from .rows import INPUT_EXTS, count_rows
+from ..run.shards import MANIFEST, Manifest, clean_temp_files, discover_inputs, plan_shards
+from ..run.signature import generation_signature, model_identity
 
 
 @dataclass

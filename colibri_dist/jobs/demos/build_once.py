@@ -1,5 +1,5 @@
 """Build a cached artifact directory exactly once, crash-safe: build into a temp dir beside it, mark it
-DONE, rename into place. Used by both demos (jobs/demo_model.py, jobs/demo_llm_cache.py).
+DONE, rename into place. Used by both demos (demos/classifier.py, demos/llm_cache.py).
 
 Role in the data flow: `colibri run` with `model: null` asks for the demo's directory; a half-built
 leftover (killed run) has no DONE marker and is replaced; two racing builds leave one complete copy.
@@ -10,12 +10,12 @@ import os
 import shutil
 import tempfile
 
-from ..config import as_dict
+from ...config import as_dict
 
 
 def settings_key(settings, format_version):
     """16 hex digits naming a build: the settings (less cache_dir), the builder's and the container's versions."""
-    from ..format import spec
+    from ...format import spec
     d = as_dict(settings)
     d.pop("cache_dir", None)
     d["format_version"] = format_version

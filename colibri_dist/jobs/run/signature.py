@@ -15,14 +15,14 @@ import hashlib
 import json
 import os
 
-from ..errors import InvalidArgument
+from ...errors import InvalidArgument
 
 SEGMENT_HEAD = 4096          # store/segments.py HEAD: magic, length, JSON header (layout, crc32s, bias)
 
 
 def model_identity(path):
     """{"container": digest, "bytes": size, "hot_added": digest or None} of a .colibri file."""
-    from ..format import spec
+    from ...format import spec
     try:
         with open(path, "rb") as fh:
             raw = fh.read(spec.HEADER_SIZE)
@@ -40,7 +40,7 @@ def model_identity(path):
 
 def hot_added_digest(model_path):
     """Digest of the committed hot-add state beside the model (None if there is none)."""
-    from ..store.segments import MANIFEST, segments_dir
+    from ...store.segments import MANIFEST, segments_dir
     root = segments_dir(model_path)
     manifest = os.path.join(root, MANIFEST)
     if not os.path.isfile(manifest):

@@ -1,7 +1,7 @@
 """Job kinds `generate` and `score`, run against an LLM object, and their resumable runner.
 
 Role in the data flow: `run_generation_job(cfg, llm)` plans shards of `job.input` (JSONL/Parquet),
-skips those the manifest already holds (resume), and per shard: rows -> prompts (generation_rows)
+skips those the manifest already holds (resume), and per shard: rows -> prompts (rows.py)
 -> ONE llm.generate / llm.score call over all of the shard's good rows (the scheduler batches them
 continuously) -> one JSONL output row per input row, written atomically -> manifest -> report.json.
 
@@ -22,14 +22,14 @@ import os
 import sys
 import time
 
-from ..errors import InvalidArgument
-from ..fsutil import atomic_write
-from .generation_metrics import GenerationMeter
-from .generation_report import write_all
-from .generation_rows import RowReader, check_sampling_defaults, row_error_text
-from .progress import RequestProgress
-from .report import without_limit
-from .generation_plan import identity_of, plan_generation
+from ...errors import InvalidArgument, NumericalError
+from ...fsutil import atomic_write
+from .metrics import GenerationMeter
+from ..reports.generation import write_all
+from .rows import RowReader, check_sampling_defaults, row_error_text
+from ..run.progress import RequestProgress
+from ..reports.report import without_limit
+from .plan import identity_of, plan_generation
 
 DEFAULT_OUT = "colibri-out"
 EXAMPLES_PER_SHARD = 5
@@ -57,7 +57,7 @@ class _GenerationKind:
         result_of = {}
         for r, res in zip(good, results):
             if res.error is not None:
-                r.error = row_error_text(res.error)
+                r.error, r.fault = row_error_text(res.error), res.error
             result_of[id(r)] = res
         for rows in per_shard:
             self._fail_fast(rows)
@@ -98,9 +98,10 @@ class _GenerationKind:
     def _fail_fast(self, rows):
         if self.job.on_error == "fail":
             bad = next((r for r in rows if r.error is not None), None)
-            if bad is not None:
-                raise InvalidArgument(f"{bad.where}: row {bad.id!r}: {bad.error} (job.on_error: fail; fix the row, "
-                                      f"or set job.on_error: continue to write it as an error row and go on)")
+            if bad is not None:        # a numerical fault stays one (exit 4), anything else is the row's (exit 2)
+                kind = NumericalError if isinstance(bad.fault, NumericalError) else InvalidArgument
+                raise kind(f"{bad.where}: row {bad.id!r}: {bad.error} (job.on_error: fail; fix the row, "
+                           f"or set job.on_error: continue to write it as an error row and go on)")
 
 
 class GenerateKind(_GenerationKind):

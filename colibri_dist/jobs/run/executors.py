@@ -33,7 +33,7 @@ class EngineExecutor:
     kind = "engine"
 
     def __init__(self, cfg, model_path, offload_dir):
-        from ..engine import Engine
+        from ...engine import Engine
         threads = cfg.job.threads or cfg.pool.threads_per_worker
         self.engine = Engine(model_path, threads=threads, cache_bytes=cfg.pool.cache_bytes,
                              offload_dir=offload_dir, policy=cfg.pool.policy)
@@ -72,7 +72,7 @@ class PoolExecutor:
     kind = "pool"
 
     def __init__(self, cfg, model_path, offload_dir):
-        from ..pool import Pool
+        from ...pool import Pool
         p = cfg.pool
         if p.name:
             self.pool = _attach_named(p, model_path)
@@ -101,8 +101,8 @@ class PoolExecutor:
 
 
 def _attach_named(p, model_path):
-    from ..errors import InvalidArgument, PoolError
-    from ..pool import Pool, service
+    from ...errors import InvalidArgument, PoolError
+    from ...pool import Pool, service
     address = service.resolve_address(p.name, p.ray_address)
     if address is None:
         raise PoolError(f"pool.name is {p.name!r} but no pool of that name is running; start it with "

@@ -1,15 +1,15 @@
 """The figures of a generate/score job's report.html (matplotlib PNGs, base64 for embedding).
 
-Role in the data flow: generation_report.render_html calls `figures(report, meter)`; the meter
-(generation_metrics.GenerationMeter) holds this run's per-step records, per-request TTFT and latency,
+Role in the data flow: generation.render_html calls `figures(report, meter)`; the meter
+(jobs/generation/metrics.GenerationMeter) holds this run's per-step records, per-request TTFT and latency,
 and the executor stats samples. Plots: prefill/decode tokens/s over time, TTFT distribution with
 p50/p90/p99, request latency distribution, sequences in flight (running, waiting), KV blocks used,
-then the MoE views shared with the token-classification report (report_html.py): expert heat per
+then the MoE views shared with the token-classification report (plots.py): expert heat per
 layer, cache hit rate over time, per-worker load. A plot with no data is left out.
 """
 import numpy as np
 
-from .report_html import _figure, _png, plot_heat, plot_hit_rate, plot_worker_load
+from .plots import figure, labelled, plot_heat, plot_hit_rate, plot_worker_load
 
 
 def _bins(steps):
@@ -29,59 +29,44 @@ def plot_throughput(steps):
         prefill[i] += p
         decode[i] += d
     x = (np.arange(n) + 0.5) * width
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.plot(x, decode / width, "-", label="decode")
     ax.plot(x, prefill / width, "-", alpha=0.7, label="prefill")
-    ax.set_xlabel("time since start (s)")
-    ax.set_ylabel("tokens/s")
-    ax.set_title(f"tokens/s over time ({width * 1e3:.0f} ms bins)")
-    ax.legend(loc="best", fontsize="small")
-    return _png(fig)
+    return labelled(fig, ax, "time since start (s)", "tokens/s",
+                    f"tokens/s over time ({width * 1e3:.0f} ms bins)")
 
 
 def plot_distribution(values_s, title):
     if not values_s:
         return None
     ms = np.asarray(values_s, dtype=np.float64) * 1e3
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.hist(ms, bins=min(40, max(5, len(ms) // 2)), color="#4c72b0", alpha=0.8)
     for q, style in ((50, "-"), (90, "--"), (99, ":")):
         v = float(np.percentile(ms, q))
         ax.axvline(v, color="#c44e52", linestyle=style, label=f"p{q} {v:,.1f} ms")
-    ax.set_xlabel("ms")
-    ax.set_ylabel("requests")
-    ax.set_title(title)
-    ax.legend(loc="best", fontsize="small")
-    return _png(fig)
+    return labelled(fig, ax, "ms", "requests", title)
 
 
 def plot_in_flight(steps):
     if not steps:
         return None
     t = [s[0] for s in steps]
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.step(t, [s[3] for s in steps], where="post", label="running (holding KV blocks)")
     ax.step(t, [s[4] for s in steps], where="post", alpha=0.7, label="waiting")
-    ax.set_xlabel("time since start (s)")
-    ax.set_ylabel("sequences")
-    ax.set_title("sequences in flight after each step")
-    ax.legend(loc="best", fontsize="small")
-    return _png(fig)
+    return labelled(fig, ax, "time since start (s)", "sequences", "sequences in flight after each step")
 
 
 def plot_kv_blocks(steps, total):
     if not steps or not total:
         return None
     t = [s[0] for s in steps]
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.step(t, [total - s[5] for s in steps], where="post")
     ax.axhline(total, color="grey", linestyle="--", label=f"all {total} blocks")
     ax.set_ylim(0, total * 1.05)
-    ax.set_xlabel("time since start (s)")
-    ax.set_ylabel("KV blocks used")
-    ax.set_title("KV cache blocks in use")
-    ax.legend(loc="best", fontsize="small")
-    return _png(fig)
+    return labelled(fig, ax, "time since start (s)", "KV blocks used", "KV cache blocks in use")
 
 
 def figures(rep, meter):

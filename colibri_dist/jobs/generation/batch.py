@@ -3,20 +3,20 @@
 Role in the data flow: colibri_dist.ray_data wires `open_runner` into the Ray Data actors of
 pool/ray_data.py; each actor opens one BatchRunner (one cd.LLM, in-process Engine) and hands it the
 rows of every batch: `runner.run(rows) -> output dicts`. Input and output columns are exactly those of
-the jobs (generation_rows / generation_job): `prompt` | `messages` | `prompt_token_ids`, optional `id`
+the jobs (rows.py / job.py): `prompt` | `messages` | `prompt_token_ids`, optional `id`
 and `sampling_params`; out `generated_text`, `generated_tokens`, `num_input_tokens`,
 `num_generated_tokens`, `finish_reason` (+ `logprobs`), or `prompt_logprobs`, `total_logprob`,
 `num_tokens` for score, or `error` for a bad row.
 """
 from types import SimpleNamespace
 
-from ..config import JobSection, parse_section
-from .generation_job import KINDS
+from ...config import JobSection, parse_section
+from .job import KINDS
 
 
 class BatchRunner:
     def __init__(self, model, kind="generate", sampling_params=None, seed=0, threads=None, engine_kwargs=None):
-        from ..model import LLM
+        from ...model import LLM
         job = parse_section(JobSection, {"kind": kind, "sampling_params": dict(sampling_params or {}),
                                          "seed": seed}, source="ray_data config")
         self.llm = LLM(model, threads=threads, seed=seed, **dict(engine_kwargs or {}))

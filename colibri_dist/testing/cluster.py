@@ -21,7 +21,7 @@ import os
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray  # noqa: E402
 
-from .ray_setup import NAMESPACE
+from ..pool.ray_setup import NAMESPACE
 
 WORKER_RESOURCE = "colibri_stress_worker"
 LOOPBACK = "127.0.0.1"

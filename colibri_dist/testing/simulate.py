@@ -15,8 +15,8 @@ import time
 import numpy as np
 import ray
 
-from .config import PoolConfig, PoolHooks
-from .testing_cluster import FAST_FAILURE_DETECTION, LOOPBACK
+from ..pool.config import PoolConfig, PoolHooks
+from .cluster import FAST_FAILURE_DETECTION, LOOPBACK
 
 
 class SimRunner:
@@ -24,7 +24,7 @@ class SimRunner:
 
     def __init__(self, path, cfg, workers, info, seed):
         from ..engine import Engine
-        from .client import ExpertClient
+        from ..pool.client import ExpertClient
         self.engine = Engine(path, threads=1)
         self.client = ExpertClient(self.engine, workers, cfg, info)
         self.rng = np.random.default_rng(seed)
@@ -74,7 +74,7 @@ class SimCluster:
 def simulate(sim, path, workers, runners, steps=10, batch=32, layers=2, call_s=0.0, row_s=1e-4, micro_batch=1024,
              min_request_rows=0):
     """One point of the scaling curve on an existing SimCluster; returns a dict (tok/s and where time went)."""
-    from .facade import Pool
+    from ..pool.facade import Pool
     cfg = PoolConfig(workers=workers, threads_per_worker=1, micro_batch=micro_batch, numa={"enabled": False},
                      min_request_rows=min_request_rows,
                      worker_resources=[sim.place(i) for i in range(workers)],
