@@ -41,6 +41,7 @@ class EngineBackend:
                  pool_stats_fn=None):
         self.engine, self.metrics = engine, metrics
         self.max_num_seqs, self.max_waiting, self.overload_status = max_num_seqs, max_waiting, overload_status
+        self.capacity = max_num_seqs            # requests that can run at once (runner_backend: M x this)
         self.stats_fn, self.pool_stats_fn = stats_fn, pool_stats_fn
         self.lock = threading.Lock()            # held around every engine call (step, add, abort, stats)
         self._inbox, self._aborts, self._control = deque(), deque(), deque()
@@ -64,7 +65,7 @@ class EngineBackend:
         if not self.alive:
             raise APIError(503, "the engine is not running", code="engine_stopped")
         running, waiting = self.load()
-        would_wait = waiting > 0 or running >= self.max_num_seqs
+        would_wait = waiting > 0 or running >= self.capacity
         if would_wait and waiting >= self.max_waiting:
             self.metrics.finished("rejected")
             raise APIError(self.overload_status, f"the server is at capacity: {running} requests running and "
