@@ -8,8 +8,12 @@ Role: what the HTTP server costs around the engine (docs/PERFORMANCE.md, "Servin
   3. in-process: the same requests added at once to an LLMEngine over cd.LLM in this process (the server
      stopped first, so the two never share the 2 cores), stepped to the end; the same figures.
 Reports the served/in-process throughput ratio, TTFT p50/p99 of both, and the server's overhead per
-streamed token = (served wall - in-process wall) / tokens. Default model: the whole-model benchmark
-model of `bench model` (made once into ~/.cache/colibri); --quick: the demo LLM. No thresholds.
+streamed token = (served wall - in-process wall) / tokens. --rounds R repeats 2+3 alternately (served,
+in-process, served, ...) and reports each round's ratio and their median: on a shared machine whose load
+changes by minutes, a pair measured back to back is the fair comparison; the load average is recorded
+beside each measurement. --workers N --runners M serve through the Ray pool instead (same requests).
+Default model: the whole-model benchmark model of `bench model` (made once into ~/.cache/colibri);
+--quick: the demo LLM. No thresholds.
 """
 import argparse
 import asyncio
@@ -32,6 +36,9 @@ def _args(argv):
     ap.add_argument("--prompt-tokens", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=1, help="served/in-process pairs, measured alternately")
+    ap.add_argument("--workers", type=int, default=0, help="serve with the experts on N Ray workers")
+    ap.add_argument("--runners", type=int, default=0, help="... and M sequence runners (needs --workers)")
     ap.add_argument("--json", default=None)
     return ap.parse_args(argv)
 
@@ -69,12 +76,12 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def start_server(model, threads, max_num_seqs, timeout=600.0):
+def start_server(model, threads, max_num_seqs, timeout=600.0, extra=()):
     """-> (Popen, url, seconds from spawn to the first healthy /health)."""
     import httpx
     port = _free_port()
     cmd = [sys.executable, "-m", "colibri_dist", "serve", model, "--port", str(port),
-           "--max-num-seqs", str(max_num_seqs)] + (["--threads", str(threads)] if threads else [])
+           "--max-num-seqs", str(max_num_seqs)] + (["--threads", str(threads)] if threads else []) + list(extra)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -116,8 +123,8 @@ async def _burst(url, bodies):
     return got, time.perf_counter() - t0
 
 
-def served(model, bodies, threads):
-    proc, url, startup = start_server(model, threads, max_num_seqs=len(bodies))
+def served(model, bodies, threads, extra=()):
+    proc, url, startup = start_server(model, threads, max_num_seqs=len(bodies), extra=extra)
     try:
         got, wall = asyncio.run(_burst(url, bodies))
     finally:
@@ -151,6 +158,7 @@ def in_process(model, bodies, threads):
 def _summary(ttfts, tokens, wall):
     t = np.array(ttfts, dtype=np.float64)
     return {"wall_s": wall, "tokens": int(sum(tokens)), "tokens_per_s": sum(tokens) / wall,
+            "load_average_after": os.getloadavg()[0],
             "ttft_ms": {"p50": float(np.percentile(t, 50) * 1e3), "p99": float(np.percentile(t, 99) * 1e3)},
             "tokens_per_request": sorted(set(tokens))}
 
@@ -165,21 +173,45 @@ def main(argv=None):
     finally:
         m.close()
     bodies = _requests(vocab, args.clients, args.prompt_tokens, args.max_tokens)
-    startup, srv = served(model, bodies, args.threads)
-    eng = in_process(model, bodies, args.threads)
+    extra = (["--workers", str(args.workers)] if args.workers else []) + \
+        (["--runners", str(args.runners)] if args.runners else [])
+    print(f"serve bench: {args.clients} streaming clients x {args.max_tokens} tokens on {model}"
+          f"{' ' + ' '.join(extra) if extra else ''}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    rounds = [_round(model, bodies, args.threads, extra, k) for k in range(max(1, args.rounds))]
+    ratios = [r["served_over_in_process_tokens_per_s"] for r in rounds]
     res = {"bench": "serve", "model": model, "clients": args.clients, "prompt_tokens": args.prompt_tokens,
-           "max_tokens": args.max_tokens, "host": platform.node(), "cpus": os.cpu_count(),
-           "startup_to_healthy_s": startup, "served": srv, "in_process": eng,
-           "served_over_in_process_tokens_per_s": srv["tokens_per_s"] / eng["tokens_per_s"],
-           "overhead_per_token_ms": (srv["wall_s"] - eng["wall_s"]) / max(srv["tokens"], 1) * 1e3}
-    print(f"serve bench: {args.clients} streaming clients x {args.max_tokens} tokens on {model}")
-    print(f"  start-up to healthy   {startup:.2f} s")
-    for name, r in (("served", srv), ("in-process", eng)):
-        print(f"  {name:<12} {r['tokens_per_s']:9.1f} tok/s  TTFT p50 {r['ttft_ms']['p50']:.0f} ms  "
-              f"p99 {r['ttft_ms']['p99']:.0f} ms  wall {r['wall_s']:.2f} s")
-    print(f"  served / in-process   {res['served_over_in_process_tokens_per_s']:.3f}x; overhead "
-          f"{res['overhead_per_token_ms']:.3f} ms per streamed token")
+           "max_tokens": args.max_tokens, "host": platform.node(), "cpus": os.cpu_count(), "serve_flags": extra,
+           "cpu": _cpu_name(), "rounds": rounds, "median_served_over_in_process": float(np.median(ratios)),
+           "median_overhead_per_token_ms": float(np.median([r["overhead_per_token_ms"] for r in rounds]))}
+    res.update({k: rounds[0][k] for k in ("startup_to_healthy_s", "served", "in_process",
+                                          "served_over_in_process_tokens_per_s", "overhead_per_token_ms")})
+    print(f"  median over {len(rounds)} round(s): served / in-process {res['median_served_over_in_process']:.3f}x, "
+          f"overhead {res['median_overhead_per_token_ms']:.3f} ms per streamed token")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=2)
     return 0
+
+
+def _round(model, bodies, threads, extra, k):
+    load_before = os.getloadavg()[0]
+    startup, srv = served(model, bodies, threads, extra)
+    eng = in_process(model, bodies, threads)
+    r = {"round": k, "load_average_before": load_before, "startup_to_healthy_s": startup, "served": srv,
+         "in_process": eng, "served_over_in_process_tokens_per_s": srv["tokens_per_s"] / eng["tokens_per_s"],
+         "overhead_per_token_ms": (srv["wall_s"] - eng["wall_s"]) / max(srv["tokens"], 1) * 1e3}
+    print(f"  round {k}: start-up to healthy {startup:.2f} s (load average {load_before:.2f} before)")
+    for name, x in (("served", srv), ("in-process", eng)):
+        print(f"    {name:<12} {x['tokens_per_s']:9.1f} tok/s  TTFT p50 {x['ttft_ms']['p50']:.0f} ms  "
+              f"p99 {x['ttft_ms']['p99']:.0f} ms  wall {x['wall_s']:.2f} s  (load average {x['load_average_after']:.2f})")
+    print(f"    served / in-process {r['served_over_in_process_tokens_per_s']:.3f}x; overhead "
+          f"{r['overhead_per_token_ms']:.3f} ms per streamed token", flush=True)
+    return r
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        return None

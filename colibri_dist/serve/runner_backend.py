@@ -106,7 +106,7 @@ class RunnerBackend(EngineBackend):
             self.last_error = f"{type(exc).__name__}: {exc}"
             self._fail_all(APIError(500, f"the runners failed: {self.last_error}", code="engine_error"))
             return
-        now = time.perf_counter()
+        now, batch = time.perf_counter(), []
         for i, out in got:
             if out is None or out.get("errors"):
                 why = "died" if out is None else f"failed: {out['errors'][0]}"
@@ -115,9 +115,10 @@ class RunnerBackend(EngineBackend):
                 continue
             self.steps += 1
             for rid, o in {**out.get("results", {}), **out.get("outputs", {})}.items():
-                self._take_output(i, rid, o, now)
+                self._take_output(i, rid, o, now, batch)
+        self._deliver_many(batch)
 
-    def _take_output(self, i, rid, o, now):
+    def _take_output(self, i, rid, o, now, batch):
         stream = self._active.get(rid)
         if stream is None or self._owner.get(rid) != i:
             return                                 # aborted meanwhile
@@ -127,7 +128,7 @@ class RunnerBackend(EngineBackend):
         else:
             self.metrics.finished("error")
         self.tokens_by[i] += stream.tokens - before
-        self._deliver(stream, o)
+        batch.append((stream, o))
         if o.finished:
             del self._active[rid]
             del self._owner[rid]
