@@ -140,20 +140,34 @@ def test_a_vanished_client_frees_its_runners_kv_blocks(runners2):
     assert _metric(m, "colibri_requests_running") == 0
 
 
-def test_ray_serve_deployment_answers_like_generate(local_ray, demo_model, reference_llm):
+def _replicas_running():
+    from ray import serve
+    dep = serve.status().applications["colibri"].deployments["ColibriServer"]
+    return {str(k).rsplit(".", 1)[-1]: v for k, v in dep.replica_states.items()}.get("RUNNING", 0)
+
+
+def test_ray_serve_autoscaled_deployment_answers_like_generate(local_ray, demo_model, reference_llm):
     from colibri_dist.serve import ray_serve
     cfg = ServeConfig(model=demo_model, port=_port(), served_model_name=("demo",), max_num_seqs=4, max_waiting=4)
-    url, pool = ray_serve.start(cfg)
+    url, pool = ray_serve.start(cfg, min_replicas=2, max_replicas=3)       # autoscaling, two replicas at least
     try:
         end = time.time() + 60
-        while httpx.get(url + "/health", timeout=5).status_code != 200:
+        while httpx.get(url + "/health", timeout=5).status_code != 200 or _replicas_running() < 2:
             assert time.time() < end
             time.sleep(0.2)
-        r = httpx.post(url + "/v1/completions", json={"model": "demo", "prompt": "count: seven eight",
-                                                      "max_tokens": 4, "temperature": 0}, timeout=60)
-        assert r.status_code == 200, r.text
-        want = reference_llm.generate(["count: seven eight"], SamplingParams(max_tokens=4, temperature=0.0))[0]
-        assert r.json()["choices"][0]["text"] == want.text == "nine ten eleven twelve"
+        prompts = ["count: seven eight", "spell: c d", "week: monday", "month: may"] * 2
+        want = reference_llm.generate(prompts, [SamplingParams(max_tokens=4, temperature=1.5, seed=i)
+                                                for i in range(len(prompts))])
+
+        async def all_of():
+            async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+                return await asyncio.gather(*(c.post("/v1/completions", json={
+                    "model": "demo", "prompt": p, "max_tokens": 4, "temperature": 1.5, "seed": i})
+                    for i, p in enumerate(prompts)))
+        got = asyncio.run(all_of())
+        assert [r.status_code for r in got] == [200] * len(prompts), got[0].text
+        assert [r.json()["choices"][0]["text"] for r in got] == [w.text for w in want]
+        assert _replicas_running() >= 2
         bad = httpx.post(url + "/v1/completions", json={"model": "nope", "prompt": "x"}, timeout=60)
         assert bad.status_code == 404 and bad.json()["error"]["code"] == "model_not_found"
     finally:
