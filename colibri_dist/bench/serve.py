@@ -8,8 +8,14 @@ Role: what the HTTP server costs around the engine (docs/PERFORMANCE.md, "Servin
   3. in-process: the same requests added at once to an LLMEngine over cd.LLM in this process (the server
      stopped first, so the two never share the 2 cores), stepped to the end; the same figures.
 Reports the served/in-process throughput ratio, TTFT p50/p99 of both, and the server's overhead per
-streamed token = (served wall - in-process wall) / tokens. Default model: the whole-model benchmark
-model of `bench model` (made once into ~/.cache/colibri); --quick: the demo LLM. No thresholds.
+streamed token = (served wall - in-process wall) / tokens. --rounds R repeats 2+3 alternately (served,
+in-process, served, ...) and reports each round's ratio and their median: on a shared machine whose load
+changes by minutes, a pair measured back to back is the fair comparison; the load average is recorded
+beside each measurement, and so is the CPU time (server process, all threads, /proc; in-process: this
+process) over each burst: served/in-process CPU is the server's extra work, which the load average hardly
+moves. --workers N --runners M serve through the Ray pool instead (same requests).
+Default model: the whole-model benchmark model of `bench model` (made once into ~/.cache/colibri);
+--quick: the demo LLM. No thresholds.
 """
 import argparse
 import asyncio
@@ -32,6 +38,9 @@ def _args(argv):
     ap.add_argument("--prompt-tokens", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=1, help="served/in-process pairs, measured alternately")
+    ap.add_argument("--workers", type=int, default=0, help="serve with the experts on N Ray workers")
+    ap.add_argument("--runners", type=int, default=0, help="... and M sequence runners (needs --workers)")
     ap.add_argument("--json", default=None)
     return ap.parse_args(argv)
 
@@ -69,12 +78,12 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def start_server(model, threads, max_num_seqs, timeout=600.0):
+def start_server(model, threads, max_num_seqs, timeout=600.0, extra=()):
     """-> (Popen, url, seconds from spawn to the first healthy /health)."""
     import httpx
     port = _free_port()
     cmd = [sys.executable, "-m", "colibri_dist", "serve", model, "--port", str(port),
-           "--max-num-seqs", str(max_num_seqs)] + (["--threads", str(threads)] if threads else [])
+           "--max-num-seqs", str(max_num_seqs)] + (["--threads", str(threads)] if threads else []) + list(extra)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -106,24 +115,38 @@ async def _one(client, body, t0):
     return first, time.perf_counter() - t0, tokens
 
 
-async def _burst(url, bodies):
+async def _burst(url, bodies, pid=None):
+    """-> (per-request (ttft, end, tokens), wall s, the server's CPU s over the burst or None)."""
     import httpx
     limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         await client.post("/v1/completions", json=dict(bodies[0], max_tokens=2))     # warm-up
+        cpu0 = _cpu_s(pid) if pid else None
         t0 = time.perf_counter()
         got = await asyncio.gather(*(_one(client, b, t0) for b in bodies))
-    return got, time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        cpu1 = _cpu_s(pid) if pid else None
+    return got, wall, (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None
 
 
-def served(model, bodies, threads):
-    proc, url, startup = start_server(model, threads, max_num_seqs=len(bodies))
+def served(model, bodies, threads, extra=()):
+    proc, url, startup = start_server(model, threads, max_num_seqs=len(bodies), extra=extra)
     try:
-        got, wall = asyncio.run(_burst(url, bodies))
+        got, wall, cpu = asyncio.run(_burst(url, bodies, proc.pid))
     finally:
         proc.terminate()
         proc.wait(30)
-    return startup, _summary([g[0] for g in got], [g[2] for g in got], wall)
+    return startup, _summary([g[0] for g in got], [g[2] for g in got], wall, cpu)
+
+
+def _cpu_s(pid):
+    """User + system CPU seconds of process pid, all its threads (/proc/PID/stat); None off Linux."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def in_process(model, bodies, threads):
@@ -134,7 +157,7 @@ def in_process(model, bodies, threads):
         p = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
         eng.add_request("warm", bodies[0]["prompt"], p)
         list(eng.stream())
-        t0 = time.perf_counter()
+        cpu0, t0 = _cpu_s(os.getpid()), time.perf_counter()
         firsts, tokens = {}, {}
         for i, b in enumerate(bodies):
             eng.add_request(i, b["prompt"], SamplingParams(max_tokens=b["max_tokens"], temperature=0.0,
@@ -144,13 +167,17 @@ def in_process(model, bodies, threads):
                 firsts[out.request_id] = time.perf_counter() - t0
             if out.finished:
                 tokens[out.request_id] = len(out.outputs[0].token_ids)
-        wall = time.perf_counter() - t0
-    return _summary([firsts[i] for i in range(len(bodies))], [tokens[i] for i in range(len(bodies))], wall)
+        wall, cpu1 = time.perf_counter() - t0, _cpu_s(os.getpid())
+    return _summary([firsts[i] for i in range(len(bodies))], [tokens[i] for i in range(len(bodies))], wall,
+                    cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
 
 
-def _summary(ttfts, tokens, wall):
+def _summary(ttfts, tokens, wall, cpu_s=None):
     t = np.array(ttfts, dtype=np.float64)
-    return {"wall_s": wall, "tokens": int(sum(tokens)), "tokens_per_s": sum(tokens) / wall,
+    n = max(int(sum(tokens)), 1)
+    return {"wall_s": wall, "tokens": int(sum(tokens)), "tokens_per_s": sum(tokens) / wall, "cpu_s": cpu_s,
+            "cpu_ms_per_token": None if cpu_s is None else cpu_s / n * 1e3,
+            "load_average_after": os.getloadavg()[0],
             "ttft_ms": {"p50": float(np.percentile(t, 50) * 1e3), "p99": float(np.percentile(t, 99) * 1e3)},
             "tokens_per_request": sorted(set(tokens))}
 
@@ -165,21 +192,58 @@ def main(argv=None):
     finally:
         m.close()
     bodies = _requests(vocab, args.clients, args.prompt_tokens, args.max_tokens)
-    startup, srv = served(model, bodies, args.threads)
-    eng = in_process(model, bodies, args.threads)
+    extra = (["--workers", str(args.workers)] if args.workers else []) + \
+        (["--runners", str(args.runners)] if args.runners else [])
+    print(f"serve bench: {args.clients} streaming clients x {args.max_tokens} tokens on {model}"
+          f"{' ' + ' '.join(extra) if extra else ''}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    rounds = [_round(model, bodies, args.threads, extra, k) for k in range(max(1, args.rounds))]
+    ratios = [r["served_over_in_process_tokens_per_s"] for r in rounds]
     res = {"bench": "serve", "model": model, "clients": args.clients, "prompt_tokens": args.prompt_tokens,
-           "max_tokens": args.max_tokens, "host": platform.node(), "cpus": os.cpu_count(),
-           "startup_to_healthy_s": startup, "served": srv, "in_process": eng,
-           "served_over_in_process_tokens_per_s": srv["tokens_per_s"] / eng["tokens_per_s"],
-           "overhead_per_token_ms": (srv["wall_s"] - eng["wall_s"]) / max(srv["tokens"], 1) * 1e3}
-    print(f"serve bench: {args.clients} streaming clients x {args.max_tokens} tokens on {model}")
-    print(f"  start-up to healthy   {startup:.2f} s")
-    for name, r in (("served", srv), ("in-process", eng)):
-        print(f"  {name:<12} {r['tokens_per_s']:9.1f} tok/s  TTFT p50 {r['ttft_ms']['p50']:.0f} ms  "
-              f"p99 {r['ttft_ms']['p99']:.0f} ms  wall {r['wall_s']:.2f} s")
-    print(f"  served / in-process   {res['served_over_in_process_tokens_per_s']:.3f}x; overhead "
-          f"{res['overhead_per_token_ms']:.3f} ms per streamed token")
+           "max_tokens": args.max_tokens, "host": platform.node(), "cpus": os.cpu_count(), "serve_flags": extra,
+           "cpu": _cpu_name(), "rounds": rounds, "median_served_over_in_process": float(np.median(ratios)),
+           "median_overhead_per_token_ms": float(np.median([r["overhead_per_token_ms"] for r in rounds]))}
+    cpu = [r["served_over_in_process_cpu"] for r in rounds if "served_over_in_process_cpu" in r]
+    if cpu:
+        res["median_served_over_in_process_cpu"] = float(np.median(cpu))
+        res["median_cpu_overhead_per_token_ms"] = float(np.median([r["cpu_overhead_per_token_ms"] for r in rounds
+                                                                   if "cpu_overhead_per_token_ms" in r]))
+    res.update({k: rounds[0][k] for k in ("startup_to_healthy_s", "served", "in_process",
+                                          "served_over_in_process_tokens_per_s", "overhead_per_token_ms")})
+    print(f"  median over {len(rounds)} round(s): served / in-process {res['median_served_over_in_process']:.3f}x, "
+          f"overhead {res['median_overhead_per_token_ms']:.3f} ms per streamed token"
+          + (f"; CPU x{res['median_served_over_in_process_cpu']:.3f}" if cpu else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=2)
     return 0
+
+
+def _round(model, bodies, threads, extra, k):
+    load_before = os.getloadavg()[0]
+    startup, srv = served(model, bodies, threads, extra)
+    eng = in_process(model, bodies, threads)
+    r = {"round": k, "load_average_before": load_before, "startup_to_healthy_s": startup, "served": srv,
+         "in_process": eng, "served_over_in_process_tokens_per_s": srv["tokens_per_s"] / eng["tokens_per_s"],
+         "overhead_per_token_ms": (srv["wall_s"] - eng["wall_s"]) / max(srv["tokens"], 1) * 1e3}
+    if srv["cpu_s"] is not None and eng["cpu_s"]:
+        r["served_over_in_process_cpu"] = srv["cpu_s"] / eng["cpu_s"]          # load-robust: work, not wall
+        r["cpu_overhead_per_token_ms"] = srv["cpu_ms_per_token"] - eng["cpu_ms_per_token"]
+    print(f"  round {k}: start-up to healthy {startup:.2f} s (load average {load_before:.2f} before)")
+    for name, x in (("served", srv), ("in-process", eng)):
+        print(f"    {name:<12} {x['tokens_per_s']:9.1f} tok/s  TTFT p50 {x['ttft_ms']['p50']:.0f} ms  "
+              f"p99 {x['ttft_ms']['p99']:.0f} ms  wall {x['wall_s']:.2f} s  (load average {x['load_average_after']:.2f})")
+    print(f"    served / in-process {r['served_over_in_process_tokens_per_s']:.3f}x; overhead "
+          f"{r['overhead_per_token_ms']:.3f} ms per streamed token", flush=True)
+    if "served_over_in_process_cpu" in r:
+        print(f"    CPU: server {srv['cpu_s']:.2f} s vs in-process {eng['cpu_s']:.2f} s "
+              f"(x{r['served_over_in_process_cpu']:.3f}, {r['cpu_overhead_per_token_ms']:.3f} ms CPU per streamed token)",
+              flush=True)
+    return r
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        return None

@@ -17,6 +17,9 @@ def register(subparsers):
                    help="model name(s) clients send (default: the file name without .colibri)")
     p.add_argument("--api-key", default=None, metavar="KEY", help="require 'Authorization: Bearer KEY'")
     p.add_argument("--workers", type=int, default=0, metavar="N", help="expert workers on a Ray pool (0 = in-process)")
+    p.add_argument("--runners", type=int, default=0, metavar="M",
+                   help="persistent engines (Ray sequence runners over the shared workers) the requests are spread "
+                        "over; needs --workers or --pool (0 = one engine in this process)")
     p.add_argument("--pool", default=None, metavar="NAME", help="run the experts on this running pool service")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="native threads (default: all cores)")
     p.add_argument("--max-num-seqs", type=int, default=64, metavar="N", help="sequences in the batch (64)")
@@ -44,7 +47,7 @@ def config_from_args(args):
     llm_kwargs = {"kv_cache_bytes": args.kv_cache_bytes} if args.kv_cache_bytes else {}
     return ServeConfig(model=args.model, host=args.host, port=args.port,
                        served_model_name=tuple(args.served_model_name or ()), api_key=args.api_key,
-                       workers=args.workers, pool=args.pool, threads=args.threads, max_num_seqs=args.max_num_seqs,
+                       workers=args.workers, pool=args.pool, runners=args.runners, threads=args.threads, max_num_seqs=args.max_num_seqs,
                        max_num_batched_tokens=args.max_num_batched_tokens, max_waiting=args.max_waiting,
                        overload_status=args.overload_status, max_body_bytes=args.max_body_bytes,
                        max_tokens_limit=args.max_tokens_limit, seed=args.seed, llm_kwargs=llm_kwargs,

@@ -10,6 +10,9 @@ work, under one `turn` lock that the ExpertClient releases while a layer's exper
 B's attention runs while lane A waits (two-batch overlap).
 `poll` hands the driver, atomically per step, the tokens committed since the last poll and the
 finished results, so a lost runner's requests resume elsewhere from their last committed token.
+Served requests (`"stream": True`, the HTTP server's runners, serve/runner_backend.py) run with
+cumulative outputs: `poll` also hands the latest RequestOutput of each since the last poll
+("outputs"), and `abort` stops one (its KV blocks are freed at once, or after the in-flight step).
 
 Bits: a request's logits depend only on its own tokens (row-wise ops, cb_expert_forward / cb_combine
 in the workers and the client), and each request samples with its own RNG (seed from base_seed and
@@ -57,6 +60,10 @@ class SequenceRunner:
         self.peak_lane_threads = 0             # most lane threads alive at once (<= lanes: issue 21 item 9)
         self._next_lane = 0
         self.kinds = {}                        # rid -> kind of the requests in the engines
+        self.lane_of, self.streamed = {}, set()  # rid -> lane; rids whose every output is published
+        self.outputs = {}                      # streamed rid -> its latest (cumulative) RequestOutput
+        self.tombstones = set()                # aborts that overtook their submit (threaded actor)
+        self.served = self.tokens = 0
         self.steps = 0
 
     def ping(self):
@@ -70,19 +77,47 @@ class SequenceRunner:
         from ..generate.outputs import failed_output
         failed = []
         for j, item in enumerate(items):
-            lane = (self._next_lane + j) % self.lanes
-            self.kinds[item["rid"]] = item["kind"]
+            lane, rid, stream = (self._next_lane + j) % self.lanes, item["rid"], bool(item.get("stream"))
+            with self.out_lock:
+                if rid in self.tombstones:       # aborted before it arrived
+                    self.tombstones.discard(rid)
+                    continue
+                self.kinds[rid], self.lane_of[rid] = item["kind"], lane
+                if stream:
+                    self.streamed.add(rid)
             try:
-                self.engines[lane].add_request(item["rid"], item["prompt"], item["params"], kind=item["kind"],
-                                               resume=item.get("resume"), output_kind=2)   # final only
-            except InvalidArgument as exc:
-                self.kinds.pop(item["rid"], None)
-                failed.append(failed_output(item["rid"], None, exc, item["kind"]))
+                self.engines[lane].add_request(rid, item["prompt"], item["params"], kind=item["kind"],
+                                               resume=item.get("resume"), output_kind=0 if stream else 2)
+            except InvalidArgument as exc:       # 0: cumulative (served), 2: final only (jobs)
+                self._forget(rid)
+                failed.append(failed_output(rid, None, exc, item["kind"]))
                 continue
+            self.served += 1
             self._wake(lane)
         self._next_lane = (self._next_lane + len(items)) % self.lanes
-        self._publish([], failed)
+        with self.out_lock:
+            for r in failed:
+                self.results[r.request_id] = r
+            self.out_lock.notify_all()
         return self.lanes
+
+    def abort(self, rids):
+        """Stop these requests (served ones): their KV blocks are freed now or after the in-flight step."""
+        for rid in rids:
+            with self.out_lock:
+                lane = self.lane_of.get(rid)
+                if lane is None:
+                    self.tombstones.add(rid)
+                    continue
+            if self.engines[lane].abort(rid):
+                self._wake(lane)                 # the lane reports the abort (and frees) at its next step
+        return True
+
+    def _forget(self, rid):
+        with self.out_lock:
+            self.kinds.pop(rid, None)
+            self.lane_of.pop(rid, None)
+            self.streamed.discard(rid)
 
     def _wake(self, lane):
         with self.lane_lock:
@@ -105,7 +140,8 @@ class SequenceRunner:
                             return
                     outs = eng.step(lambda ev: events.append((ev.request_id, ev.token_id, ev.logprobs)))
                     self.steps += 1
-                self._publish(events, [self._result(o) for o in outs if o.finished])
+                    self.tokens += len(events)
+                self._publish(events, outs)
                 if self.hooks.runner_step_delay_s:
                     time.sleep(self.hooks.runner_step_delay_s)
         except BaseException as exc:  # reported by poll(); the driver re-runs the lane's requests
@@ -120,23 +156,34 @@ class SequenceRunner:
         from ..generate.outputs import Score
         return Score.from_output(out) if self.kinds.pop(out.request_id, None) == "score" else out
 
-    def _publish(self, events, done):
+    def _publish(self, events, outs):
+        """A step's token events and outputs: a streamed request's latest output goes to `outputs`
+        (cumulative: the latest carries everything), a job request's final one to `results`."""
         with self.out_lock:
-            self.events.extend(events)
-            for r in done:
-                self.results[r.request_id] = r
+            self.events.extend(e for e in events if e[0] not in self.streamed)   # jobs' resume record
+            for o in outs:
+                rid = o.request_id
+                if rid in self.streamed:
+                    self.outputs[rid] = o
+                elif o.finished:
+                    self.results[rid] = self._result(o)
+                if o.finished:
+                    self.kinds.pop(rid, None)
+                    self.lane_of.pop(rid, None)
+                    self.streamed.discard(rid)
             self.out_lock.notify_all()
 
     def poll(self, wait_s=0.2):
         """{"events": [(rid, token, logprob)], "results": {rid: Completion|Score}, "errors": [...],
         "busy": lanes still running}: everything since the last poll (waits up to wait_s for some)."""
         with self.out_lock:
-            if not (self.events or self.results or self.errors):
+            if not (self.events or self.results or self.errors or self.outputs):
                 self.out_lock.wait(timeout=wait_s)
             self.threads = [t for t in self.threads if t.is_alive()]
             busy = len(self.threads)  # counted before draining: busy == 0 means all is in this answer
-            out = {"events": self.events, "results": self.results, "errors": self.errors, "busy": busy}
-            self.events, self.results, self.errors = [], {}, []
+            out = {"events": self.events, "results": self.results, "errors": self.errors, "busy": busy,
+                   "outputs": self.outputs}
+            self.events, self.results, self.errors, self.outputs = [], {}, [], {}
         return out
 
     def counters(self):
@@ -148,6 +195,14 @@ class SequenceRunner:
         return {"index": self.index, "pid": os.getpid(), "steps": self.steps, "lanes": self.lanes,
                 "peak_lane_threads": self.peak_lane_threads,
                 "cpus": self.cpus, "numa": self.numa_report, "llm": self.llm.stats()}
+
+    def serve_stats(self):
+        """What the HTTP server's /metrics shows per runner: requests in its engines, tokens, KV and
+        prefix-cache use (read between steps: no lock on the token path)."""
+        st = self.llm.stats()
+        return {"index": self.index, "running": sum(e.get_num_unfinished_requests() for e in self.engines),
+                "served": self.served, "tokens": self.tokens, "steps": self.steps,
+                "kv_cache": st["kv_cache"], "prefix_cache": st["prefix_cache"]}
 
     def close(self):
         self.llm.close()

@@ -29,14 +29,17 @@ LLM_KEYS = ("threads", "kv_cache_bytes", "max_seq_len", "kv_cache_dtype", "block
 
 class RunnerPool:
     def __init__(self, path, config=None, runners=None, ray_address=None, lanes=2, runner_resources="auto",
-                 llm=None, **pool_options):
+                 llm=None, pool=None, **pool_options):
         """runners: SequenceRunner actors (None = one per runner_numa_<i> slot of the cluster, i.e. one
         per NUMA node of each machine, or 1 without such slots); lanes: schedulers stepping in turn
         inside each (2 = two micro-batches in flight); runner_resources: "auto" (runner_numa slots when
         there are enough) | "numa" (required) | None | [dict per runner]; llm: LLM keyword arguments of
-        every runner (threads, kv_cache_bytes, max_num_seqs, seed, ...); the rest: Pool."""
+        every runner (threads, kv_cache_bytes, max_num_seqs, seed, ...); pool: a running Pool (or one
+        attached by name) to put the runners on instead of starting one (shutdown leaves it running);
+        the rest: Pool."""
         self._check(runners, lanes, llm, runner_resources)
-        self.pool = Pool(path, config, ray_address, **pool_options)
+        self._owns_pool = pool is None
+        self.pool = Pool(path, config, ray_address, **pool_options) if pool is None else pool
         self.path, self.config, self.lanes = str(path), self.pool.config, int(lanes)
         self.llm_kwargs = dict(llm or {})
         try:
@@ -49,7 +52,9 @@ class RunnerPool:
             self.runners = [self._spawn(i) for i in range(runners)]
             self.runner_info = ray.get([r.ping.remote() for r in self.runners])
         except BaseException:
-            self.pool.shutdown(stop_service=True)
+            self._kill_runners()
+            if self._owns_pool:
+                self.pool.shutdown(stop_service=True)
             raise
         self.resubmits = self.resumed_tokens = 0
         self.lost = []
@@ -206,14 +211,18 @@ class RunnerPool:
     def runner_pids(self):
         return [ray.get(r.ping.remote())["pid"] for r in self.runners]
 
-    def shutdown(self):
+    def _kill_runners(self):
         for r in getattr(self, "runners", []):
             try:
                 ray.kill(r, no_restart=True)
             except Exception:
                 pass
         self.runners = []
-        self.pool.shutdown(stop_service=True)
+
+    def shutdown(self):
+        self._kill_runners()
+        if self._owns_pool:
+            self.pool.shutdown(stop_service=True)
 
     def close(self):
         self.shutdown()

@@ -7,6 +7,7 @@ POST /detokenize, and the expert admin routes (admin.py). A request body is pars
 JSON (no NaN/Infinity, no huge integers, bounded nesting); anything unexpected becomes a 500 in
 OpenAI's shape with no traceback in the response (the traceback goes to the server log).
 """
+import asyncio
 import json
 import logging
 
@@ -108,7 +109,7 @@ def _routes(app, state):
 
     @app.get("/metrics")
     async def metrics():
-        stats, pool = state.backend.model_stats()
+        stats, pool = await asyncio.to_thread(state.backend.model_stats)   # may wait for a step or the pool
         running, waiting = state.backend.load()
         text = state.metrics.render(model_gauges(stats, running, waiting, pool))
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

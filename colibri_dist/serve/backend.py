@@ -41,6 +41,7 @@ class EngineBackend:
                  pool_stats_fn=None):
         self.engine, self.metrics = engine, metrics
         self.max_num_seqs, self.max_waiting, self.overload_status = max_num_seqs, max_waiting, overload_status
+        self.capacity = max_num_seqs            # requests that can run at once (runner_backend: M x this)
         self.stats_fn, self.pool_stats_fn = stats_fn, pool_stats_fn
         self.lock = threading.Lock()            # held around every engine call (step, add, abort, stats)
         self._inbox, self._aborts, self._control = deque(), deque(), deque()
@@ -64,7 +65,7 @@ class EngineBackend:
         if not self.alive:
             raise APIError(503, "the engine is not running", code="engine_stopped")
         running, waiting = self.load()
-        would_wait = waiting > 0 or running >= self.max_num_seqs
+        would_wait = waiting > 0 or running >= self.capacity
         if would_wait and waiting >= self.max_waiting:
             self.metrics.finished("rejected")
             raise APIError(self.overload_status, f"the server is at capacity: {running} requests running and "
@@ -183,14 +184,16 @@ class EngineBackend:
             return
         self.steps += 1
         now = time.perf_counter()
+        batch = []
         for out in outs:
             stream = self._active.get(out.request_id)
             if stream is None:
                 continue                     # aborted meanwhile
             self._account(stream, out, now)
-            self._deliver(stream, out)
+            batch.append((stream, out))
             if out.finished:
                 del self._active[out.request_id]
+        self._deliver_many(batch)
 
     def _account(self, stream, out, now):
         n = sum(len(o.token_ids) for o in out.outputs)
@@ -209,6 +212,17 @@ class EngineBackend:
         except RuntimeError:                 # its event loop is closed: nobody is listening
             pass
 
+    def _deliver_many(self, pairs):
+        """A step's outputs: one wake-up of each event loop per step, not one per request."""
+        by_loop = {}
+        for stream, item in pairs:
+            by_loop.setdefault(stream.loop, []).append((stream.queue, item))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:             # that event loop is closed: nobody is listening
+                pass
+
     def _fail_all(self, exc):
         for rid, stream in list(self._active.items()):
             try:
@@ -221,6 +235,11 @@ class EngineBackend:
         self._active.clear()
         while self._inbox:
             self._deliver(self._inbox.popleft()[0], exc)
+
+
+def _put_all(items):
+    for queue, item in items:
+        queue.put_nowait(item)
 
 
 def _resolve(fut, result, exc):

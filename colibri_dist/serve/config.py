@@ -21,6 +21,8 @@ class ServeConfig:
     api_key: str | None = None
     workers: int = 0                       # expert workers on a Ray pool (0 = in-process experts)
     pool: str | None = None                # attach to this named pool service instead of starting workers
+    runners: int = 0                       # persistent engines (pool sequence runners) the server drives;
+                                           # 0 = one engine in this process (needs --workers or --pool when > 0)
     threads: int | None = None
     max_num_seqs: int = 64                 # sequences decoding at once (the engine's batch)
     max_num_batched_tokens: int = 2048
@@ -32,10 +34,11 @@ class ServeConfig:
     max_n: int = 16                        # largest `n` (samples per prompt) accepted
     seed: int = 0                          # base seed of requests that give none
     llm_kwargs: dict = field(default_factory=dict)   # any further cd.LLM keyword (kv_cache_bytes, ...)
+    pool_kwargs: dict = field(default_factory=dict)  # any further Pool / PoolConfig keyword (cache_bytes, hooks, ...)
     log_level: str = "warning"
 
     def __post_init__(self):
-        for name, lo in (("port", 0), ("workers", 0), ("max_num_seqs", 1), ("max_num_batched_tokens", 1),
+        for name, lo in (("port", 0), ("workers", 0), ("runners", 0), ("max_num_seqs", 1), ("max_num_batched_tokens", 1),
                          ("max_waiting", 0), ("max_body_bytes", 1), ("max_admin_body_bytes", 1), ("max_n", 1),
                          ("seed", 0)):
             _check_int(name, getattr(self, name), lo)
@@ -53,6 +56,10 @@ class ServeConfig:
         object.__setattr__(self, "served_model_name", names)
         if self.workers and self.pool:
             raise InvalidArgument("--workers and --pool exclude each other (--pool attaches to running workers)")
+        if self.runners and not (self.workers or self.pool):
+            raise InvalidArgument(f"--runners {self.runners} needs the Ray pool the runners share: pass --workers N "
+                                  f"(expert workers) or --pool NAME; without them the server runs one engine in "
+                                  f"this process")
         if not is_loopback(self.host) and self.api_key is None:
             raise InvalidArgument(f"--host {self.host} is not a loopback address: anyone who can reach it could use "
                                   f"the model; pass --api-key KEY (or bind 127.0.0.1)")

@@ -52,7 +52,16 @@ class Call:
 
     async def next(self):
         """(tracker, deltas) of the next engine output; raises the engine's error for a request."""
-        item = await self.queue.get()
+        return self.take(await self.queue.get())
+
+    def ready(self):
+        """The outputs already queued (one engine step may have delivered several): taken without waiting."""
+        items = []
+        while not self.queue.empty():
+            items.append(self.queue.get_nowait())
+        return items
+
+    def take(self, item):
         if isinstance(item, BaseException):
             raise item
         err = getattr(item, "error", None)
@@ -137,25 +146,30 @@ def _final(call, per_choice):
 
 async def _stream(call):
     kind = "text_completion" if call.kind == "completion" else "chat.completion.chunk"
+    chunks = sse.Chunks(kind, call.id, call.created, call.model)
     started = set()
     try:
         if call.kind == "chat":
-            for i in range(len(call.rids) * call.req.n):
-                yield sse.event(rsp.envelope(kind, call.id, call.created, call.model, [
-                    {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                     "finish_reason": None}]))
-        while call.open:
-            try:
-                tr, deltas = await call.next()
-            except APIError as exc:
-                yield sse.event(exc.body())
-                break
-            choices = [_chunk_choice(call, tr, d, started) for d in deltas
-                       if d.text or d.finish_reason or d.token_ids or d.index not in started]
-            if choices:
-                yield sse.event(rsp.envelope(kind, call.id, call.created, call.model, choices))
+            yield b"".join(chunks.event([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                          "finish_reason": None}]) for i in range(len(call.rids) * call.req.n))
+        failed = False
+        while call.open and not failed:
+            out = []                          # what is queued now goes out as one write
+            for item in [await call.queue.get()] + call.ready():
+                try:
+                    tr, deltas = call.take(item)
+                except APIError as exc:
+                    out.append(sse.event(exc.body()))
+                    failed = True
+                    break
+                choices = [_chunk_choice(call, tr, d, started) for d in deltas
+                           if d.text or d.finish_reason or d.token_ids or d.index not in started]
+                if choices:
+                    out.append(chunks.event(choices))
+            if out:
+                yield b"".join(out)
         if call.req.include_usage:
-            yield sse.event(rsp.envelope(kind, call.id, call.created, call.model, [], call.usage()))
+            yield chunks.event([], call.usage())
         yield sse.DONE
     finally:                                  # the client went away (cancelled) or we are done
         call.abort_open()

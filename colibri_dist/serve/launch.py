@@ -2,7 +2,8 @@
 
 Role in the data flow: ServeConfig -> open_llm (cd.LLM in process; its MoE layers on a new Ray pool with
 --workers N, or on a named pool service with --pool NAME) -> the generation engine over it -> an
-EngineBackend thread -> ServerState -> build_app -> uvicorn on cfg.host:cfg.port. `Server` is the
+EngineBackend thread (or, with --runners M, M sequence runners over that pool driven by a
+RunnerBackend thread) -> ServerState -> build_app -> uvicorn on cfg.host:cfg.port. `Server` is the
 in-Python handle (start in a thread, url, stop) the tests and the benchmark use.
 """
 import logging
@@ -18,24 +19,41 @@ log = logging.getLogger("colibri.serve")
 SWITCH_INTERVAL_S = 0.001
 
 
-def open_llm(cfg):
-    """-> (cd.LLM, the Pool its experts run on or None)."""
+def open_llm(cfg, pool=None):
+    """-> (cd.LLM, the Pool its experts run on or None). pool: a running Pool to use instead of starting
+    cfg.workers (or attaching cfg.pool). With cfg.runners the LLM here only tokenizes and checks requests
+    (the runners generate), so it gets a one-sequence KV cache."""
     from ..model import LLM
-    pool = None
-    if cfg.workers:
+    owned = pool is None
+    if pool is None and cfg.workers:
         from ..pool import Pool
-        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads)
-    elif cfg.pool:
+        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads, **cfg.pool_kwargs)
+    elif pool is None and cfg.pool:
         pool = attach_pool(cfg.pool)
-    kwargs = dict(threads=cfg.threads, max_num_seqs=cfg.max_num_seqs, seed=cfg.seed,
-                  max_num_batched_tokens=cfg.max_num_batched_tokens, moe=pool)
-    kwargs.update(cfg.llm_kwargs)
+    kwargs = dict(llm_options(cfg), moe=pool)
+    if cfg.runners:
+        kwargs.update(max_num_seqs=1, kv_cache_bytes=None)
     try:
         return LLM(cfg.model, **kwargs), pool
     except BaseException:
-        if pool is not None:
+        if pool is not None and owned:
             pool.shutdown()
         raise
+
+
+def llm_options(cfg):
+    """The cd.LLM keywords of the server's engine(s): the same in process and on every runner (same bits)."""
+    return dict(dict(threads=cfg.threads, max_num_seqs=cfg.max_num_seqs, seed=cfg.seed,
+                     max_num_batched_tokens=cfg.max_num_batched_tokens), **cfg.llm_kwargs)
+
+
+def open_runners(cfg, pool):
+    """cfg.runners sequence runners over pool (pool/serving.py), or None without --runners."""
+    if not cfg.runners:
+        return None
+    from ..pool.serving import RunnerSet
+    return RunnerSet(cfg.model, cfg.runners, pool=pool, llm={k: v for k, v in llm_options(cfg).items()
+                                                           if v is not None})
 
 
 def attach_pool(name):
@@ -53,13 +71,17 @@ def make_engine(llm):
     return llm.new_engine()
 
 
-def build_state(cfg, llm, pool=None):
+def build_state(cfg, llm, pool=None, runner_set=None):
     from ..generate.api import encode_prompt
     from ..generate.params import SamplingParams
     from .admin import ExpertAdmin
     metrics = Metrics()
-    backend = EngineBackend(make_engine(llm), metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status,
-                            stats_fn=llm.stats, pool_stats_fn=pool.stats if pool is not None else None).start()
+    if runner_set is not None:
+        from .runner_backend import RunnerBackend
+        backend = RunnerBackend(runner_set, metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status).start()
+    else:
+        backend = EngineBackend(make_engine(llm), metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status,
+                                stats_fn=llm.stats, pool_stats_fn=pool.stats if pool is not None else None).start()
     info = ModelInfo(llm, SamplingParams, encode_prompt, getattr(llm, "generation_defaults", {}))
     state = ServerState(cfg, backend, info, metrics,
                         admin=ExpertAdmin(llm, pool, backend))
@@ -72,13 +94,20 @@ class Server:
     """A running server in this process: Server(cfg).start() serves in a thread until stop()."""
 
     def __init__(self, cfg, llm=None, pool=None):
+        """llm / pool: an opened model / a running Pool to serve with (the caller closes them); else
+        Server opens what cfg names and closes it in stop()."""
         self.cfg = cfg if isinstance(cfg, ServeConfig) else ServeConfig(**cfg)
-        self._owns = llm is None
+        self._owns, self._owns_pool = llm is None, pool is None
         t0 = time.perf_counter()
         if llm is None:
-            llm, pool = open_llm(self.cfg)
-        self.llm, self.pool = llm, pool
-        self.state = build_state(self.cfg, llm, pool)
+            llm, pool = open_llm(self.cfg, pool)
+        self.llm, self.pool, self.runner_set = llm, pool, None
+        try:
+            self.runner_set = open_runners(self.cfg, pool)
+            self.state = build_state(self.cfg, llm, pool, self.runner_set)
+        except BaseException:
+            self._close_model()
+            raise
         self.load_s = time.perf_counter() - t0
         self._server = self._thread = None
 
@@ -119,10 +148,15 @@ class Server:
             self._server.should_exit = True
             self._thread.join(15)
         self.state.backend.close()
+        self._close_model()
+
+    def _close_model(self):
+        if self.runner_set is not None:
+            self.runner_set.shutdown()
         if self._owns:
             self.llm.close()
-            if self.pool is not None:
-                self.pool.shutdown()
+        if self._owns_pool and self.pool is not None:
+            self.pool.shutdown()
 
     def __enter__(self):
         return self.start()

@@ -122,6 +122,32 @@ def model_gauges(stats, running, waiting, pool_stats=None):
         total = sum((w.get("cache") or {}).get("gets", 0) for w in workers)
         if total:
             g["colibri_expert_cache_hit_rate"] = ("expert cache hit rate over the pool's workers", hits / total)
+    g.update(runner_gauges((stats or {}).get("runners")))
+    return g
+
+
+RUNNER_GAUGES = (   # (name, help, key of a runner's entry in RunnerBackend.model_stats)
+    ("colibri_runner_requests_running", "requests in flight on each sequence runner", "requests_in_flight"),
+    ("colibri_runner_requests_routed", "requests the server has given each sequence runner", "requests_routed"),
+    ("colibri_runner_generation_tokens", "tokens each sequence runner has generated for the server",
+     "generation_tokens"),
+    ("colibri_runner_kv_cache_blocks_used", "KV blocks in use on each sequence runner", ("kv_cache", "used_blocks")),
+    ("colibri_runner_alive", "1 while a sequence runner answers, 0 once it is lost", "alive"),
+)
+
+
+def runner_gauges(runners):
+    """Per-runner gauges (label runner="i") of `colibri serve --runners M`; {} without runners."""
+    if not runners:
+        return {}
+    g = {}
+    for name, text, key in RUNNER_GAUGES:
+        values = {}
+        for r in runners:
+            v = r.get(key[0], {}).get(key[1]) if isinstance(key, tuple) else r.get(key)
+            if v is not None:
+                values[f'runner="{r["index"]}"'] = int(v)
+        g[name] = (text, values)
     return g
 
 

@@ -1,7 +1,7 @@
 """Ray Serve deployment of the same app: `colibri serve --ray-serve` / colibri_dist.serve.deployment(...).
 
 Role in the data flow: each Serve replica opens the model (its own dense weights, KV cache and engine
-thread), builds the same ServerState and FastAPI app (serve.ingress with __serve_build_asgi_app__), and
+thread; with --runners M its own M sequence runners over the shared workers instead), builds the same ServerState and FastAPI app (serve.ingress with __serve_build_asgi_app__), and
 Ray Serve's proxy spreads HTTP requests over the replicas, scaling between min_replicas and max_replicas
 by ongoing requests. With workers > 0, `run` first starts ONE named expert pool and every replica
 attaches to it (cfg.pool), so replicas share the expert workers. The only module of serve/ that imports
@@ -21,10 +21,11 @@ APP_NAME = "colibri"
 
 class _Replica:
     def __init__(self, cfg):
-        from .launch import build_state, open_llm
+        from .launch import build_state, open_llm, open_runners
         self.cfg = cfg
         self.llm, self.pool = open_llm(cfg)
-        self.state = build_state(cfg, self.llm, self.pool)
+        self.runner_set = open_runners(cfg, self.pool)       # --runners M: this replica's own M runners
+        self.state = build_state(cfg, self.llm, self.pool, self.runner_set)
 
     def __serve_build_asgi_app__(self):
         from .app import build_app
@@ -33,6 +34,8 @@ class _Replica:
     def __del__(self):
         try:
             self.state.backend.close()
+            if self.runner_set is not None:
+                self.runner_set.shutdown()
             self.llm.close()
         except Exception:
             pass
@@ -66,7 +69,7 @@ def start(cfg, min_replicas=1, max_replicas=1, ray_address=None, blocking=False)
     if cfg.workers:
         from ..pool import Pool
         name = f"serve-{os.getpid()}"
-        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads, name=name)
+        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads, name=name, **cfg.pool_kwargs)
         cfg = dataclasses.replace(cfg, workers=0, pool=name)
     ray_serve.start(http_options={"host": cfg.host, "port": cfg.port})
     ray_serve.run(deployment(cfg, min_replicas, max_replicas), name=APP_NAME, route_prefix="/")

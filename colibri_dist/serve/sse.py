@@ -14,6 +14,25 @@ def event(obj):
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode("ascii") + b"\n\n"
 
 
+class Chunks:
+    """The chunks of one stream: the envelope's fixed fields (id, object, created, model) are encoded once,
+    each chunk encodes only its choices (and usage): the same bytes as event(responses.envelope(...))."""
+
+    def __init__(self, kind, rid, created, model):
+        head = json.dumps({"id": rid, "object": kind, "created": created, "model": model}, separators=(",", ":"))
+        self._head = b"data: " + head[:-1].encode("ascii") + b',"choices":'
+
+    def event(self, choices, use=None):
+        body = _dumps(choices)
+        if use is not None:
+            body += ',"usage":' + _dumps(use)
+        return self._head + body.encode("ascii") + b"}\n\n"
+
+
+def _dumps(obj):
+    return json.dumps(obj, separators=(",", ":"))
+
+
 def parse(raw):
     """Inverse for tests and the benchmark: bytes of a stream -> list of decoded JSON chunks (no [DONE])."""
     out = []

@@ -137,3 +137,25 @@ def test_32_concurrent_clients_get_generate_bits(server, reference_llm):
     got = asyncio.run(all_of())
     assert [g[0] for g in got] == [w.text for w in want]
     assert [g[1] for g in got] == [_lps(w) for w in want]
+
+
+def test_metrics_show_the_prefix_cache_hit_rate(server, client):
+    import httpx
+    words = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+    prompt = "count: " + words + " " + words.replace("one two", "seventeen eighteen")   # > 2 full KV blocks
+    for _ in range(2):
+        client.completions.create(model="demo", prompt=prompt, max_tokens=1, temperature=0)
+    stats = server.state.backend.model_stats()[0]["prefix_cache"]
+    assert stats["hit_tokens"] >= 16, stats                     # the second request reused the first's blocks
+    m = httpx.get(server.url + "/metrics", timeout=30).text
+    line = next(ln for ln in m.splitlines() if ln.startswith("colibri_prefix_cache_hit_rate "))
+    assert float(line.split()[1]) == stats["hit_tokens"] / stats["queried_tokens"] > 0
+
+
+def test_stream_chunks_are_the_bytes_of_the_envelope():
+    from colibri_dist.serve import responses, sse
+    chunks = sse.Chunks("text_completion", "cmpl-1", 7, 'de"mo\u00e9')
+    choices = [{"index": 0, "text": "\u00fcber \"x\"", "logprobs": None, "finish_reason": None}]
+    assert chunks.event(choices) == sse.event(responses.envelope("text_completion", "cmpl-1", 7, 'de"mo\u00e9', choices))
+    use = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    assert chunks.event([], use) == sse.event(responses.envelope("text_completion", "cmpl-1", 7, 'de"mo\u00e9', [], use))
