@@ -122,7 +122,30 @@ static inline int32_t cb_i4_at(const unsigned char *row, size_t k) {
     return ((((k & 1) ? b >> 4 : b) & 15) ^ 8) - 8;
 }
 
-static inline int cb_is_i4(int32_t dtype) { return dtype == CB_I4_G32 || dtype == CB_I4_G64; }
+/* ---- per-encoding kernel tables: one entry per CB_ENCODING_LIST row (colibri.h), by cb_dtype code ----
+ * Scalar level (decode.c, required for every encoding): the row decoder, elements k0 .. k0+n-1 of
+ * row r as the values v(k) above; the row / matrix scale applied after the dot is cb_post_scale's. */
+typedef void (*cb_row_decoder)(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out);
+cb_row_decoder cb_row_decoder_of(int32_t dtype);           /* NULL: none (an unknown code) */
+static inline void cb_decode_row(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    cb_row_decoder_of(w->dtype)(w, r, k0, n, out);
+}
+const float *cb_post_scale(const cb_matrix *w, int32_t r);  /* scale kind ROW: &scales[r]; MATRIX: scales; else NULL */
+/* The sequence's scalar tail for row r (kernels_scalar.c): s = fma(v(k), x[k], s) for k = K8 .. K-1. */
+float cb_dot_tail(const cb_matrix *w, int32_t r, const float *x, float s);
+/* The integer-activation path an encoding takes with the engine's w8a8 switch on (kernels.c):
+ * CB_QPATH_W8A8 cb_dot_rows_q8, CB_QPATH_W4A8 cb_dot_rows_q4, CB_QPATH_NONE the f32 kernels. */
+enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2 };
+int cb_qpath_of(int32_t dtype);
+
+/* The list's facts as compile-time constants CB_BITS_<ID>, CB_GROUP_<ID> (0: not group-scaled) and
+ * CB_SCALE_KIND_<ID>, for the SIMD kernels that specialise on an encoding (kernels_x86.h). */
+#define CB_FACT_BITS_(ID, CODE, NAME, BITS, ...) CB_BITS_##ID = BITS,
+#define CB_FACT_GROUP_(ID, CODE, NAME, BITS, IS_INT, SCALE, GROUP, ...) CB_GROUP_##ID = GROUP,
+#define CB_FACT_SCALE_(ID, CODE, NAME, BITS, IS_INT, SCALE, ...) CB_SCALE_KIND_##ID = CB_SCALE_##SCALE,
+enum { CB_ENCODING_LIST(CB_FACT_BITS_) };
+enum { CB_ENCODING_LIST(CB_FACT_GROUP_) };
+enum { CB_ENCODING_LIST(CB_FACT_SCALE_) };
 
 /* Group size of a CB_SCALE_GROUP dtype (0 otherwise), from the encoding table. */
 static inline int32_t cb_group_size(int32_t dtype) {
