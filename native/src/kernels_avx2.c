@@ -53,11 +53,7 @@ AVX2_FN void tile(kspec ks, dec8_fn dec, int TT, int TR, const wdesc *d, int32_t
     const unsigned char *row[8];
     const float *gs[8], *xp[4];
     size_t K8 = (size_t)d->cols - (size_t)d->cols % 8;
-#pragma GCC unroll 8
-    for (int j = 0; j < TR; j++) {
-        row[j] = d->data + (size_t)(r + j) * d->row_bytes;
-        gs[j] = d->ngroups ? d->scales + (size_t)(r + j) * (size_t)d->ngroups : NULL;
-    }
+    tile_rows(d, r, TR, TR, row, gs);
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++) {
         xp[i] = xs[i];
@@ -124,36 +120,15 @@ AVX2_FN void rows_of(kspec ks, dec8_fn dec, const wdesc *d, int32_t r0, int32_t 
     }
 }
 
-/* The AVX2 kernel of encoding ID: the tiles above on its decoder and its facts (CB_ENCODING_LIST). */
-#define AVX2_KERNEL(ID, DEC)                                                                          \
-    static AVX2_OUTLINE void k_##ID(const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,  \
-                                    float *const *outs, int64_t nt) {                                 \
-        rows_of(KSPEC(ID), DEC, d, r0, r1, xs, outs, nt);                                             \
-    }
-AVX2_KERNEL(F32, dec8_f32)
-AVX2_KERNEL(F16, dec8_f16)
-AVX2_KERNEL(BF16, dec8_bf16)
-AVX2_KERNEL(I8_ROW, dec8_i8)
-AVX2_KERNEL(I8_G32, dec8_i8)
-AVX2_KERNEL(I8_G64, dec8_i8)
-AVX2_KERNEL(I8_G128, dec8_i8)
-AVX2_KERNEL(I8_MINMAX, dec8_i8_zero)
-AVX2_KERNEL(I4_G32, dec8_i4)
-AVX2_KERNEL(I4_G64, dec8_i4)
-
-/* This level's kernel per encoding; an encoding without one runs the scalar kernel. */
-static const x86_kernel KERNELS[CB_DTYPE_COUNT] = {
-    [CB_F32] = k_F32,
-    [CB_F16] = k_F16,
-    [CB_BF16] = k_BF16,
-    [CB_I8_ROW] = k_I8_ROW,
-    [CB_I8_G32] = k_I8_G32,
-    [CB_I8_G64] = k_I8_G64,
-    [CB_I8_G128] = k_I8_G128,
-    [CB_I8_MINMAX] = k_I8_MINMAX,
-    [CB_I4_G32] = k_I4_G32,
-    [CB_I4_G64] = k_I4_G64,
-};
+/* This level's kernels: K(ID, its 8-lane decoder) per encoding that has one (an encoding without
+ * runs the scalar kernel). LEVEL_KERNEL_TABLE (kernels_x86.h) makes each
+ * k_<ID>, rows_of on that decoder, and the table KERNELS [CB_<ID>] = k_<ID>. */
+#define AVX2_KERNELS(K)                                                                           \
+    K(F32, dec8_f32) K(F16, dec8_f16) K(BF16, dec8_bf16)                                          \
+    K(I8_ROW, dec8_i8) K(I8_G32, dec8_i8) K(I8_G64, dec8_i8) K(I8_G128, dec8_i8)                  \
+    K(I8_MINMAX, dec8_i8_zero) K(I4_G32, dec8_i4) K(I4_G64, dec8_i4)
+#define LEVEL_OUTLINE AVX2_OUTLINE
+LEVEL_KERNEL_TABLE(AVX2_KERNELS)
 
 void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                       float *const *outs, int64_t nt) {

@@ -76,13 +76,7 @@ A512_FN void tile(kspec ks, dec16_fn dec, int TT, int TP, int single, const wdes
     const unsigned char *row[16];
     const float *gs[16], *xp[4];
     size_t K8 = (size_t)d->cols - (size_t)d->cols % 8, bits = ks.bits;
-    int NR = single ? 1 : 2 * TP;
-#pragma GCC unroll 16
-    for (int j = 0; j < 2 * TP; j++) {
-        int jj = j < NR ? j : NR - 1;
-        row[j] = d->data + (size_t)(r + jj) * d->row_bytes;
-        gs[j] = d->ngroups ? d->scales + (size_t)(r + jj) * (size_t)d->ngroups : NULL;
-    }
+    tile_rows(d, r, single ? 1 : 2 * TP, 2 * TP, row, gs);
 #pragma GCC unroll 4
     for (int i = 0; i < TT; i++) {
         xp[i] = xs[i];
@@ -176,34 +170,16 @@ A512_FN void rows_of(kspec ks, dec16_fn dec, const wdesc *d, int32_t r0, int32_t
     }
 }
 
-/* The AVX-512 kernel of encoding ID: the tiles above on its decoder and its facts (CB_ENCODING_LIST). */
-#define A512_KERNEL(ID, DEC)                                                                          \
-    static A512_OUTLINE void k_##ID(const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,  \
-                                    float *const *outs, int64_t nt) {                                 \
-        rows_of(KSPEC(ID), DEC, d, r0, r1, xs, outs, nt);                                             \
-    }
-A512_KERNEL(F32, dec16_f32)
-A512_KERNEL(F16, dec16_f16)
-A512_KERNEL(BF16, dec16_bf16)
-A512_KERNEL(I8_G32, dec16_i8)
-A512_KERNEL(I8_G64, dec16_i8)
-A512_KERNEL(I8_G128, dec16_i8)
-A512_KERNEL(I4_G32, dec16_i4)
-A512_KERNEL(I4_G64, dec16_i4)
-
-/* This level's kernel per encoding; one without runs the AVX2 kernel. int8-row and int8-minmax have
- * none: on the machine measured (docs/KERNELS.md) the zmm tiles were 20-25% slower at batch 1-2 and
- * equal from 16 (same bits either way). */
-static const x86_kernel KERNELS[CB_DTYPE_COUNT] = {
-    [CB_F32] = k_F32,
-    [CB_F16] = k_F16,
-    [CB_BF16] = k_BF16,
-    [CB_I8_G32] = k_I8_G32,
-    [CB_I8_G64] = k_I8_G64,
-    [CB_I8_G128] = k_I8_G128,
-    [CB_I4_G32] = k_I4_G32,
-    [CB_I4_G64] = k_I4_G64,
-};
+/* This level's kernels: K(ID, its 16-lane decoder) per encoding that has one (an encoding without
+ * runs the AVX2 kernel). LEVEL_KERNEL_TABLE (kernels_x86.h) makes each
+ * k_<ID>, rows_of on that decoder, and the table KERNELS [CB_<ID>] = k_<ID>. int8-row and
+ * int8-minmax have none: on the machine measured (docs/KERNELS.md) the zmm tiles were 20-25%
+ * slower at batch 1-2 and equal from 16 (same bits either way). */
+#define A512_KERNELS(K)                                                                           \
+    K(F32, dec16_f32) K(F16, dec16_f16) K(BF16, dec16_bf16)                                       \
+    K(I8_G32, dec16_i8) K(I8_G64, dec16_i8) K(I8_G128, dec16_i8) K(I4_G32, dec16_i4) K(I4_G64, dec16_i4)
+#define LEVEL_OUTLINE A512_OUTLINE
+LEVEL_KERNEL_TABLE(A512_KERNELS)
 
 void cb_dot_rows_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                         float *const *outs, int64_t nt) {

@@ -39,6 +39,17 @@ typedef struct { size_t bits, group; int scale_kind; } kspec;
 /* One level's kernel for one encoding, and a level's table of them by cb_dtype code. */
 typedef void (*x86_kernel)(const wdesc *d, int32_t r0, int32_t r1, const float *const *xs, float *const *outs,
                            int64_t nt);
+/* A level's kernels and their table from its list K(ID, decoder): k_<ID> runs the level file's
+ * rows_of on that decoder with the encoding's facts (KSPEC(ID)), compiled with the file's
+ * LEVEL_OUTLINE attributes; KERNELS[CB_<ID>] = k_<ID> (designated initializers, NULL elsewhere). */
+#define LEVEL_KERNEL_(ID, DEC)                                                                        \
+    static LEVEL_OUTLINE void k_##ID(const wdesc *d, int32_t r0, int32_t r1, const float *const *xs, \
+                                     float *const *outs, int64_t nt) {                                \
+        rows_of(KSPEC(ID), DEC, d, r0, r1, xs, outs, nt);                                            \
+    }
+#define LEVEL_ENTRY_(ID, DEC) [CB_##ID] = k_##ID,
+#define LEVEL_KERNEL_TABLE(LIST) LIST(LEVEL_KERNEL_) static const x86_kernel KERNELS[CB_DTYPE_COUNT] = {LIST(LEVEL_ENTRY_)};
+
 /* Runs the table's kernel for w's encoding; 0 when the level has none (the caller takes the level below). */
 static inline int run_kernel(const x86_kernel *table, const cb_matrix *w, int32_t r0, int32_t r1,
                              const float *const *xs, float *const *outs, int64_t nt) {
@@ -54,6 +65,17 @@ AVX2_FN float hsum(__m256 a) {
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));
     v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
     return _mm_cvtss_f32(v);
+}
+
+/* Row pointers of a tile: entry j < n is row r + min(j, nr - 1) of d, with its group scales
+ * (NULL when d is not group-scaled); entries past nr repeat the last row. */
+AVX2_FN void tile_rows(const wdesc *d, int32_t r, int nr, int n, const unsigned char **row, const float **gs) {
+#pragma GCC unroll 16
+    for (int j = 0; j < n; j++) {
+        int jj = j < nr ? j : nr - 1;
+        row[j] = d->data + (size_t)(r + jj) * d->row_bytes;
+        gs[j] = d->ngroups ? d->scales + (size_t)(r + jj) * (size_t)d->ngroups : NULL;
+    }
 }
 
 /* Software prefetch (into L2: T0 measured ~30% slower, it crowds L1's miss buffers) of the
