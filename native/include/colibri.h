@@ -13,7 +13,8 @@
  * layout of torch.nn.Linear.weight.
  *
  * The block between CFFI-BEGIN and CFFI-END is fed verbatim to cffi's cdef:
- * keep it free of preprocessor lines and macros.
+ * keep it free of preprocessor lines and macros (cb_dtype, generated from a
+ * macro list, is declared to cffi by native/build_ffi.py).
  */
 #ifndef COLIBRI_H
 #define COLIBRI_H
@@ -22,18 +23,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* CFFI-BEGIN */
-typedef enum {
-    CB_OK = 0,
-    CB_E_INVALID = 1,     /* bad argument: shape, dtype, null, out of range */
-    CB_E_NOMEM = 2,       /* allocation failed / arena exhausted */
-    CB_E_IO = 3,          /* open/read/mmap failed */
-    CB_E_FORMAT = 4,      /* container damaged: magic, version, bounds, checksum */
-    CB_E_UNSUPPORTED = 5, /* valid but not implemented (e.g. dtype on this path) */
-    CB_E_SYS = 6,         /* a system call failed (affinity, mbind, ...) */
-    CB_E_NONFINITE = 7    /* NaN/Inf found where the policy rejects it */
-} cb_status;
 
 /* Weight encodings of one matrix. Value of element (r, c):
  *   CB_F32        ((float*)data)[r*cols+c]
@@ -47,13 +36,43 @@ typedef enum {
  *                 of g along cols, q in [-7, 7]; a row is ceil(cols/2) bytes,
  *                 element c in byte c/2: low nibble for even c, high nibble for
  *                 odd c, two's complement; an odd row's last high nibble is 0)
- * cb_encoding_of() gives these facts as data: the one table Python derives its
- * scheme names, group sizes and size rules from. */
+ *
+ * CB_ENCODING_LIST is the one list of encodings: one row each, in cb_dtype code order
+ * (the codes are stored in .colibri containers: never renumber a row). It generates the
+ * cb_dtype enum below and the cb_encoding table of encodings.c (cb_encoding_of: the
+ * facts Python's colibri_dist/encodings.py copies, checked by a test); each kernel level
+ * has a table indexed by these codes (native/src/kernels.h). Columns, as cb_encoding:
+ *   X(ID -> CB_<ID>, code, name, bits, is_int, scale kind -> CB_SCALE_<kind>, group, zero_point, qmax)
+ * cffi's cdef runs no preprocessor, so this list and the enum sit outside the CFFI block:
+ * native/build_ffi.py reads the IDs from the rows and declares the enum to cffi with the
+ * values left to the C compiler (cffi's "...": the codes cannot drift between the two). */
+#define CB_ENCODING_LIST(X)                                       \
+    X(F32,       0, "f32",         32, 0, NONE,   0,   0, 0)     \
+    X(F16,       1, "f16",         16, 0, NONE,   0,   0, 0)     \
+    X(BF16,      2, "bf16",        16, 0, NONE,   0,   0, 0)     \
+    X(I8_ROW,    3, "int8",         8, 1, ROW,    0,   0, 127)   \
+    X(I8_G32,    4, "int8-g32",     8, 1, GROUP,  32,  0, 127)   \
+    X(I8_G64,    5, "int8-g64",     8, 1, GROUP,  64,  0, 127)   \
+    X(I8_G128,   6, "int8-g128",    8, 1, GROUP,  128, 0, 127)   \
+    X(I8_MINMAX, 7, "int8-minmax",  8, 1, MATRIX, 0,   1, 127)   \
+    X(I4_G32,    8, "int4-g32",     4, 1, GROUP,  32,  0, 7)     \
+    X(I4_G64,    9, "int4-g64",     4, 1, GROUP,  64,  0, 7)
+
+#define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
+typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;
+#undef CB_DTYPE_ENUMERATOR_
+
+/* CFFI-BEGIN */
 typedef enum {
-    CB_F32 = 0, CB_F16 = 1, CB_BF16 = 2, CB_I8_ROW = 3,
-    CB_I8_G32 = 4, CB_I8_G64 = 5, CB_I8_G128 = 6, CB_I8_MINMAX = 7,
-    CB_I4_G32 = 8, CB_I4_G64 = 9, CB_DTYPE_COUNT = 10
-} cb_dtype;
+    CB_OK = 0,
+    CB_E_INVALID = 1,     /* bad argument: shape, dtype, null, out of range */
+    CB_E_NOMEM = 2,       /* allocation failed / arena exhausted */
+    CB_E_IO = 3,          /* open/read/mmap failed */
+    CB_E_FORMAT = 4,      /* container damaged: magic, version, bounds, checksum */
+    CB_E_UNSUPPORTED = 5, /* valid but not implemented (e.g. dtype on this path) */
+    CB_E_SYS = 6,         /* a system call failed (affinity, mbind, ...) */
+    CB_E_NONFINITE = 7    /* NaN/Inf found where the policy rejects it */
+} cb_status;
 
 typedef enum {
     CB_SCALE_NONE = 0,    /* float encodings */

@@ -4,12 +4,13 @@
  * order (the PV accumulation: separate multiply and add, so every lane width
  * rounds each element the same way; the AVX2 version keeps a 64-column tile
  * of acc in registers across the rows), and exact f16 -> f32 row decoding
- * (F16C or cb_f16_to_f32). Both give the same bits on every SIMD level.
+ * (F16C or cb_f16_to_f32). Both give the same bits on every SIMD level; the
+ * level's kernel table (simd.c) names which one runs.
  */
 #include "kernels.h"
 #include "kv_internal.h"
 
-static void pv_scalar(float *acc, const float *p, const float *const *v, int32_t nj, int32_t n) {
+void cb_pv_rows_scalar(float *acc, const float *p, const float *const *v, int32_t nj, int32_t n) {
     for (int32_t c = 0; c < n; c++) {
         float a = acc[c];
         for (int32_t j = 0; j < nj; j++) a = a + p[j] * v[j][c];
@@ -17,7 +18,7 @@ static void pv_scalar(float *acc, const float *p, const float *const *v, int32_t
     }
 }
 
-static void f16_scalar(const uint16_t *src, float *dst, int32_t n) {
+void cb_f16_row_scalar(const uint16_t *src, float *dst, int32_t n) {
     for (int32_t c = 0; c < n; c++) dst[c] = cb_f16_to_f32(src[c]);
 }
 
@@ -41,7 +42,7 @@ AVX2_FN void pv_tile(int W, float *acc, const float *p, const float *const *v, i
     for (int w = 0; w < W; w++) _mm256_storeu_ps(acc + c + 8 * w, a[w]);
 }
 
-static AVX2_OUTLINE void pv_avx2(float *acc, const float *p, const float *const *v, int32_t nj, int32_t n) {
+AVX2_OUTLINE void cb_pv_rows_avx2(float *acc, const float *p, const float *const *v, int32_t nj, int32_t n) {
     int32_t c = 0;
     for (; c + 64 <= n; c += 64) pv_tile(8, acc, p, v, nj, c);
     for (; c + 8 <= n; c += 8) pv_tile(1, acc, p, v, nj, c);
@@ -52,24 +53,21 @@ static AVX2_OUTLINE void pv_avx2(float *acc, const float *p, const float *const 
     }
 }
 
-static AVX2_OUTLINE void f16_avx2(const uint16_t *src, float *dst, int32_t n) {
+AVX2_OUTLINE void cb_f16_row_avx2(const uint16_t *src, float *dst, int32_t n) {
     int32_t c = 0;
     for (; c + 8 <= n; c += 8) _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + c))));
     for (; c < n; c++) dst[c] = cb_f16_to_f32(src[c]);
 }
-#define FAST (cb_simd_level() >= 2)
 #else
-#define pv_avx2 pv_scalar
-#define f16_avx2 f16_scalar
-#define FAST 0
+void cb_pv_rows_avx2(float *acc, const float *p, const float *const *v, int32_t nj, int32_t n) {
+    cb_pv_rows_scalar(acc, p, v, nj, n);
+}
+void cb_f16_row_avx2(const uint16_t *src, float *dst, int32_t n) { cb_f16_row_scalar(src, dst, n); }
 #endif
 
+/* The active level's loops (simd.c's table). */
 void cb_pv_rows(float *acc, const float *p, const float *const *v, int32_t nj, int32_t n) {
-    if (FAST) pv_avx2(acc, p, v, nj, n);
-    else pv_scalar(acc, p, v, nj, n);
+    cb_kernels()->pv_rows(acc, p, v, nj, n);
 }
 
-void cb_f16_row(const uint16_t *src, float *dst, int32_t n) {
-    if (FAST) f16_avx2(src, dst, n);
-    else f16_scalar(src, dst, n);
-}
+void cb_f16_row(const uint16_t *src, float *dst, int32_t n) { cb_kernels()->f16_row(src, dst, n); }

@@ -63,13 +63,13 @@ static void mm_block(void *ctx, int64_t item) {
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* w8a8 mode: CB_I8_ROW (w8a8) and int4 (w4a8) matrices with K inside the exact-int32 range take
- * the integer path; q4_bytes: bytes of one token's w4a8 input (0: not w4a8). */
+/* w8a8 mode: matrices whose encoding has an integer path (cb_qpath_of: int8 rows w8a8, int4 w4a8)
+ * with K inside the exact-int32 range take it; q4_bytes: bytes of one token's w4a8 input (0: not w4a8). */
 static int uses_q8(const cb_engine *e, const cb_matrix *w) {
-    return e->w8a8 && (w->dtype == CB_I8_ROW || cb_is_i4(w->dtype)) && w->cols <= CB_Q8_MAX_K;
+    return e->w8a8 && cb_qpath_of(w->dtype) != CB_QPATH_NONE && w->cols <= CB_Q8_MAX_K;
 }
 static size_t q4_bytes(const cb_engine *e, const cb_matrix *w) {
-    return uses_q8(e, w) && cb_is_i4(w->dtype) ? cb_q4_prep_bytes(w->cols, cb_group_size(w->dtype)) : 0;
+    return uses_q8(e, w) && cb_qpath_of(w->dtype) == CB_QPATH_W4A8 ? cb_q4_prep_bytes(w->cols, cb_group_size(w->dtype)) : 0;
 }
 
 /* Tokens per item: all of them when the row blocks alone give every thread several items,

@@ -1,24 +1,25 @@
 /* encodings.c — the one table of weight-encoding facts (colibri.h cb_encoding).
  *
  * Role: every rule about how a cb_dtype is stored (bits per element, scale
- * kind, group size, zero point, integer range) lives here. The kernels, the
+ * kind, group size, zero point, integer range) lives here, generated from the
+ * rows of CB_ENCODING_LIST (colibri.h). The kernels, the
  * argument checks, the .colibri parser and (through the cdef) Python's scheme
  * tables in colibri_dist/encodings.py all read it instead of keeping copies.
  */
 #include "cb_internal.h"
 
-static const cb_encoding TABLE[CB_DTYPE_COUNT] = {
-    {"f32", CB_F32, 32, 0, CB_SCALE_NONE, 0, 0, 0},
-    {"f16", CB_F16, 16, 0, CB_SCALE_NONE, 0, 0, 0},
-    {"bf16", CB_BF16, 16, 0, CB_SCALE_NONE, 0, 0, 0},
-    {"int8", CB_I8_ROW, 8, 1, CB_SCALE_ROW, 0, 0, 127},
-    {"int8-g32", CB_I8_G32, 8, 1, CB_SCALE_GROUP, 32, 0, 127},
-    {"int8-g64", CB_I8_G64, 8, 1, CB_SCALE_GROUP, 64, 0, 127},
-    {"int8-g128", CB_I8_G128, 8, 1, CB_SCALE_GROUP, 128, 0, 127},
-    {"int8-minmax", CB_I8_MINMAX, 8, 1, CB_SCALE_MATRIX, 0, 1, 127},
-    {"int4-g32", CB_I4_G32, 4, 1, CB_SCALE_GROUP, 32, 0, 7},
-    {"int4-g64", CB_I4_G64, 4, 1, CB_SCALE_GROUP, 64, 0, 7},
-};
+/* One entry per row of CB_ENCODING_LIST (colibri.h), at its code. */
+#define ENCODING_ROW(ID, CODE, NAME, BITS, IS_INT, SCALE, GROUP, ZERO, QMAX) \
+    [CB_##ID] = {NAME, CB_##ID, BITS, IS_INT, CB_SCALE_##SCALE, GROUP, ZERO, QMAX},
+static const cb_encoding TABLE[CB_DTYPE_COUNT] = {CB_ENCODING_LIST(ENCODING_ROW)};
+
+/* The codes are the rows' positions: 0 .. CB_DTYPE_COUNT-1, none skipped or repeated
+ * (a container stores them, so a row is never renumbered or moved). */
+#define ROW_POSITION(ID, ...) POSITION_##ID,
+enum { CB_ENCODING_LIST(ROW_POSITION) N_ROWS };
+#define CODE_IS_POSITION(ID, ...) _Static_assert((int)CB_##ID == (int)POSITION_##ID, "CB_ENCODING_LIST: " #ID "'s code is not its row");
+CB_ENCODING_LIST(CODE_IS_POSITION)
+_Static_assert((int)N_ROWS == (int)CB_DTYPE_COUNT, "CB_ENCODING_LIST: codes must be 0 .. rows-1");
 
 const cb_encoding *cb_encoding_of(int32_t dtype) {
     return dtype >= 0 && dtype < CB_DTYPE_COUNT ? &TABLE[dtype] : NULL;

@@ -38,7 +38,8 @@ enum { Q_NONE, Q_I8, Q_I4 };
 static int q_kind(const cb_engine *e, const cb_ffn_task *t, int in) {
     const cb_matrix *a = in ? &t->ex->gate : &t->ex->down, *b = in ? &t->ex->up : a;
     if (!e->w8a8 || a->dtype != b->dtype || a->cols > CB_Q8_MAX_K) return Q_NONE;
-    return a->dtype == CB_I8_ROW ? Q_I8 : cb_is_i4(a->dtype) ? Q_I4 : Q_NONE;
+    int path = cb_qpath_of(a->dtype);
+    return path == CB_QPATH_W8A8 ? Q_I8 : path == CB_QPATH_W4A8 ? Q_I4 : Q_NONE;
 }
 static int uses_q8(const cb_engine *e, const cb_ffn_task *t, int in) { return q_kind(e, t, in) != Q_NONE; }
 

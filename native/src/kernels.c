@@ -1,7 +1,9 @@
-/* kernels.c — the cb_dot_rows entry point (active kernel table) and weight-matrix validation.
+/* kernels.c — the cb_dot_rows entry point (active kernel table), the integer paths per encoding
+ * and weight-matrix validation.
  *
- * Role: the single entry point cb_dot_rows used by routing and the FFNs, and
- * the argument checks every public call runs on cb_matrix / cb_expert.
+ * Role: the single entry point cb_dot_rows used by routing and the FFNs, which
+ * encodings take an integer-activation path with w8a8 on, and the argument
+ * checks every public call runs on cb_matrix / cb_expert.
  */
 #include <stdio.h>
 #include "cb_internal.h"
@@ -12,10 +14,21 @@ void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const 
     cb_kernels()->dot_rows(w, r0, r1, xs, outs, nt);
 }
 
+/* Encodings with an integer-activation kernel family (kernels_q8.c, kernels_q4.c); others: f32. */
+static const int QPATH[CB_DTYPE_COUNT] = {
+    [CB_I8_ROW] = CB_QPATH_W8A8,
+    [CB_I4_G32] = CB_QPATH_W4A8,
+    [CB_I4_G64] = CB_QPATH_W4A8,
+};
+
+int cb_qpath_of(int32_t dtype) { return dtype >= 0 && dtype < CB_DTYPE_COUNT ? QPATH[dtype] : CB_QPATH_NONE; }
+
 cb_status cb_check_matrix(const cb_matrix *m, const char *what, int32_t rows, int32_t cols) {
     if (!m->data) return cb_fail(CB_E_INVALID, "%s: data is NULL", what);
     const cb_encoding *enc = cb_encoding_of(m->dtype);
     if (!enc) return cb_fail(CB_E_INVALID, "%s: unknown dtype %d", what, (int)m->dtype);
+    if (!cb_row_decoder_of(m->dtype))
+        return cb_fail(CB_E_UNSUPPORTED, "%s: encoding %s has no row decoder (native/src/decode.c)", what, enc->name);
     if (m->rows != rows || m->cols != cols)
         return cb_fail(CB_E_INVALID, "%s: shape [%d, %d], expected [%d, %d]", what, (int)m->rows,
                        (int)m->cols, (int)rows, (int)cols);

@@ -21,15 +21,19 @@
 #include <stdint.h>
 #include "colibri.h"
 
-typedef void (*cb_dot_rows_fn)(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
-                               float *const *outs, int64_t nt);
-typedef void (*cb_dot_rows_q8_fn)(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
-                                  const float *sx, float *const *outs, int64_t nt);
-/* q[k] = clamp(rint(x[k] * inv), -127, 127): one rounded multiply, round half to even. */
+/* Kernel signatures as function types: every level's kernels below are declared with them and a
+ * cb_kernel_table holds pointers to them, so one signature is written once. */
+typedef void cb_dot_rows_k(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs, float *const *outs,
+                           int64_t nt);
+/* w8a8 (kernels_q8.c): CB_I8_ROW rows x per-token int8 activations held as int16. */
+typedef void cb_dot_rows_q8_k(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq, const float *sx,
+                              float *const *outs, int64_t nt);
 /* w4a8 (kernels_q4.c): CB_I4_G32/G64 rows x activations prepared per token by cb_q4_prep. */
-typedef void (*cb_dot_rows_q4_fn)(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
-                                  const float *sx, float *const *outs, int64_t nt);
-typedef void (*cb_quantize_q8_fn)(const float *x, int32_t K, float inv, int16_t *q);
+typedef void cb_dot_rows_q4_k(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp, const float *sx,
+                              float *const *outs, int64_t nt);
+/* q[k] = clamp(rint(x[k] * inv), -127, 127): one rounded multiply, round half to even. */
+typedef void cb_quantize_q8_k(const float *x, int32_t K, float inv, int16_t *q);
+typedef float cb_amax_k(const float *x, int32_t K);   /* max |x[k]| (exact in any order) */
 
 /* AMX w8a8 (kernels_amx.c): 16-token blocks of activations packed for the tile unit (K/4 rows of
  * 16 tokens x 4 bytes, tokens >= m zero), then rows r0..r1 of a CB_I8_ROW matrix times one block
@@ -37,64 +41,47 @@ typedef void (*cb_quantize_q8_fn)(const float *x, int32_t K, float inv, int16_t 
  * Needs K % 64 == 0; rows that do not fill a 16-row tile go through dot_rows_q8 on xq. */
 #define CB_Q8_TILE_TOKENS 16
 size_t cb_q8_tiles_bytes(int32_t K);        /* bytes of one packed block (staging included) */
-typedef void (*cb_pack_q8_tiles_fn)(const int16_t *const *xq, int64_t m, int32_t K, int8_t *packed);
-typedef void (*cb_dot_rows_q8_tiles_fn)(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *packed,
-                                        const int16_t *const *xq, const float *sx, float *const *outs, int64_t m);
+typedef void cb_pack_q8_tiles_k(const int16_t *const *xq, int64_t m, int32_t K, int8_t *packed);
+typedef void cb_dot_rows_q8_tiles_k(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *packed,
+                                    const int16_t *const *xq, const float *sx, float *const *outs, int64_t m);
+
+/* Attention's value pass (attn_simd.c; kv_internal.h cb_pv_rows / cb_f16_row). */
+typedef void cb_pv_rows_k(float *acc, const float *p, const float *const *v, int32_t nj, int32_t n);
+typedef void cb_f16_row_k(const uint16_t *src, float *dst, int32_t n);
 
 /* One kernel family (simd.c holds one per cb_simd level; cb_kernels() is the active one). */
 typedef struct {
     int32_t level;                  /* cb_simd */
     const char *name;               /* "scalar" | "avx2" | "avx512" (COLIBRI_SIMD, simd_force) */
-    cb_dot_rows_fn dot_rows;
-    cb_dot_rows_q8_fn dot_rows_q8;
-    cb_dot_rows_q4_fn dot_rows_q4;  /* avx512 and amx use the avx2 kernel (no wider one yet) */
-    cb_quantize_q8_fn quantize_q8;
-    float (*amax)(const float *x, int32_t K);   /* max |x[k]| (exact in any order) */
-    cb_pack_q8_tiles_fn pack_q8_tiles;        /* NULL: this level has no tile unit */
-    cb_dot_rows_q8_tiles_fn dot_rows_q8_tiles;
+    cb_dot_rows_k *dot_rows;
+    cb_dot_rows_q8_k *dot_rows_q8;
+    cb_dot_rows_q4_k *dot_rows_q4;  /* avx512 and amx use the avx2 kernel (no wider one yet) */
+    cb_quantize_q8_k *quantize_q8;
+    cb_amax_k *amax;
+    cb_pack_q8_tiles_k *pack_q8_tiles;        /* NULL: this level has no tile unit */
+    cb_dot_rows_q8_tiles_k *dot_rows_q8_tiles;
+    cb_pv_rows_k *pv_rows;          /* avx512 and amx use the avx2 loops */
+    cb_f16_row_k *f16_row;
 } cb_kernel_table;
 const cb_kernel_table *cb_kernels(void);
 
-/* The entry points everything calls: the active table's kernels. */
-void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
-                 float *const *outs, int64_t nt);
-void cb_dot_rows_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
-                        float *const *outs, int64_t nt);
-void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
-                      float *const *outs, int64_t nt);
-void cb_dot_rows_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
-                        float *const *outs, int64_t nt);
-
-/* w8a8 (kernels_q8.c): CB_I8_ROW weights x per-row int8 activations held as int16. */
-#define CB_Q8_MAX_K 131072   /* int32 sums of K products of |127| stay exact below this */
+/* The entry points everything calls (the active table's kernels), then each level's kernels. */
+cb_dot_rows_k cb_dot_rows, cb_dot_rows_scalar, cb_dot_rows_avx2, cb_dot_rows_avx512;
+#define CB_Q8_MAX_K 131072   /* w8a8: int32 sums of K products of |127| stay exact below this */
 void cb_quantize_row_q8(const float *x, int32_t K, int16_t *q, float *scale);
-void cb_dot_rows_q8(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq, const float *sx,
-                    float *const *outs, int64_t nt);
-void cb_dot_rows_q8_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
-                           const float *sx, float *const *outs, int64_t nt);
-void cb_dot_rows_q8_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
-                         const float *sx, float *const *outs, int64_t nt);
-void cb_dot_rows_q8_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
-                           const float *sx, float *const *outs, int64_t nt);
+cb_dot_rows_q8_k cb_dot_rows_q8, cb_dot_rows_q8_scalar, cb_dot_rows_q8_avx2, cb_dot_rows_q8_avx512;
 /* w4a8 (kernels_q4.c): the w8a8 activation codes (int16 from cb_quantize_row_q8) of one token
  * prepared for an int4 matrix of group size G: int8, 32-chunks reordered, lane corrections. */
 size_t cb_q4_prep_bytes(int32_t K, int32_t G);   /* a multiple of 32 */
 void cb_q4_prep(const int16_t *xq, int32_t K, int32_t G, int8_t *out);
-void cb_dot_rows_q4(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp, const float *sx,
-                    float *const *outs, int64_t nt);
-void cb_dot_rows_q4_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
-                           const float *sx, float *const *outs, int64_t nt);
-void cb_dot_rows_q4_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
-                         const float *sx, float *const *outs, int64_t nt);
-void cb_quantize_q8_scalar(const float *x, int32_t K, float inv, int16_t *q);
-float cb_amax_scalar(const float *x, int32_t K);
-float cb_amax_avx2(const float *x, int32_t K);
-void cb_quantize_q8_avx2(const float *x, int32_t K, float inv, int16_t *q);
-void cb_quantize_q8_avx512(const float *x, int32_t K, float inv, int16_t *q);
-void cb_pack_q8_tiles_amx(const int16_t *const *xq, int64_t m, int32_t K, int8_t *packed);
-void cb_dot_rows_q8_tiles_amx(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *packed,
-                              const int16_t *const *xq, const float *sx, float *const *outs, int64_t m);
+cb_dot_rows_q4_k cb_dot_rows_q4, cb_dot_rows_q4_scalar, cb_dot_rows_q4_avx2;
+cb_quantize_q8_k cb_quantize_q8_scalar, cb_quantize_q8_avx2, cb_quantize_q8_avx512;
+cb_amax_k cb_amax_scalar, cb_amax_avx2;
+cb_pack_q8_tiles_k cb_pack_q8_tiles_amx;
+cb_dot_rows_q8_tiles_k cb_dot_rows_q8_tiles_amx;
 int cb_amx_request(void);   /* asks the OS for the AMX tile state once; 1 when granted */
+cb_pv_rows_k cb_pv_rows_scalar, cb_pv_rows_avx2;
+cb_f16_row_k cb_f16_row_scalar, cb_f16_row_avx2;
 
 /* Exact f16 -> f32 (IEEE half, subnormals included). */
 static inline float cb_f16_to_f32(uint16_t h) {
@@ -122,7 +109,30 @@ static inline int32_t cb_i4_at(const unsigned char *row, size_t k) {
     return ((((k & 1) ? b >> 4 : b) & 15) ^ 8) - 8;
 }
 
-static inline int cb_is_i4(int32_t dtype) { return dtype == CB_I4_G32 || dtype == CB_I4_G64; }
+/* ---- per-encoding kernel tables: one entry per CB_ENCODING_LIST row (colibri.h), by cb_dtype code ----
+ * Scalar level (decode.c, required for every encoding): the row decoder, elements k0 .. k0+n-1 of
+ * row r as the values v(k) above; the row / matrix scale applied after the dot is cb_post_scale's. */
+typedef void (*cb_row_decoder)(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out);
+cb_row_decoder cb_row_decoder_of(int32_t dtype);           /* NULL: none (an unknown code) */
+static inline void cb_decode_row(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    cb_row_decoder_of(w->dtype)(w, r, k0, n, out);
+}
+const float *cb_post_scale(const cb_matrix *w, int32_t r);  /* scale kind ROW: &scales[r]; MATRIX: scales; else NULL */
+/* The sequence's scalar tail for row r (kernels_scalar.c): s = fma(v(k), x[k], s) for k = K8 .. K-1. */
+float cb_dot_tail(const cb_matrix *w, int32_t r, const float *x, float s);
+/* The integer-activation path an encoding takes with the engine's w8a8 switch on (kernels.c):
+ * CB_QPATH_W8A8 cb_dot_rows_q8, CB_QPATH_W4A8 cb_dot_rows_q4, CB_QPATH_NONE the f32 kernels. */
+enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2 };
+int cb_qpath_of(int32_t dtype);
+
+/* The list's facts as compile-time constants CB_BITS_<ID>, CB_GROUP_<ID> (0: not group-scaled) and
+ * CB_SCALE_KIND_<ID>, for the SIMD kernels that specialise on an encoding (kernels_x86.h). */
+#define CB_FACT_BITS_(ID, CODE, NAME, BITS, ...) CB_BITS_##ID = BITS,
+#define CB_FACT_GROUP_(ID, CODE, NAME, BITS, IS_INT, SCALE, GROUP, ...) CB_GROUP_##ID = GROUP,
+#define CB_FACT_SCALE_(ID, CODE, NAME, BITS, IS_INT, SCALE, ...) CB_SCALE_KIND_##ID = CB_SCALE_##SCALE,
+enum { CB_ENCODING_LIST(CB_FACT_BITS_) };
+enum { CB_ENCODING_LIST(CB_FACT_GROUP_) };
+enum { CB_ENCODING_LIST(CB_FACT_SCALE_) };
 
 /* Group size of a CB_SCALE_GROUP dtype (0 otherwise), from the encoding table. */
 static inline int32_t cb_group_size(int32_t dtype) {

@@ -30,9 +30,30 @@ A512_FN __m256i load2x16(const unsigned char *a, const unsigned char *b, size_t 
                                    _mm_loadu_si128((const __m128i *)(b + o)), 1);
 }
 
+/* The 16-lane decoders: codes k..k+7 of rows a and b as floats, before any group scale (the tile
+ * applies it, once per group built: pair_scale). One per storage format; a kernel names its own. */
+typedef __m512 (*dec16_fn)(const unsigned char *a, const unsigned char *b, int32_t zero, size_t k);
+
+A512_FN __m512 dec16_f32(const unsigned char *a, const unsigned char *b, int32_t zero, size_t k) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)a + k)),
+                              _mm256_loadu_ps((const float *)b + k), 1);
+}
+
+A512_FN __m512 dec16_f16(const unsigned char *a, const unsigned char *b, int32_t zero, size_t k) {
+    return _mm512_cvtph_ps(load2x16(a, b, 2 * k));
+}
+
+A512_FN __m512 dec16_bf16(const unsigned char *a, const unsigned char *b, int32_t zero, size_t k) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load2x16(a, b, 2 * k)), 16));
+}
+
+A512_FN __m512 dec16_i8(const unsigned char *a, const unsigned char *b, int32_t zero, size_t k) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load2x8(a, b, k)));
+}
+
 /* int4 codes k..k+7 of rows a (lanes 0-7) and b (lanes 8-15) as floats: each lane's nibble
  * shifted to the bottom, then vpermps (which reads only the low 4 index bits) looks up (float)q. */
-A512_FN __m512 i4x16(const unsigned char *a, const unsigned char *b, size_t k) {
+A512_FN __m512 dec16_i4(const unsigned char *a, const unsigned char *b, int32_t zero, size_t k) {
     int32_t va, vb;
     __builtin_memcpy(&va, a + k / 2, 4);
     __builtin_memcpy(&vb, b + k / 2, 4);
@@ -42,23 +63,6 @@ A512_FN __m512 i4x16(const unsigned char *a, const unsigned char *b, size_t k) {
     return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), lut);
 }
 
-/* Codes k..k+7 of rows a and b as floats, before any group scale (the scale is applied by the caller,
- * once per group built: pair_scale). */
-A512_FN __m512 dec16(int dtype, const unsigned char *a, const unsigned char *b, int32_t zero, size_t k) {
-    switch (dtype) {
-    case CB_F32:
-        return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)a + k)),
-                                  _mm256_loadu_ps((const float *)b + k), 1);
-    case CB_F16: return _mm512_cvtph_ps(load2x16(a, b, 2 * k));
-    case CB_BF16:
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load2x16(a, b, 2 * k)), 16));
-    case CB_I8_MINMAX:
-        return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepi8_epi32(load2x8(a, b, k)), _mm512_set1_epi32(zero)));
-    case CB_I4_G32: case CB_I4_G64: return i4x16(a, b, k);
-    default: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load2x8(a, b, k)));   /* I8_ROW, I8_G* */
-    }
-}
-
 /* Group scales of rows a (lanes 0-7) and b (lanes 8-15) for group gi. */
 A512_FN __m512 pair_scale(const float *ga, const float *gb, size_t gi) {
     return _mm512_insertf32x8(_mm512_set1_ps(ga[gi]), _mm256_set1_ps(gb[gi]), 1);
@@ -66,19 +70,13 @@ A512_FN __m512 pair_scale(const float *ga, const float *gb, size_t gi) {
 
 /* TT tokens x TP row pairs from row r (single: one row, lanes 8-15 repeat it and are dropped).
  * pf != 0: prefetch into L2 the block pf bytes ahead (the next row tile), linearly. */
-A512_FN void tile(int dtype, int TT, int TP, int single, const wdesc *d, int32_t r, const float *const *xs,
+A512_FN void tile(kspec ks, dec16_fn dec, int TT, int TP, int single, const wdesc *d, int32_t r, const float *const *xs,
                   float *const *outs, size_t pf) {
     __m512 acc[4][8];
     const unsigned char *row[16];
     const float *gs[16], *xp[4];
-    size_t K8 = (size_t)d->cols - (size_t)d->cols % 8, bits = elem_bits(dtype);
-    int NR = single ? 1 : 2 * TP;
-#pragma GCC unroll 16
-    for (int j = 0; j < 2 * TP; j++) {
-        int jj = j < NR ? j : NR - 1;
-        row[j] = d->data + (size_t)(r + jj) * d->row_bytes;
-        gs[j] = d->ngroups ? d->scales + (size_t)(r + jj) * (size_t)d->ngroups : NULL;
-    }
+    size_t K8 = (size_t)d->cols - (size_t)d->cols % 8, bits = ks.bits;
+    tile_rows(d, r, single ? 1 : 2 * TP, 2 * TP, row, gs);
 #pragma GCC unroll 4
     for (int i = 0; i < TT; i++) {
         xp[i] = xs[i];
@@ -87,20 +85,20 @@ A512_FN void tile(int dtype, int TT, int TP, int single, const wdesc *d, int32_t
     }
     /* Group-scaled dtypes walk K one group at a time and build each row pair's scale vector once
      * per group; the products (float)q * scale are the same as dec8's. */
-    const int grouped = dtype == CB_I8_G32 || dtype == CB_I8_G64 || dtype == CB_I8_G128 || cb_is_i4(dtype);
-    size_t shift = grouped ? group_shift(dtype) : 0, G = grouped ? (size_t)1 << shift : (K8 ? K8 : 8);
+    const int grouped = ks.group != 0;
+    size_t G = grouped ? ks.group : (K8 ? K8 : 8);
     for (size_t k0 = 0; k0 < K8; k0 += G) {
         __m512 sv[8] = {0};
         size_t kend = k0 + G < K8 ? k0 + G : K8;
         if (grouped)
 #pragma GCC unroll 8
-            for (int p = 0; p < TP; p++) sv[p] = pair_scale(gs[2 * p], gs[2 * p + 1], k0 >> shift);
+            for (int p = 0; p < TP; p++) sv[p] = pair_scale(gs[2 * p], gs[2 * p + 1], k0 / ks.group);
         for (size_t k = k0; k < kend; k += 8) {
             if (pf) /* contiguous rows: walk the next tile's 2*TP*row_bytes linearly over the k loop */
                 prefetch_span(row[0] + pf, k * (size_t)(2 * TP) * bits / 8, (k + 8) * (size_t)(2 * TP) * bits / 8);
 #pragma GCC unroll 8
             for (int p = 0; p < TP; p++) {
-                __m512 w = dec16(dtype, row[2 * p], row[2 * p + 1], d->zero, k);
+                __m512 w = dec(row[2 * p], row[2 * p + 1], d->zero, k);
                 if (grouped) w = _mm512_mul_ps(w, sv[p]);
 #pragma GCC unroll 4
                 for (int i = 0; i < TT; i++)
@@ -113,94 +111,79 @@ A512_FN void tile(int dtype, int TT, int TP, int single, const wdesc *d, int32_t
 #pragma GCC unroll 8
         for (int p = 0; p < TP; p++) {
             int32_t ra = r + 2 * p;
-            outs[i][ra] = finish(dtype, d, ra, _mm512_castps512_ps256(acc[i][p]), row[2 * p], gs[2 * p], xp[i]);
-            if (!single)
-                outs[i][ra + 1] = finish(dtype, d, ra + 1, _mm512_extractf32x8_ps(acc[i][p], 1), row[2 * p + 1],
-                                         gs[2 * p + 1], xp[i]);
+            outs[i][ra] = hsum(_mm512_castps512_ps256(acc[i][p]));
+            if (!single) outs[i][ra + 1] = hsum(_mm512_extractf32x8_ps(acc[i][p], 1));
+        }
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int p = 0; p < TP; p++) {
+            int32_t ra = r + 2 * p;
+            outs[i][ra] = finish(ks, d, ra, outs[i][ra], xp[i]);
+            if (!single) outs[i][ra + 1] = finish(ks, d, ra + 1, outs[i][ra + 1], xp[i]);
         }
 }
 
 /* Rows r..r1 not covered by full tiles: pairs, then a last single row; each token alone. */
-A512_FN void rest_rows(int dtype, const wdesc *d, int32_t r, int32_t r1, const float *const *xs,
+A512_FN void rest_rows(kspec ks, dec16_fn dec, const wdesc *d, int32_t r, int32_t r1, const float *const *xs,
                        float *const *outs, int64_t nt) {
     for (int64_t t = 0; t < nt; t++) {
         int32_t q = r;
-        for (; q + 2 <= r1; q += 2) tile(dtype, 1, 1, 0, d, q, xs + t, outs + t, 0);
-        if (q < r1) tile(dtype, 1, 1, 1, d, q, xs + t, outs + t, 0);
+        for (; q + 2 <= r1; q += 2) tile(ks, dec, 1, 1, 0, d, q, xs + t, outs + t, 0);
+        if (q < r1) tile(ks, dec, 1, 1, 1, d, q, xs + t, outs + t, 0);
     }
 }
 
-A512_FN void rows_for_dtype(int dtype, const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,
+A512_FN void rows_of(kspec ks, dec16_fn dec, const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,
                             float *const *outs, int64_t nt) {
     size_t rb = d->row_bytes;
     int32_t r = r0;
     if (nt == 1) {           /* decode: memory bound, 16 rows per tile, prefetch the next tile */
-        for (; r + 8 <= r1; r += 8) tile(dtype, 1, 4, 0, d, r, xs, outs, 8 * rb);
-        rest_rows(dtype, d, r, r1, xs, outs, 1);
+        for (; r + 8 <= r1; r += 8) tile(ks, dec, 1, 4, 0, d, r, xs, outs, 8 * rb);
+        rest_rows(ks, dec, d, r, r1, xs, outs, 1);
         return;
     }
     if (nt < 4) {            /* 2-3 tokens: decode each weight once for all of them */
         if (nt == 2)
-            for (; r + 8 <= r1; r += 8) tile(dtype, 2, 4, 0, d, r, xs, outs, 8 * rb);
+            for (; r + 8 <= r1; r += 8) tile(ks, dec, 2, 4, 0, d, r, xs, outs, 8 * rb);
         else
-            for (; r + 8 <= r1; r += 8) tile(dtype, 3, 4, 0, d, r, xs, outs, 8 * rb);
-        rest_rows(dtype, d, r, r1, xs, outs, nt);
+            for (; r + 8 <= r1; r += 8) tile(ks, dec, 3, 4, 0, d, r, xs, outs, 8 * rb);
+        rest_rows(ks, dec, d, r, r1, xs, outs, nt);
         return;
     }
     /* Row tiles outer, token tiles inner (weights stay in L1, tokens stream from L2); the first
      * token tile of a row tile prefetches the next row tile. */
     for (; r + 8 <= r1; r += 8) {
         int64_t t = 0;
-        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 4, 0, d, r, xs + t, outs + t, t == 0 ? 8 * rb : 0);
-        for (; t < nt; t++) tile(dtype, 1, 4, 0, d, r, xs + t, outs + t, 0);
+        for (; t + 4 <= nt; t += 4) tile(ks, dec, 4, 4, 0, d, r, xs + t, outs + t, t == 0 ? 8 * rb : 0);
+        for (; t < nt; t++) tile(ks, dec, 1, 4, 0, d, r, xs + t, outs + t, 0);
     }
     for (; r + 2 <= r1; r += 2) {
         int64_t t = 0;
-        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 1, 0, d, r, xs + t, outs + t, 0);
-        for (; t < nt; t++) tile(dtype, 1, 1, 0, d, r, xs + t, outs + t, 0);
+        for (; t + 4 <= nt; t += 4) tile(ks, dec, 4, 1, 0, d, r, xs + t, outs + t, 0);
+        for (; t < nt; t++) tile(ks, dec, 1, 1, 0, d, r, xs + t, outs + t, 0);
     }
     if (r < r1) {
         int64_t t = 0;
-        for (; t + 4 <= nt; t += 4) tile(dtype, 4, 1, 1, d, r, xs + t, outs + t, 0);
-        for (; t < nt; t++) tile(dtype, 1, 1, 1, d, r, xs + t, outs + t, 0);
+        for (; t + 4 <= nt; t += 4) tile(ks, dec, 4, 1, 1, d, r, xs + t, outs + t, 0);
+        for (; t < nt; t++) tile(ks, dec, 1, 1, 1, d, r, xs + t, outs + t, 0);
     }
 }
 
-#define DTYPE_KERNEL(NAME, DT)                                                                       \
-    static A512_OUTLINE void NAME(const wdesc *d, int32_t r0, int32_t r1, const float *const *xs,   \
-                                  float *const *outs, int64_t nt) {                                  \
-        rows_for_dtype(DT, d, r0, r1, xs, outs, nt);                                                 \
-    }
-DTYPE_KERNEL(k_f32, CB_F32)
-DTYPE_KERNEL(k_f16, CB_F16)
-DTYPE_KERNEL(k_bf16, CB_BF16)
-DTYPE_KERNEL(k_i8g32, CB_I8_G32)
-DTYPE_KERNEL(k_i8g64, CB_I8_G64)
-DTYPE_KERNEL(k_i8g128, CB_I8_G128)
-DTYPE_KERNEL(k_i4g32, CB_I4_G32)
-DTYPE_KERNEL(k_i4g64, CB_I4_G64)
+/* This level's kernels: K(ID, its 16-lane decoder) per encoding that has one (an encoding without
+ * runs the AVX2 kernel). LEVEL_KERNEL_TABLE (kernels_x86.h) makes each
+ * k_<ID>, rows_of on that decoder, and the table KERNELS [CB_<ID>] = k_<ID>. int8-row and
+ * int8-minmax have none: on the machine measured (docs/KERNELS.md) the zmm tiles were 20-25%
+ * slower at batch 1-2 and equal from 16 (same bits either way). */
+#define A512_KERNELS(K)                                                                           \
+    K(F32, dec16_f32) K(F16, dec16_f16) K(BF16, dec16_bf16)                                       \
+    K(I8_G32, dec16_i8) K(I8_G64, dec16_i8) K(I8_G128, dec16_i8) K(I4_G32, dec16_i4) K(I4_G64, dec16_i4)
+#define LEVEL_OUTLINE A512_OUTLINE
+LEVEL_KERNEL_TABLE(A512_KERNELS)
 
-/* int8-row and int8-minmax weights stay on the AVX2 tiles: on the machine measured (docs/KERNELS.md)
- * the zmm tiles were 20-25% slower at batch 1-2 and equal from 16 (same bits either way). */
 void cb_dot_rows_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                         float *const *outs, int64_t nt) {
-    if (w->dtype == CB_I8_ROW || w->dtype == CB_I8_MINMAX) {
-        cb_dot_rows_avx2(w, r0, r1, xs, outs, nt);
-        return;
-    }
-    int32_t g = cb_group_size(w->dtype);
-    wdesc d = {(const unsigned char *)w->data, w->scales, (size_t)cb_row_bytes(w->dtype, w->cols), w->cols,
-               g ? (w->cols + g - 1) / g : 0, w->zero ? w->zero[0] : 0};
-    switch (w->dtype) {
-    case CB_F32: k_f32(&d, r0, r1, xs, outs, nt); break;
-    case CB_F16: k_f16(&d, r0, r1, xs, outs, nt); break;
-    case CB_BF16: k_bf16(&d, r0, r1, xs, outs, nt); break;
-    case CB_I8_G32: k_i8g32(&d, r0, r1, xs, outs, nt); break;
-    case CB_I8_G64: k_i8g64(&d, r0, r1, xs, outs, nt); break;
-    case CB_I8_G128: k_i8g128(&d, r0, r1, xs, outs, nt); break;
-    case CB_I4_G32: k_i4g32(&d, r0, r1, xs, outs, nt); break;
-    default: k_i4g64(&d, r0, r1, xs, outs, nt); break;
-    }
+    if (!run_kernel(KERNELS, w, r0, r1, xs, outs, nt)) cb_dot_rows_avx2(w, r0, r1, xs, outs, nt);
 }
 
 /* ---- w8a8: int8 weights (sign-extended to int16) x int16 activations, vpdpwssd ---- */

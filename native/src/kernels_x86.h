@@ -1,38 +1,63 @@
 /* kernels_x86.h — pieces the AVX2 and AVX-512 kernel files share (x86-64 GCC/clang only).
  *
- * Role: the weight descriptor, the scalar decode of one element, and the fixed
- * 8-lane horizontal sum of kernels.h, compiled for AVX2 and inlined into
- * either family (an AVX-512 function may inline AVX2 code), so both finish
- * every element with literally the same operations.
+ * Role: the weight descriptor, the per-encoding kernel table type and its
+ * dispatch (a missing entry falls to the level below), and the fixed 8-lane
+ * horizontal sum + scalar tail of kernels.h, compiled for AVX2 and inlined
+ * into either family (an AVX-512 function may inline AVX2 code), so both
+ * finish every element with literally the same operations.
  */
 #ifndef CB_KERNELS_X86_H
 #define CB_KERNELS_X86_H
 #include <immintrin.h>
 #include <math.h>
+#include "cb_internal.h"
 #include "kernels.h"
 
 #define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define AVX2_OUTLINE __attribute__((noinline, target("avx2,fma,f16c")))
 
+/* The matrix as the tiles walk it (built once per call: wdesc_of). */
 typedef struct {
+    const cb_matrix *w;
     const unsigned char *data; /* row 0 start */
     const float *scales;
     size_t row_bytes;
     int32_t cols, ngroups, zero;
 } wdesc;
 
-AVX2_FN float dec1(int dtype, const unsigned char *row, const float *gscale, int32_t zero, size_t k) {
-    switch (dtype) {
-    case CB_F32: return ((const float *)row)[k];
-    case CB_F16: return cb_f16_to_f32(((const uint16_t *)row)[k]);
-    case CB_BF16: return cb_bf16_to_f32(((const uint16_t *)row)[k]);
-    case CB_I8_ROW: return (float)((const int8_t *)row)[k];
-    case CB_I8_MINMAX: return (float)((int32_t)((const int8_t *)row)[k] - zero);
-    default: {
-        float q = cb_is_i4(dtype) ? (float)cb_i4_at(row, k) : (float)((const int8_t *)row)[k];
-        return q * gscale[k / (size_t)cb_group_size(dtype)];
+static inline wdesc wdesc_of(const cb_matrix *w) {
+    int32_t g = cb_group_size(w->dtype);
+    return (wdesc){w, (const unsigned char *)w->data, w->scales, (size_t)cb_row_bytes(w->dtype, w->cols), w->cols,
+                   g ? (w->cols + g - 1) / g : 0, w->zero ? w->zero[0] : 0};
+}
+
+/* An encoding's facts from CB_ENCODING_LIST as constants (kernels.h CB_BITS_<ID>, ...): the tiles
+ * are always_inline, so every kernel specialises on them (and on its decoder) at compile time. */
+typedef struct { size_t bits, group; int scale_kind; } kspec;
+#define KSPEC(ID) ((kspec){CB_BITS_##ID, CB_GROUP_##ID, CB_SCALE_KIND_##ID})
+
+/* One level's kernel for one encoding, and a level's table of them by cb_dtype code. */
+typedef void (*x86_kernel)(const wdesc *d, int32_t r0, int32_t r1, const float *const *xs, float *const *outs,
+                           int64_t nt);
+/* A level's kernels and their table from its list K(ID, decoder): k_<ID> runs the level file's
+ * rows_of on that decoder with the encoding's facts (KSPEC(ID)), compiled with the file's
+ * LEVEL_OUTLINE attributes; KERNELS[CB_<ID>] = k_<ID> (designated initializers, NULL elsewhere). */
+#define LEVEL_KERNEL_(ID, DEC)                                                                        \
+    static LEVEL_OUTLINE void k_##ID(const wdesc *d, int32_t r0, int32_t r1, const float *const *xs, \
+                                     float *const *outs, int64_t nt) {                                \
+        rows_of(KSPEC(ID), DEC, d, r0, r1, xs, outs, nt);                                            \
     }
-    }
+#define LEVEL_ENTRY_(ID, DEC) [CB_##ID] = k_##ID,
+#define LEVEL_KERNEL_TABLE(LIST) LIST(LEVEL_KERNEL_) static const x86_kernel KERNELS[CB_DTYPE_COUNT] = {LIST(LEVEL_ENTRY_)};
+
+/* Runs the table's kernel for w's encoding; 0 when the level has none (the caller takes the level below). */
+static inline int run_kernel(const x86_kernel *table, const cb_matrix *w, int32_t r0, int32_t r1,
+                             const float *const *xs, float *const *outs, int64_t nt) {
+    x86_kernel k = table[w->dtype];
+    if (!k) return 0;
+    wdesc d = wdesc_of(w);
+    k(&d, r0, r1, xs, outs, nt);
+    return 1;
 }
 
 AVX2_FN float hsum(__m256 a) {
@@ -42,14 +67,15 @@ AVX2_FN float hsum(__m256 a) {
     return _mm_cvtss_f32(v);
 }
 
-/* Bits per stored element (constant-folds inside the per-dtype kernels). */
-AVX2_FN size_t elem_bits(int dtype) {
-    return dtype == CB_F32 ? 32 : (dtype == CB_F16 || dtype == CB_BF16) ? 16 : cb_is_i4(dtype) ? 4 : 8;
-}
-
-/* log2 of the group size of a group-scaled dtype. */
-AVX2_FN size_t group_shift(int dtype) {
-    return (dtype == CB_I8_G32 || dtype == CB_I4_G32) ? 5 : (dtype == CB_I8_G64 || dtype == CB_I4_G64) ? 6 : 7;
+/* Row pointers of a tile: entry j < n is row r + min(j, nr - 1) of d, with its group scales
+ * (NULL when d is not group-scaled); entries past nr repeat the last row. */
+AVX2_FN void tile_rows(const wdesc *d, int32_t r, int nr, int n, const unsigned char **row, const float **gs) {
+#pragma GCC unroll 16
+    for (int j = 0; j < n; j++) {
+        int jj = j < nr ? j : nr - 1;
+        row[j] = d->data + (size_t)(r + jj) * d->row_bytes;
+        gs[j] = d->ngroups ? d->scales + (size_t)(r + jj) * (size_t)d->ngroups : NULL;
+    }
 }
 
 /* Software prefetch (into L2: T0 measured ~30% slower, it crowds L1's miss buffers) of the
@@ -69,14 +95,13 @@ AVX2_FN __m256i i4x8(const unsigned char *row, size_t k) {
     return _mm256_srai_epi32(t, 28);
 }
 
-/* One element's end of the kernels.h sequence: 8-lane sum, scalar tail, row/matrix scale. */
-AVX2_FN float finish(int dtype, const wdesc *d, int32_t r, __m256 acc, const unsigned char *row,
-                     const float *gscale, const float *x) {
-    size_t K = (size_t)d->cols, K8 = K - K % 8;
-    float s = hsum(acc);
-    for (size_t k = K8; k < K; k++) s = fmaf(dec1(dtype, row, gscale, d->zero, k), x[k], s);
-    if (dtype == CB_I8_ROW) s = s * d->scales[r];
-    else if (dtype == CB_I8_MINMAX) s = s * d->scales[0];
+/* One element's end of the kernels.h sequence, s its 8-lane sum (hsum): scalar tail (through the
+ * encoding's row decoder, as the scalar kernels do), row/matrix scale. Tiles call it once their
+ * accumulators are dead, so the tail's call never makes them spill. */
+AVX2_FN float finish(kspec ks, const wdesc *d, int32_t r, float s, const float *x) {
+    if (d->cols % 8) s = cb_dot_tail(d->w, r, x, s);
+    if (ks.scale_kind == CB_SCALE_ROW) s = s * d->scales[r];
+    else if (ks.scale_kind == CB_SCALE_MATRIX) s = s * d->scales[0];
     return s;
 }
 

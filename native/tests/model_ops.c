@@ -4,6 +4,7 @@
 #include <string.h>
 #include "colibri.h"
 #include "check.h"
+#include "kernels.h"   /* cb_row_decoder_of (tests build with -Isrc) */
 
 static int has(const char *msg, const char *part) { return strstr(msg, part) != NULL; }
 
@@ -79,6 +80,18 @@ static void test_embed(void) {
     CHECK(out[0] == 1.0f && out[1] == 1.25f && out[2] == 1.5f);
     ids[1] = 3;
     CHECK(cb_embed(&m, ids, 2, out) == CB_E_INVALID && has(cb_last_error(), "ids[1] = 3 outside [0, 3)"));
+}
+
+/* Every row of CB_ENCODING_LIST is in the encoding table at its code and has the required scalar
+ * kernel (its row decoder); a code past the list is refused. */
+static void test_encoding_tables(void) {
+    for (int32_t d = 0; d < CB_DTYPE_COUNT; d++)
+        CHECK(cb_encoding_of(d) && cb_encoding_of(d)->dtype == d && cb_row_decoder_of(d) != NULL);
+    CHECK(cb_row_decoder_of(CB_DTYPE_COUNT) == NULL && cb_encoding_of(-1) == NULL);
+    float w[4] = {0}, out[4];
+    int32_t id = 0;
+    cb_matrix m = {w, NULL, NULL, CB_DTYPE_COUNT, 1, 4};
+    CHECK(cb_embed(&m, &id, 1, out) == CB_E_INVALID && has(cb_last_error(), "unknown dtype"));
 }
 
 static void test_rope(void) {
@@ -224,6 +237,7 @@ int main(void) {
     test_matmul(e1, e3);
     test_rmsnorm_softmax();
     test_embed();
+    test_encoding_tables();
     test_rope();
     test_kv_write();
     test_attention(e1, e3);

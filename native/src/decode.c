@@ -1,0 +1,86 @@
+/* decode.c — the row decoders: the scalar kernel of every encoding (the one part a new
+ * encoding must write for the portable level).
+ *
+ * Role: a decoder turns elements k0 .. k0+n-1 of row r into the values v(k) of kernels.h
+ * (f16/bf16 widened exactly, (float)q, (float)(q - zero), (float)q * group scale). The
+ * scalar dot kernels (kernels_scalar.c), the SIMD kernels' scalar tails (kernels_x86.h)
+ * and cb_embed (embed.c, times cb_post_scale) all decode through these, so every path
+ * agrees on an encoding's values by construction. One table entry per CB_ENCODING_LIST
+ * row (designated initializers); cb_check_matrix refuses a dtype whose entry is missing.
+ */
+#include <string.h>
+#include "cb_internal.h"
+#include "kernels.h"
+
+static const unsigned char *row_of(const cb_matrix *w, int32_t r) {
+    return (const unsigned char *)w->data + (size_t)r * (size_t)cb_row_bytes(w->dtype, w->cols);
+}
+
+/* Group scales of row r (CB_SCALE_GROUP). */
+static const float *group_scales(const cb_matrix *w, int32_t r) {
+    size_t g = (size_t)cb_group_size(w->dtype);
+    return w->scales + (size_t)r * (((size_t)w->cols + g - 1) / g);
+}
+
+static void dec_f32(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    memcpy(out, (const float *)row_of(w, r) + k0, n * sizeof(float));
+}
+
+static void dec_f16(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const uint16_t *h = (const uint16_t *)row_of(w, r) + k0;
+    for (size_t k = 0; k < n; k++) out[k] = cb_f16_to_f32(h[k]);
+}
+
+static void dec_bf16(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const uint16_t *h = (const uint16_t *)row_of(w, r) + k0;
+    for (size_t k = 0; k < n; k++) out[k] = cb_bf16_to_f32(h[k]);
+}
+
+/* int8 codes, the scale applied after the dot (CB_I8_ROW). */
+static void dec_i8(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const int8_t *q = (const int8_t *)row_of(w, r) + k0;
+    for (size_t k = 0; k < n; k++) out[k] = (float)q[k];
+}
+
+/* int8 codes minus the matrix's zero point (CB_I8_MINMAX). */
+static void dec_i8_zero(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const int8_t *q = (const int8_t *)row_of(w, r) + k0;
+    int32_t zero = w->zero[0];
+    for (size_t k = 0; k < n; k++) out[k] = (float)((int32_t)q[k] - zero);
+}
+
+/* int8 codes times their group's scale (CB_I8_G*). */
+static void dec_i8_group(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const int8_t *q = (const int8_t *)row_of(w, r);
+    const float *gs = group_scales(w, r);
+    size_t g = (size_t)cb_group_size(w->dtype);
+    for (size_t k = k0; k < k0 + n; k++) out[k - k0] = (float)q[k] * gs[k / g];
+}
+
+/* int4 codes (colibri.h nibble order) times their group's scale (CB_I4_G*). */
+static void dec_i4_group(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const unsigned char *b = row_of(w, r);
+    const float *gs = group_scales(w, r);
+    size_t g = (size_t)cb_group_size(w->dtype);
+    for (size_t k = k0; k < k0 + n; k++) out[k - k0] = (float)cb_i4_at(b, k) * gs[k / g];
+}
+
+/* The scalar kernel of every encoding, by code (encodings that share a storage format share one). */
+static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
+    [CB_F32] = dec_f32, [CB_F16] = dec_f16, [CB_BF16] = dec_bf16,
+    [CB_I8_ROW] = dec_i8, [CB_I8_MINMAX] = dec_i8_zero,
+    [CB_I8_G32] = dec_i8_group, [CB_I8_G64] = dec_i8_group, [CB_I8_G128] = dec_i8_group,
+    [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group,
+};
+
+cb_row_decoder cb_row_decoder_of(int32_t dtype) {
+    return dtype >= 0 && dtype < CB_DTYPE_COUNT ? DECODERS[dtype] : NULL;
+}
+
+const float *cb_post_scale(const cb_matrix *w, int32_t r) {
+    switch (cb_encoding_of(w->dtype)->scale_kind) {
+    case CB_SCALE_ROW: return w->scales + r;
+    case CB_SCALE_MATRIX: return w->scales;
+    default: return NULL;
+    }
+}
