@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ColibriError
 from .logits import min_p_mask
 from .outputs import TokenLogprobs
+from .sampler_fast import LONG_ROW, invert_cdf_blocked, nucleus_long, softmax_row, workspace
 
 
 def derive_seed(base_seed, request_id):
@@ -126,11 +127,16 @@ def _sample_filtered(logits, temperature, top_k, top_p, u, min_p=0.0):
     smallest most-likely set whose mass reaches top_p (a token is kept when the mass of the tokens
     ranked above it, most likely first and ties by id, is < top_p; the most likely always stays),
     renormalize, invert the CDF at u over the kept tokens in token-id order. Every step is a
-    function of this row alone; the candidate shortcuts only skip tokens that cannot be kept."""
-    z = np.asarray(logits, dtype=np.float32) / np.float32(temperature)
+    function of this row alone; the candidate shortcuts only skip tokens that cannot be kept.
+    Rows longer than LONG_ROW take the binned nucleus and the blocked CDF (sampler_fast.py): the
+    same definition, its sums taken in another order (they can differ in the last bits)."""
+    x = np.asarray(logits, dtype=np.float32)
+    if x.shape[0] > LONG_ROW and not 0 < top_k < x.shape[0]:
+        return _sample_long(x, temperature, top_p, u, min_p)
+    z = x / np.float32(temperature)
+    ids = None                                 # None = every token (no top_k): positions are token ids
     if min_p > 0.0:
         z = min_p_mask(z, min_p)
-    ids = None                                 # None = every token (no top_k): positions are token ids
     if 0 < top_k < z.shape[0]:
         cand = top_candidates(z, top_k)
         kth = np.partition(z[cand], cand.shape[0] - top_k)[cand.shape[0] - top_k]
@@ -138,15 +144,36 @@ def _sample_filtered(logits, temperature, top_k, top_p, u, min_p=0.0):
         z = z[ids]
     e = np.exp(z - z.max())                    # float32, the most likely token's is exactly 1
     total = e.sum(dtype=np.float64)
-    if top_p < 1.0:                            # probabilities (e / total in float64) of candidates only
-        keep = _nucleus(e, total, top_p)
-        ids = keep if ids is None else ids[keep]
-        probs = e[keep].astype(np.float64) / total
+    if e.shape[0] > LONG_ROW:                  # a top_k of more than LONG_ROW tokens
+        ws = workspace(e.shape[0])
+        j = invert_cdf_blocked(nucleus_long(e, total, top_p, ws) if top_p < 1.0 else e, u, ws)
     else:
-        probs = e.astype(np.float64) / total
-    cdf = probs.cumsum()
-    j = min(int(cdf.searchsorted(u * cdf[-1], side="right")), cdf.shape[0] - 1)
+        if top_p < 1.0:                        # probabilities (e / total in float64) of candidates only
+            keep = _nucleus(e, total, top_p)
+            ids = keep if ids is None else ids[keep]
+            e = e[keep]
+        cdf = (e.astype(np.float64) / total).cumsum()
+        j = min(int(cdf.searchsorted(u * cdf[-1], side="right")), cdf.shape[0] - 1)
     return int(j if ids is None else ids[j])
+
+
+def _sample_long(x, temperature, top_p, u, min_p):
+    """A whole long row (no top_k): the same steps in a reused workspace, top-p by nucleus_long."""
+    ws = workspace(x.shape[0])
+    e = softmax_row(x, temperature, ws)
+    if min_p > 0.0:                            # min_p_mask's rule: p_i < min_p * p_max is dropped
+        np.multiply(e, e >= np.float32(min_p), out=e)
+    total = e.sum(dtype=np.float64)
+    if top_p < 1.0:
+        peaked = np.greater_equal(e, np.float32(1e-2), out=ws.mask)     # e.max() is 1
+        if np.count_nonzero(peaked) <= LONG_ROW:            # a peaked row: the short path's nucleus
+            cand = np.flatnonzero(peaked)
+            if (e[cand].astype(np.float64) / total).sum() >= top_p:
+                kept = _nucleus_sorted(e, total, top_p, cand)
+                cdf = (e[kept].astype(np.float64) / total).cumsum()
+                return int(kept[min(int(cdf.searchsorted(u * cdf[-1], side="right")), cdf.shape[0] - 1)])
+        return invert_cdf_blocked(nucleus_long(e, total, top_p, ws), u, ws)
+    return invert_cdf_blocked(e, u, ws)
 
 
 def _nucleus(e, total, top_p):
@@ -155,7 +182,11 @@ def _nucleus(e, total, top_p):
     found: the tokens within 1e-2 of the most likely one, else the top 512, 4096, 32768 (with every
     tie), else the whole row. e orders and ties exactly as the probabilities do (float32 -> float64
     division by one positive number is monotone and keeps distinct values distinct)."""
-    cand = _nucleus_candidates(e, total, top_p)
+    return _nucleus_sorted(e, total, top_p, _nucleus_candidates(e, total, top_p))
+
+
+def _nucleus_sorted(e, total, top_p, cand):
+    """The kept positions among cand (a set holding every token top_p can keep), sorted."""
     pc = e[cand].astype(np.float64) / total
     order = np.lexsort((cand, -pc))
     po = pc[order]
