@@ -4,9 +4,9 @@ Role: measures automatic prefix caching on a batch job (docs/PERFORMANCE.md, "Pr
 prompts that share one --prefix-tokens random prefix, each with its own --suffix-tokens suffix, sent as
 ONE generate() call with max_tokens=1 (prefill + one sampled token per row), once with
 LLM(enable_prefix_caching=False) and once with it on (the default), on the same container and threads.
-Rows admitted in the same step as the first computation of a block cannot share it (it is named after
-the step), so with the default 2,048-token step the first two rows compute the prefix. Prints and writes both wall times, the prompt tokens actually fed, the hit rate and their ratio, and
-asserts the two runs gave the same tokens and logprobs bit for bit. Default model: the whole-model
+Rows whose prefix blocks another row computes in this step wait one step and match them (scheduler.py),
+so the prefix is computed once. Prints and writes both wall times, the prompt tokens actually fed, the
+hit rate and their ratio, and asserts the two runs gave the same tokens and logprobs bit for bit. Default model: the whole-model
 benchmark's OLMoE-shaped container (bench/model.py, made once under --cache).
 """
 import argparse

@@ -7,7 +7,8 @@ are always of the raw row. Each Sampler owns one numpy Generator seeded from the
 (or, without one, from the engine's base seed and the request id; sample i > 0 of n from that seed
 and i) and consumes exactly one uniform draw per generated token,
 so a request's stream never depends on what else is in the batch. All arithmetic is on that one
-row in float64, so the result is a function of the logits' bits alone.
+row (sums in float64), so the result is a function of the logits' bits alone. Rows longer than
+LONG_ROW without top_k (a real vocabulary) take sampler_fast.py: no whole-row sort or cumsum.
 """
 import hashlib
 import math

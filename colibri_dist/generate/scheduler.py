@@ -19,6 +19,10 @@ StepModel protocol (duck-typed; the whole-model engine provides it):
     match_prefix(seq, token_ids) -> int  optional (prefix caching): gives the new seq the cached KV of
                                          the first tokens (whole blocks, never the last token); the
                                          request's prefill then starts there
+    prefix_digests(token_ids) -> list    optional: names of those full blocks (a waiting request whose
+                                         blocks are being computed in this step waits one step)
+    fork_sequence(seq) -> seq            optional: a new seq with seq's KV (n > 1: the samples of one
+                                         prompt compute it once)
 """
 import time
 from collections import deque
