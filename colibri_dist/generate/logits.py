@@ -12,6 +12,8 @@ function of this request's tokens alone, so batching never changes a bit.
 """
 import numpy as np
 
+from .sampler_fast import LONG_ROW, workspace
+
 
 class Processors:
     def __init__(self, params, prompt, eos_token_ids=(), bad_words_ids=()):
@@ -34,10 +36,11 @@ class Processors:
             self.seen.append(token)
 
     def apply(self, logits, output):
-        """The row to sample from (a float32 copy when anything applies, else `logits` itself)."""
+        """The row to sample from (a float32 copy when anything applies, else `logits` itself; a long
+        row's copy is this thread's scratch buffer, valid until the next apply)."""
         if not self.active:
             return logits
-        x = np.array(logits, dtype=np.float32)
+        x = _scratch_copy(logits)
         if self.allowed is not None:
             keep = x[self.allowed]
             x[:] = -np.inf
@@ -71,6 +74,17 @@ class Processors:
             if p.presence_penalty != 0.0:
                 x[ids] -= np.float32(p.presence_penalty)
         return x
+
+
+def _scratch_copy(logits):
+    """A float32 copy of the row; long rows go to this thread's reused buffer (the sampler reads it
+    before the next apply), short ones to a fresh array."""
+    row = np.asarray(logits)
+    if row.ndim == 1 and row.shape[0] > LONG_ROW:
+        out = workspace(row.shape[0]).x
+        out[:] = row
+        return out
+    return np.array(row, dtype=np.float32)
 
 
 def bad_words_token_ids(bad_words, tokenizer):

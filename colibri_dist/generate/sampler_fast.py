@@ -44,7 +44,7 @@ class Workspace:
     def __init__(self, n):
         padded = -(-n // _BLOCK) * _BLOCK
         self.n = n
-        self.z, self.e = np.empty(n, np.float32), np.empty(n, np.float32)
+        self.z, self.e, self.x = np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.float32)
         self.w = np.zeros(padded, np.float32)          # the tail past n stays 0
         self.key, self.mask, self.mask2 = np.empty(n, np.int32), np.empty(n, bool), np.empty(n, bool)
 
@@ -85,18 +85,19 @@ def nucleus_long(e, total, top_p, ws):
     b_lo = max(int(np.searchsorted(hi_above * (1 + _SLACK), limit, side="left")) - 1, 0)  # bins < b_lo: kept
     b_hi = int(np.searchsorted(lo_above * (1 - _SLACK), limit, side="left"))          # bins >= b_hi: not
     w, m, m2 = ws.w[:ws.n], ws.mask, ws.mask2
+    rel = np.subtract(key, b_lo, out=key)               # < 0 above the band; as uint32, < width in it
     above = 0.0
     if b_lo > 0:
-        np.multiply(e, np.less(key, b_lo, out=m), out=w)
+        np.multiply(e, np.less(rel, 0, out=m), out=w)
         above = w.sum(dtype=np.float64)
-    np.greater_equal(key, b_lo, out=m)
-    if b_hi < counts.shape[0]:
-        np.logical_and(m, np.less(key, b_hi, out=m2), out=m)
-    s = np.sort(e[m])[::-1].astype(np.float64)          # the band, most likely first
+    band = e[np.less(rel.view(np.uint32), b_hi - b_lo, out=m)]
+    s = np.sort(band)[::-1].astype(np.float64)          # the band, most likely first
     before = above + (np.cumsum(s) - s)                 # mass ranked above each band token
     k = max(int(np.count_nonzero(before < limit)), 1)   # (>= 1: the likeliest band token, rounding aside)
     v = np.float32(s[k - 1])                            # the smallest kept value
     ties = k - int(np.count_nonzero(s[:k] > v))         # how many tokens of value v are kept (by id)
+    if ties == int(np.count_nonzero(s == v)):           # all of them (always, unless the nucleus
+        return np.multiply(e, np.greater_equal(e, v, out=m), out=w)   # ends inside a run of ties)
     np.greater(e, v, out=m)
     m[np.flatnonzero(np.equal(e, v, out=m2))[:ties]] = True
     return np.multiply(e, m, out=w)
