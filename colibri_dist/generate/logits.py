@@ -25,6 +25,7 @@ class Processors:
         self.counts = {}                   # output token -> times generated
         self.seen = list(dict.fromkeys(int(t) for t in prompt)) if params.repetition_penalty != 1.0 else []
         self._seen_set = set(self.seen)
+        self._seen_ids = None
         self.n_out = 0
         self.active = (self.allowed is not None or bool(self.bad) or self.min_stop is not None or params.penalized)
 
@@ -62,17 +63,21 @@ class Processors:
     def _penalize(self, x):
         p = self.p
         if p.repetition_penalty != 1.0 and self.seen:
-            ids = np.asarray(self.seen, np.int64)
+            if self._seen_ids is None or self._seen_ids.shape[0] != len(self.seen):
+                self._seen_ids = np.asarray(self.seen, np.int64)      # rebuilt only when a token is new
+            ids = self._seen_ids
             s = x[ids]
             pen = np.float32(p.repetition_penalty)
             x[ids] = np.where(s < 0, s * pen, s / pen)
         if self.counts and (p.frequency_penalty != 0.0 or p.presence_penalty != 0.0):
             ids = np.fromiter(self.counts.keys(), np.int64, len(self.counts))
+            s = x[ids]                         # (logit - frequency x count) - presence, in float32
             if p.frequency_penalty != 0.0:
-                cnt = np.fromiter(self.counts.values(), np.float32, len(self.counts))
-                x[ids] -= np.float32(p.frequency_penalty) * cnt
+                s = s - np.float32(p.frequency_penalty) * np.fromiter(self.counts.values(), np.float32,
+                                                                      len(self.counts))
             if p.presence_penalty != 0.0:
-                x[ids] -= np.float32(p.presence_penalty)
+                s = s - np.float32(p.presence_penalty)
+            x[ids] = s
         return x
 
 

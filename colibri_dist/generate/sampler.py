@@ -56,8 +56,9 @@ class Sampler:
             token = int(x.argmax())            # first maximum = lowest token id among ties
             _check_finite(x[token])            # argmax lands on a NaN or +inf if there is one
         else:
-            _check_finite(x.max())
-            token = _sample_filtered(x, p.temperature, p.top_k, p.top_p, u, p.min_p)
+            xmax = x.max()
+            _check_finite(xmax)
+            token = _sample_filtered(x, p.temperature, p.top_k, p.top_p, u, p.min_p, xmax)
         lp = token_logprobs(logits, token, p.logprobs) if p.logprobs is not None else None
         return token, lp
 
@@ -122,7 +123,7 @@ def top_candidates(x, n):
     return np.arange(x.shape[0])
 
 
-def _sample_filtered(logits, temperature, top_k, top_p, u, min_p=0.0):
+def _sample_filtered(logits, temperature, top_k, top_p, u, min_p=0.0, xmax=None):
     """vLLM semantics: scale by 1/T, drop tokens below min_p x the most likely one's probability,
     keep the top_k largest (ties with the k-th kept), then the
     smallest most-likely set whose mass reaches top_p (a token is kept when the mass of the tokens
@@ -133,7 +134,7 @@ def _sample_filtered(logits, temperature, top_k, top_p, u, min_p=0.0):
     same definition, its sums taken in another order (they can differ in the last bits)."""
     x = np.asarray(logits, dtype=np.float32)
     if x.shape[0] > LONG_ROW and not 0 < top_k < x.shape[0]:
-        return _sample_long(x, temperature, top_p, u, min_p)
+        return _sample_long(x, temperature, top_p, u, min_p, xmax)
     z = x / np.float32(temperature)
     ids = None                                 # None = every token (no top_k): positions are token ids
     if min_p > 0.0:
@@ -158,10 +159,11 @@ def _sample_filtered(logits, temperature, top_k, top_p, u, min_p=0.0):
     return int(j if ids is None else ids[j])
 
 
-def _sample_long(x, temperature, top_p, u, min_p):
-    """A whole long row (no top_k): the same steps in a reused workspace, top-p by nucleus_long."""
+def _sample_long(x, temperature, top_p, u, min_p, xmax=None):
+    """A whole long row (no top_k): the same steps in a reused workspace, top-p by nucleus_long.
+    xmax: x.max() when the caller has it (max(x / T) is max(x) / T exactly: division is monotone)."""
     ws = workspace(x.shape[0])
-    e = softmax_row(x, temperature, ws)
+    e = softmax_row(x, temperature, ws, xmax)
     if min_p > 0.0:                            # min_p_mask's rule: p_i < min_p * p_max is dropped
         np.multiply(e, e >= np.float32(min_p), out=e)
     total = e.sum(dtype=np.float64)

@@ -65,10 +65,13 @@ def workspace(n):
     return ws
 
 
-def softmax_row(x, temperature, ws):
-    """e = exp(z - max z), z = x / T, float32 (the short path's arithmetic), in ws.e."""
-    z = np.divide(x, np.float32(temperature), out=ws.z)
-    e = np.subtract(z, z.max(), out=ws.e)
+def softmax_row(x, temperature, ws, xmax=None):
+    """e = exp(z - max z), z = x / T, float32 (the short path's arithmetic), in ws.e; xmax = x.max()
+    if known (then max z = xmax / T, the same float32: rounding a division is monotone)."""
+    t = np.float32(temperature)
+    z = np.divide(x, t, out=ws.z)
+    zmax = z.max() if xmax is None else np.float32(xmax) / t
+    e = np.subtract(z, zmax, out=ws.e)
     return np.exp(e, out=e)
 
 
