@@ -133,3 +133,6 @@ def test_long_rows_equal_the_definition():
         mp = float(rng.choice([0.0, 0.0, 0.01]))
         for u in rng.random(3):
             assert _sample_filtered(x, t, k, p, float(u), mp) == _reference_sample(x, t, k, p, float(u), mp)
+    wide = np.round(rng.standard_normal(20000) * 10).astype(np.float32)   # most of the row past 2^-24 of
+    for u in rng.random(3):                                               # the max, the edge in that tail
+        assert _sample_filtered(wide, 0.7, 0, 0.999, float(u)) == _reference_sample(wide, 0.7, 0, 0.999, float(u))
