@@ -7,12 +7,34 @@ and emit the difference unless it ends in U+FFFD (an incomplete UTF-8 sequence o
 tokenizer). `finish()` returns what remains so that the emitted text equals
 `tokenizer.decode(all_tokens, skip_special_tokens=True)`.
 """
+from dataclasses import replace
+
 from .safe_text import safe_decode
 
 
+class TokenTexts:
+    """Token id -> its text decoded alone (vLLM's Logprob.decoded_token: `tokenizer.decode([id])`,
+    special tokens kept), cached; one per engine, shared by its requests."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.cache = tokenizer, {}
+
+    def __call__(self, token_id):
+        t = self.cache.get(token_id)
+        if t is None:
+            t = self.cache[token_id] = safe_decode(self.tokenizer, [int(token_id)], False)
+        return t
+
+    def fill(self, lp):
+        """A TokenLogprobs with `decoded` ({id: text} of its chosen and top tokens) filled in."""
+        ids = dict.fromkeys([lp.token_id] + [t for t, _ in lp.top])
+        return replace(lp, decoded=tuple((t, self(t)) for t in ids))
+
+
 class Detokenizer:
-    def __init__(self, tokenizer, skip_special_tokens=True):
+    def __init__(self, tokenizer, skip_special_tokens=True, texts=None):
         self.tokenizer = tokenizer
+        self.texts = texts if texts is not None else TokenTexts(tokenizer)   # logprobs' decoded_token
         self.skip = skip_special_tokens
         self.ids = []
         self.prefix = 0       # first token of the decode window (one token of context for spacing)
@@ -49,8 +71,9 @@ class Detokenizer:
 
 
 class NullDetokenizer:
-    """Used without a tokenizer (token-id prompts): no text."""
+    """Used without a tokenizer (token-id prompts): no text (decoded_token stays None)."""
     text = ""
+    texts = None
 
     def add(self, token_id):
         return ""

@@ -27,7 +27,7 @@ import threading
 from collections import deque
 
 from ..errors import InvalidArgument
-from .detok import Detokenizer
+from .detok import Detokenizer, TokenTexts
 from .logits import Processors, bad_words_token_ids
 from .outputs import RequestOutput
 from .params import RequestOutputKind, SamplingParams
@@ -70,6 +70,7 @@ class LLMEngine:
         self.scheduler_config = scheduler_config or SchedulerConfig()
         self.default_params = dict(default_params or {})
         self.scheduler = Scheduler(model, self.scheduler_config)
+        self._texts = TokenTexts(tokenizer) if tokenizer is not None else None   # decoded_token cache
         self._lock = threading.Lock()
         self._groups = {}            # request_id -> _Group: every unfinished request
         self._incoming = deque()     # groups added since the last step
@@ -243,7 +244,8 @@ class LLMEngine:
         out = []
         for i in range(p.n):
             procs = Processors(p, group.prompt_ids, eos, bad)
-            detok = Detokenizer(self.tokenizer, p.skip_special_tokens) if self.tokenizer is not None else None
+            detok = Detokenizer(self.tokenizer, p.skip_special_tokens, self._texts) if self.tokenizer is not None \
+                else None
             req = Request(index, group.request_id, "generate", list(group.prompt_ids), p,
                           Sampler(p, base, group.request_id, i), detok, procs if procs.active else None, i)
             req.group = group

@@ -12,6 +12,8 @@ function of this request's tokens alone, so batching never changes a bit.
 """
 import numpy as np
 
+from .sampler_fast import LONG_ROW, workspace
+
 
 class Processors:
     def __init__(self, params, prompt, eos_token_ids=(), bad_words_ids=()):
@@ -23,6 +25,7 @@ class Processors:
         self.counts = {}                   # output token -> times generated
         self.seen = list(dict.fromkeys(int(t) for t in prompt)) if params.repetition_penalty != 1.0 else []
         self._seen_set = set(self.seen)
+        self._seen_ids = None
         self.n_out = 0
         self.active = (self.allowed is not None or bool(self.bad) or self.min_stop is not None or params.penalized)
 
@@ -34,10 +37,11 @@ class Processors:
             self.seen.append(token)
 
     def apply(self, logits, output):
-        """The row to sample from (a float32 copy when anything applies, else `logits` itself)."""
+        """The row to sample from (a float32 copy when anything applies, else `logits` itself; a long
+        row's copy is this thread's scratch buffer, valid until the next apply)."""
         if not self.active:
             return logits
-        x = np.array(logits, dtype=np.float32)
+        x = _scratch_copy(logits)
         if self.allowed is not None:
             keep = x[self.allowed]
             x[:] = -np.inf
@@ -59,18 +63,33 @@ class Processors:
     def _penalize(self, x):
         p = self.p
         if p.repetition_penalty != 1.0 and self.seen:
-            ids = np.asarray(self.seen, np.int64)
+            if self._seen_ids is None or self._seen_ids.shape[0] != len(self.seen):
+                self._seen_ids = np.asarray(self.seen, np.int64)      # rebuilt only when a token is new
+            ids = self._seen_ids
             s = x[ids]
             pen = np.float32(p.repetition_penalty)
             x[ids] = np.where(s < 0, s * pen, s / pen)
         if self.counts and (p.frequency_penalty != 0.0 or p.presence_penalty != 0.0):
             ids = np.fromiter(self.counts.keys(), np.int64, len(self.counts))
+            s = x[ids]                         # (logit - frequency x count) - presence, in float32
             if p.frequency_penalty != 0.0:
-                cnt = np.fromiter(self.counts.values(), np.float32, len(self.counts))
-                x[ids] -= np.float32(p.frequency_penalty) * cnt
+                s = s - np.float32(p.frequency_penalty) * np.fromiter(self.counts.values(), np.float32,
+                                                                      len(self.counts))
             if p.presence_penalty != 0.0:
-                x[ids] -= np.float32(p.presence_penalty)
+                s = s - np.float32(p.presence_penalty)
+            x[ids] = s
         return x
+
+
+def _scratch_copy(logits):
+    """A float32 copy of the row; long rows go to this thread's reused buffer (the sampler reads it
+    before the next apply), short ones to a fresh array."""
+    row = np.asarray(logits)
+    if row.ndim == 1 and row.shape[0] > LONG_ROW:
+        out = workspace(row.shape[0]).x
+        out[:] = row
+        return out
+    return np.array(row, dtype=np.float32)
 
 
 def bad_words_token_ids(bad_words, tokenizer):

@@ -126,10 +126,11 @@ class Request:
         self.output.append(token)
         if self.procs is not None:
             self.procs.accept(token)
-        if lp is not None:
-            self.logprobs.append(lp)
-            self.cum_lp += lp.logprob
         try:
+            if lp is not None:
+                lp = lp if self.detok.texts is None else self.detok.texts.fill(lp)
+                self.logprobs.append(lp)
+                self.cum_lp += lp.logprob
             delta = self.detok.add(token)
             reason, stop_reason, cut = self._check_stop(token, delta, model)
             self._emit(token, lp, reason, stop_reason, cut, on_token)
@@ -146,7 +147,11 @@ class Request:
             lse = logsumexp(logits[j])
             if not math.isfinite(lse):
                 return self.fail(NonFiniteLogits(f"the model's logits at position {pos} are not finite"))
-            self.prompt_lps.append(token_logprobs(logits[j], self.prompt[pos + 1], self.prompt_k, lse))
+            lp = token_logprobs(logits[j], self.prompt[pos + 1], self.prompt_k, lse)
+            try:
+                self.prompt_lps.append(lp if self.detok.texts is None else self.detok.texts.fill(lp))
+            except DecodeFailed as exc:
+                return self.fail(exc)
         return False
 
     def _check_stop(self, token, delta, model):

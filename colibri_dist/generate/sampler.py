@@ -7,7 +7,8 @@ are always of the raw row. Each Sampler owns one numpy Generator seeded from the
 (or, without one, from the engine's base seed and the request id; sample i > 0 of n from that seed
 and i) and consumes exactly one uniform draw per generated token,
 so a request's stream never depends on what else is in the batch. All arithmetic is on that one
-row in float64, so the result is a function of the logits' bits alone.
+row (sums in float64), so the result is a function of the logits' bits alone. Rows longer than
+LONG_ROW without top_k (a real vocabulary) take sampler_fast.py: no whole-row sort or cumsum.
 """
 import hashlib
 import math
@@ -17,6 +18,7 @@ import numpy as np
 from ..errors import NumericalError
 from .logits import min_p_mask
 from .outputs import TokenLogprobs
+from .sampler_fast import LONG_ROW, invert_cdf_blocked, nucleus_long, softmax_row, workspace
 
 
 def derive_seed(base_seed, request_id):
@@ -54,8 +56,9 @@ class Sampler:
             token = int(x.argmax())            # first maximum = lowest token id among ties
             _check_finite(x[token])            # argmax lands on a NaN or +inf if there is one
         else:
-            _check_finite(x.max())
-            token = _sample_filtered(x, p.temperature, p.top_k, p.top_p, u, p.min_p)
+            xmax = x.max()
+            _check_finite(xmax)
+            token = _sample_filtered(x, p.temperature, p.top_k, p.top_p, u, p.min_p, xmax)
         lp = token_logprobs(logits, token, p.logprobs) if p.logprobs is not None else None
         return token, lp
 
@@ -120,17 +123,22 @@ def top_candidates(x, n):
     return np.arange(x.shape[0])
 
 
-def _sample_filtered(logits, temperature, top_k, top_p, u, min_p=0.0):
+def _sample_filtered(logits, temperature, top_k, top_p, u, min_p=0.0, xmax=None):
     """vLLM semantics: scale by 1/T, drop tokens below min_p x the most likely one's probability,
     keep the top_k largest (ties with the k-th kept), then the
     smallest most-likely set whose mass reaches top_p (a token is kept when the mass of the tokens
     ranked above it, most likely first and ties by id, is < top_p; the most likely always stays),
     renormalize, invert the CDF at u over the kept tokens in token-id order. Every step is a
-    function of this row alone; the candidate shortcuts only skip tokens that cannot be kept."""
-    z = np.asarray(logits, dtype=np.float32) / np.float32(temperature)
+    function of this row alone; the candidate shortcuts only skip tokens that cannot be kept.
+    Rows longer than LONG_ROW take the binned nucleus and the blocked CDF (sampler_fast.py): the
+    same definition, its sums taken in another order (they can differ in the last bits)."""
+    x = np.asarray(logits, dtype=np.float32)
+    if x.shape[0] > LONG_ROW and not 0 < top_k < x.shape[0]:
+        return _sample_long(x, temperature, top_p, u, min_p, xmax)
+    z = x / np.float32(temperature)
+    ids = None                                 # None = every token (no top_k): positions are token ids
     if min_p > 0.0:
         z = min_p_mask(z, min_p)
-    ids = None                                 # None = every token (no top_k): positions are token ids
     if 0 < top_k < z.shape[0]:
         cand = top_candidates(z, top_k)
         kth = np.partition(z[cand], cand.shape[0] - top_k)[cand.shape[0] - top_k]
@@ -138,15 +146,37 @@ def _sample_filtered(logits, temperature, top_k, top_p, u, min_p=0.0):
         z = z[ids]
     e = np.exp(z - z.max())                    # float32, the most likely token's is exactly 1
     total = e.sum(dtype=np.float64)
-    if top_p < 1.0:                            # probabilities (e / total in float64) of candidates only
-        keep = _nucleus(e, total, top_p)
-        ids = keep if ids is None else ids[keep]
-        probs = e[keep].astype(np.float64) / total
+    if e.shape[0] > LONG_ROW:                  # a top_k of more than LONG_ROW tokens
+        ws = workspace(e.shape[0])
+        j = invert_cdf_blocked(nucleus_long(e, total, top_p, ws) if top_p < 1.0 else e, u, ws)
     else:
-        probs = e.astype(np.float64) / total
-    cdf = probs.cumsum()
-    j = min(int(cdf.searchsorted(u * cdf[-1], side="right")), cdf.shape[0] - 1)
+        if top_p < 1.0:                        # probabilities (e / total in float64) of candidates only
+            keep = _nucleus(e, total, top_p)
+            ids = keep if ids is None else ids[keep]
+            e = e[keep]
+        cdf = (e.astype(np.float64) / total).cumsum()
+        j = min(int(cdf.searchsorted(u * cdf[-1], side="right")), cdf.shape[0] - 1)
     return int(j if ids is None else ids[j])
+
+
+def _sample_long(x, temperature, top_p, u, min_p, xmax=None):
+    """A whole long row (no top_k): the same steps in a reused workspace, top-p by nucleus_long.
+    xmax: x.max() when the caller has it (max(x / T) is max(x) / T exactly: division is monotone)."""
+    ws = workspace(x.shape[0])
+    e = softmax_row(x, temperature, ws, xmax)
+    if min_p > 0.0:                            # min_p_mask's rule: p_i < min_p * p_max is dropped
+        np.multiply(e, e >= np.float32(min_p), out=e)
+    total = e.sum(dtype=np.float64)
+    if top_p < 1.0:
+        peaked = np.greater_equal(e, np.float32(1e-2), out=ws.mask)     # e.max() is 1
+        if np.count_nonzero(peaked) <= LONG_ROW:            # a peaked row: the short path's nucleus
+            cand = np.flatnonzero(peaked)
+            if (e[cand].astype(np.float64) / total).sum() >= top_p:
+                kept = _nucleus_sorted(e, total, top_p, cand)
+                cdf = (e[kept].astype(np.float64) / total).cumsum()
+                return int(kept[min(int(cdf.searchsorted(u * cdf[-1], side="right")), cdf.shape[0] - 1)])
+        return invert_cdf_blocked(nucleus_long(e, total, top_p, ws), u, ws)
+    return invert_cdf_blocked(e, u, ws)
 
 
 def _nucleus(e, total, top_p):
@@ -155,7 +185,11 @@ def _nucleus(e, total, top_p):
     found: the tokens within 1e-2 of the most likely one, else the top 512, 4096, 32768 (with every
     tie), else the whole row. e orders and ties exactly as the probabilities do (float32 -> float64
     division by one positive number is monotone and keeps distinct values distinct)."""
-    cand = _nucleus_candidates(e, total, top_p)
+    return _nucleus_sorted(e, total, top_p, _nucleus_candidates(e, total, top_p))
+
+
+def _nucleus_sorted(e, total, top_p, cand):
+    """The kept positions among cand (a set holding every token top_p can keep), sorted."""
     pc = e[cand].astype(np.float64) / total
     order = np.lexsort((cand, -pc))
     po = pc[order]

@@ -19,6 +19,10 @@ StepModel protocol (duck-typed; the whole-model engine provides it):
     match_prefix(seq, token_ids) -> int  optional (prefix caching): gives the new seq the cached KV of
                                          the first tokens (whole blocks, never the last token); the
                                          request's prefill then starts there
+    prefix_digests(token_ids) -> list    optional: names of those full blocks (a waiting request whose
+                                         blocks are being computed in this step waits one step)
+    fork_sequence(seq) -> seq            optional: a new seq with seq's KV (n > 1: the samples of one
+                                         prompt compute it once)
 """
 import time
 from collections import deque
@@ -95,7 +99,10 @@ class Scheduler:
         progressed = list(self._failed_now)
         for (r, n), logits in zip(sched, outs):
             before = len(r.output)
-            if r.advance(n, logits, self.model, on_token):
+            done = r.advance(n, logits, self.model, on_token)
+            if before == 0 and r.output and r.seq is not None:
+                progressed += self._fork_siblings(r, logits, on_token)
+            if done:
                 self.running.remove(r)
                 self.model.release(r.seq)
                 r.seq = None
@@ -154,8 +161,17 @@ class Scheduler:
         return sched
 
     def _admit(self, sched, budget, reserved):
-        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
-            r = self.waiting[0]
+        """FIFO admissions, except requests that wait for a prompt being computed now: a sibling sample
+        (n > 1) until its sample 0 has computed the prompt (then it forks it, _fork_siblings), and, with
+        prefix caching, a prompt whose full blocks another sequence computes in this step (it matches
+        them in the next one, so co-admitted rows compute a shared prefix once)."""
+        inflight = self._inflight(sched)
+        i = 0
+        while i < len(self.waiting) and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            r = self.waiting[i]
+            if self._waits_for_sibling(r) or (inflight and not inflight.isdisjoint(self._digests(r))):
+                i += 1
+                continue
             self._start(r)
             n = self._chunk(r, budget)
             need = self.model.blocks_needed(r.seq, n)
@@ -164,10 +180,12 @@ class Scheduler:
                 r.seq, r.computed = None, 0
                 if self.running:
                     return                     # FIFO: wait for blocks rather than skip ahead
-                self.waiting.popleft()
+                del self.waiting[i]
                 self._fail_too_big(r, need)
                 continue
-            self.waiting.popleft()
+            del self.waiting[i]
+            if inflight is not None:
+                inflight.update(self._digests(r)[r.computed // self.model.block_size:])
             self.stats["cached_tokens"] += r.computed
             if r.t_sched is None:
                 r.t_sched = time.perf_counter()
@@ -175,6 +193,62 @@ class Scheduler:
             reserved += need
             sched.append((r, n))
             budget -= n
+
+    def _inflight(self, sched):
+        """Digests of the full prompt blocks the sequences scheduled so far have yet to commit (None
+        without prefix caching)."""
+        if getattr(self.model, "prefix_digests", None) is None or not getattr(self.model, "prefix_caching", True):
+            return None
+        out = set()
+        for r, _ in sched:
+            if r.computed < len(r.prompt) - 1 and r.prompt_k is None:
+                out.update(self._digests(r)[r.computed // self.model.block_size:])
+        return out
+
+    def _digests(self, r):
+        """The chain digests of r's full prompt blocks (cached on r, checked by the first one: a new
+        salt renames every block)."""
+        if r.prompt_k is not None or len(r.prompt) <= self.model.block_size:
+            return []
+        first = self.model.prefix_digests(r.prompt[:self.model.block_size + 1])
+        got = getattr(r, "_digests", None)
+        if got is None or got[:1] != first:
+            got = r._digests = self.model.prefix_digests(r.prompt)
+        return got
+
+    def _waits_for_sibling(self, r):
+        """A sample i > 0 not yet started while its sample 0 still computes the prompt (forking needs
+        the model's fork_sequence)."""
+        if r.sample_index == 0 or r.output or getattr(self.model, "fork_sequence", None) is None:
+            return False
+        first = r.group.children[0]
+        return not first.finished and not first.output
+
+    def _fork_siblings(self, r, logits, on_token):
+        """r (sample 0) just computed its prompt: its waiting siblings take a fork of its KV (full blocks
+        shared, the partial one copied) and sample their first token from the same logits row. -> the
+        siblings that got a token."""
+        fork = getattr(self.model, "fork_sequence", None)
+        group = getattr(r, "group", None)
+        if fork is None or group is None or len(group.children) < 2 or r.sample_index != 0:
+            return []
+        out = []
+        for c in group.children[1:]:
+            if c.seq is not None or c.output or c.finished or c not in self.waiting:
+                continue
+            if len(self.running) >= self.cfg.max_num_seqs or self.model.free_blocks() < 1:
+                break                          # admitted later the usual way (prefix cache, or recompute)
+            self.waiting.remove(c)
+            c.seq, c.computed = fork(r.seq), len(r.prompt)
+            c.t_sched = c.t_sched or time.perf_counter()
+            self.stats["cached_tokens"] += c.computed
+            if c.advance(0, logits[-1:], self.model, on_token):
+                self.model.release(c.seq)
+                c.seq = None
+            else:
+                self.running.append(c)
+            out.append(c)
+        return out
 
     def _start(self, r):
         """A new sequence for r; with prefix caching its prefill starts after the cached full blocks

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..encodings import BY_NAME, KV_CACHE_DTYPES
 from ..errors import InvalidArgument, ResourceError
-from .prefix_cache import PrefixIndex
+from .prefix_cache import PrefixIndex, block_digest
 
 # name -> (numpy dtype of the pools, bytes per element): f32 as float32, the 16-bit kinds as uint16 words
 DTYPES = {name: (np.float32 if BY_NAME[name].bits == 32 else np.uint16, BY_NAME[name].bits // 8)
@@ -127,7 +127,43 @@ class KVCache:
                     self._free.append(b)
         seq.blocks, seq.length, seq.tokens, seq.hashes = [], 0, [], []
 
+    def fork(self, seq):
+        """A new sequence holding seq's positions: its full blocks shared (reference-counted, never
+        written again), its partial last block copied into a fresh block of every layer's pools (the
+        copy's same bits). For SamplingParams.n: the samples of one prompt compute it once.
+        KVCacheFull (nothing changed) when the copy has no free block."""
+        partial = seq.length % self.block_size
+        if partial and not self.free_blocks():
+            raise KVCacheFull(f"KV cache full: forking sequence {seq.id} needs 1 free block, none is free")
+        child = Sequence(self._next_id, seq.epoch)
+        self._next_id += 1
+        full = seq.length // self.block_size
+        for b in seq.blocks[:full]:
+            self._refs[b] += 1
+        child.blocks = list(seq.blocks[:full])
+        if partial:
+            b = self._free.pop() if self._free else self.prefix.evict()
+            self._refs[b] = 1
+            src = seq.blocks[full]
+            for pool in self.k + ([] if self.v is self.k else self.v):
+                pool[b] = pool[src]
+            child.blocks.append(b)
+        child.length, child.tokens, child.hashes = seq.length, list(seq.tokens), list(seq.hashes)
+        self.peak_blocks = max(self.peak_blocks, self.used_blocks())
+        return child
+
     # -- prefix caching ---------------------------------------------------------
+    def prefix_digests(self, token_ids):
+        """The chain digests of the full blocks match_prefix would look up for token_ids (the block of
+        the last token excluded); [] when prefix caching is off."""
+        if self.prefix is None:
+            return []
+        bs, parent, out = self.block_size, self.prefix.root, []
+        for i in range((len(token_ids) - 1) // bs):
+            parent = block_digest(parent, [int(t) for t in token_ids[i * bs:(i + 1) * bs]])
+            out.append(parent)
+        return out
+
     def match_prefix(self, seq, token_ids):
         """Give the empty seq the cached full blocks its tokens start with; returns the tokens covered.
         The block holding the last token is never matched, so its logits are always computed."""

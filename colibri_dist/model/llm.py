@@ -140,6 +140,17 @@ class LLM:
         self.decoder.sync_salt()
         return self.cache.match_prefix(seq, token_ids)
 
+    def fork_sequence(self, seq):
+        """A new sequence with seq's KV (full blocks shared, the partial one copied): n samples of one
+        prompt compute it once (generate/scheduler.py)."""
+        self._check_open()
+        return self.cache.fork(seq)
+
+    def prefix_digests(self, token_ids):
+        """Digests naming the full blocks of token_ids match_prefix would look up ([] when caching is off)."""
+        self.decoder.sync_salt()
+        return self.cache.prefix_digests(token_ids)
+
     def reset_prefix_cache(self):
         """Forget every cached prefix block (vLLM's name); blocks of running sequences stay theirs."""
         self.cache.reset_prefix_cache()

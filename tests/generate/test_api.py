@@ -63,3 +63,20 @@ def test_score_text_prompts():
     s = score(model, tok, ["one two three", [4, 5]])
     assert s[0].prompt_token_ids == tok.encode("one two three").ids and len(s[0].token_logprobs) == 2
     assert s[1].num_tokens == 2 and s[0].total_logprob == pytest.approx(sum(s[0].token_logprobs))
+
+
+def test_logprob_decoded_token_is_the_token_decoded_alone():
+    """vLLM's Logprob.decoded_token: tokenizer.decode([id]) for the chosen and top tokens, sampled and
+    prompt logprobs alike; None without a tokenizer."""
+    tok = word_level()
+    model = FakeStepModel(vocab_size=tok.get_vocab_size())
+    sp = SamplingParams(max_tokens=3, temperature=0.8, seed=2, logprobs=2, prompt_logprobs=1)
+    out = generate(model, tok, "one two three", sp)[0]
+    entries = list(out.outputs[0].logprobs) + out.prompt_logprobs[1:]
+    for e in entries:
+        assert len(e) >= 2 and all(lp.decoded_token == tok.decode([t], skip_special_tokens=False)
+                                   for t, lp in e.items())
+    assert out.outputs[0].logprobs[0][out.token_ids[0]].decoded_token != ""
+    bare = generate(model, None, [tok.encode("one two three").ids], sp)[0]
+    assert all(lp.decoded_token is None for e in bare.outputs[0].logprobs for lp in e.values())
+    assert [e.logprob for e in bare.outputs[0].logprobs] == [e.logprob for e in out.outputs[0].logprobs]

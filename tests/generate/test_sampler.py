@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from colibri_dist.generate import SamplingParams
-from colibri_dist.generate.sampler import Sampler, _sample_filtered, derive_seed, log_softmax, token_logprobs, top_n
+from colibri_dist.generate.sampler import LONG_ROW, Sampler, _sample_filtered, derive_seed, log_softmax, token_logprobs, top_n
 
 
 def test_greedy_ties_go_to_lowest_id():
@@ -76,9 +76,11 @@ def test_seeds():
     assert derive_seed(0, 1) == 9620783941981340731   # pinned: derived seeds must not change between releases
 
 
-def _reference_sample(x, temperature, top_k, top_p, u):
+def _reference_sample(x, temperature, top_k, top_p, u, min_p=0.0):
     """The definition, on the whole row with full sorts (what the shortcuts must reproduce exactly)."""
     z = x.astype(np.float32) / np.float32(temperature)
+    if min_p > 0.0:
+        z = np.where(np.exp(z - z.max()) >= np.float32(min_p), z, np.float32(-np.inf)).astype(np.float32)
     ids = np.arange(z.shape[0])
     if 0 < top_k < z.shape[0]:
         kth = np.sort(z)[::-1][top_k - 1]
@@ -114,3 +116,23 @@ def test_shortcuts_equal_the_definition(scale):
         assert top_n(lp, n) == tuple((int(i), float(lp[i])) for i in full)
         tl = token_logprobs(x, int(full[0]), n)
         assert tl.top == top_n(lp, n) and tl.logprob == float(lp[full[0]]) and tl.rank == 1
+
+
+def test_long_rows_equal_the_definition():
+    """Rows past LONG_ROW (a real vocabulary) take the binned nucleus and the blocked CDF: the same
+    tokens as the definition (their sums run in another order; on these rows no draw lands within
+    rounding of a boundary). Flat rows (nucleus = most of the row), peaked rows, ties, min_p, top_k."""
+    rng = np.random.default_rng(7)
+    for trial in range(24):
+        v = int(rng.integers(LONG_ROW + 1, 3 * LONG_ROW))
+        x = (rng.standard_normal(v) * float(rng.choice([0.5, 2.0, 8.0]))).astype(np.float32)
+        if trial % 3 == 0:
+            x = np.round(x).astype(np.float32)            # many exact ties (also at the nucleus edge)
+        t, p = float(rng.choice([0.3, 0.8, 1.5])), float(rng.choice([1.0, 0.999, 0.9, 0.5, 0.05]))
+        k = int(rng.choice([0, 0, LONG_ROW + 7]))
+        mp = float(rng.choice([0.0, 0.0, 0.01]))
+        for u in rng.random(3):
+            assert _sample_filtered(x, t, k, p, float(u), mp) == _reference_sample(x, t, k, p, float(u), mp)
+    wide = np.round(rng.standard_normal(20000) * 10).astype(np.float32)   # most of the row past 2^-24 of
+    for u in rng.random(3):                                               # the max, the edge in that tail
+        assert _sample_filtered(wide, 0.7, 0, 0.999, float(u)) == _reference_sample(wide, 0.7, 0, 0.999, float(u))

@@ -145,3 +145,34 @@ def test_prefix_index_compares_tokens_not_only_digests():
     assert idx.add(5, d, idx.root, [1, 2])
     idx.by_digest[prefix_cache.block_digest(idx.root, [3, 4])] = 5          # a forged collision
     assert idx.lookup(idx.root, [3, 4])[1] is None and idx.lookup(idx.root, [1, 2])[1] == 5
+
+
+def _samples(out):
+    return [(c.token_ids, [(lp.token_id, lp.logprob, lp.top) for lp in c.logprobs]) for c in out.outputs]
+
+
+def test_n_samples_fork_the_prompt_and_co_admitted_rows_share_a_prefix(case):
+    """n > 1: sample 0 computes the prompt, the other samples fork its KV (full blocks shared, the partial
+    one copied) and draw their first token from its logits; each sample equals the same seed run alone.
+    Rows admitted together that share full prefix blocks compute them once (the later rows wait one step
+    and match them). Bits equal the uncached, one-by-one runs; every block comes back."""
+    from colibri_dist.generate.sampler import request_seed
+    p = SHARED + ids(5, 9)                                        # 50 tokens: 3 full blocks + a partial one
+    sp = SamplingParams(n=3, max_tokens=5, temperature=0.9, seed=4, logprobs=1, ignore_eos=True)
+    rows = [SHARED + ids(5 + i, 20 + i) for i in range(3)]
+    row_sp = SamplingParams(max_tokens=4, temperature=0.9, seed=2, logprobs=1, ignore_eos=True)
+    with cd.LLM(case, enable_prefix_caching=False) as off:
+        alone = [off.generate([p], SamplingParams(**dict(sp.to_dict(), n=1, seed=request_seed(sp, 0, 0, i))))[0]
+                 for i in range(3)]
+        steps = []
+        forked = off.generate([p], sp, on_step=steps.append)[0]   # no prefix cache: the fork alone shares
+        assert sum(s.prefill_tokens for s in steps) == len(p) and off.cache.free_blocks() == off.cache.n_blocks
+        want_rows = _key(_run_one_by_one(off, rows, row_sp))
+    assert _samples(forked) == [_samples(a)[0] for a in alone]
+    with cd.LLM(case) as on:
+        steps = []
+        got_rows = _key(on.generate(rows, row_sp, on_step=steps.append))
+        assert sum(s.prefill_tokens for s in steps) == sum(len(r) for r in rows) - 2 * 32   # SHARED's 2 blocks once
+        assert _samples(on.generate([p], sp)[0]) == _samples(forked)
+        assert on.cache.free_blocks() == on.cache.n_blocks
+    assert got_rows == want_rows
