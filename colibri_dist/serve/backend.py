@@ -160,9 +160,13 @@ class EngineBackend:
                     break
             stream = self._active.pop(rid, None)
             if stream is not None:
-                with self.lock:
-                    self.engine.abort(rid)
+                self._abort_running(rid)
                 self.metrics.finished("aborted", time.perf_counter() - stream.t_arrival, stream.prompt_len)
+
+    def _abort_running(self, rid):
+        """Stop an admitted request where it runs (here: this process's engine, which frees its KV blocks)."""
+        with self.lock:
+            self.engine.abort(rid)
 
     def _run_control(self):
         fn, fut, loop = self._control.popleft()

@@ -83,20 +83,11 @@ class RunnerBackend(EngineBackend):
         for i, items in shares.items():
             self.runner_set.submit(i, items)
 
-    def _take_aborts(self):
-        while self._aborts:
-            rid = self._aborts.popleft()
-            for k, (stream, _, _) in enumerate(self._inbox):
-                if stream.request_id == rid:
-                    del self._inbox[k]
-                    self.metrics.finished("aborted")
-                    break
-            stream = self._active.pop(rid, None)
-            if stream is not None:
-                i = self._owner.pop(rid)
-                self.in_flight[i] -= 1
-                self.runner_set.abort(i, [rid])
-                self.metrics.finished("aborted", time.perf_counter() - stream.t_arrival, stream.prompt_len)
+    def _abort_running(self, rid):
+        """The request's own runner aborts it (its engine frees the KV blocks)."""
+        i = self._owner.pop(rid)
+        self.in_flight[i] -= 1
+        self.runner_set.abort(i, [rid])
 
     def _step(self):
         try:
