@@ -55,7 +55,7 @@ typedef struct {
     const char *name;               /* "scalar" | "avx2" | "avx512" (COLIBRI_SIMD, simd_force) */
     cb_dot_rows_k *dot_rows;
     cb_dot_rows_q8_k *dot_rows_q8;
-    cb_dot_rows_q4_k *dot_rows_q4;  /* avx512 and amx use the avx2 kernel (no wider one yet) */
+    cb_dot_rows_q4_k *dot_rows_q4;
     cb_quantize_q8_k *quantize_q8;
     cb_amax_k *amax;
     cb_pack_q8_tiles_k *pack_q8_tiles;        /* NULL: this level has no tile unit */
@@ -74,7 +74,7 @@ cb_dot_rows_q8_k cb_dot_rows_q8, cb_dot_rows_q8_scalar, cb_dot_rows_q8_avx2, cb_
  * prepared for an int4 matrix of group size G: int8, 32-chunks reordered, lane corrections. */
 size_t cb_q4_prep_bytes(int32_t K, int32_t G);   /* a multiple of 32 */
 void cb_q4_prep(const int16_t *xq, int32_t K, int32_t G, int8_t *out);
-cb_dot_rows_q4_k cb_dot_rows_q4, cb_dot_rows_q4_scalar, cb_dot_rows_q4_avx2;
+cb_dot_rows_q4_k cb_dot_rows_q4, cb_dot_rows_q4_scalar, cb_dot_rows_q4_avx2, cb_dot_rows_q4_avx512;
 cb_quantize_q8_k cb_quantize_q8_scalar, cb_quantize_q8_avx2, cb_quantize_q8_avx512;
 cb_amax_k cb_amax_scalar, cb_amax_avx2;
 cb_pack_q8_tiles_k cb_pack_q8_tiles_amx;

@@ -5,8 +5,8 @@
  * and then prepared once per token (cb_q4_prep), the same for both group sizes:
  * per 64-element block b, 32 bytes A = [x(64b+2i), i < 16 | x(64b+32+2i), i < 16]
  * and 32 bytes B = the odd elements likewise (the order in which 32 bytes of int4
- * codes split into low and high nibbles), then per block the lane corrections
- * corr[b][l] = 8 * sum of x over the block's lane l.
+ * codes split into low and high nibbles), then per block the negated lane
+ * corrections ncorr[b][l] = -8 * sum of x over the block's lane l.
  *
  * Per element (r, t), lane(k) = (k % 64) / 8 (8 consecutive elements per lane):
  *   p_g[l] = sum over k in group g with lane(k) = l of code[r,k] * qx[k]   (exact int32)
@@ -19,7 +19,8 @@
  * every tile shape, thread split and SIMD level gives the same bits. The scalar
  * reference computes p_g from the codes directly; the AVX2 kernel multiplies the
  * unsigned codes u = code + 8 (vpmaddubsw, u8 x s8 -> int16, vpmaddwd -> int32
- * lanes) and subtracts corr: sum (code + 8) x - 8 sum x = sum code x.
+ * lanes) and adds ncorr: sum (code + 8) x - 8 sum x = sum code x (the AVX-512
+ * kernel starts its vpdpbusd sums from ncorr).
  */
 #include <math.h>
 #include <string.h>
@@ -39,7 +40,7 @@ size_t cb_q4_prep_bytes(int32_t K, int32_t G) {
     return k64 + k64 / 64 * 8 * sizeof(int32_t);
 }
 
-/* One full 64-block: even / odd elements of each half, and the 8 lane corrections. */
+/* One full 64-block: even / odd elements of each half, and the 8 negated lane corrections. */
 static void prep_block(const int16_t *x, int8_t *out, int32_t *corr) {
     for (int h = 0; h < 2; h++)
         for (int i = 0; i < 16; i++) {
@@ -49,7 +50,7 @@ static void prep_block(const int16_t *x, int8_t *out, int32_t *corr) {
     for (int l = 0; l < 8; l++) {
         int32_t c = 0;
         for (int i = 0; i < 8; i++) c += x[l * 8 + i];
-        corr[l] = 8 * c;
+        corr[l] = -8 * c;
     }
 }
 

@@ -1,11 +1,11 @@
 /* kernels_q4_avx2.c — the AVX2 w4a8 kernel (int4 weights x prepared int8 activations).
  *
- * Role: the fast path of cb_dot_rows_q4 on AVX2 (and, through the table, on the
- * avx512/amx levels, which have no kernel of their own yet). Per 32 bytes of a
+ * Role: the fast path of cb_dot_rows_q4 on AVX2 (kernels_q4_avx512.c is the
+ * avx512/amx levels' kernel). Per 32 bytes of a
  * row (a 64-block): xor 0x88 turns each nibble n into u = code + 8, one mask and
  * one shift+mask give the even and the odd codes; per token two vpmaddubsw
  * (u8 x s8 -> int16, each lane 4 products, |sum| <= 4 * 15 * 127) added, vpmaddwd
- * by 1 -> the 8 int32 lanes of kernels_q4.c, minus the prepared corrections, then
+ * by 1 -> the 8 int32 lanes of kernels_q4.c, plus the prepared negated corrections, then
  * one convert and one fma (int4-g32: the two groups' scales in the two halves).
  * Each unpacked block serves a tile of up to 8 tokens (1 token: 4 rows, with the
  * next row tile prefetched). Same bits as the scalar reference (kernels_q4.c).
@@ -14,12 +14,6 @@
 #include "kernels.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels_x86.h"
-
-typedef struct {
-    const unsigned char *data;
-    const float *scales;
-    size_t rb, K, k64, ng, nfull;   /* row bytes, cols, cols rounded to 64, groups, full 64-blocks */
-} q4desc;
 
 /* 32 bytes of codes (one 64-block) -> lo = u of the even elements, hi = u of the odd ones (u = code + 8). */
 AVX2_FN void unpack32(const unsigned char *p, __m256i *lo, __m256i *hi) {
@@ -47,7 +41,7 @@ AVX2_FN void block(int TT, int TR, __m256i w[4][2], const __m256 *sc, const int8
 #pragma GCC unroll 4
         for (int j = 0; j < TR; j++) {
             __m256i d = _mm256_add_epi16(_mm256_maddubs_epi16(w[j][0], xa), _mm256_maddubs_epi16(w[j][1], xb));
-            __m256i p = _mm256_sub_epi32(_mm256_madd_epi16(d, ones), _mm256_loadu_si256((const __m256i *)(xp[i] + co)));
+            __m256i p = _mm256_add_epi32(_mm256_madd_epi16(d, ones), _mm256_loadu_si256((const __m256i *)(xp[i] + co)));
             acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc[j], acc[i][j]);
         }
     }
@@ -152,10 +146,8 @@ static AVX2_OUTLINE void k_q4g64(const q4desc *d, int32_t r0, int32_t r1, const 
 
 void cb_dot_rows_q4_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
                          const float *sx, float *const *outs, int64_t nt) {
-    size_t K = (size_t)w->cols, G = (size_t)cb_group_size(w->dtype);
-    q4desc d = {(const unsigned char *)w->data, w->scales, (K + 1) / 2, K, (K + 63) & ~(size_t)63,
-                (K + G - 1) / G, K / 64};
-    if (G == 32) k_q4g32(&d, r0, r1, xp, sx, outs, nt);
+    q4desc d = q4desc_of(w);
+    if (cb_group_size(w->dtype) == 32) k_q4g32(&d, r0, r1, xp, sx, outs, nt);
     else k_q4g64(&d, r0, r1, xp, sx, outs, nt);
 }
 #else

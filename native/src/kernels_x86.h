@@ -60,6 +60,19 @@ static inline int run_kernel(const x86_kernel *table, const cb_matrix *w, int32_
     return 1;
 }
 
+/* An int4 matrix as the w4a8 kernels walk it (kernels_q4_avx2.c, kernels_q4_avx512.c). */
+typedef struct {
+    const unsigned char *data;
+    const float *scales;
+    size_t rb, K, k64, ng, nfull;   /* row bytes, cols, cols rounded to 64, groups, full 64-blocks */
+} q4desc;
+
+static inline q4desc q4desc_of(const cb_matrix *w) {
+    size_t K = (size_t)w->cols, G = (size_t)cb_group_size(w->dtype);
+    return (q4desc){(const unsigned char *)w->data, w->scales, (K + 1) / 2, K, (K + 63) & ~(size_t)63,
+                    (K + G - 1) / G, K / 64};
+}
+
 AVX2_FN float hsum(__m256 a) {
     __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));

@@ -23,10 +23,10 @@ static const cb_kernel_table TABLES[] = {
      .dot_rows_q4 = cb_dot_rows_q4_avx2, .quantize_q8 = cb_quantize_q8_avx2, .amax = cb_amax_avx2,
      .pv_rows = cb_pv_rows_avx2, .f16_row = cb_f16_row_avx2},
     {.level = CB_SIMD_AVX512, .name = "avx512", .dot_rows = cb_dot_rows_avx512, .dot_rows_q8 = cb_dot_rows_q8_avx512,
-     .dot_rows_q4 = cb_dot_rows_q4_avx2, .quantize_q8 = cb_quantize_q8_avx512, .amax = cb_amax_avx2,
+     .dot_rows_q4 = cb_dot_rows_q4_avx512, .quantize_q8 = cb_quantize_q8_avx512, .amax = cb_amax_avx2,
      .pv_rows = cb_pv_rows_avx2, .f16_row = cb_f16_row_avx2},
     {.level = CB_SIMD_AMX, .name = "amx", .dot_rows = cb_dot_rows_avx512, .dot_rows_q8 = cb_dot_rows_q8_avx512,
-     .dot_rows_q4 = cb_dot_rows_q4_avx2, .quantize_q8 = cb_quantize_q8_avx512, .amax = cb_amax_avx2,
+     .dot_rows_q4 = cb_dot_rows_q4_avx512, .quantize_q8 = cb_quantize_q8_avx512, .amax = cb_amax_avx2,
      .pack_q8_tiles = cb_pack_q8_tiles_amx, .dot_rows_q8_tiles = cb_dot_rows_q8_tiles_amx,
      .pv_rows = cb_pv_rows_avx2, .f16_row = cb_f16_row_avx2},
 };
