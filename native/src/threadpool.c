@@ -1,17 +1,22 @@
-/* threadpool.c — pthread pool: spin briefly, then sleep on a condition variable.
+/* threadpool.c — pthread pool: spin for a while, then sleep on a condition variable.
  *
  * Role: runs the engine's parallel regions (routing blocks, FFN row blocks,
  * combine blocks). A region is published by bumping a generation counter;
  * items are claimed from an atomic counter; the caller works and then waits
- * until every worker has left the region.
+ * until every worker has left the region. Waiting spins for SPIN_NS first (a
+ * decode step's regions come tens of microseconds apart, and a futex wake-up
+ * costs about that much in a VM), and the condition variables are touched
+ * only when somebody sleeps on them (sleepers / caller_sleeps, a Dekker pair
+ * with the generation / pending counters: seq_cst on both sides).
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include "threadpool.h"
 
-#define SPIN_ROUNDS 20000
+#define SPIN_NS 200000L     /* 200 us */
 
 struct cb_pool {
     int32_t n;
@@ -22,6 +27,8 @@ struct cb_pool {
     atomic_int pending;
     atomic_llong next;
     atomic_int stop;
+    atomic_int sleepers;       /* workers inside cond_wait(cv_start) (or about to be) */
+    atomic_int caller_sleeps;  /* the caller inside cond_wait(cv_done) (or about to be) */
     cb_pool_fn fn;
     void *ctx;
     int64_t n_items;
@@ -36,13 +43,41 @@ static void drain(cb_pool *p) {
     while ((i = atomic_fetch_add(&p->next, 1)) < p->n_items) p->fn(p->ctx, i);
 }
 
-static unsigned long wait_generation(cb_pool *p, unsigned long seen) {
-    for (int s = 0; s < SPIN_ROUNDS; s++) {
-        unsigned long g = atomic_load(&p->gen);
-        if (g != seen || atomic_load(&p->stop)) return g;
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spins until done(p, arg) or SPIN_NS have passed (the clock read every 64 rounds); 1 when done. */
+static int spin_until(int (*done)(cb_pool *, unsigned long), cb_pool *p, unsigned long arg) {
+    long until = 0;
+    for (unsigned s = 0;; s++) {
+        if (done(p, arg)) return 1;
+        cpu_relax();
+        if (s % 64 == 63) {
+            long t = now_ns();
+            if (!until) until = t + SPIN_NS;
+            else if (t > until) return 0;
+        }
     }
+}
+
+static int started(cb_pool *p, unsigned long seen) { return atomic_load(&p->gen) != seen || atomic_load(&p->stop); }
+static int finished(cb_pool *p, unsigned long unused) { (void)unused; return atomic_load(&p->pending) <= 0; }
+
+static unsigned long wait_generation(cb_pool *p, unsigned long seen) {
+    if (spin_until(started, p, seen)) return atomic_load(&p->gen);
     pthread_mutex_lock(&p->mu);
-    while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv_start, &p->mu);
+    atomic_fetch_add(&p->sleepers, 1);
+    while (!started(p, seen)) pthread_cond_wait(&p->cv_start, &p->mu);
+    atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->mu);
     return atomic_load(&p->gen);
 }
@@ -69,7 +104,7 @@ static void *worker_main(void *arg) {
         seen = wait_generation(p, seen);
         if (atomic_load(&p->stop)) break;
         drain(p);
-        if (atomic_fetch_sub(&p->pending, 1) == 1) {
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeps)) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->cv_done);
             pthread_mutex_unlock(&p->mu);
@@ -141,16 +176,17 @@ void cb_pool_run(cb_pool *p, cb_pool_fn fn, void *ctx, int64_t n_items) {
     p->n_items = n_items;
     atomic_store(&p->next, 0);
     atomic_store(&p->pending, p->n - 1);
-    pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->gen, 1);
-    pthread_cond_broadcast(&p->cv_start);
-    pthread_mutex_unlock(&p->mu);
-    drain(p);
-    for (int s = 0; s < SPIN_ROUNDS && atomic_load(&p->pending) > 0; s++) {
-    }
-    if (atomic_load(&p->pending) > 0) {
+    if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
-        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+        pthread_cond_broadcast(&p->cv_start);
         pthread_mutex_unlock(&p->mu);
     }
+    drain(p);
+    if (spin_until(finished, p, 0)) return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->caller_sleeps, 1);
+    while (!finished(p, 0)) pthread_cond_wait(&p->cv_done, &p->mu);
+    atomic_store(&p->caller_sleeps, 0);
+    pthread_mutex_unlock(&p->mu);
 }
