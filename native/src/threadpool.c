@@ -55,13 +55,15 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Spins until done(p, arg) or SPIN_NS have passed (the clock read every 64 rounds); 1 when done. */
+/* Spins until done(p, arg) or SPIN_NS have passed; every 64 rounds it reads the clock and yields
+ * (with more threads than cores the thread it waits for may need this core). 1 when done. */
 static int spin_until(int (*done)(cb_pool *, unsigned long), cb_pool *p, unsigned long arg) {
     long until = 0;
     for (unsigned s = 0;; s++) {
         if (done(p, arg)) return 1;
         cpu_relax();
         if (s % 64 == 63) {
+            sched_yield();
             long t = now_ns();
             if (!until) until = t + SPIN_NS;
             else if (t > until) return 0;
