@@ -233,7 +233,7 @@ A512_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_
  * vpdpbusd multiplies unsigned by signed bytes, so the weights are biased, u = w ^ 0x80 = w + 128,
  * and the activations (|q| <= 127, from the int16 rows) are packed to s8 once per 4-token tile:
  * S = sum (w + 128) x = sum w x + 128 sum x, exact in int32 while K * 255 * 127 < 2^31. */
-#define Q8U_MAX_K 8192            /* 4 packed token rows live on the stack (32 KiB) */
+#define Q8U_MAX_K 8192            /* 8 packed token rows live on the stack (64 KiB) */
 
 /* s8 copy of one int16 activation row, zero-padded to a multiple of 64; returns sum x. */
 A512_FN int32_t pack_s8(const int16_t *x, size_t K, int8_t *out) {
@@ -254,11 +254,11 @@ A512_FN void tile_q8u(int TT, int TR, const cb_matrix *w, int32_t r, const int8_
                       const int32_t *sumx, const float *sx, float *const *outs, size_t pf) {
     size_t K = (size_t)w->cols, K64 = K - K % 64;
     const int8_t *row[6];
-    __m512i acc[4][6];
+    __m512i acc[8][6];
     const __m512i bias = _mm512_set1_epi8((char)0x80);
 #pragma GCC unroll 6
     for (int j = 0; j < TR; j++) row[j] = (const int8_t *)w->data + (size_t)(r + j) * K;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < TT; i++)
 #pragma GCC unroll 6
         for (int j = 0; j < TR; j++) acc[i][j] = _mm512_setzero_si512();
@@ -268,7 +268,7 @@ A512_FN void tile_q8u(int TT, int TR, const cb_matrix *w, int32_t r, const int8_
 #pragma GCC unroll 6
         for (int j = 0; j < TR; j++) {
             __m512i u = _mm512_xor_si512(_mm512_loadu_si512((const void *)(row[j] + k)), bias);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int i = 0; i < TT; i++)
                 acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], u, _mm512_loadu_si512((const void *)(xb + i * xs + k)));
         }
@@ -278,12 +278,12 @@ A512_FN void tile_q8u(int TT, int TR, const cb_matrix *w, int32_t r, const int8_
 #pragma GCC unroll 6
         for (int j = 0; j < TR; j++) {
             __m512i u = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, row[j] + K64), bias);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int i = 0; i < TT; i++)
                 acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], u, _mm512_loadu_si512((const void *)(xb + i * xs + K64)));
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < TT; i++)
 #pragma GCC unroll 6
         for (int j = 0; j < TR; j++) {
@@ -292,16 +292,21 @@ A512_FN void tile_q8u(int TT, int TR, const cb_matrix *w, int32_t r, const int8_
         }
 }
 
-/* Token tiles of up to 4 outer (packed once), all rows inner: the rows of one call (a work item)
- * stay in L2 across the token tiles; with one tile (<= 4 tokens) the weights stream from memory
- * once, so the next row tile is prefetched. */
+/* Token tiles of 8 (x 3 rows), then 4 (x 6 rows), then the rest, outer (packed once), all rows
+ * inner: the rows of one call (a work item) stay in L2 across the token tiles; the first tile
+ * streams them from memory, so it prefetches the next row tile. */
 A512_FN void rows_q8u(int TT, const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq,
                       const float *sx, float *const *outs, size_t pf) {
     size_t K = (size_t)w->cols, xs = (K + 63) & ~(size_t)63;
-    int8_t xb[4 * Q8U_MAX_K] __attribute__((aligned(64)));
-    int32_t sumx[4];
+    int8_t xb[8 * Q8U_MAX_K] __attribute__((aligned(64)));
+    int32_t sumx[8];
     for (int i = 0; i < TT; i++) sumx[i] = pack_s8(xq[i], K, xb + (size_t)i * xs);
     int32_t r = r0;
+    if (TT > 4) {            /* 8 tokens x 3 rows: 24 accumulators, like 4 x 6 */
+        for (; r + 3 <= r1; r += 3) tile_q8u(TT, 3, w, r, xb, xs, sumx, sx, outs, pf ? 3 * K : 0);
+        for (; r < r1; r++) tile_q8u(TT, 1, w, r, xb, xs, sumx, sx, outs, 0);
+        return;
+    }
     for (; r + 6 <= r1; r += 6) tile_q8u(TT, 6, w, r, xb, xs, sumx, sx, outs, pf ? 6 * K : 0);
     for (; r < r1; r++) tile_q8u(TT, 1, w, r, xb, xs, sumx, sx, outs, 0);
 }
@@ -309,11 +314,12 @@ A512_FN void rows_q8u(int TT, const cb_matrix *w, int32_t r0, int32_t r1, const 
 A512_FN void rows_q8u_all(const cb_matrix *w, int32_t r0, int32_t r1, const int16_t *const *xq, const float *sx,
                           float *const *outs, int64_t nt) {
     int64_t t = 0;
-    for (; t + 4 <= nt; t += 4) rows_q8u(4, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4);
+    for (; t + 8 <= nt; t += 8) rows_q8u(8, w, r0, r1, xq + t, sx + t, outs + t, t == 0);
+    for (; t + 4 <= nt; t += 4) rows_q8u(4, w, r0, r1, xq + t, sx + t, outs + t, t == 0);
     switch (nt - t) {
-    case 3: rows_q8u(3, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4); break;
-    case 2: rows_q8u(2, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4); break;
-    case 1: rows_q8u(1, w, r0, r1, xq + t, sx + t, outs + t, nt <= 4); break;
+    case 3: rows_q8u(3, w, r0, r1, xq + t, sx + t, outs + t, t == 0); break;
+    case 2: rows_q8u(2, w, r0, r1, xq + t, sx + t, outs + t, t == 0); break;
+    case 1: rows_q8u(1, w, r0, r1, xq + t, sx + t, outs + t, t == 0); break;
     default: break;
     }
 }
