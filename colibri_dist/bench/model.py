@@ -2,7 +2,8 @@
 
 Role: one run measures (1) the machine's read bandwidth; (2) cd.LLM on an OLMoE-shaped model with
 random weights (4 layers, hidden 2048, 16 heads, expert inter 1024, 64 experts, top 8, vocab
-50304; int8 experts and dense), weight-only and in w8a8 mode: decode of 1 sequence (bytes read per token / time, as a ratio of
+50304; int8 experts and dense, weight-only and in w8a8 mode; the `--preset q4_k_m` container, int4-g64
+experts and dense + int8 lm_head, in w4a8 mode): decode of 1 sequence (bytes read per token / time, as a ratio of
 the bandwidth), aggregate decode tok/s of 32 sequences at once, prefill tok/s of 8 x 512-token
 prompts; (3) transformers bf16 on the same checkpoint and thread count: generate decode tok/s at
 1 and 32 sequences and prefill tok/s at batch 8. Prints ratios, writes JSON. No thresholds.
@@ -130,9 +131,11 @@ def main(argv=None):
     bw, _ = read_bandwidth(cfg["bw_mib"], args.threads)
     report["read_bandwidth_bytes_per_s"] = bw
     print(f"read bandwidth: {bw / 1e9:.1f} GB/s")
-    modes = {"colibri_int8": False, "colibri_int8_w8a8": True}
-    for name, w8a8 in modes.items():
-        r = report[name] = ours(path, cfg, args.threads, np.random.default_rng(0), w8a8=w8a8)
+    from .peer_colibri import container
+    q4 = container(src, os.path.dirname(src), "int4-g64", "int4-g64", "int8")
+    modes = {"colibri_int8": (path, False), "colibri_int8_w8a8": (path, True), "colibri_q4_k_m_w4a8": (q4, True)}
+    for name, (file, w8a8) in modes.items():
+        r = report[name] = ours(file, cfg, args.threads, np.random.default_rng(0), w8a8=w8a8)
         d1, dn = r["decode_1"], r[f"decode_{cfg['seqs']}"]
         d1["ratio_to_bandwidth"] = d1["bytes_per_s"] / bw
         print(f"{name} decode, 1 sequence: {d1['tokens_per_s']:.1f} tok/s, {d1['bytes_per_token'] / 1e6:.0f} MB/token "

@@ -19,6 +19,7 @@ ENGINES = {
     "colibri int4-g64 (+ int8 dense)": ("int4-g64", "int8", "int8", {}),
     "colibri q4_k_m preset": ("int4-g64", "int4-g64", "int8", {}),
     "colibri q4_k_m preset + w4a8": ("int4-g64", "int4-g64", "int8", {"w8a8": True}),
+    "colibri int4-g64 all (lm_head too) + w4a8": ("int4-g64", "int4-g64", "int4-g64", {"w8a8": True}),
 }
 
 
@@ -65,7 +66,9 @@ def measure(path, kwargs, threads, runs, seed=0):
     from ..format import token_bytes
     rng = np.random.default_rng(seed)
     out = {}
-    with LLM(path, threads=threads, kv_cache_bytes=1 << 30, **kwargs) as llm:
+    most = max(pl * (prompt + gen) for prompt, gen, pls in runs for pl in pls)
+    kv = max(1 << 30, (most + 4096) * (64 << 10))     # 64 KiB of KV per token covers the benchmark shapes
+    with LLM(path, threads=threads, kv_cache_bytes=kv, **kwargs) as llm:
         run_pl(llm, rng, 16, 2, 1)                                   # warm-up: maps, arena, pool
         for prompt, gen, pls in runs:
             out[(prompt, gen)] = {pl: run_pl(llm, rng, prompt, gen, pl) for pl in pls}

@@ -233,6 +233,9 @@ A512_FN void tile_q8(int TT, int TR, const cb_matrix *w, int32_t r, const int16_
  * vpdpbusd multiplies unsigned by signed bytes, so the weights are biased, u = w ^ 0x80 = w + 128,
  * and the activations (|q| <= 127, from the int16 rows) are packed to s8 once per 4-token tile:
  * S = sum (w + 128) x = sum w x + 128 sum x, exact in int32 while K * 255 * 127 < 2^31. */
+#ifndef Q8U_PF_TILES
+#define Q8U_PF_TILES 1            /* prefetch this many row tiles ahead */
+#endif
 #define Q8U_MAX_K 8192            /* 8 packed token rows live on the stack (64 KiB) */
 
 /* s8 copy of one int16 activation row, zero-padded to a multiple of 64; returns sum x. */
@@ -303,11 +306,11 @@ A512_FN void rows_q8u(int TT, const cb_matrix *w, int32_t r0, int32_t r1, const 
     for (int i = 0; i < TT; i++) sumx[i] = pack_s8(xq[i], K, xb + (size_t)i * xs);
     int32_t r = r0;
     if (TT > 4) {            /* 8 tokens x 3 rows: 24 accumulators, like 4 x 6 */
-        for (; r + 3 <= r1; r += 3) tile_q8u(TT, 3, w, r, xb, xs, sumx, sx, outs, pf ? 3 * K : 0);
+        for (; r + 3 <= r1; r += 3) tile_q8u(TT, 3, w, r, xb, xs, sumx, sx, outs, pf ? Q8U_PF_TILES * 3 * K : 0);
         for (; r < r1; r++) tile_q8u(TT, 1, w, r, xb, xs, sumx, sx, outs, 0);
         return;
     }
-    for (; r + 6 <= r1; r += 6) tile_q8u(TT, 6, w, r, xb, xs, sumx, sx, outs, pf ? 6 * K : 0);
+    for (; r + 6 <= r1; r += 6) tile_q8u(TT, 6, w, r, xb, xs, sumx, sx, outs, pf ? Q8U_PF_TILES * 6 * K : 0);
     for (; r < r1; r++) tile_q8u(TT, 1, w, r, xb, xs, sumx, sx, outs, 0);
 }
 

@@ -114,6 +114,9 @@ Q4Z_FN void tile(int G, int TT, int TP, const q4desc *d, int32_t r, int nr, cons
 #ifndef Q4Z_TP1
 #define Q4Z_TP1 4   /* row pairs per tile at one token */
 #endif
+#ifndef Q4Z_PF_TILES
+#define Q4Z_PF_TILES 1   /* one token: prefetch this many tiles ahead */
+#endif
 #ifndef Q4Z_TT
 #define Q4Z_TT 4    /* tokens per tile (<= 8) at more tokens (measured: 4 x 4 pairs 1.07x 8 x 2) */
 #endif
@@ -126,7 +129,7 @@ Q4Z_FN void rows_one_token(int G, const q4desc *d, int32_t r0, int32_t r1, const
                            const float *sx, float *const *outs) {
     const int nr = 2 * Q4Z_TP1;
     int32_t r = r0;
-    for (; r + nr <= r1; r += nr) tile(G, 1, Q4Z_TP1, d, r, nr, xp, sx, outs, (size_t)nr * d->rb);
+    for (; r + nr <= r1; r += nr) tile(G, 1, Q4Z_TP1, d, r, nr, xp, sx, outs, (size_t)(Q4Z_PF_TILES * nr) * d->rb);
     for (; r < r1; r += 2) tile(G, 1, 1, d, r, r1 - r < 2 ? 1 : 2, xp, sx, outs, 0);
 }
 
