@@ -331,14 +331,12 @@ A512_OUTLINE void cb_dot_rows_q8_avx512(const cb_matrix *w, int32_t r0, int32_t 
                                         const float *sx, float *const *outs, int64_t nt) {
     size_t rb = (size_t)w->cols;
     int64_t t = 0;
-    if (w->cols <= Q8U_MAX_K) {
-        rows_q8u_all(w, r0, r1, xq, sx, outs, nt);
+    if (nt == 1) {           /* one token streams at memory speed: AVX2 measured 1.14x faster on Zen 4 */
+        cb_dot_rows_q8_avx2(w, r0, r1, xq, sx, outs, nt);
         return;
     }
-    if (nt == 1) {           /* decode: 8 rows per tile, prefetch the next tile */
-        int32_t r = r0;
-        for (; r + 8 <= r1; r += 8) tile_q8(1, 8, w, r, xq, sx, outs, 8 * rb);
-        for (; r < r1; r++) tile_q8(1, 1, w, r, xq, sx, outs, 0);
+    if (w->cols <= Q8U_MAX_K) {
+        rows_q8u_all(w, r0, r1, xq, sx, outs, nt);
         return;
     }
     int32_t r = r0;

@@ -10,8 +10,10 @@
  * prepared negated lane corrections (sum u x - 8 sum x = sum code x, exact), then
  * one convert and one fma with the rows' group scales. Integer sums are exact in
  * any order, so the bits equal the scalar reference and the AVX2 kernel.
- * Tiles: one token, 4 row pairs with the next tile prefetched; more tokens, up
- * to 4 tokens x 4 row pairs, each unpacked block serving all of them.
+ * Tiles: up to 4 tokens x 4 row pairs, each unpacked block serving all of them.
+ * One token goes to the AVX2 kernel (same bits): at one token the weights stream
+ * at memory speed, and its 4-row ymm tile measured 126 vs 140 us per expert here
+ * (Zen 4 splits zmm ops in two).
  */
 #include <string.h>
 #include "kernels.h"
@@ -111,27 +113,12 @@ Q4Z_FN void tile(int G, int TT, int TP, const q4desc *d, int32_t r, int nr, cons
         }
 }
 
-#ifndef Q4Z_TP1
-#define Q4Z_TP1 4   /* row pairs per tile at one token */
-#endif
-#ifndef Q4Z_PF_TILES
-#define Q4Z_PF_TILES 1   /* one token: prefetch this many tiles ahead */
-#endif
 #ifndef Q4Z_TT
 #define Q4Z_TT 4    /* tokens per tile (<= 8) at more tokens (measured: 4 x 4 pairs 1.07x 8 x 2) */
 #endif
 #ifndef Q4Z_TP
 #define Q4Z_TP 4    /* row pairs per tile then (<= 4) */
 #endif
-
-/* One token: tiles of Q4Z_TP1 pairs, the next tile prefetched; the rows left, a pair at a time. */
-Q4Z_FN void rows_one_token(int G, const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,
-                           const float *sx, float *const *outs) {
-    const int nr = 2 * Q4Z_TP1;
-    int32_t r = r0;
-    for (; r + nr <= r1; r += nr) tile(G, 1, Q4Z_TP1, d, r, nr, xp, sx, outs, (size_t)(Q4Z_PF_TILES * nr) * d->rb);
-    for (; r < r1; r += 2) tile(G, 1, 1, d, r, r1 - r < 2 ? 1 : 2, xp, sx, outs, 0);
-}
 
 /* TT tokens (<= Q4Z_TT) over rows r0..r1 in tiles of Q4Z_TP pairs; pf: prefetch the next tile. */
 Q4Z_FN void rows_tokens(int G, int TT, const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,
@@ -145,10 +132,6 @@ Q4Z_FN void rows_tokens(int G, int TT, const q4desc *d, int32_t r0, int32_t r1, 
 /* Token tiles of Q4Z_TT outer (their prepared rows stay in L1), rows inner. */
 Q4Z_FN void rows_for_group(int G, const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,
                            const float *sx, float *const *outs, int64_t nt) {
-    if (nt == 1) {
-        rows_one_token(G, d, r0, r1, xp, sx, outs);
-        return;
-    }
     for (int64_t t = 0; t < nt; t += Q4Z_TT) {
         int64_t m = nt - t < Q4Z_TT ? nt - t : Q4Z_TT;
         const int8_t *const *x = xp + t;
@@ -178,6 +161,10 @@ static Q4Z_OUTLINE void k_q4g64(const q4desc *d, int32_t r0, int32_t r1, const i
 
 void cb_dot_rows_q4_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
                            const float *sx, float *const *outs, int64_t nt) {
+    if (nt == 1) {      /* one token streams at memory speed: the AVX2 tile measured 1.1x faster on Zen 4 */
+        cb_dot_rows_q4_avx2(w, r0, r1, xp, sx, outs, nt);
+        return;
+    }
     q4desc d = q4desc_of(w);
     if (cb_group_size(w->dtype) == 32) k_q4g32(&d, r0, r1, xp, sx, outs, nt);
     else k_q4g64(&d, r0, r1, xp, sx, outs, nt);
