@@ -2,7 +2,7 @@
 import importlib
 import sys
 
-NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer", "prefix"]
+NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer", "prefix", "levels"]
 
 
 def main(argv=None):

@@ -12,8 +12,8 @@
  * any order, so the bits equal the scalar reference and the AVX2 kernel.
  * Tiles: up to 4 tokens x 4 row pairs, each unpacked block serving all of them.
  * One token goes to the AVX2 kernel (same bits): at one token the weights stream
- * at memory speed, and its 4-row ymm tile measured 126 vs 140 us per expert here
- * (Zen 4 splits zmm ops in two).
+ * at memory speed, and its 4-row ymm tile measured 126 vs 140 us per expert on
+ * the Zen 5 host of docs/PERFORMANCE.md (no faster zmm tile was found for it).
  */
 #include <string.h>
 #include "kernels.h"
@@ -161,7 +161,7 @@ static Q4Z_OUTLINE void k_q4g64(const q4desc *d, int32_t r0, int32_t r1, const i
 
 void cb_dot_rows_q4_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
                            const float *sx, float *const *outs, int64_t nt) {
-    if (nt == 1) {      /* one token streams at memory speed: the AVX2 tile measured 1.1x faster on Zen 4 */
+    if (nt == 1) {      /* one token streams at memory speed: the AVX2 tile measured 1.1x faster on Zen 5 */
         cb_dot_rows_q4_avx2(w, r0, r1, xp, sx, outs, nt);
         return;
     }
