@@ -23,6 +23,8 @@
 #define Q4Z_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
 #define Q4Z_FN static inline __attribute__((always_inline, target(Q4Z_TARGET)))
 #define Q4Z_OUTLINE __attribute__((noinline, target(Q4Z_TARGET)))
+#define Q4Z_TT 4    /* tokens per tile (measured: 4 x 4 pairs 1.07x over 8 x 2, 4 x 3 and 6 x 3) */
+#define Q4Z_TP 4    /* row pairs per tile (<= 4: the w and sc arrays of tile) */
 
 /* The 32 code bytes of block b of rows a and c (zero-padded copies for the partial block). */
 Q4Z_FN __m512i load_pair(const unsigned char *a, const unsigned char *c, size_t o) {
@@ -50,7 +52,7 @@ Q4Z_FN __m512 pair_scale(int G, const q4desc *d, const float *ga, const float *g
 /* One 64-block of TT tokens x TP row pairs: w[j] = (lo, hi) codes of pair j, x at byte xo, the negated
  * corrections at co. */
 Q4Z_FN void block(int TT, int TP, __m512i w[4][2], const __m512 *sc, const int8_t *const *xp, size_t xo,
-                  size_t co, __m512 acc[8][4]) {
+                  size_t co, __m512 acc[Q4Z_TT][4]) {
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++) {
         const int8_t *x = xp[i] + xo;
@@ -71,7 +73,7 @@ Q4Z_FN void tile(int G, int TT, int TP, const q4desc *d, int32_t r, int nr, cons
                  const float *sx, float *const *outs, size_t pf) {
     const unsigned char *row[8];
     const float *gs[8];
-    __m512 acc[8][4], sc[4];
+    __m512 acc[Q4Z_TT][4], sc[4];
     __m512i w[4][2];
 #pragma GCC unroll 8
     for (int j = 0; j < 2 * TP; j++) {
@@ -113,13 +115,6 @@ Q4Z_FN void tile(int G, int TT, int TP, const q4desc *d, int32_t r, int nr, cons
         }
 }
 
-#ifndef Q4Z_TT
-#define Q4Z_TT 4    /* tokens per tile (<= 8) at more tokens (measured: 4 x 4 pairs 1.07x 8 x 2) */
-#endif
-#ifndef Q4Z_TP
-#define Q4Z_TP 4    /* row pairs per tile then (<= 4) */
-#endif
-
 /* TT tokens (<= Q4Z_TT) over rows r0..r1 in tiles of Q4Z_TP pairs; pf: prefetch the next tile. */
 Q4Z_FN void rows_tokens(int G, int TT, const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,
                         const float *sx, float *const *outs, int pf) {
@@ -130,6 +125,7 @@ Q4Z_FN void rows_tokens(int G, int TT, const q4desc *d, int32_t r0, int32_t r1, 
 }
 
 /* Token tiles of Q4Z_TT outer (their prepared rows stay in L1), rows inner. */
+_Static_assert(Q4Z_TT == 4, "rows_for_group's switch covers tiles of 1-4 tokens");
 Q4Z_FN void rows_for_group(int G, const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,
                            const float *sx, float *const *outs, int64_t nt) {
     for (int64_t t = 0; t < nt; t += Q4Z_TT) {
@@ -137,10 +133,6 @@ Q4Z_FN void rows_for_group(int G, const q4desc *d, int32_t r0, int32_t r1, const
         const int8_t *const *x = xp + t;
         int pf = t == 0;
         switch (m) {
-        case 8: rows_tokens(G, 8, d, r0, r1, x, sx + t, outs + t, pf); break;
-        case 7: rows_tokens(G, 7, d, r0, r1, x, sx + t, outs + t, pf); break;
-        case 6: rows_tokens(G, 6, d, r0, r1, x, sx + t, outs + t, pf); break;
-        case 5: rows_tokens(G, 5, d, r0, r1, x, sx + t, outs + t, pf); break;
         case 4: rows_tokens(G, 4, d, r0, r1, x, sx + t, outs + t, pf); break;
         case 3: rows_tokens(G, 3, d, r0, r1, x, sx + t, outs + t, pf); break;
         case 2: rows_tokens(G, 2, d, r0, r1, x, sx + t, outs + t, pf); break;
