@@ -40,7 +40,8 @@ def prefault_kv(llm):
     host backing it) otherwise land inside the timed decode steps (measured ~1 ms per kv_write call at
     32 sequences here against 40 us on touched pools). Returns the seconds it took."""
     t = time.perf_counter()
-    for pool in list(llm.cache.k) + [v for v in llm.cache.v if v is not None]:
+    pools = {id(a): a for a in (*llm.cache.k, *llm.cache.v)}     # v is k itself when K and V share a pool
+    for pool in pools.values():
         pool.fill(0)
     return time.perf_counter() - t
 

@@ -71,7 +71,7 @@ cb_dot_rows_k cb_dot_rows, cb_dot_rows_scalar, cb_dot_rows_avx2, cb_dot_rows_avx
 void cb_quantize_row_q8(const float *x, int32_t K, int16_t *q, float *scale);
 cb_dot_rows_q8_k cb_dot_rows_q8, cb_dot_rows_q8_scalar, cb_dot_rows_q8_avx2, cb_dot_rows_q8_avx512;
 /* w4a8 (kernels_q4.c): the w8a8 activation codes (int16 from cb_quantize_row_q8) of one token
- * prepared for an int4 matrix of group size G: int8, 32-chunks reordered, lane corrections. */
+ * prepared for an int4 matrix of group size G: int8, 32-chunks reordered, negated lane corrections. */
 size_t cb_q4_prep_bytes(int32_t K, int32_t G);   /* a multiple of 32 */
 void cb_q4_prep(const int16_t *xq, int32_t K, int32_t G, int8_t *out);
 cb_dot_rows_q4_k cb_dot_rows_q4, cb_dot_rows_q4_scalar, cb_dot_rows_q4_avx2, cb_dot_rows_q4_avx512;

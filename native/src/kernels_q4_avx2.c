@@ -30,7 +30,7 @@ AVX2_FN __m256 block_scale(int G, const q4desc *d, const float *gs, size_t b) {
     return _mm256_insertf128_ps(_mm256_castps128_ps256(s0), s1, 1);
 }
 
-/* One 64-block of TT tokens x TR rows: w[j] = (lo, hi) codes of row j, x at byte xo, corrections at co. */
+/* One 64-block of TT tokens x TR rows: w[j] = (lo, hi) codes of row j, x at byte xo, negated corrections at co. */
 AVX2_FN void block(int TT, int TR, __m256i w[4][2], const __m256 *sc, const int8_t *const *xp, size_t xo,
                    size_t co, __m256 acc[8][4]) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -134,21 +134,11 @@ AVX2_FN void rows_for_group(int G, const q4desc *d, int32_t r0, int32_t r1, cons
     }
 }
 
-static AVX2_OUTLINE void k_q4g32(const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,
-                                 const float *sx, float *const *outs, int64_t nt) {
-    rows_for_group(32, d, r0, r1, xp, sx, outs, nt);
-}
-
-static AVX2_OUTLINE void k_q4g64(const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,
-                                 const float *sx, float *const *outs, int64_t nt) {
-    rows_for_group(64, d, r0, r1, xp, sx, outs, nt);
-}
+Q4_LEVEL_KERNELS(AVX2_OUTLINE)
 
 void cb_dot_rows_q4_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
                          const float *sx, float *const *outs, int64_t nt) {
-    q4desc d = q4desc_of(w);
-    if (cb_group_size(w->dtype) == 32) k_q4g32(&d, r0, r1, xp, sx, outs, nt);
-    else k_q4g64(&d, r0, r1, xp, sx, outs, nt);
+    run_q4(w, r0, r1, xp, sx, outs, nt);
 }
 #else
 void cb_dot_rows_q4_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,

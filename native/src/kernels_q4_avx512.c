@@ -141,15 +141,7 @@ Q4Z_FN void rows_for_group(int G, const q4desc *d, int32_t r0, int32_t r1, const
     }
 }
 
-static Q4Z_OUTLINE void k_q4g32(const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,
-                                const float *sx, float *const *outs, int64_t nt) {
-    rows_for_group(32, d, r0, r1, xp, sx, outs, nt);
-}
-
-static Q4Z_OUTLINE void k_q4g64(const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,
-                                const float *sx, float *const *outs, int64_t nt) {
-    rows_for_group(64, d, r0, r1, xp, sx, outs, nt);
-}
+Q4_LEVEL_KERNELS(Q4Z_OUTLINE)
 
 void cb_dot_rows_q4_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
                            const float *sx, float *const *outs, int64_t nt) {
@@ -157,9 +149,7 @@ void cb_dot_rows_q4_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int
         cb_dot_rows_q4_avx2(w, r0, r1, xp, sx, outs, nt);
         return;
     }
-    q4desc d = q4desc_of(w);
-    if (cb_group_size(w->dtype) == 32) k_q4g32(&d, r0, r1, xp, sx, outs, nt);
-    else k_q4g64(&d, r0, r1, xp, sx, outs, nt);
+    run_q4(w, r0, r1, xp, sx, outs, nt);
 }
 #else
 void cb_dot_rows_q4_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,

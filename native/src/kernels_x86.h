@@ -73,6 +73,24 @@ static inline q4desc q4desc_of(const cb_matrix *w) {
                     (K + G - 1) / G, K / 64};
 }
 
+/* A w4a8 level's kernels: k_q4g32 / k_q4g64 run the level file's rows_for_group(G, ...) with G a
+ * compile-time constant, compiled with OUTLINE; run_q4 picks one by the matrix's group size. */
+#define Q4_LEVEL_KERNELS(OUTLINE)                                                                        \
+    static OUTLINE void k_q4g32(const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,       \
+                                const float *sx, float *const *outs, int64_t nt) {                      \
+        rows_for_group(32, d, r0, r1, xp, sx, outs, nt);                                                 \
+    }                                                                                                    \
+    static OUTLINE void k_q4g64(const q4desc *d, int32_t r0, int32_t r1, const int8_t *const *xp,       \
+                                const float *sx, float *const *outs, int64_t nt) {                      \
+        rows_for_group(64, d, r0, r1, xp, sx, outs, nt);                                                 \
+    }                                                                                                    \
+    static void run_q4(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,             \
+                       const float *sx, float *const *outs, int64_t nt) {                               \
+        q4desc d = q4desc_of(w);                                                                         \
+        if (cb_group_size(w->dtype) == 32) k_q4g32(&d, r0, r1, xp, sx, outs, nt);                        \
+        else k_q4g64(&d, r0, r1, xp, sx, outs, nt);                                                      \
+    }
+
 AVX2_FN float hsum(__m256 a) {
     __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));
