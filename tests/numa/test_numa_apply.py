@@ -84,6 +84,7 @@ def _apply_with_helper_thread(worker):
     report = numa.apply(worker)
     report["helper_affinity"] = sorted(os.sched_getaffinity(helper.native_id))
     stop.set()
+    helper.join()  # gone before the parent lists /proc/<pid>/task (an exiting thread's status can vanish mid-read)
     return report
 
 
