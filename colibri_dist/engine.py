@@ -14,6 +14,9 @@ moe_forward takes one of three paths with the same bits (docs/ARCHITECTURE.md):
 Either way each (token, slot) output comes from cb_expert_forward, so results do
 not depend on the cache budget, the tier or the policy.
 
+w8a8=True (the default): int8 and int4 matrices multiply per-token int8 activations (w8a8 / w4a8,
+docs/KERNELS.md); w8a8=False is the exact-weights mode (f32 activations on the decoded weights).
+
 Lookahead prefetch: while layer l runs, the next MoE layer's gate is applied to
 l's input and the predicted experts are prefetched; stats()["lookahead"] reports
 how many of the experts the next layer really used had been predicted (recall).
@@ -31,7 +34,7 @@ from .store.routing_table import build_table
 class Engine:
     def __init__(self, path, threads=None, cache_bytes=None, offload_dir=None, policy="lru", cpus=None,
                  compression=None, lookahead=True, prefetch_workers=2, source_delay_s=0.0,
-                 numa_policy=None, numa_nodes=None, w8a8=False, checksums=True):
+                 numa_policy=None, numa_nodes=None, w8a8=True, checksums=True):
         from . import native
         from .format.reader import open_model
         self._native = native

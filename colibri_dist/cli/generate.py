@@ -50,6 +50,8 @@ def register(subparsers):
 def _engine_flags(p):
     p.add_argument("--workers", type=int, default=0, metavar="N", help="expert workers on a Ray pool (0 = in-process)")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="native threads (default: all cores)")
+    p.add_argument("--weights-only", action="store_true",
+                   help="exact-weights mode: f32 activations on the decoded int8/int4 weights (default: w8a8/w4a8)")
 
 
 def open_llm(args):
@@ -63,9 +65,9 @@ def open_llm(args):
         from ..pool import Pool
         from .common import warn_workers
         warn_workers(args.workers)
-        pool = Pool(args.model, workers=args.workers, threads_per_worker=args.threads)
+        pool = Pool(args.model, workers=args.workers, threads_per_worker=args.threads, w8a8=not args.weights_only)
     try:
-        return LLM(args.model, threads=args.threads, moe=pool), pool
+        return LLM(args.model, threads=args.threads, moe=pool, w8a8=not args.weights_only), pool
     except BaseException:
         if pool is not None:
             pool.shutdown()

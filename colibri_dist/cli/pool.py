@@ -56,7 +56,8 @@ def pool_kwargs(cfg):
     return dict(workers=p.workers, threads_per_worker=p.threads_per_worker, cache_bytes=p.cache_bytes,
                 offload_dir=p.offload_dir, policy=p.policy, replicas=p.replicas, balancer=balancer,
                 numa=numa, routing_policy=cfg.routing.policy, worker_resources="auto" if p.numa.enabled else None,
-                compression=None if p.offload_compression == "none" else p.offload_compression)
+                compression=None if p.offload_compression == "none" else p.offload_compression,
+                w8a8=True if p.w8a8 is None else p.w8a8)
 
 
 def run_start(args):

@@ -33,6 +33,8 @@ def register(subparsers):
                    help="largest max_tokens accepted (default: the model's context)")
     p.add_argument("--seed", type=int, default=0, help="base seed of requests without one")
     p.add_argument("--kv-cache-bytes", type=int, default=None, metavar="N")
+    p.add_argument("--weights-only", action="store_true",
+                   help="exact-weights mode: f32 activations on the decoded int8/int4 weights (default: w8a8/w4a8)")
     p.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
     r = p.add_argument_group("Ray Serve")
     r.add_argument("--ray-serve", action="store_true", help="run as a Ray Serve application (replicas)")
@@ -51,7 +53,7 @@ def config_from_args(args):
                        max_num_batched_tokens=args.max_num_batched_tokens, max_waiting=args.max_waiting,
                        overload_status=args.overload_status, max_body_bytes=args.max_body_bytes,
                        max_tokens_limit=args.max_tokens_limit, seed=args.seed, llm_kwargs=llm_kwargs,
-                       log_level=args.log_level)
+                       w8a8=not args.weights_only, log_level=args.log_level)
 
 
 def main(args):

@@ -75,6 +75,7 @@ class PoolSection:
     balancer: BalancerConfig = field(default_factory=BalancerConfig)
     ray_address: Optional[str] = None
     numa: NumaConfig = field(default_factory=NumaConfig)
+    w8a8: Optional[bool] = None    # the workers' arithmetic; None: job.w8a8 (a `colibri pool start` pool: true)
 
 
 @dataclass
@@ -108,7 +109,7 @@ class JobSection:
     on_error: Optional[str] = one_of("continue", "fail", default=None)
     max_num_seqs: int = 64
     prefill_chunk: Optional[int] = None
-    w8a8: bool = False
+    w8a8: bool = True        # int8/int4 matrices x int8 activations (w8a8/w4a8); false = the exact-weights mode
     kv_cache_bytes: Optional[Size] = None
     kv_cache_dtype: str = one_of(*KV_CACHE_DTYPES, default="f32")
     max_seq_len: Optional[int] = None

@@ -166,7 +166,7 @@ def job_signature(cfg, model_path, paths, kind):
     files = [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]
     return {"kind": cfg.job.kind, "model": os.path.abspath(model_path), "model_bytes": st.st_size,
             "model_mtime_ns": st.st_mtime_ns, "expert_table": _expert_table_digest(model_path),
-            "inputs": files, "shard_rows": cfg.job.shard_rows,
+            "inputs": files, "shard_rows": cfg.job.shard_rows, "job.w8a8": bool(cfg.job.w8a8),
             "kind_settings": kind.signature(),
             "inputs_digest": hashlib.sha256(repr(files).encode()).hexdigest()[:16]}
 

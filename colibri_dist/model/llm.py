@@ -31,7 +31,7 @@ from .weights import check_ids, load_weights
 class LLM:
     def __init__(self, model=None, threads=None, cache_bytes=None, offload_dir=None, kv_cache_bytes=None,
                  max_seq_len=None, kv_cache_dtype="f32", block_size=16, policy="lru", prefetch_workers=2,
-                 max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=False, max_model_len=None,
+                 max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=True, max_model_len=None,
                  enable_prefix_caching=None, allow_long_context=False, checksums=True):
         """model: the .colibri path (vLLM's name); max_model_len: vLLM's name of max_seq_len (at most the
         model's max_position_embeddings unless allow_long_context=True); seed: the base seed of requests
@@ -63,6 +63,7 @@ class LLM:
     def _setup(self, kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe, max_num_seqs, prefix,
                allow_long_context):
         model = self.engine.model
+        _check_moe_mode(moe, self.engine.runtime.w8a8, self.path)
         meta = model.meta if isinstance(model.meta, dict) else {}
         self.arch = architecture(model.config.family, meta.get("source_config"), where=self.path)
         self.weights = load_weights(model, self.arch)
@@ -285,6 +286,15 @@ class LLM:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _check_moe_mode(moe, w8a8, path):
+    """A caller-given MoE executor that states its arithmetic (a Pool: .w8a8) must use the LLM's, or a
+    token's bits would depend on where its MoE layers ran."""
+    theirs = getattr(moe, "w8a8", None)
+    if theirs is not None and bool(theirs) != w8a8:
+        raise InvalidArgument(f"{path}: LLM(w8a8={w8a8}) but its moe= executor runs w8a8={bool(theirs)}; "
+                              f"give both the same mode (Pool(..., w8a8={w8a8}))", parameter="w8a8", value=w8a8)
 
 
 def _prefix_switch(enable, moe):

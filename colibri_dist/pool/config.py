@@ -61,6 +61,7 @@ class PoolConfig:
     offload_dir: Optional[str] = None           # each worker spills under <dir>/worker-<i>/
     compression: Optional[str] = None           # None | "zstd" (spill files)
     policy: str = "lru"
+    w8a8: bool = True                           # the workers' Engine(w8a8=): False = exact weights
     replicas: int = 0
     balancer: object = "token-bucket"           # kind string or {kind, window, threshold}
     routing_policy: str = "exact"
@@ -94,6 +95,9 @@ class PoolConfig:
         if self.compression not in (None, "zstd"):
             raise InvalidArgument(f"pool.compression must be None or 'zstd', got {self.compression!r}",
                                   parameter="pool.compression", value=self.compression)
+        if not isinstance(self.w8a8, bool):
+            raise InvalidArgument(f"pool.w8a8 must be true or false, got {self.w8a8!r}", parameter="pool.w8a8",
+                                  value=self.w8a8)
         if self.policy not in STORE_POLICIES:
             raise InvalidArgument(f"pool.policy must be one of {', '.join(STORE_POLICIES)}, got {self.policy!r}",
                                   parameter="pool.policy", value=self.policy)
@@ -151,7 +155,8 @@ class PoolConfig:
                 "mem_policy": p.numa.mem_policy, "sysfs_root": p.numa.sysfs_root}
         kw = dict(workers=p.workers, threads_per_worker=p.threads_per_worker, cache_bytes=p.cache_bytes,
                   offload_dir=p.offload_dir, policy=p.policy, replicas=p.replicas, balancer=balancer, numa=numa,
-                  routing_policy=routing_policy, compression=p.offload_compression, name=p.name)
+                  routing_policy=routing_policy, compression=p.offload_compression, name=p.name,
+                  w8a8=True if p.w8a8 is None else p.w8a8)
         kw.update(overrides)
         return cls(**kw)
 

@@ -122,6 +122,11 @@ class Pool:
         pool._client = pool._make_client()
         return pool
 
+    @property
+    def w8a8(self):
+        """The workers' arithmetic (PoolConfig.w8a8): True = w8a8/w4a8, False = exact weights."""
+        return bool(self._ready.get("w8a8", True))
+
     # ---------------------------------------------------------------- work
     def moe_forward(self, layer, x):
         if self._client is not None:

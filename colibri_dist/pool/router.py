@@ -105,7 +105,7 @@ class Router:
     # ------------------------------------------------------------------ status
     def ready(self):
         return {"workers": self.cfg.workers, "pids": [i["pid"] for i in self.client.info],
-                "router_pid": os.getpid(), "path": self.path,
+                "router_pid": os.getpid(), "path": self.path, "w8a8": self.cfg.w8a8,
                 "router_node": ray.get_runtime_context().get_node_id()}
 
     def stats(self, counters=None, routing_at="router"):

@@ -45,7 +45,8 @@ class SequenceRunner:
         self.numa_report, self.cpus = _numa_pin(self.index, n_runners, cfg.numa, numa_node)
         self.hooks = cfg.hooks
         moe = _LateMoe()
-        self.llm = LLM(path, moe=moe, **dict(llm_kwargs or {}))
+        moe.w8a8 = cfg.w8a8                   # the workers' arithmetic: LLM refuses an llm w8a8 that differs
+        self.llm = LLM(path, moe=moe, **dict(dict(w8a8=cfg.w8a8), **dict(llm_kwargs or {})))
         self.client = ExpertClient(self.llm.engine, workers, cfg, info)
         moe.client = self.client
         self.turn = threading.Lock()          # held by a lane except while its experts are away

@@ -57,7 +57,7 @@ class ExpertWorker:
             offload_dir = os.path.join(offload_dir, f"worker-{self.index}")
             os.makedirs(offload_dir, exist_ok=True)
         self.engine = Engine(path, threads=threads, cache_bytes=cfg.cache_bytes, offload_dir=offload_dir,
-                             policy=cfg.policy, cpus=cpus, compression=cfg.compression,
+                             policy=cfg.policy, cpus=cpus, compression=cfg.compression, w8a8=cfg.w8a8,
                              source_delay_s=cfg.hooks.source_delay_s)
         self.cpus = cpus
         self.requests = 0

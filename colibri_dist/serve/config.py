@@ -33,6 +33,7 @@ class ServeConfig:
     max_tokens_limit: int | None = None    # largest max_tokens accepted (None = the model's context)
     max_n: int = 16                        # largest `n` (samples per prompt) accepted
     seed: int = 0                          # base seed of requests that give none
+    w8a8: bool = True                      # int8/int4 weights x int8 activations; False: --weights-only (exact)
     llm_kwargs: dict = field(default_factory=dict)   # any further cd.LLM keyword (kv_cache_bytes, ...)
     pool_kwargs: dict = field(default_factory=dict)  # any further Pool / PoolConfig keyword (cache_bytes, hooks, ...)
     log_level: str = "warning"
@@ -42,6 +43,8 @@ class ServeConfig:
                          ("max_waiting", 0), ("max_body_bytes", 1), ("max_admin_body_bytes", 1), ("max_n", 1),
                          ("seed", 0)):
             _check_int(name, getattr(self, name), lo)
+        if not isinstance(self.w8a8, bool):
+            raise InvalidArgument(f"w8a8 must be True or False, got {self.w8a8!r}")
         if self.port > 65535:
             raise InvalidArgument(f"--port must be in [0, 65535], got {self.port}")
         if self.max_tokens_limit is not None:

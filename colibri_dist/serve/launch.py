@@ -27,7 +27,7 @@ def open_llm(cfg, pool=None):
     owned = pool is None
     if pool is None and cfg.workers:
         from ..pool import Pool
-        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads, **cfg.pool_kwargs)
+        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads, **pool_options(cfg))
     elif pool is None and cfg.pool:
         pool = attach_pool(cfg.pool)
     kwargs = dict(llm_options(cfg), moe=pool)
@@ -43,8 +43,13 @@ def open_llm(cfg, pool=None):
 
 def llm_options(cfg):
     """The cd.LLM keywords of the server's engine(s): the same in process and on every runner (same bits)."""
-    return dict(dict(threads=cfg.threads, max_num_seqs=cfg.max_num_seqs, seed=cfg.seed,
+    return dict(dict(threads=cfg.threads, max_num_seqs=cfg.max_num_seqs, seed=cfg.seed, w8a8=cfg.w8a8,
                      max_num_batched_tokens=cfg.max_num_batched_tokens), **cfg.llm_kwargs)
+
+
+def pool_options(cfg):
+    """The Pool keywords of the server's expert workers: the engines' arithmetic, then cfg.pool_kwargs."""
+    return dict(dict(w8a8=cfg.w8a8), **cfg.pool_kwargs)
 
 
 def open_runners(cfg, pool):

@@ -15,6 +15,7 @@ import time
 from ray import serve as ray_serve
 
 from .config import ServeConfig
+from .launch import pool_options
 
 APP_NAME = "colibri"
 
@@ -69,7 +70,7 @@ def start(cfg, min_replicas=1, max_replicas=1, ray_address=None, blocking=False)
     if cfg.workers:
         from ..pool import Pool
         name = f"serve-{os.getpid()}"
-        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads, name=name, **cfg.pool_kwargs)
+        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads, name=name, **pool_options(cfg))
         cfg = dataclasses.replace(cfg, workers=0, pool=name)
     ray_serve.start(http_options={"host": cfg.host, "port": cfg.port})
     ray_serve.run(deployment(cfg, min_replicas, max_replicas), name=APP_NAME, route_prefix="/")

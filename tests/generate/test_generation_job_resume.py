@@ -77,7 +77,7 @@ CHANGES = [
     ("routing.policy", "", "routing: {policy: balanced}\n"),
     ("job.sampling_params", "", ""),
     ("job.seed", "  seed: 9\n", ""),
-    ("job.w8a8", "  w8a8: true\n", ""),
+    ("job.w8a8", "  w8a8: false\n", ""),
     ("job.kv_cache_dtype", "  kv_cache_dtype: f16\n", ""),
     ("job.kv_cache_bytes", "  kv_cache_bytes: 1MiB\n", ""),
     ("job.max_seq_len", "  max_seq_len: 32\n", ""),

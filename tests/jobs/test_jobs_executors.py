@@ -27,8 +27,17 @@ def fake_service(monkeypatch):
     state = {}
     monkeypatch.setattr(service, "resolve_address", lambda name, address=None: state.get("address"))
     monkeypatch.setattr(service, "read_state", lambda name: dict(state) or None)
-    monkeypatch.setattr(Pool, "attach", classmethod(lambda cls, name, ray_address=None: ("attached", name, ray_address)))
+    monkeypatch.setattr(Pool, "attach", classmethod(lambda cls, name, ray_address=None:
+                                                    AttachedPool(name, ray_address, state.get("w8a8", True))))
     return state
+
+
+class AttachedPool:
+    def __init__(self, name, address, w8a8):
+        self.name, self.address, self.w8a8, self.detached = name, address, w8a8, False
+
+    def shutdown(self):
+        self.detached = True
 
 
 def test_named_pool_is_attached_when_running(tmp_path, fake_service):
@@ -41,7 +50,19 @@ def test_named_pool_is_attached_when_running(tmp_path, fake_service):
     with pytest.raises(InvalidArgument, match="serves .*other.colibri, but the job's model is"):
         X.PoolExecutor(cfg, str(model), None)
     fake_service["model"] = str(model)
-    assert X.PoolExecutor(cfg, str(model), None).pool == ("attached", "svc", "127.0.0.1:6379")
+    pool = X.PoolExecutor(cfg, str(model), None).pool
+    assert (pool.name, pool.address, pool.detached) == ("svc", "127.0.0.1:6379", False)
+
+
+def test_a_named_pool_in_another_arithmetic_is_refused(tmp_path, fake_service):
+    model = tmp_path / "m.colibri"
+    model.write_bytes(b"x")
+    fake_service.update(address="127.0.0.1:6379", model=str(model), w8a8=False)
+    with pytest.raises(InvalidArgument, match="pool 'svc' runs w8a8=False but the job asks job.w8a8=True"):
+        X.PoolExecutor(cfg_with(tmp_path, "{name: svc}"), str(model), None)
+    cfg = cfg_with(tmp_path, "{name: svc}")
+    cfg.job.w8a8 = False
+    assert X.PoolExecutor(cfg, str(model), None).pool.w8a8 is False
 
 
 def test_pool_stats_are_normalized_and_summed_over_workers():
@@ -78,12 +99,30 @@ def test_no_hit_rate_is_claimed_without_a_cache_limit(tmp_path):
     assert limited["hit_rate"] == 1.0 and hit_rate_text(limited) == "100.0%"
 
 
-def test_w8a8_with_a_pool_is_refused_before_the_pool_starts(tmp_path, monkeypatch):
+def test_a_pool_w8a8_that_disagrees_with_the_job_is_refused_before_the_pool_starts(tmp_path, monkeypatch):
     from colibri_dist.jobs.generation import llm as generation_llm
     model = tmp_path / "m.colibri"
     model.write_bytes(b"x")
     path = tmp_path / "job.yaml"
-    path.write_text(f"job: {{kind: generate, input: in.jsonl, w8a8: true}}\nmodel: {model}\npool: {{workers: 2}}\n")
+    path.write_text(f"job: {{kind: generate, input: in.jsonl, w8a8: false}}\nmodel: {model}\n"
+                    f"pool: {{workers: 2, w8a8: true}}\n")
     monkeypatch.setattr(X, "PoolExecutor", lambda *a: pytest.fail("started a pool"))
-    with pytest.raises(InvalidArgument, match="job.w8a8 runs the MoE layers in-process"):
+    with pytest.raises(InvalidArgument, match="job.w8a8 is False but pool.w8a8 is True"):
         generation_llm.open_job_llm(load_config(str(path)))
+
+
+@pytest.mark.parametrize("job, pool, want", [("", "", True), ("w8a8: false", "", False),
+                                             ("w8a8: false", ", w8a8: false", False), ("", ", w8a8: true", True)])
+def test_the_jobs_own_pool_and_engine_run_the_jobs_arithmetic(tmp_path, monkeypatch, job, pool, want):
+    from colibri_dist import engine as engine_module
+    from colibri_dist import pool as pool_module
+    seen = {}
+    monkeypatch.setattr(pool_module, "Pool", lambda path, **kw: seen.setdefault("pool", kw["w8a8"]))
+    monkeypatch.setattr(engine_module, "Engine", lambda path, **kw: seen.setdefault("engine", kw["w8a8"]))
+    path = tmp_path / "job.yaml"
+    path.write_text(f"job: {{kind: token-classification, {job}}}\npool: {{workers: 2{pool}}}\n")
+    X.PoolExecutor(load_config(str(path)), "m.colibri", None)
+    cfg = load_config(str(path))
+    cfg.job.executor = "engine"
+    X.EngineExecutor(cfg, "m.colibri", None)
+    assert seen == {"pool": want, "engine": want}

@@ -84,6 +84,23 @@ def test_pool_equals_engine_bit_for_bit_with_and_without_replicas(ray_address, t
         assert sum(w["tokens"] for w in st["workers"]) == st["tokens"] == 3 * 37 * 2
 
 
+def test_the_workers_run_the_pools_arithmetic_and_each_mode_equals_the_engines(ray_address, tiny_models):
+    """w8a8 (the default) and the exact-weights mode (w8a8=False) each give the in-process Engine's bits."""
+    path = tiny_models["olmoe"]
+    layer, h = cd.open_model(path).moe_layers[-1], cd.open_model(path).config.hidden
+    x = _x(29, h, 7)
+    got = {}
+    for w8a8 in (True, False):
+        with Pool(path, workers=2, threads_per_worker=1, micro_batch=8, w8a8=w8a8) as pool:
+            assert pool.w8a8 is w8a8
+            got[w8a8] = pool.moe_forward(layer, x)
+        with cd.Engine(path, threads=1, w8a8=w8a8) as eng:
+            assert np.array_equal(got[w8a8], eng.moe_forward(layer, x))
+    assert not np.array_equal(got[True], got[False])
+    with pytest.raises(InvalidArgument, match="pool.w8a8 must be true or false"):
+        Pool(path, workers=1, w8a8="yes")
+
+
 @pytest.mark.parametrize("workers,replicas,family,tier", [  # tier: where workers' experts come from
     (1, 0, "qwen2_moe", "spill"), (3, 2, "qwen2_moe", "ram"), (4, 6, "deepseek_v3", "mmap")])
 def test_pool_equals_engine_for_1_to_4_workers(ray_address, tiny_models, tmp_path, workers, replicas, family, tier):

@@ -23,14 +23,12 @@ def open_job_llm(cfg, offload_dir=None, log=None):
     import dataclasses
 
     from ...model import LLM
-    from ..run.executors import EngineExecutor, PoolExecutor, uses_pool
+    from ..run.executors import EngineExecutor, PoolExecutor, job_w8a8, uses_pool
     if cfg.model is None:
         raise InvalidArgument(f"job.kind {cfg.job.kind!r} needs `model:` (a .colibri whole model)")
     if not os.path.exists(cfg.model):
         raise InvalidArgument(f"model: {cfg.model}: no such file")
-    if cfg.job.w8a8 and uses_pool(cfg):
-        raise InvalidArgument("job.w8a8 runs the MoE layers in-process: set pool.workers: 0 (or "
-                              "job.executor: engine), or drop job.w8a8")
+    job_w8a8(cfg)                        # a pool.w8a8 that disagrees is refused before any pool starts
     offload_dir = offload_dir or cfg.pool.offload_dir
     pool = PoolExecutor(cfg, cfg.model, offload_dir) if uses_pool(cfg) else None
     threads = cfg.job.threads or cfg.pool.threads_per_worker
@@ -58,7 +56,7 @@ def open_job_llm(cfg, offload_dir=None, log=None):
 def kv_settings(job):
     """The LLM keyword arguments of job.kv_cache_bytes / kv_cache_dtype / max_seq_len / w8a8."""
     return {"kv_cache_bytes": job.kv_cache_bytes, "kv_cache_dtype": job.kv_cache_dtype,
-            "max_seq_len": job.max_seq_len, "w8a8": job.w8a8}
+            "max_seq_len": job.max_seq_len, "w8a8": bool(job.w8a8)}
 
 
 def kv_line(llm, job):

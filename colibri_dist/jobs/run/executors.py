@@ -22,6 +22,17 @@ def attaches_to_named_pool(cfg):
     return uses_pool(cfg) and bool(cfg.pool.name)
 
 
+def job_w8a8(cfg):
+    """The job's arithmetic (job.w8a8; pool.w8a8, when set, must agree): one mode for every layer."""
+    from ...errors import InvalidArgument
+    job, pool = bool(cfg.job.w8a8), cfg.pool.w8a8
+    if pool is not None and bool(pool) != job:
+        raise InvalidArgument(f"job.w8a8 is {job} but pool.w8a8 is {pool}: a token's bits would depend on where "
+                              f"its MoE layers ran; set one of them (or both alike)", parameter="pool.w8a8",
+                              value=pool)
+    return job
+
+
 def open_executor(cfg, model_path, offload_dir):
     """An EngineExecutor or PoolExecutor for this job config (offload_dir already resolved)."""
     if uses_pool(cfg):
@@ -36,7 +47,7 @@ class EngineExecutor:
         from ...engine import Engine
         threads = cfg.job.threads or cfg.pool.threads_per_worker
         self.engine = Engine(model_path, threads=threads, cache_bytes=cfg.pool.cache_bytes,
-                             offload_dir=offload_dir, policy=cfg.pool.policy)
+                             offload_dir=offload_dir, policy=cfg.pool.policy, w8a8=job_w8a8(cfg))
         self.cpus = threads or os.cpu_count() or 1
         self.work = 0
         self.experts_seen = set()
@@ -75,14 +86,14 @@ class PoolExecutor:
         from ...pool import Pool
         p = cfg.pool
         if p.name:
-            self.pool = _attach_named(p, model_path)
+            self.pool = _attach_named(p, model_path, job_w8a8(cfg))
             return
         self.pool = Pool(model_path, workers=p.workers, ray_address=p.ray_address, cache_bytes=p.cache_bytes,
                          offload_dir=offload_dir, replicas=p.replicas,
                          balancer={"kind": p.balancer.kind, "window": p.balancer.window,
                                    "threshold": p.balancer.threshold},
                          threads_per_worker=p.threads_per_worker, policy=p.policy,
-                         numa=dataclasses.asdict(p.numa), routing_policy=cfg.routing.policy)
+                         numa=dataclasses.asdict(p.numa), routing_policy=cfg.routing.policy, w8a8=job_w8a8(cfg))
 
     def route(self, layer, x):
         return self.pool.route(layer, x)
@@ -100,7 +111,7 @@ class PoolExecutor:
         self.pool.shutdown()
 
 
-def _attach_named(p, model_path):
+def _attach_named(p, model_path, w8a8):
     from ...errors import InvalidArgument, PoolError
     from ...pool import Pool, service
     address = service.resolve_address(p.name, p.ray_address)
@@ -111,7 +122,13 @@ def _attach_named(p, model_path):
     served = state.get("model")
     if served and os.path.realpath(served) != os.path.realpath(model_path):
         raise InvalidArgument(f"pool {p.name!r} serves {served}, but the job's model is {model_path}")
-    return Pool.attach(p.name, ray_address=address)
+    pool = Pool.attach(p.name, ray_address=address)
+    if pool.w8a8 != w8a8:
+        pool.shutdown()
+        raise InvalidArgument(f"pool {p.name!r} runs w8a8={pool.w8a8} but the job asks job.w8a8={w8a8}: a "
+                              f"token's bits would depend on the pool; set job.w8a8: {str(pool.w8a8).lower()} or "
+                              f"start the pool with pool.w8a8: {str(w8a8).lower()}", parameter="job.w8a8", value=w8a8)
+    return pool
 
 
 def _cache_of(raw):

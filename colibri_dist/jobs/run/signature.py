@@ -69,7 +69,7 @@ def generation_signature(cfg, model, inputs, kind_settings):
     j = cfg.job
     return {"kind": j.kind, "model.container": (model or {}).get("container"),
             "model.bytes": (model or {}).get("bytes"), "model.hot_added_experts": (model or {}).get("hot_added"),
-            "routing.policy": cfg.routing.policy, "job.w8a8": bool(getattr(j, "w8a8", False)),
+            "routing.policy": cfg.routing.policy, "job.w8a8": bool(getattr(j, "w8a8", True)),
             "job.kv_cache_dtype": getattr(j, "kv_cache_dtype", "f32"),
             "job.kv_cache_bytes": getattr(j, "kv_cache_bytes", None), "job.max_seq_len": getattr(j, "max_seq_len", None),
             "job.sampling_params": kind_settings["sampling_params"], "job.seed": kind_settings["seed"],
