@@ -46,6 +46,17 @@ def prefault_kv(llm):
     return time.perf_counter() - t
 
 
+def check_experts(llm):
+    """Runs every expert's first-use check (CRC and finite values, format/reader.py) before timing: the
+    first timed prefill would otherwise pay it for every expert it routes to (llama.cpp checks nothing at
+    run time). Returns the seconds it took."""
+    t, model = time.perf_counter(), llm.engine.model
+    for layer in model.moe_layers:
+        for e in range(model.config.n_experts):
+            model.expert_blob(layer, e)
+    return time.perf_counter() - t
+
+
 def _decode(llm, seqs, first, gen):
     toks = [[int(t)] for t in first]
     t0 = time.perf_counter()
@@ -82,6 +93,7 @@ def measure(path, kwargs, threads, runs, seed=0):
     kv = max(1 << 30, (most + 4096) * (64 << 10))     # 64 KiB of KV per token covers the benchmark shapes
     with LLM(path, threads=threads, kv_cache_bytes=kv, **kwargs) as llm:
         prefault_kv(llm)
+        check_experts(llm)
         run_pl(llm, rng, 16, 2, 1)                                   # warm-up: maps, arena, pool
         for prompt, gen, pls in runs:
             out[(prompt, gen)] = {pl: run_pl(llm, rng, prompt, gen, pl) for pl in pls}
