@@ -65,11 +65,12 @@ class Decoder:
         positions = np.concatenate([np.arange(p, p + c, dtype=np.int32) for p, c in zip(pos0, counts)])
         batch = Batch(seq_start, pos0, positions, [s.table() for s, _, _ in steps])
         h = native.embed(self.w.embed, np.concatenate(ids))
+        x = np.empty_like(h)     # every norm's output, reused: this call's own (lanes may run forward at once)
         for layer, lw in enumerate(self.w.layers):
-            x = native.rmsnorm(h, lw.ln_attn, self.arch.rms_eps)
-            h = h + attend(self.rt, self.arch, layer, lw, x, batch, self.cache, self.specs[layer])
-            x = native.rmsnorm(h, lw.ln_mlp, self.arch.rms_eps)
-            h = h + (self.rt.shared_forward(x, lw.mlp) if lw.mlp is not None else self.moe.moe_forward(layer, x))
+            native.rmsnorm(h, lw.ln_attn, self.arch.rms_eps, out=x)
+            h += attend(self.rt, self.arch, layer, lw, x, batch, self.cache, self.specs[layer])
+            native.rmsnorm(h, lw.ln_mlp, self.arch.rms_eps, out=x)
+            h += self.rt.shared_forward(x, lw.mlp) if lw.mlp is not None else self.moe.moe_forward(layer, x)
         for (seq, _, _), t in zip(steps, ids):
             self.cache.commit(seq, t)
         self.tokens_processed += int(counts.sum())

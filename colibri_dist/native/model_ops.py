@@ -98,13 +98,19 @@ class ModelOps:
         return attention(self, spec, k_cache, v_cache, seq_start, pos0, block_tables, q)
 
 
-def rmsnorm(x, weight, eps):
-    """x float32 [n, dim] -> x / sqrt(mean(x^2) + eps) * weight (weight None: no weight)."""
+def rmsnorm(x, weight, eps, out=None):
+    """x float32 [n, dim] -> x / sqrt(mean(x^2) + eps) * weight (weight None: no weight); out: a float32
+    [n, dim] array to write the result into (not x itself) instead of a fresh one."""
     _args.f32("x", x, 2)
     n, dim = x.shape
     if weight is not None:
         _args.f32("weight", weight, 1, (dim,))
-    out = np.empty_like(x)
+    if out is None:
+        out = np.empty_like(x)
+    else:
+        _args.f32("out", out, 2, (n, dim), writable=True)
+        if np.shares_memory(out, x):
+            raise InvalidArgument("rmsnorm: out must not overlap x")
     check_status(lib.cb_rmsnorm(_args.ptr("float *", x), n, dim, _args.ptr("float *", weight), float(eps),
                                 _args.ptr("float *", out)), "rmsnorm")
     return out

@@ -126,6 +126,24 @@ def test_rmsnorm_vs_reference():
         rmsnorm(x, w, float("nan"))
 
 
+def test_rmsnorm_into_a_given_buffer_gives_the_same_bits_and_refuses_bad_ones():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((5, 40)) * 3).astype(np.float32)
+    w = rng.standard_normal(40).astype(np.float32)
+    out = np.full_like(x, np.nan)
+    assert rmsnorm(x, w, 1e-6, out=out) is out and np.array_equal(out, rmsnorm(x, w, 1e-6))
+    with pytest.raises(InvalidArgument, match="out must not overlap x"):
+        rmsnorm(x, w, 1e-6, out=x)
+    with pytest.raises(InvalidArgument, match="out has shape"):
+        rmsnorm(x, w, 1e-6, out=np.empty((5, 41), np.float32))
+    with pytest.raises(InvalidArgument, match="out must be float32"):
+        rmsnorm(x, w, 1e-6, out=np.empty((5, 40), np.float64))
+    frozen = np.empty_like(x)
+    frozen.flags.writeable = False
+    with pytest.raises(InvalidArgument, match="out must be writable"):
+        rmsnorm(x, w, 1e-6, out=frozen)
+
+
 @pytest.mark.parametrize("scheme", EMBED_SCHEMES)
 def test_embed_rows_are_exactly_the_decoded_rows(scheme):
     rng = np.random.default_rng(5)
