@@ -3,7 +3,8 @@
  * Role: the executor behind cb_expert_forward, cb_shared_forward and the
  * expert stage of cb_moe_forward. Work is split into items of output rows
  * (never K): phase 1 computes h = silu(gate x) * up x for a block of inter
- * rows of one task, phase 2 computes a block of hidden rows of down h. Every
+ * rows of one task (the SiLU step is silu.c's, the same bits on every SIMD
+ * level), phase 2 computes a block of hidden rows of down h. Every
  * element goes through cb_dot_rows' fixed sequence, so neither the item split,
  * the thread, nor the other tasks change a bit of any output.
  */
@@ -96,8 +97,6 @@ size_t cb_ffn_scratch_bytes(const cb_engine *e, const cb_ffn_task *tasks, int32_
     return bytes + cb_arena_need(sizeof(ffn_item) * (size_t)(items + 1));
 }
 
-static float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 static void phase_gate_up(void *ctx, int64_t item) {
     ffn_run *run = ctx;
     ffn_item it = run->items[item];
@@ -122,8 +121,7 @@ static void phase_gate_up(void *ctx, int64_t item) {
             cb_dot_rows(&t->ex->gate, it.r0, it.r1, t->xs + c, g + c, m);
             cb_dot_rows(&t->ex->up, it.r0, it.r1, t->xs + c, u + c, m);
         }
-        for (int64_t i = c; i < c + m; i++)
-            for (int32_t r = it.r0; r < it.r1; r++) g[i][r] = silu_mul(g[i][r], u[i][r]);
+        for (int64_t i = c; i < c + m; i++) run->kt->silu_mul(g[i] + it.r0, u[i] + it.r0, it.r1 - it.r0);
     }
 }
 

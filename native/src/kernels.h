@@ -48,6 +48,8 @@ typedef void cb_dot_rows_q8_tiles_k(const cb_matrix *w, int32_t r0, int32_t r1, 
 /* Attention's value pass (attn_simd.c; kv_internal.h cb_pv_rows / cb_f16_row). */
 typedef void cb_pv_rows_k(float *acc, const float *p, const float *const *v, int32_t nj, int32_t n);
 typedef void cb_f16_row_k(const uint16_t *src, float *dst, int32_t n);
+/* SwiGLU's g = silu(g) * u on n elements (silu.c: one exp sequence, the same bits on every level). */
+typedef void cb_silu_mul_k(float *g, const float *u, int32_t n);
 
 /* One kernel family (simd.c holds one per cb_simd level; cb_kernels() is the active one). */
 typedef struct {
@@ -62,6 +64,7 @@ typedef struct {
     cb_dot_rows_q8_tiles_k *dot_rows_q8_tiles;
     cb_pv_rows_k *pv_rows;          /* avx512 and amx use the avx2 loops */
     cb_f16_row_k *f16_row;
+    cb_silu_mul_k *silu_mul;
 } cb_kernel_table;
 const cb_kernel_table *cb_kernels(void);
 
@@ -82,6 +85,7 @@ cb_dot_rows_q8_tiles_k cb_dot_rows_q8_tiles_amx;
 int cb_amx_request(void);   /* asks the OS for the AMX tile state once; 1 when granted */
 cb_pv_rows_k cb_pv_rows_scalar, cb_pv_rows_avx2;
 cb_f16_row_k cb_f16_row_scalar, cb_f16_row_avx2;
+cb_silu_mul_k cb_silu_mul_scalar, cb_silu_mul_avx2, cb_silu_mul_avx512;
 
 /* Exact f16 -> f32 (IEEE half, subnormals included). */
 static inline float cb_f16_to_f32(uint16_t h) {

@@ -18,17 +18,17 @@
 static const cb_kernel_table TABLES[] = {
     {.level = CB_SIMD_SCALAR, .name = "scalar", .dot_rows = cb_dot_rows_scalar, .dot_rows_q8 = cb_dot_rows_q8_scalar,
      .dot_rows_q4 = cb_dot_rows_q4_scalar, .quantize_q8 = cb_quantize_q8_scalar, .amax = cb_amax_scalar,
-     .pv_rows = cb_pv_rows_scalar, .f16_row = cb_f16_row_scalar},
+     .pv_rows = cb_pv_rows_scalar, .f16_row = cb_f16_row_scalar, .silu_mul = cb_silu_mul_scalar},
     {.level = CB_SIMD_AVX2, .name = "avx2", .dot_rows = cb_dot_rows_avx2, .dot_rows_q8 = cb_dot_rows_q8_avx2,
      .dot_rows_q4 = cb_dot_rows_q4_avx2, .quantize_q8 = cb_quantize_q8_avx2, .amax = cb_amax_avx2,
-     .pv_rows = cb_pv_rows_avx2, .f16_row = cb_f16_row_avx2},
+     .pv_rows = cb_pv_rows_avx2, .f16_row = cb_f16_row_avx2, .silu_mul = cb_silu_mul_avx2},
     {.level = CB_SIMD_AVX512, .name = "avx512", .dot_rows = cb_dot_rows_avx512, .dot_rows_q8 = cb_dot_rows_q8_avx512,
      .dot_rows_q4 = cb_dot_rows_q4_avx512, .quantize_q8 = cb_quantize_q8_avx512, .amax = cb_amax_avx2,
-     .pv_rows = cb_pv_rows_avx2, .f16_row = cb_f16_row_avx2},
+     .pv_rows = cb_pv_rows_avx2, .f16_row = cb_f16_row_avx2, .silu_mul = cb_silu_mul_avx512},
     {.level = CB_SIMD_AMX, .name = "amx", .dot_rows = cb_dot_rows_avx512, .dot_rows_q8 = cb_dot_rows_q8_avx512,
      .dot_rows_q4 = cb_dot_rows_q4_avx512, .quantize_q8 = cb_quantize_q8_avx512, .amax = cb_amax_avx2,
      .pack_q8_tiles = cb_pack_q8_tiles_amx, .dot_rows_q8_tiles = cb_dot_rows_q8_tiles_amx,
-     .pv_rows = cb_pv_rows_avx2, .f16_row = cb_f16_row_avx2},
+     .pv_rows = cb_pv_rows_avx2, .f16_row = cb_f16_row_avx2, .silu_mul = cb_silu_mul_avx512},
 };
 #define N_TABLES (int)(sizeof TABLES / sizeof TABLES[0])
 
