@@ -155,3 +155,22 @@ def test_overflowing_finite_weights_fail_the_same_on_every_budget(tmp_path):
     assert len(messages) == 1
     with pytest.raises(FormatError, match="does not fit float16"):
         cd.convert(src, str(tmp_path / "f16.colibri"), experts="f16", progress=False)
+
+
+def test_the_benchmarks_expert_precheck_checks_every_expert_once(model_copy):
+    """bench's check_experts runs the first-use check of every expert before timing: the count of checked
+    tensors covers all experts, a forward adds none of them, and a damaged expert is named."""
+    from types import SimpleNamespace
+    from colibri_dist.bench.peer_colibri import check_experts
+    path = model_copy("mixtral")
+    with cd.Engine(path, threads=1) as eng:
+        cfg = eng.model.config
+        check_experts(SimpleNamespace(engine=eng))
+        checked = eng.model.integrity_stats()["checked"]
+        assert checked == len(eng.model.moe_layers) * cfg.n_experts
+        eng.moe_forward(0, tokens(16, seed=4))
+        assert eng.model.integrity_stats()["checked"] == checked + 1      # layer 0's router only
+    e = _entry(path, lambda e: e.kind == spec.KIND_EXPERT and e.layer == 1 and e.expert == 3)
+    _flip(path, e.offset + 9)
+    with cd.Engine(path, threads=1) as eng, pytest.raises(FormatError, match="layer 1 expert 3"):
+        check_experts(SimpleNamespace(engine=eng))
