@@ -2,8 +2,8 @@
 
 Role in the data flow: convert.py calls write_dense after the MoE layers. Matrices the
 decoder multiplies by (attention projections of every family) are encoded in the `dense`
-scheme and lm_head in the `lm_head` scheme (pack_matrix) one at a time, so peak memory is one
-matrix; a tied embedding also becomes `lm_head.weight`; each non-MoE layer's SwiGLU MLP (DeepSeek's first dense layers,
+scheme and lm_head in the `lm_head` scheme one at a time, each in chunks of rows (pack_matrix_stream) where
+the scheme encodes rows independently, so peak memory is one chunk whatever the vocabulary; a tied embedding also becomes `lm_head.weight`; each non-MoE layer's SwiGLU MLP (DeepSeek's first dense layers,
 Qwen's mlp_only_layers) becomes one dense-MLP blob. Norm weights, biases and the embedding
 table stay plain tensors (the embedding is gathered, not streamed, per token).
 """
@@ -12,10 +12,11 @@ import re
 from .. import families
 from ..errors import FormatError, InvalidArgument
 from . import spec
-from .quantize import pack_expert, pack_matrix
+from .quantize import pack_expert, pack_matrix, pack_matrix_stream, rows_separable
 
 _PROJECTIONS = "q_proj|k_proj|v_proj|o_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj"
 EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"
+CHUNK_F32_BYTES = 64 << 20     # a big matrix is read and encoded this many bytes of float32 rows at a time
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 
 
@@ -60,8 +61,15 @@ def _matrix(writer, source, src_name, name, scheme):
     ref = source.ref(src_name)
     if len(ref.shape) != 2:
         raise FormatError(f"{ref.file}: tensor {src_name!r} has shape {list(ref.shape)}, expected a matrix")
+    rows, cols = ref.shape
     try:
-        blob, layout = pack_matrix(source.read_f32(src_name, tuple(ref.shape)), scheme)
+        if rows_separable(scheme):      # row by row: memory bounded whatever the vocabulary (the LM head)
+            chunk = max(1, CHUNK_F32_BYTES // (4 * cols))
+            chunks, nbytes, layout = pack_matrix_stream(lambda r0, r1: source.read_rows_f32(src_name, r0, r1),
+                                                        rows, cols, scheme, chunk)
+            writer.add_matrix_stream(name, chunks, nbytes, layout)
+        else:
+            blob, layout = pack_matrix(source.read_f32(src_name, tuple(ref.shape)), scheme)
+            writer.add_matrix(name, blob, layout)
     except InvalidArgument as exc:
         raise FormatError(f"{ref.file}: tensor {src_name!r}: cannot encode as {scheme}: {exc}") from exc
-    writer.add_matrix(name, blob, layout)

@@ -92,6 +92,19 @@ class SafetensorsSource:
             raise FormatError(f"{ref.file}: tensor {name!r} truncated ({got} of {raw.nbytes} bytes)")
         return to_f32(raw, ref.dtype).reshape(shape)
 
+    def read_rows_f32(self, name, r0, r1):
+        """Rows [r0, r1) of a 2-D float tensor as float32 [r1 - r0, cols] (bounded reads of big matrices)."""
+        ref = self.ref(name)
+        if ref.dtype not in FLOAT_SOURCES or len(ref.shape) != 2 or not 0 <= r0 < r1 <= ref.shape[0]:
+            raise FormatError(f"{ref.file}: tensor {name!r} ({ref.dtype} {list(ref.shape)}): cannot read rows "
+                              f"{r0}:{r1} as float32")
+        row = ref.shape[1] * _ITEM[ref.dtype]
+        raw = np.empty((r1 - r0) * row, dtype=np.uint8)
+        got = os.preadv(self._fd(ref.file), [raw], ref.start + r0 * row)
+        if got != raw.nbytes:
+            raise FormatError(f"{ref.file}: tensor {name!r} truncated ({got} of {raw.nbytes} bytes)")
+        return to_f32(raw, ref.dtype).reshape(r1 - r0, ref.shape[1])
+
     def chunks(self, ref, chunk_bytes=64 << 20):
         """Raw bytes of a tensor in bounded pieces (dense tensors are copied as they come)."""
         for start in range(0, ref.nbytes, chunk_bytes):

@@ -200,6 +200,42 @@ def _assemble(parts, scheme, shapes):
     return blob, ExpertLayout(mls["gate"], mls["up"], mls["down"], blob.size, scheme)
 
 
+def rows_separable(scheme):
+    """True when a matrix's encoding of each row depends on that row alone (all but int8-minmax)."""
+    return scheme in SCHEMES and BY_NAME[scheme].scale_kind in (SCALE_ROW, SCALE_GROUP) or \
+        (scheme in SCHEMES and not BY_NAME[scheme].is_int)
+
+
+def pack_matrix_stream(read_rows, rows, cols, scheme, chunk_rows):
+    """pack_matrix's blob as (chunks, nbytes, MatrixLayout) for a row-separable scheme, quantizing
+    `chunk_rows` rows at a time (read_rows(r0, r1) -> float32 [r1 - r0, cols]): the data streams out chunk
+    by chunk, the scales follow; bit-identical to pack_matrix of the whole matrix."""
+    if not rows_separable(scheme):
+        raise InvalidArgument(f"pack_matrix_stream: {scheme!r} scales the whole matrix at once")
+    first = quantize_matrix(read_rows(0, min(rows, chunk_rows)), scheme)
+    n0 = min(rows, chunk_rows)
+    row_bytes = first[0].nbytes // n0
+    row_scales = 0 if first[1] is None else first[1].size // n0
+    data_bytes = rows * row_bytes
+    scale_off = _align(data_bytes) if row_scales else -1
+    nbytes = max(_align(scale_off + rows * row_scales * 4) if row_scales else _align(data_bytes), PART_ALIGN)
+    layout = MatrixLayout(SCHEMES[scheme], rows, cols, 0, data_bytes, scale_off, rows * row_scales, -1)
+
+    def chunks():
+        scales, q = [], first
+        for r0 in range(0, rows, chunk_rows):
+            if r0:
+                q = quantize_matrix(read_rows(r0, min(rows, r0 + chunk_rows)), scheme)
+            yield np.ascontiguousarray(q[0]).view(np.uint8).reshape(-1)
+            if q[1] is not None:
+                scales.append(q[1])
+        if row_scales:
+            yield bytes(scale_off - data_bytes)
+            yield np.concatenate(scales).view(np.uint8)
+        yield bytes(nbytes - (scale_off + rows * row_scales * 4 if row_scales else data_bytes))
+    return chunks(), nbytes, layout
+
+
 def pack_matrix(w, scheme):
     """Quantize one dense matrix [rows, cols] into a blob: data, then scales, then zero point, each
     PART_ALIGN-aligned. Returns (blob uint8[nbytes], MatrixLayout)."""

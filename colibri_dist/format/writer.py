@@ -2,7 +2,9 @@
 
 Role in the data flow: convert.py feeds it one tensor or expert blob at a time;
 it appends each (aligned), records a table entry with its CRC32, then writes the
-table, the metadata JSON and finally the header at offset 0. It writes
+table, the metadata JSON and finally the header at offset 0. Every FLUSH_BYTES it
+writes back what it wrote and drops it from the page cache, so converting a model
+of any size holds a bounded amount of memory (convert runs inside a 2 GiB cgroup). It writes
 `<dst>.partial`, fsyncs, and renames to `<dst>` only when everything is on disk;
 any error (including ENOSPC) removes the partial file, so a file at `<dst>`
 always opens as complete.
@@ -37,6 +39,17 @@ def _fsync(fd):
     os.fsync(fd)
 
 
+FLUSH_BYTES = 64 << 20      # written bytes between write-backs: what convert keeps dirty in the page cache
+
+
+def _flush(fd, start, end):
+    """Writes [start, end) back and drops it from the page cache: a converter's dirty pages stay bounded
+    (a memory cgroup charges them and, under cgroup v1, OOM-kills a writer that outruns write-back)."""
+    os.fdatasync(fd)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+
+
 class ContainerWriter:
     """Use as a context manager: `with ContainerWriter(dst) as w: w.add_...; w.finish(cfg, meta)`."""
 
@@ -48,6 +61,7 @@ class ContainerWriter:
         self.slots = set()       # (kind, layer, expert) of MoE parts: one entry each
         self._fd = None
         self._pos = 0
+        self._flushed = 0        # bytes before this offset are on disk and out of the page cache
         self._done = False
         try:
             self._fd = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -68,6 +82,9 @@ class ContainerWriter:
     def _emit(self, data):
         try:
             _write_all(self._fd, data)
+            if self._pos + len(data) - self._flushed >= FLUSH_BYTES:
+                _flush(self._fd, self._flushed, self._pos + len(data))
+                self._flushed = self._pos + len(data)
         except OSError as exc:
             self.abort()
             raise FormatError(f"{self.path}: write failed ({exc.strerror or exc}); "
@@ -130,6 +147,15 @@ class ContainerWriter:
         entry = spec.Entry(name, spec.KIND_MATRIX, spec.DTYPE_CODES["uint8"], -1, -1, (len(blob),),
                            0, 0, 0, (layout, None, None))
         return self._append(entry, [blob], BLOB_ALIGN)
+
+    def add_matrix_stream(self, name, chunks, nbytes, layout):
+        """add_matrix with the blob given as chunks (pack_matrix_stream): a big matrix never whole in memory."""
+        entry = spec.Entry(name, spec.KIND_MATRIX, spec.DTYPE_CODES["uint8"], -1, -1, (int(nbytes),),
+                           0, 0, 0, (layout, None, None))
+        entry = self._append(entry, chunks, BLOB_ALIGN)
+        if entry.nbytes != nbytes:
+            raise FormatError(f"{self.path}: matrix {name!r}: {entry.nbytes} bytes written, {nbytes} announced")
+        return entry
 
     # -- closing --------------------------------------------------------------
     def finish(self, config, meta, before_rename=None):
