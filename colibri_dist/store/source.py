@@ -9,11 +9,13 @@ offload stress harness and the tests use them to make reads slow or failing.
 A source has:
     read(layer, e) -> uint8 blob (verified; any failure raises)
     read_into(layer, e, take) -> (blob, buffer) [optional]: the same, read
-        straight into buffer = take(nbytes) (recycled RAM, no extra copy)
+        straight into buffer = take(nbytes) (recycled RAM, no extra copy), around
+        the page cache (O_DIRECT): the RAM cache is the one copy of a loaded expert
     view(layer, e) -> uint8 zero-copy view (mmap) for the no-cache mode
     layout(layer, e) -> ExpertLayout
     nbytes(layer, e) -> int
 """
+import errno
 import os
 import threading
 import time
@@ -67,12 +69,8 @@ class ModelSource:
         offset, nbytes, crc = self.model.expert_location(layer, e)
         buf = take(nbytes)
         blob = buf[:nbytes]
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            got = os.preadv(fd, [memoryview(blob)], offset)
-        finally:
-            os.close(fd)
-        if got != nbytes:
+        got = _pread_uncached(path, buf, nbytes, offset)
+        if got < nbytes:
             raise FormatError(f"{path}: layer {layer} expert {e}: short read ({got} of {nbytes} bytes)")
         check = getattr(self.model, "check_expert", None)
         if check is not None:           # the reader's check: CRC-32 and finite scales/weights
@@ -84,6 +82,38 @@ class ModelSource:
 
 
 _PLAIN_READ = ModelSource.read
+_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+def _pread_uncached(path, buf, nbytes, offset):
+    """Reads [offset, offset + nbytes) of path into buf without leaving it in the page cache: O_DIRECT
+    (no copy in the kernel's cache, no read-ahead) when buf, offset and the page-rounded length allow it
+    (store buffers and container blobs are page-aligned), else a buffered read with read-ahead off whose
+    pages are dropped after. A copy in the page cache would double what a miss costs in RAM and, inside
+    a memory limit, push out the dense weights the next token needs. Returns the bytes read (>= nbytes
+    when complete; the page-rounded tail may run past nbytes)."""
+    span = -(-nbytes // 4096) * 4096
+    if _DIRECT and offset % 4096 == 0 and buf.nbytes >= span and buf.ctypes.data % 4096 == 0:
+        try:
+            fd = os.open(path, os.O_RDONLY | _DIRECT)
+        except OSError:
+            fd = None
+        if fd is not None:
+            try:
+                return os.preadv(fd, [memoryview(buf)[:span]], offset)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:            # EINVAL: this file system refuses O_DIRECT reads
+                    raise
+            finally:
+                os.close(fd)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_RANDOM)
+        got = os.preadv(fd, [memoryview(buf)[:nbytes]], offset)
+        os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_DONTNEED)
+        return got
+    finally:
+        os.close(fd)
 
 
 class SlowSource:
