@@ -2,7 +2,8 @@
 import importlib
 import sys
 
-NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer", "prefix", "levels"]
+NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer", "prefix", "levels",
+         "scale"]
 
 
 def main(argv=None):

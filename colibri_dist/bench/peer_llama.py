@@ -52,7 +52,7 @@ def _tokenizer(dst, vocab):
                    "bos_token": "<|endoftext|>", "model_max_length": 4096}, f)
 
 
-def _source_with_tokenizer(hf_dir, work):
+def source_with_tokenizer(hf_dir, work):
     src = os.path.join(work, "hf-with-tokenizer")
     os.makedirs(src, exist_ok=True)
     for name in os.listdir(hf_dir):
@@ -65,7 +65,7 @@ def _source_with_tokenizer(hf_dir, work):
     return src
 
 
-def _run(cmd, env=None):
+def run(cmd, env=None):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
@@ -77,28 +77,33 @@ def gguf_files(t, hf_dir, work, types, threads):
     os.makedirs(work, exist_ok=True)
     f16 = os.path.join(work, "model-f16.gguf")
     if not os.path.exists(f16):
-        src = _source_with_tokenizer(hf_dir, work)
+        src = source_with_tokenizer(hf_dir, work)
         env = dict(os.environ, PYTHONPATH=t.gguf_py + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        _run([sys.executable, t.converter, src, "--outtype", "f16", "--outfile", f16 + ".partial"], env)
+        run([sys.executable, t.converter, src, "--outtype", "f16", "--outfile", f16 + ".partial"], env)
         os.replace(f16 + ".partial", f16)
     out = {}
     for typ in types:
         path = os.path.join(work, f"model-{typ}.gguf")
         if not os.path.exists(path):
-            _run([t.quantize, f16, path + ".partial", typ, str(threads)])
+            run([t.quantize, f16, path + ".partial", typ, str(threads)])
             os.replace(path + ".partial", path)
         out[typ] = path
     return out
 
 
-def batched(t, gguf, threads, prompt, gen, parallel):
-    """One llama-batched-bench run -> {pl: {"prefill_tok_s", "decode_tok_s", "t_pp", "t_tg"}}."""
+def batched_cmd(t, gguf, threads, prompt, gen, parallel, extra=()):
+    """The llama-batched-bench command line of one run (extra: e.g. ["--no-repack"])."""
     ctx = max(parallel) * (prompt + gen)
     ctx = -(-ctx // 256) * 256
-    cmd = [t.batched_bench, "-m", gguf, "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-b", "2048",
-           "-ub", "512", "-npp", str(prompt), "-ntg", str(gen), "-npl", ",".join(map(str, parallel)),
-           "--output-format", "jsonl"]
-    return parse_batched(_run(cmd)), cmd
+    return [t.batched_bench, "-m", gguf, "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-b", "2048",
+            "-ub", "512", "-npp", str(prompt), "-ntg", str(gen), "-npl", ",".join(map(str, parallel)),
+            "--output-format", "jsonl", *extra]
+
+
+def batched(t, gguf, threads, prompt, gen, parallel):
+    """One llama-batched-bench run -> {pl: {"prefill_tok_s", "decode_tok_s", "t_pp", "t_tg"}}."""
+    cmd = batched_cmd(t, gguf, threads, prompt, gen, parallel)
+    return parse_batched(run(cmd)), cmd
 
 
 def parse_batched(stdout):

@@ -1,0 +1,10 @@
+"""`colibri bench scale` (python -m colibri_dist.bench scale): real-size shapes, in RAM and larger than RAM.
+
+Role: the package of one benchmark; run.py is its entry point, the other files one job each (shapes,
+checkpoint, routing, prepare, limits, disk, child, measure, summary, report).
+"""
+
+
+def main(argv=None):
+    from .run import main as run_main
+    return run_main(argv)

@@ -1,0 +1,155 @@
+"""`colibri bench scale`: colibri against llama.cpp at real size, in RAM and larger than RAM, rerunnable anywhere.
+
+Role: the entry point (main). It builds a random checkpoint with the exact layer shapes of Qwen3-30B-A3B or
+DeepSeek-V3 (scale/shapes.py, scale/checkpoint.py: numpy + safetensors, with controlled routing), converts
+it (`colibri convert --preset`, inside a 2 GiB memory cgroup when root: its peak is reported) and, with
+--llama-bin, to llama.cpp's Q8_0 and Q4_K_M; measures the routing it really has (scale/routing.py); runs
+alternated rounds (scale/measure.py) in RAM and under memory limits of a fraction of the container; then
+prints and writes the tables (scale/summary.py, scale/report.py): JSON, markdown and a plot. The scratch
+folder (~10 GB per 8 Qwen3 layers in bf16) is deleted at the end unless --keep.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+from . import checkpoint as ckpt
+from . import measure, prepare, shapes
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="colibri bench scale", description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", default="qwen3-30b-a3b", choices=list(shapes.SHAPES))
+    ap.add_argument("--layers", type=int, default=None, help="decoder layers (default: 8 for Qwen3, 1 for DeepSeek)")
+    ap.add_argument("--preset", default="q4_k_m", help="colibri's container preset (colibri convert --preset)")
+    ap.add_argument("--llama-bin", default=None, metavar="DIR",
+                    help="bin folder of a llama.cpp build (../shared/peers/build-llama-cpp.sh prints it); "
+                         "without it only colibri is measured")
+    ap.add_argument("--types", default="Q4_K_M", help="llama.cpp types measured (comma-separated)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=512, help="prefill length in RAM")
+    ap.add_argument("--decode-prompt", type=int, default=64, help="prompt of each decoding sequence")
+    ap.add_argument("--gen", type=int, default=32, help="decode steps in RAM")
+    ap.add_argument("--parallel", default="1,8,32", help="decoding sequences in RAM")
+    ap.add_argument("--limits", default="0.4,0.6",
+                    help="memory limits as fractions of the container's size ('' = none)")
+    ap.add_argument("--limit-extra-mib", type=int, default=0,
+                    help="added to every limit (toy shapes: room for the runtime itself)")
+    ap.add_argument("--limit-gen", type=int, default=32, help="decode steps under a limit")
+    ap.add_argument("--convert-limit-mib", type=int, default=2048, help="memory cgroup around colibri convert")
+    ap.add_argument("--skew", type=float, default=ckpt.DEFAULT_SKEW, help="router popularity skew (checkpoint.py)")
+    ap.add_argument("--locality", type=float, default=ckpt.DEFAULT_LOCALITY,
+                    help="attention output scale: temporal locality of routing (checkpoint.py)")
+    ap.add_argument("--work", default=os.path.join(os.path.expanduser("~"), ".cache", "colibri", "scale"))
+    ap.add_argument("--keep", action="store_true", help="keep the checkpoint and converted files")
+    ap.add_argument("--timeout", type=int, default=1200, help="seconds per measured process")
+    ap.add_argument("--bw-mib", type=int, default=1024)
+    ap.add_argument("--json", default="bench_scale.json")
+    ap.add_argument("--markdown", default=None)
+    ap.add_argument("--plot", default=None, help="a PNG of the tables")
+    args = ap.parse_args(argv)
+    args.layers = args.layers or shapes.SHAPES[args.shape][1]
+    try:
+        args.parallel = [int(p) for p in args.parallel.split(",") if p]
+        args.limits = [float(f) for f in args.limits.split(",") if f]
+    except ValueError as exc:
+        ap.error(f"--parallel / --limits: {exc}")
+    if any(not 0 < f < 1 for f in args.limits):
+        ap.error(f"--limits: fractions between 0 and 1, got {args.limits}")
+    for flag in ("layers", "rounds", "prompt", "decode_prompt", "gen", "limit_gen", "threads"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag.replace('_', '-')}: must be >= 1")
+    args.types = [t for t in args.types.split(",") if t]
+    return args
+
+
+POLICIES = ("lru", "lfu")     # the RAM cache's eviction under a limit: recency alone; frequency (hot experts stay)
+RUNTIME_BYTES = 400 << 20    # Python, numpy, the native core, its arenas and a margin (child peak RSS in RAM
+                             # minus the weights it maps: ~300 MB at the Qwen3 shape)
+
+
+class Plan:
+    """What the rounds need: files, sizes, engines and run lengths."""
+
+    def __init__(self, args, cfg, container, ggufs, tools):
+        from ...format import token_bytes
+        from ...format.reader import open_model
+        for k in ("threads", "rounds", "prompt", "decode_prompt", "gen", "parallel", "limit_gen", "limits",
+                  "bw_mib", "timeout", "limit_extra_mib"):
+            setattr(self, k, getattr(args, k))
+        self.cfg, self.container, self.ggufs, self.tools = cfg, container, ggufs, tools
+        self.container_bytes = os.path.getsize(container)
+        with open_model(container) as m:
+            layer = m.moe_layers[0]
+            self.expert_bytes = m.expert_layout(layer).nbytes
+            self.all_expert_bytes = sum(m.config.n_experts * m.expert_layout(i).nbytes for i in m.moe_layers)
+            self.expert_bytes_per_token = m.config.top_k * sum(m.expert_layout(i).nbytes for i in m.moe_layers)
+            self.dense_bytes = token_bytes.ours(m)["total"] - self.expert_bytes_per_token   # read every token
+        self.ram_engines = [f"colibri {args.preset}"] + [f"llama.cpp {t}" for t in ggufs]
+        self.limit_engines = [f"colibri {args.preset} mmap"] + [f"colibri {args.preset} cache {p}" for p in POLICIES] + \
+            [f"llama.cpp {t}{x}" for t in ggufs for x in ("", " no-repack")]
+
+    def limit_bytes(self, frac):
+        return int(frac * self.container_bytes) + (self.limit_extra_mib << 20)
+
+    def kv_bytes(self, tokens):
+        return (tokens + 1024) * shapes.kv_bytes_per_token(self.cfg)
+
+    def cache_bytes(self, limit):
+        """The expert RAM budget under a limit: what the weights every token reads (attention, routers, the
+        LM head: they stay in the page cache), the runtime (RUNTIME_BYTES) and the KV cache leave."""
+        return max(self.expert_bytes, limit - self.dense_bytes - RUNTIME_BYTES - self.kv_bytes(2 * self.prompt))
+
+
+def prepare_files(args, cfg, routing, report):
+    d = prepare.folder(args.work, args.shape, args.layers, routing)
+    tools = None
+    if args.llama_bin:
+        from .. import peer_llama
+        tools = peer_llama.tools(args.llama_bin)       # fails first, before anything heavy
+    hf, seconds = prepare.checkpoint(d, cfg, routing)
+    report["files"] = {"folder": d, "checkpoint": {"bytes": shapes.nbytes(cfg), "build_s": seconds}}
+    container, conv = prepare.container(hf, d, args.preset, args.convert_limit_mib << 20)
+    report["files"]["colibri"] = {"path": container, "bytes": os.path.getsize(container), "convert": conv}
+    ggufs = {}
+    if tools is not None:
+        ggufs, times = prepare.ggufs(tools, hf, d, args.types, args.threads)
+        report["files"]["llama_cpp"] = {"bin": tools.bin, "times": times,
+                                        "gguf": {t: {"path": p, "bytes": os.path.getsize(p)} for t, p in ggufs.items()}}
+    return d, container, ggufs, tools
+
+
+def routing_in_child(container, threads):
+    from .limits import run_counted
+    r = run_counted([sys.executable, "-m", "colibri_dist.bench.scale.routing", container, str(threads)])
+    if r["rc"] != 0:
+        raise RuntimeError(f"routing measurement failed (exit {r['rc']}):\n{r['stderr'][-3000:]}")
+    return json.loads(r["stdout"])
+
+
+def main(argv=None):
+    from ..kernels import machine
+    from . import report as rep, summary
+    args = parse_args(list(sys.argv[2:] if argv is None else argv))
+    cfg = shapes.config(args.shape, args.layers)
+    routing = {"skew": args.skew, "locality": args.locality}
+    report = {"command": "colibri bench scale " + " ".join(sys.argv[2:] if argv is None else argv),
+              "machine": dict(machine(), **rep.cpu_identity()), "threads": args.threads, "shape": args.shape,
+              "layers": args.layers, "config": cfg, "routing_knobs": routing, "started": time.ctime()}
+    d, container, ggufs, tools = prepare_files(args, cfg, routing, report)
+    try:
+        report["routing"] = routing_in_child(container, args.threads)
+        plan = Plan(args, cfg, container, ggufs, tools)
+        report["sizes"] = {k: getattr(plan, k) for k in ("container_bytes", "expert_bytes", "all_expert_bytes",
+                                                         "expert_bytes_per_token", "dense_bytes")}
+        report["bytes_per_token"] = summary.token_bytes(container, tools, ggufs, cfg)
+        report["rounds"] = measure.rounds(plan)
+        report["summary"] = summary.summarize(report, plan)
+    finally:
+        if not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    rep.write(report, args)
+    return 0
