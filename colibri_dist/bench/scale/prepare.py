@@ -4,7 +4,8 @@ Role: folder(work, shape, layers, routing) names one scratch folder per checkpoi
 (checkpoint.py); container() converts it with `colibri convert --preset PRESET` inside a memory limit when
 one can be set (convert's peak must not grow with the model: limits.py, the group's peak and failcnt are
 reported) and times it; ggufs() converts it with llama.cpp's converter to Q8_0 and requantizes to each type
-(llama-quantize --allow-requantize, as ../shared/peers/README.md does at real size), timed. Each file is
+(llama-quantize --allow-requantize, as ../shared/peers/README.md does at real size), each step timed with
+its peak RSS. Each file is
 made once (kept until the bench's clean-up) and only complete files count: writers go through .partial names.
 """
 import os
@@ -12,7 +13,7 @@ import sys
 import time
 
 from . import checkpoint as ckpt
-from .limits import MemoryLimit, available
+from .limits import MemoryLimit, available, run_counted
 
 
 def folder(work, shape, layers, routing):
@@ -33,7 +34,6 @@ def container(hf, d, preset, limit_bytes):
     cmd = [sys.executable, "-m", "colibri_dist", "convert", hf, path, "--preset", preset, "--force"]
     why = available()
     if why or not limit_bytes:
-        from .limits import run_counted
         r = dict(run_counted(cmd), limit=None, limit_note=why)
     else:
         with MemoryLimit(limit_bytes, name=f"colibri-scale-convert-{os.getpid()}") as lim:
@@ -44,26 +44,33 @@ def container(hf, d, preset, limit_bytes):
     return path, {k: v for k, v in r.items() if k not in ("stdout", "stderr")}
 
 
+def _measured(cmd, env=None):
+    """Runs one llama.cpp step -> {seconds, peak_rss}; raises with its stderr on failure."""
+    r = run_counted(cmd, env=env)
+    if r["rc"] != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {r['rc']}):\n{r['stderr'][-3000:]}")
+    return {"seconds": r["seconds"], "peak_rss": r["peak_rss"]}
+
+
 def ggufs(t, hf, d, types, threads):
-    """{type: path} and {step: seconds} of llama.cpp's files: convert_hf_to_gguf to Q8_0, then llama-quantize."""
+    """{type: path} and {step: {seconds, peak_rss}} of llama.cpp's files: convert_hf_to_gguf to Q8_0, then
+    llama-quantize --allow-requantize to each type."""
     from .. import peer_llama
     work = os.path.join(d, "gguf")
     os.makedirs(work, exist_ok=True)
-    times, q8 = {}, os.path.join(work, "model-Q8_0.gguf")
+    steps, q8 = {}, os.path.join(work, "model-Q8_0.gguf")
     if not os.path.exists(q8):
         src = peer_llama.source_with_tokenizer(hf, work)
         env = dict(os.environ, PYTHONPATH=t.gguf_py + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        t0 = time.perf_counter()
-        peer_llama.run([sys.executable, t.converter, src, "--outtype", "q8_0", "--outfile", q8 + ".partial"], env)
+        steps["convert_hf_to_gguf q8_0"] = _measured(
+            [sys.executable, t.converter, src, "--outtype", "q8_0", "--outfile", q8 + ".partial"], env)
         os.replace(q8 + ".partial", q8)
-        times["convert_hf_to_gguf q8_0"] = time.perf_counter() - t0
     out = {}
     for typ in types:
         path = q8 if typ == "Q8_0" else os.path.join(work, f"model-{typ}.gguf")
         if not os.path.exists(path):
-            t0 = time.perf_counter()
-            peer_llama.run([t.quantize, "--allow-requantize", q8, path + ".partial", typ, str(threads)])
+            steps[f"llama-quantize {typ}"] = _measured([t.quantize, "--allow-requantize", q8, path + ".partial", typ,
+                                                        str(threads)])
             os.replace(path + ".partial", path)
-            times[f"llama-quantize {typ}"] = time.perf_counter() - t0
         out[typ] = path
-    return out, times
+    return out, steps

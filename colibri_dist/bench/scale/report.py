@@ -70,6 +70,16 @@ def _limit_table(s):
     return "\n".join(rows)
 
 
+def _llama_files(ll):
+    if not ll:
+        return ""
+    if "error" in ll:
+        return "; llama.cpp: its files could not be made (files.llama_cpp.error in the JSON)"
+    steps = "; ".join(f"{k} {_f(v['seconds'], '{:.0f}')} s, peak RSS {_gb(v['peak_rss'])}"
+                      for k, v in ll.get("steps", {}).items())
+    return "".join(f"; llama.cpp {t} {_gb(g['bytes'])}" for t, g in ll["gguf"].items()) + (f" ({steps})" if steps else "")
+
+
 def markdown(report):
     s, m = report["summary"], report["machine"]
     rt = s.get("routing") or {}
@@ -84,10 +94,9 @@ def markdown(report):
              f"{_f(rt.get('top10_share'), '{:.2f}')}, experts used {_f(rt.get('used_fraction'), '{:.2f}')}; "
              f"knobs {report['routing_knobs']}.", "",
              f"Files: checkpoint {_gb(s['files']['checkpoint']['bytes'])} bf16; colibri container "
-             f"{_gb(s['files']['colibri']['bytes'])}, convert {_f(conv.get('seconds'), '{:.0f}')} s, peak of its "
-             f"memory group {_gb(conv.get('peak'))} (limit {_gb(conv.get('limit'))}, failcnt {conv.get('failcnt')})"
-             + "".join(f"; llama.cpp {t} {_gb(g['bytes'])}" for t, g in
-                       s["files"].get("llama_cpp", {}).get("gguf", {}).items()) + ".", "",
+             f"{_gb(s['files']['colibri']['bytes'])}, convert {_f(conv.get('seconds'), '{:.0f}')} s, peak RSS "
+             f"{_gb(conv.get('peak_rss'))} inside a memory cgroup of {_gb(conv.get('limit'))} (OOM kills "
+             f"{conv.get('oom_kills')})" + _llama_files(s["files"].get("llama_cpp")) + ".", "",
              "In RAM (tok/s, medians):", "", _ram_table(s), ""]
     if s["limits"]:
         lines += ["Larger than RAM (memory cgroup around the process, cold page cache, 1 sequence):", "",

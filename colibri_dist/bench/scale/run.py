@@ -20,7 +20,7 @@ from . import measure, prepare, shapes
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="colibri bench scale", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m colibri_dist.bench scale", description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="qwen3-30b-a3b", choices=list(shapes.SHAPES))
     ap.add_argument("--layers", type=int, default=None, help="decoder layers (default: 8 for Qwen3, 1 for DeepSeek)")
     ap.add_argument("--preset", default="q4_k_m", help="colibri's container preset (colibri convert --preset)")
@@ -104,20 +104,22 @@ class Plan:
         return max(self.expert_bytes, limit - self.dense_bytes - RUNTIME_BYTES - self.kv_bytes(2 * self.prompt))
 
 
-def prepare_files(args, cfg, routing, report):
+def prepare_files(args, cfg, routing, report, tools):
     d = prepare.folder(args.work, args.shape, args.layers, routing)
-    tools = None
-    if args.llama_bin:
-        from .. import peer_llama
-        tools = peer_llama.tools(args.llama_bin)       # fails first, before anything heavy
     hf, seconds = prepare.checkpoint(d, cfg, routing)
     report["files"] = {"folder": d, "checkpoint": {"bytes": shapes.nbytes(cfg), "build_s": seconds}}
     container, conv = prepare.container(hf, d, args.preset, args.convert_limit_mib << 20)
     report["files"]["colibri"] = {"path": container, "bytes": os.path.getsize(container), "convert": conv}
     ggufs = {}
     if tools is not None:
-        ggufs, times = prepare.ggufs(tools, hf, d, args.types, args.threads)
-        report["files"]["llama_cpp"] = {"bin": tools.bin, "times": times,
+        try:
+            ggufs, steps = prepare.ggufs(tools, hf, d, args.types, args.threads)
+        except RuntimeError as exc:         # e.g. its converter OOM-killed: recorded, colibri still measured
+            print(f"bench scale: llama.cpp's files could not be made; measuring colibri alone ({exc})"[:2000],
+                  flush=True)
+            report["files"]["llama_cpp"] = {"bin": tools.bin, "error": str(exc)[-3000:], "gguf": {}}
+            return d, container, {}, tools
+        report["files"]["llama_cpp"] = {"bin": tools.bin, "steps": steps,
                                         "gguf": {t: {"path": p, "bytes": os.path.getsize(p)} for t, p in ggufs.items()}}
     return d, container, ggufs, tools
 
@@ -139,8 +141,13 @@ def main(argv=None):
     report = {"command": "colibri bench scale " + " ".join(sys.argv[2:] if argv is None else argv),
               "machine": dict(machine(), **rep.cpu_identity()), "threads": args.threads, "shape": args.shape,
               "layers": args.layers, "config": cfg, "routing_knobs": routing, "started": time.ctime()}
-    d, container, ggufs, tools = prepare_files(args, cfg, routing, report)
+    tools = None
+    if args.llama_bin:
+        from .. import peer_llama
+        tools = peer_llama.tools(args.llama_bin)       # fails first, before anything heavy
+    d = prepare.folder(args.work, args.shape, args.layers, routing)
     try:
+        d, container, ggufs, tools = prepare_files(args, cfg, routing, report, tools)
         report["routing"] = routing_in_child(container, args.threads)
         plan = Plan(args, cfg, container, ggufs, tools)
         report["sizes"] = {k: getattr(plan, k) for k in ("container_bytes", "expert_bytes", "all_expert_bytes",
