@@ -85,12 +85,15 @@ class SafetensorsSource:
         if ref.shape != full or (index is not None and not 0 <= index < ref.shape[0]):
             raise FormatError(f"{ref.file}: tensor {name!r} has shape {list(ref.shape)}, expected {list(full)}")
         count = int(np.prod(shape))
-        item = _ITEM[ref.dtype]
-        raw = np.empty(count * item, dtype=np.uint8)
-        got = os.preadv(self._fd(ref.file), [raw], ref.start + (0 if index is None else index * count * item))
+        return self._pread_f32(ref, (0 if index is None else index * count) * _ITEM[ref.dtype], count).reshape(shape)
+
+    def _pread_f32(self, ref, offset, count):
+        """`count` values of ref from byte `offset` of its data, as float32; a short read names the tensor."""
+        raw = np.empty(count * _ITEM[ref.dtype], dtype=np.uint8)
+        got = os.preadv(self._fd(ref.file), [raw], ref.start + offset)
         if got != raw.nbytes:
-            raise FormatError(f"{ref.file}: tensor {name!r} truncated ({got} of {raw.nbytes} bytes)")
-        return to_f32(raw, ref.dtype).reshape(shape)
+            raise FormatError(f"{ref.file}: tensor {ref.name!r} truncated ({got} of {raw.nbytes} bytes)")
+        return to_f32(raw, ref.dtype)
 
     def read_rows_f32(self, name, r0, r1):
         """Rows [r0, r1) of a 2-D float tensor as float32 [r1 - r0, cols] (bounded reads of big matrices)."""
@@ -98,12 +101,8 @@ class SafetensorsSource:
         if ref.dtype not in FLOAT_SOURCES or len(ref.shape) != 2 or not 0 <= r0 < r1 <= ref.shape[0]:
             raise FormatError(f"{ref.file}: tensor {name!r} ({ref.dtype} {list(ref.shape)}): cannot read rows "
                               f"{r0}:{r1} as float32")
-        row = ref.shape[1] * _ITEM[ref.dtype]
-        raw = np.empty((r1 - r0) * row, dtype=np.uint8)
-        got = os.preadv(self._fd(ref.file), [raw], ref.start + r0 * row)
-        if got != raw.nbytes:
-            raise FormatError(f"{ref.file}: tensor {name!r} truncated ({got} of {raw.nbytes} bytes)")
-        return to_f32(raw, ref.dtype).reshape(r1 - r0, ref.shape[1])
+        cols = ref.shape[1]
+        return self._pread_f32(ref, r0 * cols * _ITEM[ref.dtype], (r1 - r0) * cols).reshape(r1 - r0, cols)
 
     def chunks(self, ref, chunk_bytes=64 << 20):
         """Raw bytes of a tensor in bounded pieces (dense tensors are copied as they come)."""

@@ -202,8 +202,19 @@ def _assemble(parts, scheme, shapes):
 
 def rows_separable(scheme):
     """True when a matrix's encoding of each row depends on that row alone (all but int8-minmax)."""
-    return scheme in SCHEMES and BY_NAME[scheme].scale_kind in (SCALE_ROW, SCALE_GROUP) or \
-        (scheme in SCHEMES and not BY_NAME[scheme].is_int)
+    enc = BY_NAME.get(scheme) if scheme in SCHEMES else None
+    return enc is not None and (not enc.is_int or enc.scale_kind in (SCALE_ROW, SCALE_GROUP))
+
+
+def _part_offsets(sizes):
+    """Offsets of a matrix blob's parts (data, scales, zero point; None = absent), each PART_ALIGN-aligned,
+    and the blob's size (at least PART_ALIGN)."""
+    offsets, offset = [], 0
+    for n in sizes:
+        offsets.append(-1 if n is None else offset)
+        if n is not None:
+            offset = _align(offset + n)
+    return offsets, max(offset, PART_ALIGN)
 
 
 def pack_matrix_stream(read_rows, rows, cols, scheme, chunk_rows):
@@ -212,27 +223,26 @@ def pack_matrix_stream(read_rows, rows, cols, scheme, chunk_rows):
     by chunk, the scales follow; bit-identical to pack_matrix of the whole matrix."""
     if not rows_separable(scheme):
         raise InvalidArgument(f"pack_matrix_stream: {scheme!r} scales the whole matrix at once")
-    first = quantize_matrix(read_rows(0, min(rows, chunk_rows)), scheme)
     n0 = min(rows, chunk_rows)
-    row_bytes = first[0].nbytes // n0
-    row_scales = 0 if first[1] is None else first[1].size // n0
-    data_bytes = rows * row_bytes
-    scale_off = _align(data_bytes) if row_scales else -1
-    nbytes = max(_align(scale_off + rows * row_scales * 4) if row_scales else _align(data_bytes), PART_ALIGN)
-    layout = MatrixLayout(SCHEMES[scheme], rows, cols, 0, data_bytes, scale_off, rows * row_scales, -1)
+    first = quantize_matrix(read_rows(0, n0), scheme)
+    data_bytes = rows * (first[0].nbytes // n0)
+    n_scales = 0 if first[1] is None else rows * (first[1].size // n0)
+    (data_off, scale_off, _), nbytes = _part_offsets([data_bytes, n_scales * 4 if n_scales else None, None])
+    layout = MatrixLayout(SCHEMES[scheme], rows, cols, data_off, data_bytes, scale_off, n_scales, -1)
 
     def chunks():
-        scales, q = [], first
+        scales, q, at = [], first, data_bytes
         for r0 in range(0, rows, chunk_rows):
             if r0:
                 q = quantize_matrix(read_rows(r0, min(rows, r0 + chunk_rows)), scheme)
             yield np.ascontiguousarray(q[0]).view(np.uint8).reshape(-1)
             if q[1] is not None:
                 scales.append(q[1])
-        if row_scales:
+        if n_scales:
             yield bytes(scale_off - data_bytes)
             yield np.concatenate(scales).view(np.uint8)
-        yield bytes(nbytes - (scale_off + rows * row_scales * 4 if row_scales else data_bytes))
+            at = scale_off + n_scales * 4
+        yield bytes(nbytes - at)
     return chunks(), nbytes, layout
 
 
@@ -240,19 +250,13 @@ def pack_matrix(w, scheme):
     """Quantize one dense matrix [rows, cols] into a blob: data, then scales, then zero point, each
     PART_ALIGN-aligned. Returns (blob uint8[nbytes], MatrixLayout)."""
     data, scales, zero = quantize_matrix(w, scheme)
-    parts, offset = [], 0
-    for arr in (data, scales, zero):
-        if arr is None:
-            parts.append((-1, None))
-            continue
-        raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
-        parts.append((offset, raw))
-        offset = _align(offset + raw.size)
-    blob = np.zeros(max(offset, PART_ALIGN), dtype=np.uint8)
-    for off, raw in parts:
+    raws = [None if a is None else np.ascontiguousarray(a).view(np.uint8).reshape(-1) for a in (data, scales, zero)]
+    offsets, nbytes = _part_offsets([None if r is None else r.size for r in raws])
+    blob = np.zeros(nbytes, dtype=np.uint8)
+    for off, raw in zip(offsets, raws):
         if raw is not None:
             blob[off:off + raw.size] = raw
     rows, cols = np.shape(w)
-    layout = MatrixLayout(SCHEMES[scheme], rows, cols, parts[0][0], parts[0][1].size, parts[1][0],
-                          0 if scales is None else scales.size, parts[2][0])
+    layout = MatrixLayout(SCHEMES[scheme], rows, cols, offsets[0], raws[0].size, offsets[1],
+                          0 if scales is None else scales.size, offsets[2])
     return blob, layout

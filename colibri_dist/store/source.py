@@ -107,10 +107,13 @@ def _pread_uncached(path, buf, nbytes, offset):
             finally:
                 os.close(fd)
     fd = os.open(path, os.O_RDONLY)
+    advise = getattr(os, "posix_fadvise", None)          # where O_DIRECT is missing, this may be too
     try:
-        os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_RANDOM)
+        if advise:
+            advise(fd, offset, nbytes, os.POSIX_FADV_RANDOM)
         got = os.preadv(fd, [memoryview(buf)[:nbytes]], offset)
-        os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_DONTNEED)
+        if advise:
+            advise(fd, offset, nbytes, os.POSIX_FADV_DONTNEED)
         return got
     finally:
         os.close(fd)
