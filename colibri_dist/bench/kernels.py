@@ -137,17 +137,21 @@ CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq
 
 
 def machine():
-    model, flags = "unknown", set()
+    """The host of a benchmark's numbers: CPU name, family and model (a VM's name hides the generation), flags."""
+    info, flags = {}, set()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name") and model == "unknown":
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model") and key not in info:
+                    info[key] = val.strip()
+                elif key == "flags" and not flags:
+                    flags = set(val.split())
     except OSError:
         pass
-    return {"cpu": model, "cpus": os.cpu_count(), "cpu_flags": [f for f in CPU_FLAGS if f in flags],
+    return {"cpu": info.get("model name", "unknown"), "cpu_family": info.get("cpu family"),
+            "cpu_model": info.get("model"), "cpus": os.cpu_count(), "cpu_flags": [f for f in CPU_FLAGS if f in flags],
             "simd_default": simd_name(), "simd_levels": simd_levels(), "python": platform.python_version(),
             "numpy": np.__version__, "loadavg_before": list(os.getloadavg())}
 

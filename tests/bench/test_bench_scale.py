@@ -9,6 +9,7 @@ import pytest
 
 from colibri_dist.bench.scale import checkpoint as ckpt
 from colibri_dist.bench.scale import limits, routing, run, shapes, summary
+from colibri_dist.format.quantize import bf16_bits_to_f32, f32_to_bf16_bits   # what the checkpoint writes with
 
 ROUTING = {"skew": ckpt.DEFAULT_SKEW, "locality": ckpt.DEFAULT_LOCALITY}
 
@@ -33,9 +34,9 @@ def test_bf16_bits_round_to_nearest_even_and_weights_stay_in_range():
     x = np.concatenate([[1.0, 1.00390625, 1.01171875, -2.5, 3.0e-3],                 # ties at 1+2^-8, 1+3*2^-8
                         np.random.default_rng(1).standard_normal(10_000)]).astype(np.float32)
     want = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-    assert np.array_equal(ckpt.to_bf16(x), want)                                      # torch's rounding, bit for bit
-    assert ckpt.from_bf16(ckpt.to_bf16(x))[:3].tolist() == [1.0, 1.0, 1.015625]
-    w = ckpt.from_bf16(ckpt.random_bf16(np.random.default_rng(0), 100_000))
+    assert np.array_equal(f32_to_bf16_bits(x), want)                                  # torch's rounding, bit for bit
+    assert bf16_bits_to_f32(f32_to_bf16_bits(x))[:3].tolist() == [1.0, 1.0, 1.015625]
+    w = bf16_bits_to_f32(ckpt.random_bf16(np.random.default_rng(0), 100_000))
     assert np.all(np.abs(w) < 0.03125) and np.all(np.abs(w) >= 2.0 ** -9)
     assert abs(np.mean(w > 0) - 0.5) < 0.01
 

@@ -4,7 +4,8 @@ Role: build(out_dir, cfg, routing) writes config.json, model-NNNNN.safetensors s
 (one tensor in memory at a time, the shard's tensors until it is written) and model.safetensors.index.json,
 as the hub lays out a sharded checkpoint; a `.complete` marker makes a half-written folder rebuild.
 Weights are bf16 bit patterns made straight from random bytes (sign, a mantissa and one of four exponents
-around the initializer's 0.02: |w| in [0.0025, 0.031)), seeded per tensor name so any shard is reproducible.
+around the initializer's 0.02: |w| in [2^-9, 2^-5) = [0.0020, 0.031)), seeded per tensor name so any shard is
+reproducible. The embedding is made in row chunks (one DeepSeek-V3 table is 3.7 GB as float32).
 
 Routing: random weights route either too uniformly or too narrowly (a token's experts then say nothing of
 the next token's, or all tokens share a few). Two knobs make it controlled, and scale.routing measures what
@@ -23,11 +24,13 @@ import shutil
 
 import numpy as np
 
+from ...format.quantize import bf16_bits_to_f32, f32_to_bf16_bits
 from . import shapes
 
 EXP0 = 121            # bf16 biased exponent of 2^-6 = 0.0156: |w| spans four octaves below 0.031
 EMBED_COMMON = 0.2    # rms of the shared direction in an embedding row (its own N(0, 1) part: 1)
-DEFAULT_SKEW, DEFAULT_LOCALITY = 0.3, 2.5   # Qwen3 shape, 8 layers: next-token reuse 0.21 (chance 0.06), top-10% share 0.48
+DEFAULT_SKEW, DEFAULT_LOCALITY = 0.3, 2.5   # Qwen3 shape, 8 layers: next-token reuse 0.21 (chance 0.06), top-10% share 0.46
+EMBED_CHUNK_ROWS = 16384
 
 
 def _rng(name, seed):
@@ -35,21 +38,21 @@ def _rng(name, seed):
     return np.random.Generator(np.random.SFC64(int.from_bytes(digest, "little")))
 
 
-def random_bf16(rng, n, exp_shift=0):
-    """n random bf16 bit patterns (uint16): random sign and mantissa, exponent EXP0+exp_shift-{0..3}."""
+def random_bf16(rng, n):
+    """n random bf16 bit patterns (uint16): random sign and mantissa, exponent EXP0 - {0..3}."""
     r = rng.integers(0, 1 << 16, n, dtype=np.uint16)
-    exp = np.uint16(EXP0 + exp_shift) - ((r >> np.uint16(7)) & np.uint16(3))
+    exp = np.uint16(EXP0) - ((r >> np.uint16(7)) & np.uint16(3))
     return (r & np.uint16(0x807F)) | (exp << np.uint16(7))
 
 
-def to_bf16(x):
-    """float32 -> bf16 bits, round to nearest even."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
-
-
-def from_bf16(b):
-    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
+def _embedding(rng, shape, u):
+    """N(0, 1) rows + c sqrt(h) u, as bf16 bits, EMBED_CHUNK_ROWS rows at a time."""
+    out = np.empty(shape, dtype=np.uint16)
+    common = u * np.float32(EMBED_COMMON * np.sqrt(shape[1]))
+    for r0 in range(0, shape[0], EMBED_CHUNK_ROWS):
+        rows = rng.standard_normal((min(shape[0], r0 + EMBED_CHUNK_ROWS) - r0, shape[1]), dtype=np.float32)
+        out[r0:r0 + len(rows)] = f32_to_bf16_bits(rows + common)
+    return out.reshape(-1)
 
 
 def shared_direction(h, seed):
@@ -71,16 +74,14 @@ def tensor_bits(name, shape, kind, routing, u, seed):
         if routing["locality"] == 0:                 # layers' attention outputs, so the same scale everywhere
             return np.zeros(n, dtype=np.uint16)      # would make deeper layers ever more local
         scale = routing["locality"] / np.sqrt(_layer(name) + 1)
-        return to_bf16(from_bf16(random_bf16(rng, n)) * np.float32(scale))
-    if kind == "embed":                                                    # N(0, 1) + c sqrt(h) u
-        rows = rng.standard_normal(shape, dtype=np.float32)
-        rows += u * np.float32(EMBED_COMMON * np.sqrt(shape[1]))
-        return to_bf16(rows).reshape(-1)
+        return f32_to_bf16_bits(bf16_bits_to_f32(random_bf16(rng, n)) * np.float32(scale))
+    if kind == "embed":
+        return _embedding(rng, shape, u)
     if kind == "router":                                                   # N(0, 0.02^2) + (s/c) 0.02 z_e u
         rows = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
         z = rng.standard_normal(shape[0]).astype(np.float32)
         rows += np.outer(z * np.float32(routing["skew"] / EMBED_COMMON * 0.02), u)   # u.x ~ c sqrt(h): z_e weighs s
-        return to_bf16(rows).reshape(-1)
+        return f32_to_bf16_bits(rows).reshape(-1)
     raise ValueError(f"unknown tensor kind {kind!r} for {name}")
 
 

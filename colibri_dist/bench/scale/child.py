@@ -22,12 +22,8 @@ def _io_read():
         return int(next(line for line in f if line.startswith("read_bytes:")).split()[1])
 
 
-def _hits(llm):
-    st = llm.engine.stats()
-    return st["hits"], st["misses"]
-
-
-STORE_COUNTS = ("bytes_loaded", "prefetch_issued", "prefetch_used", "prefetch_dropped", "prefetch_late")
+STORE_COUNTS = ("hits", "misses", "bytes_loaded", "prefetch_issued", "prefetch_used", "prefetch_dropped",
+                "prefetch_late")
 
 
 def _store(llm):
@@ -57,17 +53,17 @@ def run(llm, rng, prompt, gen, pl):
         prompts = [rng.integers(0, llm.vocab_size, prompt).tolist() for _ in range(pl)]
         r0, t0 = _io_read(), time.perf_counter()
         llm.forward([(s, p, False) for s, p in zip(seqs, prompts)])
-        t_pp, r1, (h1, m1), s1 = time.perf_counter() - t0, _io_read(), _hits(llm), _store(llm)
+        t_pp, r1, s1 = time.perf_counter() - t0, _io_read(), _store(llm)
         t_tg = _decode(llm, rng, seqs, gen)
-        r2, (h2, m2), s2 = _io_read(), _hits(llm), _store(llm)
+        r2, s2 = _io_read(), _store(llm)
     finally:
         for s in seqs:
             llm.release(s)
-    gets = (h2 - h1) + (m2 - m1)
+    d = {k: s2[k] - s1[k] for k in STORE_COUNTS}
+    gets = d["hits"] + d["misses"]
     return {"prefill_tok_s": pl * prompt / t_pp, "decode_tok_s": pl * gen / t_tg, "t_pp": t_pp, "t_tg": t_tg,
             "prefill_read_bytes": r1 - r0, "decode_read_bytes_per_token": (r2 - r1) / (pl * gen),
-            "decode_hit_rate": (h2 - h1) / gets if gets else None, "decode_gets": gets,
-            "decode_store": {k: s2[k] - s1[k] for k in STORE_COUNTS}}
+            "decode_hit_rate": d["hits"] / gets if gets else None, "decode_gets": gets, "decode_store": d}
 
 
 def main(argv=None):

@@ -50,11 +50,12 @@ def _llama_result(r):
 
 def in_ram(plan, name):
     """One engine in RAM: colibri (prefill + decode of each parallel count) or llama.cpp (two batched runs)."""
-    if name.startswith("colibri"):
+    spec = plan.ram_engines[name]
+    if spec["kind"] == "colibri":
         kv = plan.kv_bytes(max(plan.parallel) * (plan.decode_prompt + plan.gen) + plan.prompt)
         return _colibri_result(run_counted(_colibri_cmd(plan, None, plan.prompt, plan.gen, plan.parallel, kv),
                                            timeout=plan.timeout))
-    typ = name.split()[-1]
+    typ = spec["type"]
     pre = run_counted(peer_llama.batched_cmd(plan.tools, plan.ggufs[typ], plan.threads, plan.prompt, plan.gen, [1]),
                       timeout=plan.timeout)
     dec = run_counted(peer_llama.batched_cmd(plan.tools, plan.ggufs[typ], plan.threads, plan.decode_prompt,
@@ -66,18 +67,17 @@ def limited(plan, name, limit):
     """One engine, cold, inside a memory cgroup of `limit` bytes: 1 sequence, a short prompt, plan.limit_gen tokens."""
     for path in [plan.container, *plan.ggufs.values()]:
         drop_cache(path)
-    if name.startswith("colibri"):
-        cache = plan.cache_bytes(limit) if "cache" in name else None
+    spec = plan.limit_engines[name]
+    if spec["kind"] == "colibri":
+        cache = plan.cache_bytes(limit) if spec["cache"] else None
         cmd = _colibri_cmd(plan, cache, plan.decode_prompt, plan.limit_gen, [1], plan.kv_bytes(2 * plan.prompt),
-                           precheck=False, policy=name.split()[-1])
+                           precheck=False, policy=spec.get("policy", "lru"))
         parse = _colibri_result
     else:
-        typ = name.split()[1]
-        extra = ["--no-repack"] if "no-repack" in name else []
-        cmd = peer_llama.batched_cmd(plan.tools, plan.ggufs[typ], plan.threads, plan.decode_prompt, plan.limit_gen,
-                                     [1], extra)
+        cmd = peer_llama.batched_cmd(plan.tools, plan.ggufs[spec["type"]], plan.threads, plan.decode_prompt,
+                                     plan.limit_gen, [1], spec["extra"])
         parse = _llama_result
-    with MemoryLimit(limit, name=f"colibri-scale-{os.getpid()}") as lim:
+    with MemoryLimit(limit) as lim:
         return parse(lim.run(cmd, timeout=plan.timeout))
 
 

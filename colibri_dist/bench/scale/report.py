@@ -1,29 +1,11 @@
 """The outputs of `colibri bench scale`: the JSON report, markdown tables and a plot.
 
-Role: cpu_identity() names the host (vendor, family/model, AVX-512 and AMX flags) for every number;
-markdown(report) renders the summary (scale/summary.py) as the tables docs/PERFORMANCE.md quotes; plot()
+Role: markdown(report) renders the summary (scale/summary.py) as the tables docs/PERFORMANCE.md quotes; plot()
 draws in-RAM and under-limit decode speeds side by side (matplotlib, Agg); write() writes all three.
 """
 import json
 
 import numpy as np
-
-
-def cpu_identity():
-    info, flags = {}, set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                key = key.strip()
-                if key in ("vendor_id", "cpu family", "model", "stepping") and key not in info:
-                    info[key] = val.strip()
-                elif key == "flags" and not flags:
-                    flags = set(val.split())
-    except OSError:
-        pass
-    return {"cpu_family": info.get("cpu family"), "cpu_model": info.get("model"), "vendor": info.get("vendor_id"),
-            "avx512_amx": sorted(f for f in flags if f.startswith(("avx512", "amx")))}
 
 
 def _f(v, fmt="{:.1f}"):
@@ -86,7 +68,8 @@ def markdown(report):
     conv = s["convert"]
     lines = [f"### bench scale: {report['shape']}, {report['layers']} layers ({report['command']})", "",
              f"Host: {m['cpu']} (family {m['cpu_family']} model {m['cpu_model']}), {m['cpus']} CPUs, "
-             f"AVX-512/AMX flags: {', '.join(m['avx512_amx']) or 'none'}; colibri SIMD level {m['simd_default']}; "
+             f"AVX-512/AMX flags: {', '.join(f for f in m['cpu_flags'] if f.startswith(('avx512', 'amx'))) or 'none'}; "
+             f"colibri SIMD level {m['simd_default']}; "
              f"{report['threads']} threads. Read bandwidth {_f(s['read_bandwidth'] / 1e9, '{:.1f}')} GB/s; disk "
              f"random reads of one expert {_f(s['disk_read_rate'] / 1e9, '{:.2f}')} GB/s (medians over rounds).", "",
              f"Routing measured (decode of one sequence): next-token expert reuse {_f(rt.get('reuse'), '{:.2f}')} "

@@ -1,6 +1,6 @@
 """What routing a checkpoint really has: experts reused by the next token, and how popular the popular ones are.
 
-Role: measure(llm, ...) decodes one sequence greedily through a Recorder (an MoE executor that asks the
+Role: measure(path, ...) decodes one sequence of random tokens through a Recorder (an MoE executor that asks the
 engine for each layer's routing, keeps it, then runs the layer as the engine would) and summarizes:
   reuse           mean over MoE layers and consecutive decode tokens of |experts(t) & experts(t+1)| / top_k
                   (chance level, every expert alike: top_k / n_experts)
@@ -17,7 +17,7 @@ class Recorder:
     """moe_forward(layer, x) = the engine's, with each token's experts kept per layer."""
 
     def __init__(self, engine):
-        self.engine, self.w8a8 = engine, engine.runtime.w8a8
+        self.engine = engine
         self.picks = {}                  # layer -> list of int32 [k] arrays, one per token
 
     def moe_forward(self, layer, x):

@@ -17,6 +17,7 @@ import time
 
 from . import checkpoint as ckpt
 from . import measure, prepare, shapes
+from .limits import run_counted
 
 
 def parse_args(argv):
@@ -71,6 +72,18 @@ RUNTIME_BYTES = 400 << 20    # Python, numpy, the native core, its arenas and a 
                              # minus the weights it maps: ~300 MB at the Qwen3 shape)
 
 
+def engines(preset, ggufs):
+    """{name: what to run} in RAM and under a limit: kind (colibri | llama), the RAM cache and its policy,
+    llama.cpp's type and extra flags."""
+    ram = {f"colibri {preset}": {"kind": "colibri"}}
+    ram.update({f"llama.cpp {t}": {"kind": "llama", "type": t} for t in ggufs})
+    limit = {f"colibri {preset} mmap": {"kind": "colibri", "cache": False}}
+    limit.update({f"colibri {preset} cache {p}": {"kind": "colibri", "cache": True, "policy": p} for p in POLICIES})
+    limit.update({f"llama.cpp {t}{suffix}": {"kind": "llama", "type": t, "extra": extra} for t in ggufs
+                  for suffix, extra in (("", []), (" no-repack", ["--no-repack"]))})
+    return ram, limit
+
+
 class Plan:
     """What the rounds need: files, sizes, engines and run lengths."""
 
@@ -87,10 +100,10 @@ class Plan:
             self.expert_bytes = m.expert_layout(layer).nbytes
             self.all_expert_bytes = sum(m.config.n_experts * m.expert_layout(i).nbytes for i in m.moe_layers)
             self.expert_bytes_per_token = m.config.top_k * sum(m.expert_layout(i).nbytes for i in m.moe_layers)
-            self.dense_bytes = token_bytes.ours(m)["total"] - self.expert_bytes_per_token   # read every token
-        self.ram_engines = [f"colibri {args.preset}"] + [f"llama.cpp {t}" for t in ggufs]
-        self.limit_engines = [f"colibri {args.preset} mmap"] + [f"colibri {args.preset} cache {p}" for p in POLICIES] + \
-            [f"llama.cpp {t}{x}" for t in ggufs for x in ("", " no-repack")]
+            self.token_bytes = token_bytes.ours(m)["total"]                 # what one decode token reads
+            self.top_k, self.n_experts = m.config.top_k, m.config.n_experts
+        self.dense_bytes = self.token_bytes - self.expert_bytes_per_token   # attention, routers, the LM head
+        self.ram_engines, self.limit_engines = engines(args.preset, ggufs)
 
     def limit_bytes(self, frac):
         return int(frac * self.container_bytes) + (self.limit_extra_mib << 20)
@@ -125,7 +138,6 @@ def prepare_files(args, cfg, routing, report, tools):
 
 
 def routing_in_child(container, threads):
-    from .limits import run_counted
     r = run_counted([sys.executable, "-m", "colibri_dist.bench.scale.routing", container, str(threads)])
     if r["rc"] != 0:
         raise RuntimeError(f"routing measurement failed (exit {r['rc']}):\n{r['stderr'][-3000:]}")
@@ -139,7 +151,7 @@ def main(argv=None):
     cfg = shapes.config(args.shape, args.layers)
     routing = {"skew": args.skew, "locality": args.locality}
     report = {"command": "colibri bench scale " + " ".join(sys.argv[2:] if argv is None else argv),
-              "machine": dict(machine(), **rep.cpu_identity()), "threads": args.threads, "shape": args.shape,
+              "machine": machine(), "threads": args.threads, "shape": args.shape,
               "layers": args.layers, "config": cfg, "routing_knobs": routing, "started": time.ctime()}
     tools = None
     if args.llama_bin:
@@ -152,7 +164,7 @@ def main(argv=None):
         plan = Plan(args, cfg, container, ggufs, tools)
         report["sizes"] = {k: getattr(plan, k) for k in ("container_bytes", "expert_bytes", "all_expert_bytes",
                                                          "expert_bytes_per_token", "dense_bytes")}
-        report["bytes_per_token"] = summary.token_bytes(container, tools, ggufs, cfg)
+        report["bytes_per_token"] = summary.token_bytes(plan)
         report["rounds"] = measure.rounds(plan)
         report["summary"] = summary.summarize(report, plan)
     finally:

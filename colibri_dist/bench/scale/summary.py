@@ -16,16 +16,13 @@ token_bytes() counts what one decode token reads of each file (format/token_byte
 import statistics
 
 
-def token_bytes(container, tools, ggufs, cfg):
-    from ...format import token_bytes as tb
-    from ...format.reader import open_model
-    with open_model(container) as m:
-        out = {"colibri": tb.ours(m)["total"]}
-        top_k, n_exp = m.config.top_k, m.config.n_experts
-    if tools is not None:
+def token_bytes(plan):
+    """{engine: weight bytes one decode token reads}: the container's (Plan) and each GGUF's tensor table."""
+    out = {"colibri": plan.token_bytes}
+    if plan.tools is not None:
         from .. import peer_llama
-        for typ, path in ggufs.items():
-            out[f"llama.cpp {typ}"], _ = peer_llama.gguf_token_bytes(tools, path, top_k, n_exp)
+        for typ, path in plan.ggufs.items():
+            out[f"llama.cpp {typ}"], _ = peer_llama.gguf_token_bytes(plan.tools, path, plan.top_k, plan.n_experts)
     return out
 
 
@@ -34,9 +31,9 @@ def _med(values):
     return statistics.median(values) if values else None
 
 
-def _ram_speeds(res, parallel):
+def _ram_speeds(res, parallel, kind):
     """{prefill, decode: {pl}} of one engine's in-RAM result (None where it failed)."""
-    if "prefill" in res and "decode" in res and "rc" not in res:        # llama.cpp: two runs
+    if kind == "llama":                                                 # two llama-batched-bench runs
         pre, dec = res["prefill"].get("result"), res["decode"].get("result")
         return {"prefill": pre[1]["prefill_tok_s"] if pre else None,
                 "decode": {pl: dec[pl]["decode_tok_s"] if dec else None for pl in parallel}}
@@ -49,11 +46,12 @@ def _in_ram(report, plan):
     bw = _med([r["read_bandwidth"] for r in report["rounds"]])
     out = {}
     for name in plan.ram_engines:
-        runs = [_ram_speeds(r["in_ram"][name], plan.parallel) for r in report["rounds"]]
+        kind = plan.ram_engines[name]["kind"]
+        runs = [_ram_speeds(r["in_ram"][name], plan.parallel, kind) for r in report["rounds"]]
         e = {"prefill_tok_s": _med([x["prefill"] for x in runs]),
              "decode_tok_s": {pl: _med([x["decode"][pl] for x in runs]) for pl in plan.parallel},
              "decode1_rounds": [x["decode"][plan.parallel[0]] for x in runs]}
-        nbytes = report["bytes_per_token"].get(name.split()[0] if name.startswith("colibri") else name)
+        nbytes = report["bytes_per_token"].get("colibri" if kind == "colibri" else name)
         d1 = e["decode_tok_s"][plan.parallel[0]]
         e["bytes_per_token"] = nbytes
         e["decode1_of_bandwidth"] = nbytes * d1 / bw if nbytes and d1 and bw else None
@@ -67,16 +65,16 @@ def _status(res):
     return "OOM-killed" if res.get("oom_kills") else f"failed (exit {res['rc']})"
 
 
-def _limit_engine(res, plan):
+def _limit_engine(res, plan, kind):
     r = res.get("result")
     e = {"status": _status(res), "peak": res.get("peak"), "process_read_bytes": res.get("read_bytes"),
          "seconds": res.get("seconds")}
-    if isinstance(r, dict) and "decode" in r:                # colibri
+    if r and kind == "colibri":
         d = r["decode"]["1"]
         e.update(decode_tok_s=d["decode_tok_s"], read_bytes_per_token=d["decode_read_bytes_per_token"],
                  hit_rate=d["decode_hit_rate"], resident_hit_rate=_resident_hit(d, plan),
                  first_token_s=r["startup"]["first_token_s"], peak_rss=r.get("peak_rss"))
-    elif r:                                                   # llama.cpp
+    elif r:                                                   # llama.cpp: {pl: speeds}
         e.update(decode_tok_s=r[1]["decode_tok_s"], prefill_tok_s=r[1]["prefill_tok_s"])
     return e
 
@@ -96,32 +94,36 @@ def _bound(e, plan, ram_tok_s, disk):
         return
     must = (1.0 - h) * plan.expert_bytes_per_token
     e["must_read_per_token"] = must
-    e["bound_tok_s"] = min(ram_tok_s, disk / must) if must > 0 else ram_tok_s
+    caps = [b for b in (ram_tok_s, disk / must if must > 0 else None) if b]   # in-RAM speed may be missing
+    if not caps:
+        return
+    e["bound_tok_s"] = min(caps)
     e["of_bound"] = e["decode_tok_s"] / e["bound_tok_s"]
     e["read_over_must"] = e["read_bytes_per_token"] / must if must > 0 else None
 
 
 def _limits(report, plan, ram):
     disk = _med([r["disk"]["bytes_per_s"] for r in report["rounds"]])
-    ours = ram[plan.ram_engines[0]]["decode_tok_s"][plan.parallel[0]]
+    ours = ram[next(iter(plan.ram_engines))]["decode_tok_s"][plan.parallel[0]]
     out = {}
     for frac in plan.limits:
         key = f"{frac:g}"
         per = {}
-        for name in plan.limit_engines:
-            runs = [_limit_engine(r["limits"][key]["engines"][name], plan) for r in report["rounds"]]
+        for name, spec in plan.limit_engines.items():
+            runs = [_limit_engine(r["limits"][key]["engines"][name], plan, spec["kind"]) for r in report["rounds"]]
             e = dict(runs[-1], decode_tok_s=_med([x.get("decode_tok_s") for x in runs]),
                      decode_rounds=[x.get("decode_tok_s") for x in runs], status=[x["status"] for x in runs])
-            if name.startswith("colibri"):
+            if spec["kind"] == "colibri":
                 e["hit_rate"] = _med([x.get("hit_rate") for x in runs])
                 e["resident_hit_rate"] = _med([x.get("resident_hit_rate") for x in runs])
                 e["read_bytes_per_token"] = _med([x.get("read_bytes_per_token") for x in runs])
-                _bound(e, plan, ours or 0.0, disk)
+                _bound(e, plan, ours, disk)
                 e["of_in_ram"] = e["decode_tok_s"] / ours if e["decode_tok_s"] and ours else None
             per[name] = e
-        llama = [v["decode_tok_s"] for k, v in per.items() if k.startswith("llama") and v["decode_tok_s"]]
+        llama = [v["decode_tok_s"] for k, v in per.items() if plan.limit_engines[k]["kind"] == "llama"
+                 and v["decode_tok_s"]]
         for k, v in per.items():
-            if k.startswith("colibri") and llama and v["decode_tok_s"]:
+            if plan.limit_engines[k]["kind"] == "colibri" and llama and v["decode_tok_s"]:
                 v["vs_best_llama"] = v["decode_tok_s"] / max(llama)
         out[key] = {"limit_bytes": report["rounds"][0]["limits"][key]["limit_bytes"], "engines": per}
     return out, disk
@@ -130,8 +132,8 @@ def _limits(report, plan, ram):
 def summarize(report, plan):
     ram, bw = _in_ram(report, plan)
     limits, disk = _limits(report, plan, ram)
-    ours = ram[plan.ram_engines[0]]
-    llama = {k: v for k, v in ram.items() if k.startswith("llama")}
+    ours = ram[next(iter(plan.ram_engines))]
+    llama = {k: v for k, v in ram.items() if plan.ram_engines[k]["kind"] == "llama"}
     ratios = {}
     for col in ["prefill"] + [f"decode {pl}" for pl in plan.parallel]:
         get = (lambda e: e["prefill_tok_s"]) if col == "prefill" else \
