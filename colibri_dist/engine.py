@@ -135,7 +135,11 @@ class Engine:
             raise NativeError(f"{self.path}: layer {layer}: non-finite MoE output (the expert weights "
                               f"overflow float32 on this input)", code=7)
 
-    def _moe_mapped(self, layer, x):
+    def mapped_moe(self, layer):
+        """The layer's native.MoeLayer over zero-copy mmap views (cache_bytes None; rebuilt when hot-adds change
+        the routing table), what the fused decoder layer runs; None when experts come through a RAM budget."""
+        if self.store.cache_bytes is not None:
+            return None
         tbl = self.table(layer)
         cached = self._mapped.get(layer)
         if cached is None or cached[0] != tbl.version:
@@ -144,10 +148,15 @@ class Engine:
                 with self.store.get(layer, int(e)) as h:
                     views.append(h.view)
             table = self._native.ExpertTable(views, len(views), self.config.hidden)
-            cached = self._mapped[layer] = (tbl.version, table)
-        shared, gate = self._shared_parts(layer)
-        y, idx, _ = self.runtime.moe_forward(x, tbl.router, tbl.gating, cached[1], bias=tbl.bias,
-                                             shared=shared, shared_gate=gate)
+            shared, gate = self._shared_parts(layer)
+            moe = self._native.MoeLayer(tbl.router, tbl.gating, table, self.config.hidden, bias=tbl.bias,
+                                        shared=shared, shared_gate=gate)
+            cached = self._mapped[layer] = (tbl.version, moe)
+        return cached[1]
+
+    def _moe_mapped(self, layer, x):
+        tbl = self.table(layer)
+        y, idx, _ = self.runtime.moe_layer_forward(x, self.mapped_moe(layer))
         return y, (idx if tbl.identity else tbl.ids[idx])
 
     def _moe_streamed(self, layer, x):

@@ -8,10 +8,14 @@ MoE (Engine: route/group/experts/combine over the expert store) or dense MLP -> 
 final norm -> lm_head on the rows asked for. Every op is row-wise or per (token, head), so a
 sequence's logits are bit-identical whatever else is in the step, how its prompt was chunked,
 the thread count, the expert cache budget or tier.
+
+A GQA layer whose experts are mapped in this process (Engine.mapped_moe) or that has a dense MLP runs
+as one native call (native.layer_forward: the same ops in C, the same bits); MLA layers, experts
+behind a RAM budget, on pool workers or under a meter take the op-by-op path (fused=False forces it).
 """
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, NativeError
 from .. import native
 from .attention import Batch, attend, attn_spec
 from .kv_cache import KVCacheFull
@@ -19,8 +23,10 @@ from .weights import check_ids
 
 
 class Decoder:
-    def __init__(self, arch, weights, engine, cache, moe=None, salt=None):
+    def __init__(self, arch, weights, engine, cache, moe=None, salt=None, fused=True):
         self.arch, self.w, self.engine, self.cache = arch, weights, engine, cache
+        self.fused = bool(fused)                            # the switch; fusing() says whether it applies now
+        self._plans = {}                                    # layer -> (MoeLayer or None, native.LayerPlan)
         self.salt = salt                                    # () -> what the KV bits depend on (prefix cache key)
         self.moe = moe if moe is not None else engine      # anything with moe_forward(layer, x)
         self.rt = engine.runtime
@@ -66,7 +72,13 @@ class Decoder:
         batch = Batch(seq_start, pos0, positions, [s.table() for s, _, _ in steps])
         h = native.embed(self.w.embed, np.concatenate(ids))
         x = np.empty_like(h)     # every norm's output, reused: this call's own (lanes may run forward at once)
+        fusing = self.fusing()
+        step = native.Step(batch.seqs, positions) if fusing else None
         for layer, lw in enumerate(self.w.layers):
+            plan = self._plan_of(layer, lw) if fusing else None
+            if plan is not None:
+                self._fused_layer(layer, plan, step, h)
+                continue
             native.rmsnorm(h, lw.ln_attn, self.arch.rms_eps, out=x)
             h += attend(self.rt, self.arch, layer, lw, x, batch, self.cache, self.specs[layer])
             native.rmsnorm(h, lw.ln_mlp, self.arch.rms_eps, out=x)
@@ -85,6 +97,30 @@ class Decoder:
             out.append(logits[at:at + len(p)])
             at += len(p)
         return out
+
+    def fusing(self):
+        """Layers may run fused: GQA, and the MoE executor is the engine itself (not a pool, a meter, a recorder)."""
+        return self.fused and not self.arch.mla and self.moe is self.engine
+
+    def _plan_of(self, layer, lw):
+        """The layer's native.LayerPlan, or None when its experts are not mapped here (a RAM budget)."""
+        moe = None if lw.mlp is not None else self.engine.mapped_moe(layer)
+        if lw.mlp is None and moe is None:
+            return None
+        cached = self._plans.get(layer)
+        if cached is None or cached[0] is not moe:          # a hot-add rebuilt the layer's MoeLayer
+            a = self.arch
+            plan = native.LayerPlan(a.hidden, a.rms_eps, lw.ln_attn, lw.ln_mlp, lw.mats, lw.biases, lw.norms,
+                                    a.qk_norm, a.clip_qkv, a.rope, self.specs[layer], self.cache.k[layer],
+                                    self.cache.v[layer], moe=moe, mlp=lw.mlp)
+            cached = self._plans[layer] = (moe, plan)
+        return cached[1]
+
+    def _fused_layer(self, layer, plan, step, h):
+        try:
+            native.layer_forward(self.rt, plan, step, h)
+        except NativeError as exc:                          # name the file and layer, as Engine.moe_forward does
+            raise NativeError(f"{self.engine.path}: layer {layer}: {exc.message}", exc.code) from exc
 
 
 def _rows(want, n, i):

@@ -71,10 +71,14 @@ def combine(w, slot_out, shared=None):
     return y
 
 
-def gate_logits(logits, gating, bias=None):
-    """Gating only, on given router logits float32 [n, E] -> (idx int32 [n,k], w float32 [n,k]) (single thread)."""
+def _check_gating(gating):
     if not isinstance(gating, GatingSpec):
         raise InvalidArgument(f"gating must be a GatingSpec (format.gating_spec / native.Gating), got {type(gating).__name__}")
+
+
+def gate_logits(logits, gating, bias=None):
+    """Gating only, on given router logits float32 [n, E] -> (idx int32 [n,k], w float32 [n,k]) (single thread)."""
+    _check_gating(gating)
     _f32("logits", logits, 2, (None, gating.n_experts))
     if bias is not None:
         _f32("bias", bias, 1, (gating.n_experts,))
@@ -146,8 +150,7 @@ class Runtime(ModelOps):
 
     # -- routing ---------------------------------------------------------
     def _route_args(self, x, router, gating, bias):
-        if not isinstance(gating, GatingSpec):
-            raise InvalidArgument(f"gating must be a GatingSpec (format.gating_spec / native.Gating), got {type(gating).__name__}")
+        _check_gating(gating)
         _f32("x", x, 2)
         _f32("router", router, 2, (gating.n_experts, x.shape[1]))
         if bias is not None:
@@ -219,41 +222,60 @@ class Runtime(ModelOps):
 
         -> (y float32 [n, h], idx int32 [n, k], w float32 [n, k]).
         """
-        self._route_args(x, router, gating, bias)
+        _f32("x", x, 2)
+        return self.moe_layer_forward(x, MoeLayer(router, gating, experts, x.shape[1], bias=bias, shared=shared,
+                                                  shared_gate=shared_gate))
+
+    def moe_layer_forward(self, x, layer):
+        """moe_forward on a MoeLayer built beforehand (checked once) -> (y, idx, w)."""
+        _f32("x", x, 2, (None, layer.c.hidden))
+        _finite("x", x)
         n, h = x.shape
-        table = self._expert_table(experts, gating.n_experts, h)
-        layer = ffi.new("cb_moe_layer *")
-        layer.hidden, layer.gating = h, to_c(gating)[0]
-        keep = [router, bias, shared_gate, table]
-        layer.router, layer.bias = _ptr("float *", router), _ptr("float *", bias)
-        layer.experts = table
-        if shared is not None:
-            _view("shared expert", shared, h)
-            layer.n_shared, layer.shared = 1, shared.c
-        if shared_gate is not None:
-            if shared is None:
-                raise InvalidArgument("shared_gate given without a shared expert")
-            _f32("shared_gate", shared_gate, 1, (h,))
-            _finite("shared_gate", shared_gate)
-            layer.shared_gate = _ptr("float *", shared_gate)
+        gating = layer.c.gating
         y = np.empty((n, h), dtype=np.float32)
         idx = np.empty((n, gating.top_k), dtype=np.int32)
         w = np.empty((n, gating.top_k), dtype=np.float32)
         with self._lock:
             e = self._engine()
-            check_status(lib.cb_moe_forward(e, layer, _ptr("float *", x), n, _ptr("float *", y),
+            check_status(lib.cb_moe_forward(e, layer.c, _ptr("float *", x), n, _ptr("float *", y),
                                             _ptr("int32_t *", idx), _ptr("float *", w)), "moe_forward", e)
-        del keep
         return y, idx, w
 
-    @staticmethod
-    def _expert_table(experts, n_experts, hidden):
-        if not isinstance(experts, ExpertTable):
-            experts = ExpertTable(experts, n_experts, hidden)
-        elif (experts.n_experts, experts.hidden) != (n_experts, hidden):
-            raise InvalidArgument(f"expert table is for {experts.n_experts} experts of hidden {experts.hidden}, "
-                                  f"the call has {n_experts} experts of hidden {hidden}")
-        return experts.c
+
+class MoeLayer:
+    """A layer's cb_moe_layer (router, gating, expert table, shared expert and gate), checked once; `.c`
+    holds what it points to alive. Runtime.moe_forward builds one per call, the fused decoder layer
+    (layer_ops.py) once per expert-table version."""
+
+    def __init__(self, router, gating, experts, hidden, bias=None, shared=None, shared_gate=None):
+        _check_gating(gating)
+        _f32("router", router, 2, (gating.n_experts, hidden))
+        if bias is not None:
+            _f32("bias", bias, 1, (gating.n_experts,))
+            _finite("bias", bias)
+        self.table = _expert_table(experts, gating.n_experts, hidden)
+        self._keep = (router, bias, shared_gate, experts)
+        c = self.c = ffi.new("cb_moe_layer *")
+        c.hidden, c.gating = hidden, to_c(gating)[0]
+        c.router, c.bias, c.experts = _ptr("float *", router), _ptr("float *", bias), self.table
+        if shared is not None:
+            _view("shared expert", shared, hidden)
+            c.n_shared, c.shared = 1, shared.c
+        if shared_gate is not None:
+            if shared is None:
+                raise InvalidArgument("shared_gate given without a shared expert")
+            _f32("shared_gate", shared_gate, 1, (hidden,))
+            _finite("shared_gate", shared_gate)
+            c.shared_gate = _ptr("float *", shared_gate)
+
+
+def _expert_table(experts, n_experts, hidden):
+    if not isinstance(experts, ExpertTable):
+        experts = ExpertTable(experts, n_experts, hidden)
+    elif (experts.n_experts, experts.hidden) != (n_experts, hidden):
+        raise InvalidArgument(f"expert table is for {experts.n_experts} experts of hidden {experts.hidden}, "
+                              f"the call has {n_experts} experts of hidden {hidden}")
+    return experts.c
 
 
 class ExpertTable:

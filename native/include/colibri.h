@@ -283,6 +283,40 @@ cb_status cb_attention(cb_engine *e, const cb_attn *a, const void *k_cache, cons
 cb_status cb_kv_write(const cb_attn *a, void *k_cache, void *v_cache, int64_t n_blocks, int32_t n_seqs,
                       const int32_t *seq_start, const int32_t *pos0, const int32_t *const *block_tables,
                       const int32_t *n_table, const float *k, const float *v);
+/* ---- one decoder layer in one call (layer.c) ---- */
+typedef enum { CB_QK_NORM_NONE = 0, CB_QK_NORM_FULL = 1, CB_QK_NORM_HEAD = 2 } cb_qk_norm;
+/* A GQA layer (attn.v_dim == attn.v_row == attn.qk_dim): pre-norms, projections (biases may be NULL), the family's
+ * q/k normalisation (FULL: over the whole projection before clipping, OLMoE; HEAD: per head after it, Qwen3),
+ * clip_qkv (> 0: clamp q, k, v), rope, the layer's cache pools, and exactly one of moe / mlp (dense SwiGLU). */
+typedef struct {
+    int32_t hidden;
+    float rms_eps;
+    const float *ln_attn, *ln_mlp;
+    const cb_matrix *q, *k, *v, *o;
+    const float *bias_q, *bias_k, *bias_v, *bias_o;
+    int32_t qk_norm;
+    const float *norm_q, *norm_k;
+    float clip_qkv;
+    cb_rope rope;
+    cb_attn attn;
+    void *k_cache, *v_cache;
+    int64_t n_blocks;
+    const cb_moe_layer *moe;
+    const cb_expert *mlp;
+} cb_decoder_layer;
+/* The step's sequences as cb_attention takes them, plus every token's position (n = seq_start[n_seqs] - seq_start[0]). */
+typedef struct {
+    int32_t n_seqs;
+    const int32_t *seq_start, *pos0;
+    const int32_t *const *block_tables;
+    const int32_t *n_table;
+    const int32_t *positions;
+} cb_step;
+/* h [n, hidden] in place: h += attention(rmsnorm(h)); h += moe_or_mlp(rmsnorm(h)), each op the function above the
+ * op-by-op path calls, in its order (same bits). idx/w [n, top_k]: the routing (required with moe). A non-finite
+ * hidden state afterwards is CB_E_NONFINITE. */
+cb_status cb_layer_forward(cb_engine *e, const cb_decoder_layer *layer, const cb_step *step, float *h, int64_t n,
+                           int32_t *idx, float *w);
 /* Integrity helpers (crc32_fast.c). CRC-32 (IEEE, equal to zlib.crc32), chainable: start at 0,
  * crc = cb_crc32_update(crc, data, n). cb_count_nonfinite: NaN/Inf among n values of kind
  * 0 f32, 1 f16, 2 bf16 (-1 for another kind). */

@@ -23,6 +23,8 @@ struct cb_engine {
     cb_pool *pool;
     cb_arena *arena;
     uint64_t mallocs;
+    float *layer_buf;        /* cb_layer_forward's buffers (layer.c), grown like the arena */
+    size_t layer_cap;        /* floats in layer_buf */
     int32_t w8a8;            /* CB_I8_ROW matrices use per-token int8 activations (kernels_q8.c) */
     char last_error[256];
 };

@@ -60,6 +60,7 @@ void cb_engine_destroy(cb_engine *e) {
     if (!e) return;
     cb_pool_destroy(e->pool);
     cb_arena_destroy(e->arena);
+    free(e->layer_buf);
     free(e);
 }
 

@@ -130,5 +130,12 @@ def test_whole_bench_on_a_toy_shape_writes_its_tables_and_cleans_up(tmp_path, sh
     assert 0 <= s["routing"]["reuse"] <= 1 and s["routing"]["tokens"] == 64
     assert rep["files"]["colibri"]["bytes"] > 0 and rep["bytes_per_token"]["colibri"] > 0
     assert "colibri q4_k_m" in open(tmp_path / "scale.md").read()
+    prof = s["step_profile"]
+    fused = shape == "qwen3-tiny"                                   # DeepSeek's MLA layers run op by op
+    assert sorted(prof) == (["fused", "op_by_op"] if fused else ["op_by_op"])
+    assert all(0 <= p["python_share"] < 1 and p["ms_per_step"] > 0 for p in prof.values())
+    if fused:                                                       # one native call per layer, not ~12
+        assert prof["fused"]["calls_per_step"] < prof["op_by_op"]["calls_per_step"] / 3
+    assert "Decode step of 1 sequence under cProfile" in open(tmp_path / "scale.md").read()
     assert open(tmp_path / "scale.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     assert not os.listdir(work)                                     # the scratch folder is gone

@@ -5,7 +5,8 @@ RSS and what was read from storage belong to this measurement alone. It opens th
 would (LLM with the given RAM budget), times a first token, a 1 x `--prompt` prefill, then aggregate decode
 of each `--parallel` count after a `--decode-prompt`-token prompt per sequence (llama-batched-bench's
 S_PP / S_TG), and for every decode run the storage bytes read (/proc/self/io read_bytes) and the expert
-cache's hits and misses (and what the store loaded and prefetched); its own peak RSS (VmHWM). Prints one JSON object on stdout.
+cache's hits and misses (and what the store loaded and prefetched); its own peak RSS (VmHWM); optionally a
+profile of decode steps (step_profile.py). Prints one JSON object on stdout.
 """
 import argparse
 import json
@@ -78,6 +79,8 @@ def main(argv=None):
     ap.add_argument("--policy", default="lru", help="the RAM cache's eviction policy (lru, lfu, lfru)")
     ap.add_argument("--kv-bytes", type=int, default=None, help="the KV cache budget (default: the LLM's)")
     ap.add_argument("--no-precheck", action="store_true", help="skip reading every expert once before timing")
+    ap.add_argument("--profile-steps", type=int, default=0,
+                    help="then profile this many 1-sequence decode steps (Python vs the C core; 0 = no)")
     args = ap.parse_args(argv)
     from ..peer_colibri import check_experts, prefault_kv
     from ...model import LLM
@@ -95,6 +98,9 @@ def main(argv=None):
         out["expert_precheck_s"] = None if args.no_precheck else check_experts(llm)
         out["prefill"] = run(llm, rng, args.prompt, 2, 1)
         out["decode"] = {pl: run(llm, rng, args.decode_prompt, args.gen, pl) for pl in pls}
+        if args.profile_steps:
+            from .step_profile import profile
+            out["step_profile"] = profile(llm, rng, args.profile_steps)
         out["simd"] = llm.engine.stats()["simd"]
         out["peak_rss"] = _peak_rss()
     json.dump(out, sys.stdout)

@@ -53,8 +53,8 @@ def in_ram(plan, name):
     spec = plan.ram_engines[name]
     if spec["kind"] == "colibri":
         kv = plan.kv_bytes(max(plan.parallel) * (plan.decode_prompt + plan.gen) + plan.prompt)
-        return _colibri_result(run_counted(_colibri_cmd(plan, None, plan.prompt, plan.gen, plan.parallel, kv),
-                                           timeout=plan.timeout))
+        cmd = _colibri_cmd(plan, None, plan.prompt, plan.gen, plan.parallel, kv)
+        return _colibri_result(run_counted(cmd + ["--profile-steps", str(plan.profile_steps)], timeout=plan.timeout))
     typ = spec["type"]
     pre = run_counted(peer_llama.batched_cmd(plan.tools, plan.ggufs[typ], plan.threads, plan.prompt, plan.gen, [1]),
                       timeout=plan.timeout)

@@ -62,6 +62,17 @@ def _llama_files(ll):
     return "".join(f"; llama.cpp {t} {_gb(g['bytes'])}" for t, g in ll["gguf"].items()) + (f" ({steps})" if steps else "")
 
 
+def _profile_lines(prof):
+    """One sentence on the profiled decode step (python share is an upper bound: cProfile's cost is in it)."""
+    if not prof:
+        return []
+    parts = [f"{mode.replace('_', ' ')} {_f(p['ms_per_step'])} ms, {_f(p['calls_per_step'], '{:.0f}')} Python calls, "
+             f"Python and numpy {_f(100 * p['python_share'] if p['python_share'] is not None else None)}%"
+             for mode, p in prof.items()]
+    return ["Decode step of 1 sequence under cProfile (layers fused into one native call each / op by op): "
+            + "; ".join(parts) + ".", ""]
+
+
 def markdown(report):
     s, m = report["summary"], report["machine"]
     rt = s.get("routing") or {}
@@ -80,7 +91,7 @@ def markdown(report):
              f"{_gb(s['files']['colibri']['bytes'])}, convert {_f(conv.get('seconds'), '{:.0f}')} s, peak RSS "
              f"{_gb(conv.get('peak_rss'))} inside a memory cgroup of {_gb(conv.get('limit'))} (OOM kills "
              f"{conv.get('oom_kills')})" + _llama_files(s["files"].get("llama_cpp")) + ".", "",
-             "In RAM (tok/s, medians):", "", _ram_table(s), ""]
+             "In RAM (tok/s, medians):", "", _ram_table(s), ""] + _profile_lines(s.get("step_profile"))
     if s["limits"]:
         lines += ["Larger than RAM (memory cgroup around the process, cold page cache, 1 sequence):", "",
                   _limit_table(s), ""]

@@ -35,6 +35,8 @@ def parse_args(argv):
     ap.add_argument("--decode-prompt", type=int, default=64, help="prompt of each decoding sequence")
     ap.add_argument("--gen", type=int, default=32, help="decode steps in RAM")
     ap.add_argument("--parallel", default="1,8,32", help="decoding sequences in RAM")
+    ap.add_argument("--profile-steps", type=int, default=16,
+                    help="1-sequence decode steps profiled in RAM: Python vs the C core, fused layers vs op by op (0 = no)")
     ap.add_argument("--limits", default="0.4,0.6",
                     help="memory limits as fractions of the container's size ('' = none)")
     ap.add_argument("--limit-extra-mib", type=int, default=0,
@@ -91,7 +93,7 @@ class Plan:
         from ...format import token_bytes
         from ...format.reader import open_model
         for k in ("threads", "rounds", "prompt", "decode_prompt", "gen", "parallel", "limit_gen", "limits",
-                  "bw_mib", "timeout", "limit_extra_mib"):
+                  "bw_mib", "timeout", "limit_extra_mib", "profile_steps"):
             setattr(self, k, getattr(args, k))
         self.cfg, self.container, self.ggufs, self.tools = cfg, container, ggufs, tools
         self.container_bytes = os.path.getsize(container)

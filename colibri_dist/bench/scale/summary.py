@@ -11,6 +11,7 @@ Role: summarize(report, plan) turns the rounds (scale/measure.py) into
            read (1 - resident hit rate) x the top-k experts' bytes of every layer: tok/s over the bound, read
            bytes over that minimum (what prefetches that went unused and any other read add); colibri / best
            llama.cpp and colibri / its own in-RAM speed.
+step_profile: a decode step of one sequence profiled (fused layers and op by op): ms, calls, Python's share.
 token_bytes() counts what one decode token reads of each file (format/token_bytes.py; the GGUF's table).
 """
 import statistics
@@ -129,6 +130,16 @@ def _limits(report, plan, ram):
     return out, disk
 
 
+def _step_profile(report, plan):
+    """{fused, op_by_op: {ms_per_step, calls_per_step, python_share}} medians over rounds (scale/step_profile.py)."""
+    name = next(iter(plan.ram_engines))
+    runs = [(r["in_ram"][name].get("result") or {}).get("step_profile") for r in report["rounds"]]
+    runs = [p for p in runs if p]
+    return {mode: {k: _med([p[mode][k] for p in runs if mode in p])
+                   for k in ("ms_per_step", "calls_per_step", "python_share")}
+            for mode in ("fused", "op_by_op") if any(mode in p for p in runs)}
+
+
 def summarize(report, plan):
     ram, bw = _in_ram(report, plan)
     limits, disk = _limits(report, plan, ram)
@@ -141,5 +152,5 @@ def summarize(report, plan):
         best = max((get(v) for v in llama.values() if get(v)), default=None)
         ratios[col] = get(ours) / best if best and get(ours) else None
     return {"in_ram": ram, "vs_best_llama": ratios, "read_bandwidth": bw, "disk_read_rate": disk,
-            "limits": limits, "routing": report.get("routing"),
+            "limits": limits, "routing": report.get("routing"), "step_profile": _step_profile(report, plan),
             "convert": report["files"]["colibri"]["convert"], "files": report["files"]}

@@ -1,0 +1,74 @@
+"""The fused decoder layer (one native call per layer, native/src/layer.c) gives the op-by-op path's bits:
+logits and KV cache pools exactly equal for every GQA family case (biases, QK-norm per head and over the
+projection with clip_qkv, sliding windows, dense MLP layers, shared experts), weight-only and w8a8/w4a8,
+over chunked prefill and decode steps beside other sequences. MLA layers keep the op-by-op path."""
+import numpy as np
+import pytest
+
+import colibri_dist as cd
+from model_cases import CASES
+
+GQA = [c for c in CASES if not c.startswith("deepseek")]
+
+
+def ids(n, seed, vocab=97):
+    return np.random.default_rng(seed).integers(0, vocab, n).tolist()
+
+
+def run(llm):
+    """Two sequences: chunked prefill together, then three decode steps in one call each."""
+    a, b = llm.new_sequence(), llm.new_sequence()
+    out = llm.forward([(a, ids(19, 1), True), (b, ids(6, 2), True)])
+    out += llm.forward([(a, ids(4, 3), True), (b, ids(11, 4), [0, -1])])
+    for t in range(3):
+        out += llm.forward([(b, [t + 5], False), (a, [t + 9], True)])
+    return np.concatenate([o.reshape(-1) for o in out])
+
+
+def pools(llm):
+    return [p.copy() for p in llm.cache.k + llm.cache.v]
+
+
+@pytest.mark.parametrize("experts,dense,w8a8", [("f32", None, False), ("int8", "int8", True),
+                                                ("int4-g64", "int4-g64", True)])
+@pytest.mark.parametrize("case", GQA)
+def test_fused_layer_equals_op_by_op(whole_model, case, experts, dense, w8a8):
+    path, _ = whole_model(case, experts=experts, dense=dense)
+    with cd.LLM(path, w8a8=w8a8) as fused, cd.LLM(path, w8a8=w8a8) as plain:
+        plain.decoder.fused = False
+        assert fused.decoder.fusing() and not plain.decoder.fusing()
+        got, ref = run(fused), run(plain)
+        assert fused.decoder._plans, "the fused path was not taken"
+        assert np.array_equal(got, ref)
+        for p, q in zip(pools(fused), pools(plain)):
+            assert np.array_equal(p, q)
+
+
+def test_mla_and_budgeted_experts_take_the_op_by_op_path(whole_model, tmp_path):
+    path, _ = whole_model("deepseek_v3", experts="int8", dense="int8")
+    with cd.LLM(path) as llm:
+        run(llm)
+        assert not llm.decoder.fusing() and not llm.decoder._plans
+    path, _ = whole_model("qwen3_moe", experts="int8", dense="int8")
+    with cd.LLM(path) as ref:
+        want = run(ref)
+    blob = ref.engine.model.expert_layout(ref.engine.model.moe_layers[0]).nbytes
+    with cd.LLM(path, cache_bytes=3 * blob, offload_dir=tmp_path / "off") as llm:
+        got = run(llm)
+        assert not any(plan for plan in llm.decoder._plans.values() if plan[0] is not None)
+    assert np.array_equal(got, want)
+
+
+def test_an_executor_planted_in_the_decoder_sees_every_layer(whole_model):
+    """Whoever replaces the decoder's MoE executor (a meter, a recorder, a pool) gets every MoE layer's input."""
+    path, _ = whole_model("qwen3_moe", experts="int8", dense="int8")
+    with cd.LLM(path) as llm:
+        seen = []
+
+        class Recorder:
+            def moe_forward(self, layer, x):
+                seen.append(layer)
+                return llm.engine.moe_forward(layer, x)
+        llm.decoder.moe = Recorder()
+        llm.forward([(llm.new_sequence(), ids(5, 1), False)])
+        assert not llm.decoder.fusing() and seen == list(llm.engine.model.moe_layers)
