@@ -107,7 +107,10 @@ def test_resident_hit_rate_does_not_count_prefetched_loads_as_hits():
 
 
 @pytest.mark.parametrize("argv,flag", [(["--limits", "1.5"], "--limits"), (["--rounds", "0"], "--rounds"),
-                                       (["--parallel", "1,x"], "--parallel"), (["--shape", "gpt"], "--shape")])
+                                       (["--parallel", "1,x"], "--parallel"), (["--shape", "gpt"], "--shape"),
+                                       (["--pool-fraction", "1.5"], "--pool-fraction"),
+                                       (["--pool-parallel", "0"], "--pool-parallel"),
+                                       (["--pool-workers", "-1"], "--pool-workers")])
 def test_bad_arguments_exit_2_naming_the_flag(capsys, argv, flag):
     with pytest.raises(SystemExit) as exc:
         run.parse_args(argv)
@@ -119,7 +122,8 @@ def test_whole_bench_on_a_toy_shape_writes_its_tables_and_cleans_up(tmp_path, sh
     work = tmp_path / "work"
     out = tmp_path / "scale.json"
     argv = ["--shape", shape, "--rounds", "2", "--prompt", "32", "--gen", "4", "--parallel", "1,2",
-            "--limits", "", "--work", str(work), "--json", str(out), "--markdown", str(tmp_path / "scale.md"),
+            "--limits", "", "--pool-workers", "0", "--work", str(work), "--json", str(out),
+            "--markdown", str(tmp_path / "scale.md"),
             "--plot", str(tmp_path / "scale.png")]
     assert run.main(argv) == 0
     rep = json.load(open(out))

@@ -3,8 +3,9 @@
 Role: MemoryLimit(bytes) makes /sys/fs/cgroup/memory/colibri-scale-<pid>, run(cmd) starts the command
 inside it through a shell that joins the group and execs, waits with os.wait4 (ru_inblock: what the
 command read from storage, in 512-byte blocks, the count /proc/<pid>/io read_bytes keeps; its peak RSS is
-polled from /proc), and reads the
-group's peak usage, failcnt and OOM kills; close() removes the group. The page cache the command causes
+polled from /proc), and reads the group's peak usage, failcnt and OOM kills; join(pid) moves a running
+process in (the pool stage's workers) and counters() reads the group's usage, peak, failcnt and OOM kills
+now; close() removes the group. The page cache the command causes
 is charged to the group, as it would be on a machine of that size. drop_cache(path) evicts a file's pages
 (posix_fadvise DONTNEED) before a cold run. available() says why a limit cannot be set (not root, no v1
 memory controller) so the bench can fall back to the RAM budget alone and say so.
@@ -69,6 +70,25 @@ class MemoryLimit:
                     peak=int(self._read("memory.max_usage_in_bytes")),
                     failcnt=int(self._read("memory.failcnt")),
                     oom_kills=_oom_kills(self._read("memory.oom_control")) - kills0, limit=self.limit)
+
+    def join(self, pid):
+        """Moves a running process (all its threads) into the group: from now on what it faults in or allocates
+        is charged here; what it held before stays charged where it was unless move_charges() took."""
+        self._write("cgroup.procs", pid)
+
+    def move_charges(self):
+        """Asks the group to take a joining process's pages along (memory.move_charge_at_immigrate = 3): None when
+        the kernel took it, else its reason (Linux 6.x removed charge moving and refuses the write)."""
+        try:
+            self._write("memory.move_charge_at_immigrate", 3)
+            return None
+        except OSError as exc:
+            return f"memory.move_charge_at_immigrate refused: {exc.strerror}"
+
+    def counters(self):
+        """The group's usage and peak (bytes), failcnt (times the limit was hit) and OOM kills, now."""
+        return {"usage": int(self._read("memory.usage_in_bytes")), "peak": int(self._read("memory.max_usage_in_bytes")),
+                "failcnt": int(self._read("memory.failcnt")), "oom_kills": _oom_kills(self._read("memory.oom_control"))}
 
     def close(self):
         for _ in range(50):

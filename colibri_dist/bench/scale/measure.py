@@ -7,7 +7,9 @@ pages dropped first) inside a memory cgroup of that size: colibri with experts s
 experts routing uses most stay: pinning from routing statistics); llama.cpp with its default repacked copy
 and with --no-repack (mmap paging). The order reverses every other round; each round also measures the
 read bandwidth and the disk's random read rate at one expert's size. A run that fails or is OOM-killed is
-recorded as such (its exit code, peak and the tail of its stderr), never dropped.
+recorded as such (its exit code, peak and the tail of its stderr), never dropped. With plan.pool_workers each
+round ends with the pool stage (scale/pool.py: the pool with its workers in memory cgroups beside the engine
+in process).
 """
 import json
 import os
@@ -101,6 +103,9 @@ def one_round(plan, r, log):
             got["engines"][name] = limited(plan, name, limit)
             log(f"round {r} limit {frac:g} {name}: exit {got['engines'][name]['rc']} in "
                 f"{got['engines'][name]['seconds']:.0f} s")
+    if plan.pool_workers:
+        from . import pool
+        rec["pool"] = pool.stage(plan, r, log)
     return rec
 
 

@@ -1,7 +1,8 @@
 """The outputs of `colibri bench scale`: the JSON report, markdown tables and a plot.
 
-Role: markdown(report) renders the summary (scale/summary.py) as the tables docs/PERFORMANCE.md quotes; plot()
-draws in-RAM and under-limit decode speeds side by side (matplotlib, Agg); write() writes all three.
+Role: markdown(report) renders the summary (scale/summary.py) as the tables docs/PERFORMANCE.md quotes (the pool
+stage's section: scale/pool_summary.py); plot() draws in-RAM and under-limit decode speeds side by side, and the
+pool against the engine in process when the pool stage ran (matplotlib, Agg); write() writes all three.
 """
 import json
 
@@ -95,6 +96,8 @@ def markdown(report):
     if s["limits"]:
         lines += ["Larger than RAM (memory cgroup around the process, cold page cache, 1 sequence):", "",
                   _limit_table(s), ""]
+    from .pool_summary import markdown as pool_markdown
+    lines += pool_markdown(s.get("pool"), report.get("pool_skipped"))
     return "\n".join(lines)
 
 
@@ -103,7 +106,7 @@ def plot(report, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     s = report["summary"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = plt.subplots(1, 3 if s.get("pool") else 2, figsize=(18 if s.get("pool") else 12, 4.5))
     ram = s["in_ram"]
     pls = list(next(iter(ram.values()))["decode_tok_s"])
     x = np.arange(len(pls))
@@ -123,10 +126,24 @@ def plot(report, path):
     axes[1].set_xticks(x + 0.4 - 0.4 / max(1, len(names)), [f"limit {float(k):.0%} of the file" for k in keys])
     axes[1].set_title("larger than RAM: decode 1 sequence")
     axes[1].legend(fontsize=8)
+    if s.get("pool"):
+        _pool_bars(axes[2], s["pool"])
     fig.suptitle(f"colibri bench scale: {report['shape']}, {report['layers']} layers, {report['machine']['cpu']}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _pool_bars(ax, p):
+    """Greedy decode tok/s per sequence count: in process (whole model in RAM) beside the pool."""
+    pls = list(p["decode"])
+    x = np.arange(len(pls))
+    pool = f"pool: {p['workers']} workers, cgroup {p['fraction']:.0%} each"
+    for i, (key, label) in enumerate((("in_process_tok_s", "in process, whole model in RAM"), ("pool_tok_s", pool))):
+        ax.bar(x + i * 0.4, [p["decode"][pl][key] or 0 for pl in pls], 0.4, label=label)
+    ax.set_xticks(x + 0.2, [f"decode {pl}" for pl in pls])
+    ax.set_title("bigger than one machine: greedy decode")
+    ax.legend(fontsize=8)
 
 
 def write(report, args):

@@ -4,8 +4,9 @@ Role: the entry point (main). It builds a random checkpoint with the exact layer
 DeepSeek-V3 (scale/shapes.py, scale/checkpoint.py: numpy + safetensors, with controlled routing), converts
 it (`colibri convert --preset`, inside a 2 GiB memory cgroup when root: its peak is reported) and, with
 --llama-bin, to llama.cpp's Q8_0 and Q4_K_M; measures the routing it really has (scale/routing.py); runs
-alternated rounds (scale/measure.py) in RAM and under memory limits of a fraction of the container; then
-prints and writes the tables (scale/summary.py, scale/report.py): JSON, markdown and a plot. The scratch
+alternated rounds (scale/measure.py) in RAM and under memory limits of a fraction of the container, and
+(as root) the pool stage: the model over 2 expert workers each in a memory cgroup of 55% of it (scale/pool.py);
+then prints and writes the tables (scale/summary.py, scale/report.py): JSON, markdown and a plot. The scratch
 folder (~10 GB per 8 Qwen3 layers in bf16) is deleted at the end unless --keep.
 """
 import argparse
@@ -17,7 +18,7 @@ import time
 
 from . import checkpoint as ckpt
 from . import measure, prepare, shapes
-from .limits import run_counted
+from .limits import available, run_counted
 
 
 def parse_args(argv):
@@ -43,6 +44,14 @@ def parse_args(argv):
                     help="added to every limit (toy shapes: room for the runtime itself)")
     ap.add_argument("--limit-gen", type=int, default=32, help="decode steps under a limit")
     ap.add_argument("--convert-limit-mib", type=int, default=2048, help="memory cgroup around colibri convert")
+    ap.add_argument("--pool-workers", type=int, default=None,
+                    help="the pool stage: expert workers on a loopback Ray, each in a memory cgroup of --pool-fraction "
+                         "of the container (0 = off; default 2 where a cgroup v1 memory group can be made, else off)")
+    ap.add_argument("--pool-fraction", type=float, default=0.55,
+                    help="each pool worker's memory cgroup as a fraction of the container (plus --limit-extra-mib)")
+    ap.add_argument("--pool-parallel", default="1,8", help="greedy decoding sequences of the pool stage")
+    ap.add_argument("--pool-warmup", type=int, default=32,
+                    help="decode steps of random tokens before the pool stage measures")
     ap.add_argument("--skew", type=float, default=ckpt.DEFAULT_SKEW, help="router popularity skew (checkpoint.py)")
     ap.add_argument("--locality", type=float, default=ckpt.DEFAULT_LOCALITY,
                     help="attention output scale: temporal locality of routing (checkpoint.py)")
@@ -58,15 +67,34 @@ def parse_args(argv):
     try:
         args.parallel = [int(p) for p in args.parallel.split(",") if p]
         args.limits = [float(f) for f in args.limits.split(",") if f]
+        args.pool_parallel = [int(p) for p in args.pool_parallel.split(",") if p]
     except ValueError as exc:
-        ap.error(f"--parallel / --limits: {exc}")
+        ap.error(f"--parallel / --limits / --pool-parallel: {exc}")
     if any(not 0 < f < 1 for f in args.limits):
         ap.error(f"--limits: fractions between 0 and 1, got {args.limits}")
     for flag in ("layers", "rounds", "prompt", "decode_prompt", "gen", "limit_gen", "threads"):
         if getattr(args, flag) < 1:
             ap.error(f"--{flag.replace('_', '-')}: must be >= 1")
     args.types = [t for t in args.types.split(",") if t]
+    _pool_args(ap, args)
     return args
+
+
+def _pool_args(ap, args):
+    """Checks the pool stage's flags; --pool-workers defaults to 2 where a memory cgroup can be made, else to 0
+    with the reason in args.pool_skipped."""
+    why = available()
+    args.pool_skipped = why if args.pool_workers is None and why else None
+    if args.pool_workers is None:
+        args.pool_workers = 0 if why else 2
+    if args.pool_workers < 0:
+        ap.error(f"--pool-workers: must be >= 0, got {args.pool_workers}")
+    if args.pool_workers and why:
+        ap.error(f"--pool-workers: each worker runs in a memory cgroup, and here {why}")
+    if not 0 < args.pool_fraction < 1:
+        ap.error(f"--pool-fraction: a fraction between 0 and 1, got {args.pool_fraction}")
+    if args.pool_warmup < 0 or not args.pool_parallel or min(args.pool_parallel) < 1:
+        ap.error("--pool-warmup / --pool-parallel: steps >= 0 and sequence counts >= 1")
 
 
 POLICIES = ("lru", "lfu")     # the RAM cache's eviction under a limit: recency alone; frequency (hot experts stay)
@@ -93,7 +121,8 @@ class Plan:
         from ...format import token_bytes
         from ...format.reader import open_model
         for k in ("threads", "rounds", "prompt", "decode_prompt", "gen", "parallel", "limit_gen", "limits",
-                  "bw_mib", "timeout", "limit_extra_mib", "profile_steps"):
+                  "bw_mib", "timeout", "limit_extra_mib", "profile_steps", "pool_workers", "pool_fraction",
+                  "pool_parallel", "pool_warmup"):
             setattr(self, k, getattr(args, k))
         self.cfg, self.container, self.ggufs, self.tools = cfg, container, ggufs, tools
         self.container_bytes = os.path.getsize(container)
@@ -154,7 +183,10 @@ def main(argv=None):
     routing = {"skew": args.skew, "locality": args.locality}
     report = {"command": "colibri bench scale " + " ".join(sys.argv[2:] if argv is None else argv),
               "machine": machine(), "threads": args.threads, "shape": args.shape,
-              "layers": args.layers, "config": cfg, "routing_knobs": routing, "started": time.ctime()}
+              "layers": args.layers, "config": cfg, "routing_knobs": routing, "started": time.ctime(),
+              "pool_skipped": args.pool_skipped}
+    if args.pool_skipped:
+        print(f"bench scale: the pool stage is skipped: {args.pool_skipped}", flush=True)
     tools = None
     if args.llama_bin:
         from .. import peer_llama

@@ -11,6 +11,7 @@ Role: summarize(report, plan) turns the rounds (scale/measure.py) into
            read (1 - resident hit rate) x the top-k experts' bytes of every layer: tok/s over the bound, read
            bytes over that minimum (what prefetches that went unused and any other read add); colibri / best
            llama.cpp and colibri / its own in-RAM speed.
+  pool     the pool stage's numbers (scale/pool_summary.py), None when it did not run.
 step_profile: a decode step of one sequence profiled (fused layers and op by op): ms, calls, Python's share.
 token_bytes() counts what one decode token reads of each file (format/token_bytes.py; the GGUF's table).
 """
@@ -141,6 +142,7 @@ def _step_profile(report, plan):
 
 
 def summarize(report, plan):
+    from . import pool_summary
     ram, bw = _in_ram(report, plan)
     limits, disk = _limits(report, plan, ram)
     ours = ram[next(iter(plan.ram_engines))]
@@ -152,5 +154,6 @@ def summarize(report, plan):
         best = max((get(v) for v in llama.values() if get(v)), default=None)
         ratios[col] = get(ours) / best if best and get(ours) else None
     return {"in_ram": ram, "vs_best_llama": ratios, "read_bandwidth": bw, "disk_read_rate": disk,
-            "limits": limits, "routing": report.get("routing"), "step_profile": _step_profile(report, plan),
+            "limits": limits, "routing": report.get("routing"), "pool": pool_summary.summarize(report, plan),
+            "step_profile": _step_profile(report, plan),
             "convert": report["files"]["colibri"]["convert"], "files": report["files"]}
