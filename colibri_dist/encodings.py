@@ -46,6 +46,7 @@ _TABLE = (
     ("int8-minmax", 7, 8, True, SCALE_MATRIX, 0, True, 127),
     ("int4-g32", 8, 4, True, SCALE_GROUP, 32, False, 7),
     ("int4-g64", 9, 4, True, SCALE_GROUP, 64, False, 7),
+    ("int6-g64", 10, 6, True, SCALE_GROUP, 64, False, 31),
 )
 
 

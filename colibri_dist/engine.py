@@ -14,7 +14,7 @@ moe_forward takes one of three paths with the same bits (docs/ARCHITECTURE.md):
 Either way each (token, slot) output comes from cb_expert_forward, so results do
 not depend on the cache budget, the tier or the policy.
 
-w8a8=True (the default): int8 and int4 matrices multiply per-token int8 activations (w8a8 / w4a8,
+w8a8=True (the default): int8, int4 and int6 matrices multiply per-token int8 activations (w8a8 / w4a8 / w6a8,
 docs/KERNELS.md); w8a8=False is the exact-weights mode (f32 activations on the decoded weights).
 
 Lookahead prefetch: while layer l runs, the next MoE layer's gate is applied to

@@ -93,7 +93,7 @@ def quality_bench(rng):
         ref = block(torch.from_numpy(x)[None])[0].numpy().astype(np.float64)
     rows = []
     with Runtime(threads=1) as rt, Runtime(threads=1, w8a8=True) as rt8:
-        for scheme in list(SCHEMES) + ["int8+w8a8", "int4-g32+w4a8", "int4-g64+w4a8"]:
+        for scheme in list(SCHEMES) + ["int8+w8a8", "int4-g32+w4a8", "int4-g64+w4a8", "int6-g64+w6a8"]:
             r = rt8 if "+" in scheme else rt
             views = _experts(rng, H, I, E, scheme.split("+")[0], source=lambda e: (gu[e, :I], gu[e, I:], dn[e]))
             y = r.moe_forward(x, router, Gating("softmax_topk", E, K), views)[0].astype(np.float64)

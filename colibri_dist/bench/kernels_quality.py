@@ -45,9 +45,10 @@ def _ours(path, x, w8a8):
 
 
 def oracle_quality(schemes=None, n_tokens=64, seed=13):
-    """[{family, scheme, cosine, rms_err_rel}] for every family x scheme (+ "int8+w8a8", "int4-g*+w4a8")."""
+    """[{family, scheme, cosine, rms_err_rel}] for every family x scheme (+ "int8+w8a8", "int4-g*+w4a8",
+    "int6-g64+w6a8")."""
     import torch
-    schemes = list(schemes or SCHEMES) + ["int8+w8a8", "int4-g32+w4a8", "int4-g64+w4a8"]
+    schemes = list(schemes or SCHEMES) + ["int8+w8a8", "int4-g32+w4a8", "int4-g64+w4a8", "int6-g64+w6a8"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for family in FAMILIES:

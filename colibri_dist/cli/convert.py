@@ -24,10 +24,11 @@ def register(subparsers):
                    help="expert weight encoding (default: int8, symmetric per row)")
     p.add_argument("--dense", choices=list(SCHEMES), default=None,
                    help="encoding of dense matrices: attention projections, dense MLP layers and (unless "
-                        "--lm-head) lm_head; int4-g32 / int4-g64 put every matrix in 4 bits "
+                        "--lm-head) lm_head; int4-g32 / int4-g64 put every matrix in 4 bits, int6-g64 in 6 "
                         "(default: the same as --experts)")
     p.add_argument("--lm-head", dest="lm_head", choices=list(SCHEMES), default=None,
-                   help="encoding of lm_head alone (default: the same as --dense)")
+                   help="encoding of lm_head alone (default: the same as --dense); int6-g64 keeps it at 6.5 bits "
+                        "per weight, beside llama.cpp's Q6_K")
     p.add_argument("--preset", choices=list(PRESETS), default=None,
                    help="a named choice of the three encodings after the llama.cpp file type of that name "
                         "(q4_k_m: the closest bytes per decode token; convert prints both sizes): " + "; ".join(

@@ -7,8 +7,8 @@ names the llama.cpp file type it stands beside (token_bytes.py computes the byte
 both; `colibri convert` prints them side by side):
 
 - q4_k_m: every matrix int4 in groups of 64 (4.5 bits per weight: Q4_K's rate exactly), the LM head
-  int8 per row (Q4_K_M keeps it in Q6_K, 6.56 bits; we have no 6-bit encoding, and the 4-bit one
-  would be the larger quality loss). Q4_K_M also moves the value projection and the expert down
+  int8 per row (Q4_K_M keeps it in Q6_K, 6.56 bits; `--lm-head int6-g64` gives 6.5 bits, the 4-bit
+  encoding would be the larger quality loss). Q4_K_M also moves the value projection and the expert down
   projection of some layers to Q6_K; on the benchmark model the two files differ by ~2% per token.
 - q4_0: int4 in Q4_0's groups of 32 (5 bits with our f32 scale; Q4_0 has 4.5 with an f16 one), LM head int8:
   the same grouping, not the same bytes (q4_k_m is the smaller of the two).

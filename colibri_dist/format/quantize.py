@@ -11,7 +11,11 @@ Schemes (value of element (r, c) after decoding, exactly as native/include/colib
   int8-gG      q[r,c] * scale[r, c // G],       per group of G along the columns (last group may be short)
   int8-minmax  (q[r,c] - zero) * scale,         one f32 scale + one int32 zero point per matrix,
                range [min(w, 0), max(w, 0)] mapped onto [-128, 127]
-Rounding to int8 is round-half-to-even (np.rint). Inputs must be finite.
+  int4-gG      q[r,c] * scale[r, c // G],       q in [-7, 7], two codes a byte (pack_int4), per group the
+               least-squared-error step of max|group| / d, d in 7 .. 9 (_group_scales)
+  int6-g64     q[r,c] * scale[r, c // 64],      q in [-31, 31], scale = max|group| / 31, 4 codes in 3 bytes
+               (pack_int6: a little-endian bit stream, code c at bits 6c .. 6c+5 of its row)
+Rounding to codes is round-half-to-even (np.rint). Inputs must be finite.
 """
 import numpy as np
 
@@ -65,8 +69,9 @@ def quantize_matrix(w, scheme):
         scale = scale.reshape(-1)
         return q, scale, None
     if enc.scale_kind == SCALE_GROUP:
-        q, scale, zero = _quantize_groups(w, enc.group, enc.qmax)
-        return (pack_int4(q) if enc.bits == 4 else q), scale, zero
+        q, scale, zero = _quantize_groups(w, enc.group, enc.qmax, search=enc.bits == 4)
+        pack = _PACK.get(enc.bits)
+        return (pack(q) if pack else q), scale, zero
     return _quantize_minmax(w)
 
 
@@ -85,14 +90,43 @@ def unpack_int4(packed, cols):
     return ((nib ^ 8) - 8).astype(np.int8)
 
 
-def _quantize_groups(w, g, qmax=127):
+def pack_int6(q):
+    """int8 codes in [-32, 31] [rows, cols] -> uint8 [rows, ceil(cols * 6 / 8)]: each row a little-endian bit
+    stream, code c at bits 6c .. 6c+5 (two's complement), 4 codes in 3 bytes, the bits past the last code 0."""
+    rows, cols = q.shape
+    quads = -(-cols // 4)
+    f = np.zeros((rows, 4 * quads), dtype=np.uint32)
+    f[:, :cols] = q.astype(np.uint8) & 0x3F
+    f = f.reshape(rows, quads, 4)
+    v = f[..., 0] | (f[..., 1] << 6) | (f[..., 2] << 12) | (f[..., 3] << 18)      # 24 bits per 4 codes
+    b = np.stack([v & 0xFF, (v >> 8) & 0xFF, v >> 16], axis=2).astype(np.uint8).reshape(rows, 3 * quads)
+    return np.ascontiguousarray(b[:, :(cols * 6 + 7) // 8])
+
+
+def unpack_int6(packed, cols):
+    """uint8 [rows, ceil(cols * 6 / 8)] -> int8 codes [rows, cols] (pack_int6's bit stream)."""
+    p = np.asarray(packed, dtype=np.uint8)
+    rows, quads = p.shape[0], -(-cols // 4)
+    b = np.zeros((rows, 3 * quads), dtype=np.uint32)
+    b[:, :p.shape[1]] = p
+    b = b.reshape(rows, quads, 3)
+    v = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16)
+    f = np.stack([(v >> s) & 0x3F for s in (0, 6, 12, 18)], axis=2).reshape(rows, 4 * quads)[:, :cols]
+    return ((f.astype(np.int16) ^ 32) - 32).astype(np.int8)
+
+
+_PACK = {4: pack_int4, 6: pack_int6}              # group-scaled codes narrower than a byte, by bits
+_UNPACK = {4: unpack_int4, 6: unpack_int6}
+
+
+def _quantize_groups(w, g, qmax=127, search=False):
     rows, cols = w.shape
     ng = -(-cols // g)
     padded = np.zeros((rows, ng * g), dtype=np.float32)
     padded[:, :cols] = w
     blocks = padded.reshape(rows, ng, g)
     amax = np.abs(blocks).max(axis=2)                               # [rows, ng]
-    scale = _group_scales(blocks, amax, qmax)
+    scale = _group_scales(blocks, amax, qmax) if search else (amax / np.float32(qmax)).astype(np.float32)
     per_col = np.repeat(scale, g, axis=1)[:, :cols]
     safe = np.where(per_col > 0, per_col, np.float32(1.0))
     q = np.clip(np.rint(w / safe), -qmax, qmax).astype(np.int8)
@@ -105,9 +139,7 @@ _INT4_DIVISORS = tuple(np.float32(7.0 + 0.25 * i) for i in range(9))     # 7.0 .
 
 
 def _group_scales(blocks, amax, qmax):
-    """f32 scale per (row, group): amax / qmax for int8; the least-squared-error candidate for int4."""
-    if qmax >= 127:
-        return (amax / np.float32(qmax)).astype(np.float32)
+    """f32 scale per (row, group) of 4-bit codes: the least-squared-error candidate (int8 and int6: amax / qmax)."""
     best, best_err = None, None
     for div in _INT4_DIVISORS:
         s = (amax / div).astype(np.float32)
@@ -143,7 +175,7 @@ def dequantize(blob, m):
     if name == "bf16":
         return bf16_bits_to_f32(raw.view(np.uint16)).reshape(shape)
     enc = encoding(m.dtype)
-    q = unpack_int4(raw.reshape(m.rows, -1), m.cols) if enc.bits == 4 else raw.view(np.int8).reshape(shape)
+    q = _UNPACK[enc.bits](raw.reshape(m.rows, -1), m.cols) if enc.bits in _UNPACK else raw.view(np.int8).reshape(shape)
     scales = blob[m.scale_offset:m.scale_offset + 4 * m.scale_count].view(np.float32)
     if enc.scale_kind == SCALE_ROW:
         return q.astype(np.float32) * scales[:, None]

@@ -96,8 +96,8 @@ class Runtime(ModelOps):
     Whole-model ops (matmul, matmul_many, matmul_heads, attention) come from model_ops.ModelOps.
     w8a8=True (opt-in): experts and dense matrices stored as per-row int8 ("int8") multiply
     per-token int8 activations with exact integer dots (w8a8), and int4 ones ("int4-g32",
-    "int4-g64") take the same activations through the w4a8 kernels (about 1.5x the f32
-    path's throughput for int8 at large batch, 2-4x for int4; slightly less accurate:
+    "int4-g64") and int6 ones ("int6-g64") take the same activations through the w4a8 / w6a8
+    kernels (about 1.5x the f32 path's throughput for int8 at large batch, 2-4x for int4; slightly less accurate:
     docs/KERNELS.md). Still batch invariant and the same bits on every SIMD level.
     The worker threads do not survive fork(): create a Runtime in the process that uses it.
     """

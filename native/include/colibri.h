@@ -36,6 +36,11 @@ extern "C" {
  *                 of g along cols, q in [-7, 7]; a row is ceil(cols/2) bytes,
  *                 element c in byte c/2: low nibble for even c, high nibble for
  *                 odd c, two's complement; an odd row's last high nibble is 0)
+ *   CB_I6_G64     q[r,c] * scales[r*ngroups + c/64]    (symmetric int6 per group of 64 along
+ *                 cols, q in [-31, 31]; a row is ceil(cols*6/8) bytes, a little-endian bit
+ *                 stream: element c occupies bits 6c .. 6c+5 of the row (bit i of the row is
+ *                 bit i%8 of byte i/8), two's complement, so 4 codes fill 3 bytes and a
+ *                 64-group 48; the bits past the last code of a row are 0)
  *
  * CB_ENCODING_LIST is the one list of encodings: one row each, in cb_dtype code order
  * (the codes are stored in .colibri containers: never renumber a row). It generates the
@@ -56,7 +61,8 @@ extern "C" {
     X(I8_G128,   6, "int8-g128",    8, 1, GROUP,  128, 0, 127)   \
     X(I8_MINMAX, 7, "int8-minmax",  8, 1, MATRIX, 0,   1, 127)   \
     X(I4_G32,    8, "int4-g32",     4, 1, GROUP,  32,  0, 7)     \
-    X(I4_G64,    9, "int4-g64",     4, 1, GROUP,  64,  0, 7)
+    X(I4_G64,    9, "int4-g64",     4, 1, GROUP,  64,  0, 7)     \
+    X(I6_G64,   10, "int6-g64",     6, 1, GROUP,  64,  0, 31)
 
 #define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
 typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;
@@ -84,7 +90,7 @@ typedef enum {
 typedef struct {
     const char *name;     /* scheme name (converter --experts, container header): "int8-g32" */
     int32_t dtype;        /* cb_dtype code */
-    int32_t bits;         /* bits per stored element: 32, 16, 8, 4 */
+    int32_t bits;         /* bits per stored element: 32, 16, 8, 6, 4 */
     int32_t is_int;       /* 1: integer codes q (scales apply), 0: float words */
     int32_t scale_kind;   /* cb_scale_kind */
     int32_t group;        /* CB_SCALE_GROUP: group size along cols, else 0 */

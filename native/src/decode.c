@@ -65,12 +65,20 @@ static void dec_i4_group(const cb_matrix *w, int32_t r, size_t k0, size_t n, flo
     for (size_t k = k0; k < k0 + n; k++) out[k - k0] = (float)cb_i4_at(b, k) * gs[k / g];
 }
 
+/* int6 codes (colibri.h bit order) times their group's scale (CB_I6_G64). */
+static void dec_i6_group(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const unsigned char *b = row_of(w, r);
+    const float *gs = group_scales(w, r);
+    size_t g = (size_t)cb_group_size(w->dtype);
+    for (size_t k = k0; k < k0 + n; k++) out[k - k0] = (float)cb_i6_at(b, k) * gs[k / g];
+}
+
 /* The scalar kernel of every encoding, by code (encodings that share a storage format share one). */
 static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_F32] = dec_f32, [CB_F16] = dec_f16, [CB_BF16] = dec_bf16,
     [CB_I8_ROW] = dec_i8, [CB_I8_MINMAX] = dec_i8_zero,
     [CB_I8_G32] = dec_i8_group, [CB_I8_G64] = dec_i8_group, [CB_I8_G128] = dec_i8_group,
-    [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group,
+    [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group, [CB_I6_G64] = dec_i6_group,
 };
 
 cb_row_decoder cb_row_decoder_of(int32_t dtype) {

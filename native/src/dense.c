@@ -7,8 +7,9 @@
  * cb_dot_rows' fixed sequence and the bias is a separate add, so no split,
  * thread or batch size changes a bit (K is never split). With the engine's
  * opt-in w8a8 mode, CB_I8_ROW matrices take per-token int8 activations and
- * exact integer dots (kernels_q8.c), and int4 matrices take the same activations
- * through the w4a8 kernels (kernels_q4.c), exactly as the experts do.
+ * exact integer dots (kernels_q8.c), and int4 / int6 matrices take the same activations,
+ * prepared per token, through the w4a8 / w6a8 kernels (kernels_q4.c, kernels_q6.c),
+ * exactly as the experts do.
  */
 #include <stdio.h>
 #include "cb_internal.h"
@@ -29,7 +30,7 @@ typedef struct {
     const mm_item *items;
     int16_t *const *xq;        /* w8a8: per matrix its inputs quantized [n, cols] (NULL: f32 path) */
     float *const *sx;          /* w8a8: per matrix the per-token scales [n] */
-    int8_t *const *x4;         /* w4a8: per int4 matrix its inputs prepared [n, cb_q4_prep_bytes] (else NULL) */
+    int8_t *const *xpre;       /* w4a8 / w6a8: per int4 / int6 matrix its inputs prepared [n, cb_qprep_bytes] */
 } mm_run;
 
 static void mm_block(void *ctx, int64_t item) {
@@ -39,20 +40,20 @@ static void mm_block(void *ctx, int64_t item) {
     const float *bias = run->biases ? run->biases[it.mat] : NULL;
     const float *xs[TOKEN_CHUNK];
     const int16_t *xq[TOKEN_CHUNK];
-    const int8_t *x4[TOKEN_CHUNK];
+    const int8_t *xp[TOKEN_CHUNK];
     float *outs[TOKEN_CHUNK];
     const int16_t *q = run->xq ? run->xq[it.mat] : NULL;
-    const int8_t *q4 = run->x4 ? run->x4[it.mat] : NULL;
-    size_t q4_bytes = q4 ? cb_q4_prep_bytes(w->cols, cb_group_size(w->dtype)) : 0;
+    const int8_t *pre = run->xpre ? run->xpre[it.mat] : NULL;
+    size_t pre_bytes = pre ? cb_qprep_bytes(w) : 0;
     for (int64_t c = it.t0; c < it.t1; c += TOKEN_CHUNK) {
         int64_t m = it.t1 - c < TOKEN_CHUNK ? it.t1 - c : TOKEN_CHUNK;
         for (int64_t i = 0; i < m; i++) {
             xs[i] = run->xs[it.mat] + (size_t)(c + i) * (size_t)run->x_stride;
             if (q) xq[i] = q + (size_t)(c + i) * (size_t)w->cols;
-            if (q4) x4[i] = q4 + (size_t)(c + i) * q4_bytes;
+            if (pre) xp[i] = pre + (size_t)(c + i) * pre_bytes;
             outs[i] = run->outs[it.mat] + (size_t)(c + i) * (size_t)run->out_stride;
         }
-        if (q4) cb_dot_rows_q4(w, it.r0, it.r1, x4, run->sx[it.mat] + c, outs, m);
+        if (pre) cb_dot_rows_qprep(cb_kernels(), w, it.r0, it.r1, xp, run->sx[it.mat] + c, outs, m);
         else if (q) cb_dot_rows_q8(w, it.r0, it.r1, xq, run->sx[it.mat] + c, outs, m);
         else cb_dot_rows(w, it.r0, it.r1, xs, outs, m);
         if (bias)
@@ -63,13 +64,14 @@ static void mm_block(void *ctx, int64_t item) {
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* w8a8 mode: matrices whose encoding has an integer path (cb_qpath_of: int8 rows w8a8, int4 w4a8)
- * with K inside the exact-int32 range take it; q4_bytes: bytes of one token's w4a8 input (0: not w4a8). */
+/* w8a8 mode: matrices whose encoding has an integer path (cb_qpath_of: int8 rows w8a8, int4 w4a8,
+ * int6 w6a8) with K inside the exact-int32 range take it; pre_bytes: bytes of one token's prepared
+ * input (w4a8 / w6a8; 0: neither). */
 static int uses_q8(const cb_engine *e, const cb_matrix *w) {
     return e->w8a8 && cb_qpath_of(w->dtype) != CB_QPATH_NONE && w->cols <= CB_Q8_MAX_K;
 }
-static size_t q4_bytes(const cb_engine *e, const cb_matrix *w) {
-    return uses_q8(e, w) && cb_qpath_of(w->dtype) == CB_QPATH_W4A8 ? cb_q4_prep_bytes(w->cols, cb_group_size(w->dtype)) : 0;
+static size_t pre_bytes(const cb_engine *e, const cb_matrix *w) {
+    return uses_q8(e, w) ? cb_qprep_bytes(w) : 0;
 }
 
 /* Tokens per item: all of them when the row blocks alone give every thread several items,
@@ -112,20 +114,19 @@ static cb_status quantize_input(cb_engine *e, const cb_matrix *w, const float *x
     return CB_OK;
 }
 
-/* w4a8: matrix i's quantized input prepared for its group size (shared with an earlier int4 matrix
- * of the same input, width and group size). */
-static cb_status prepare_q4(cb_engine *e, const cb_matrix *const *ws, const float *const *xs, int16_t *const *xq,
-                            int8_t **x4, int32_t i, int64_t n) {
+/* w4a8 / w6a8: matrix i's quantized input prepared for its encoding (shared with an earlier matrix
+ * of the same input, width and encoding). */
+static cb_status prepare_input(cb_engine *e, const cb_matrix *const *ws, const float *const *xs, int16_t *const *xq,
+                               int8_t **xpre, int32_t i, int64_t n) {
     const cb_matrix *w = ws[i];
     for (int32_t j = 0; j < i; j++)
-        if (x4[j] && xs[j] == xs[i] && ws[j]->cols == w->cols && ws[j]->dtype == w->dtype) {
-            x4[i] = x4[j];
+        if (xpre[j] && xs[j] == xs[i] && ws[j]->cols == w->cols && ws[j]->dtype == w->dtype) {
+            xpre[i] = xpre[j];
             return CB_OK;
         }
-    size_t bytes = q4_bytes(e, w);
-    if (!(x4[i] = cb_arena_alloc(e->arena, bytes * (size_t)n))) return cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted");
-    for (int64_t t = 0; t < n; t++)
-        cb_q4_prep(xq[i] + (size_t)t * (size_t)w->cols, w->cols, cb_group_size(w->dtype), x4[i] + (size_t)t * bytes);
+    size_t bytes = pre_bytes(e, w);
+    if (!(xpre[i] = cb_arena_alloc(e->arena, bytes * (size_t)n))) return cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted");
+    for (int64_t t = 0; t < n; t++) cb_qprep(w, xq[i] + (size_t)t * (size_t)w->cols, xpre[i] + (size_t)t * bytes);
     return CB_OK;
 }
 
@@ -146,26 +147,26 @@ cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *
     for (int32_t i = 0; i < n_mats; i++)
         if (uses_q8(e, ws[i]))
             q8_bytes += cb_arena_need(sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols) + cb_arena_need(sizeof(float) * (size_t)n) +
-                        cb_arena_need(q4_bytes(e, ws[i]) * (size_t)n);
+                        cb_arena_need(pre_bytes(e, ws[i]) * (size_t)n);
     if ((s = cb_engine_scratch(e, cb_arena_need(sizeof(mm_item) * (size_t)n_items) + q8_bytes)) != CB_OK)
         return cb_engine_fail(e, s);
     mm_item *items = cb_arena_alloc(e->arena, sizeof(mm_item) * (size_t)n_items);
     int16_t **xq = NULL;
     float **sx = NULL;
-    int8_t **x4 = NULL;
+    int8_t **xpre = NULL;
     if (e->w8a8) {
         xq = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
         sx = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
-        x4 = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
-        if (!xq || !sx || !x4) return cb_engine_fail(e, cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted"));
+        xpre = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
+        if (!xq || !sx || !xpre) return cb_engine_fail(e, cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted"));
         for (int32_t i = 0; i < n_mats; i++) {
-            xq[i] = NULL, sx[i] = NULL, x4[i] = NULL;
+            xq[i] = NULL, sx[i] = NULL, xpre[i] = NULL;
             if (!uses_q8(e, ws[i])) continue;
             int32_t j = 0;                  /* q/k/v share one input: quantize it once */
             while (j < i && !(xq[j] && xs[j] == xs[i] && ws[j]->cols == ws[i]->cols)) j++;
             if (j < i) xq[i] = xq[j], sx[i] = sx[j];
             else if ((s = quantize_input(e, ws[i], xs[i], x_stride, n, &xq[i], &sx[i])) != CB_OK) return cb_engine_fail(e, s);
-            if (q4_bytes(e, ws[i]) && (s = prepare_q4(e, ws, xs, xq, x4, i, n)) != CB_OK) return cb_engine_fail(e, s);
+            if (pre_bytes(e, ws[i]) && (s = prepare_input(e, ws, xs, xq, xpre, i, n)) != CB_OK) return cb_engine_fail(e, s);
         }
     }
     int64_t k = 0;
@@ -174,7 +175,7 @@ cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *
             for (int32_t r = 0; r < ws[i]->rows; r += ROW_BLOCK)
                 items[k++] = (mm_item){i, r, r + ROW_BLOCK < ws[i]->rows ? r + ROW_BLOCK : ws[i]->rows,
                                        t, t + span < n ? t + span : n};
-    mm_run run = {ws, biases, xs, outs, x_stride, out_stride, items, xq, sx, x4};
+    mm_run run = {ws, biases, xs, outs, x_stride, out_stride, items, xq, sx, xpre};
     if (work < INLINE_WORK)                        /* tiny (decode of a small matrix): the caller alone */
         for (int64_t i = 0; i < n_items; i++) mm_block(&run, i);
     else

@@ -26,28 +26,28 @@ typedef struct {
     /* w8a8 only (NULL per task when the task runs in f32): quantized inputs and their scales */
     int16_t ***xq, ***hq;
     float **sx, **sh;
-    /* w4a8 (int4 matrices with w8a8 on; NULL otherwise): xq / hq prepared per token (cb_q4_prep) */
-    int8_t ***x4, ***h4;
+    /* w4a8 / w6a8 (int4 / int6 matrices with w8a8 on; NULL otherwise): xq / hq prepared per token (cb_qprep) */
+    int8_t ***xpre, ***hpre;
     /* w8a8 on a level with a tile unit (NULL otherwise): inputs packed per 16-token block */
     int8_t **xp, **hp;
     const cb_kernel_table *kt;
 } ffn_run;
 
 /* Which integer path gate/up (in) or down (!in) of this task take with w8a8 on: w8a8 for int8 rows,
- * w4a8 for int4 (gate and up of one dtype: they share the prepared input), else none (f32). */
-enum { Q_NONE, Q_I8, Q_I4 };
+ * a prepared input for int4 (w4a8) and int6 (w6a8) (gate and up of one dtype: they share the prepared
+ * input), else none (f32). */
+enum { Q_NONE, Q_I8, Q_PRE };
 static int q_kind(const cb_engine *e, const cb_ffn_task *t, int in) {
     const cb_matrix *a = in ? &t->ex->gate : &t->ex->down, *b = in ? &t->ex->up : a;
     if (!e->w8a8 || a->dtype != b->dtype || a->cols > CB_Q8_MAX_K) return Q_NONE;
     int path = cb_qpath_of(a->dtype);
-    return path == CB_QPATH_W8A8 ? Q_I8 : path == CB_QPATH_W4A8 ? Q_I4 : Q_NONE;
+    return path == CB_QPATH_W8A8 ? Q_I8 : path == CB_QPATH_W4A8 || path == CB_QPATH_W6A8 ? Q_PRE : Q_NONE;
 }
 static int uses_q8(const cb_engine *e, const cb_ffn_task *t, int in) { return q_kind(e, t, in) != Q_NONE; }
 
-/* Bytes of one token's prepared input (w4a8), 0 when the matrix does not take that path. */
-static size_t q4_row_bytes(const cb_engine *e, const cb_ffn_task *t, int in) {
-    const cb_matrix *m = in ? &t->ex->gate : &t->ex->down;
-    return q_kind(e, t, in) == Q_I4 ? cb_q4_prep_bytes(m->cols, cb_group_size(m->dtype)) : 0;
+/* Bytes of one token's prepared input (w4a8 / w6a8), 0 when the matrix takes neither path. */
+static size_t pre_row_bytes(const cb_engine *e, const cb_ffn_task *t, int in) {
+    return q_kind(e, t, in) == Q_PRE ? cb_qprep_bytes(in ? &t->ex->gate : &t->ex->down) : 0;
 }
 
 static int64_t blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
@@ -89,8 +89,8 @@ size_t cb_ffn_scratch_bytes(const cb_engine *e, const cb_ffn_task *tasks, int32_
             bytes += cb_arena_need(n * inter * sizeof(int16_t)) + cb_arena_need(n * sizeof(void *)) + cb_arena_need(n * sizeof(float));
         for (int in = 0; in < 2; in++) {
             if (uses_tiles(e, kt, &tasks[i], in)) bytes += cb_arena_need(tile_bytes(&tasks[i], in));
-            if (q4_row_bytes(e, &tasks[i], in))
-                bytes += cb_arena_need(n * q4_row_bytes(e, &tasks[i], in)) + cb_arena_need(n * sizeof(void *));
+            if (pre_row_bytes(e, &tasks[i], in))
+                bytes += cb_arena_need(n * pre_row_bytes(e, &tasks[i], in)) + cb_arena_need(n * sizeof(void *));
         }
         items += max_items(&tasks[i]);
     }
@@ -109,10 +109,10 @@ static void phase_gate_up(void *ctx, int64_t item) {
             const int8_t *p = run->xp[it.task] + (size_t)(c / 16) * cb_q8_tiles_bytes(t->ex->gate.cols);
             run->kt->dot_rows_q8_tiles(&t->ex->gate, it.r0, it.r1, p, xq, run->sx[it.task] + c, g + c, m);
             run->kt->dot_rows_q8_tiles(&t->ex->up, it.r0, it.r1, p, xq, run->sx[it.task] + c, u + c, m);
-        } else if (run->x4[it.task]) {
-            const int8_t *const *x4 = (const int8_t *const *)run->x4[it.task] + c;
-            run->kt->dot_rows_q4(&t->ex->gate, it.r0, it.r1, x4, run->sx[it.task] + c, g + c, m);
-            run->kt->dot_rows_q4(&t->ex->up, it.r0, it.r1, x4, run->sx[it.task] + c, u + c, m);
+        } else if (run->xpre[it.task]) {
+            const int8_t *const *xp = (const int8_t *const *)run->xpre[it.task] + c;
+            cb_dot_rows_qprep(run->kt, &t->ex->gate, it.r0, it.r1, xp, run->sx[it.task] + c, g + c, m);
+            cb_dot_rows_qprep(run->kt, &t->ex->up, it.r0, it.r1, xp, run->sx[it.task] + c, u + c, m);
         } else if (run->xq[it.task]) {
             const int16_t *const *xq = (const int16_t *const *)run->xq[it.task] + c;
             cb_dot_rows_q8(&t->ex->gate, it.r0, it.r1, xq, run->sx[it.task] + c, g + c, m);
@@ -137,9 +137,9 @@ static void phase_down(void *ctx, int64_t item) {
                                        run->hp[it.task] + (size_t)(c / 16) * cb_q8_tiles_bytes(t->ex->down.cols),
                                        (const int16_t *const *)run->hq[it.task] + c, run->sh[it.task] + c,
                                        t->outs + c, m);
-        else if (run->h4[it.task])
-            run->kt->dot_rows_q4(&t->ex->down, it.r0, it.r1, (const int8_t *const *)run->h4[it.task] + c,
-                                 run->sh[it.task] + c, t->outs + c, m);
+        else if (run->hpre[it.task])
+            cb_dot_rows_qprep(run->kt, &t->ex->down, it.r0, it.r1, (const int8_t *const *)run->hpre[it.task] + c,
+                              run->sh[it.task] + c, t->outs + c, m);
         else if (run->hq[it.task])
             cb_dot_rows_q8(&t->ex->down, it.r0, it.r1, (const int16_t *const *)run->hq[it.task] + c,
                            run->sh[it.task] + c, t->outs + c, m);
@@ -159,11 +159,11 @@ static void quantize_block(ffn_run *run, int64_t item, int in) {
         if (in) cb_quantize_row_q8(t->xs[i], t->ex->gate.cols, run->xq[it.task][i], &run->sx[it.task][i]);
         else cb_quantize_row_q8(run->g[it.task][i], t->ex->down.cols, run->hq[it.task][i], &run->sh[it.task][i]);
     }
-    int8_t **x4 = in ? run->x4[it.task] : run->h4[it.task];
-    if (x4) {
+    int8_t **pre = in ? run->xpre[it.task] : run->hpre[it.task];
+    if (pre) {
         const cb_matrix *m = in ? &t->ex->gate : &t->ex->down;
         int16_t **q = in ? run->xq[it.task] : run->hq[it.task];
-        for (int64_t i = it.r0; i < it.r1; i++) cb_q4_prep(q[i], m->cols, cb_group_size(m->dtype), x4[i]);
+        for (int64_t i = it.r0; i < it.r1; i++) cb_qprep(m, q[i], pre[i]);
     }
     int8_t *packed = in ? run->xp[it.task] : run->hp[it.task];   /* items are 16-token chunks */
     if (packed) {
@@ -196,7 +196,7 @@ static int64_t make_items(ffn_run *run, int32_t n_tasks, int kind) {
     return k;
 }
 
-static int8_t **q4_buffers(cb_engine *e, size_t n, size_t bytes) {
+static int8_t **pre_buffers(cb_engine *e, size_t n, size_t bytes) {
     if (!bytes) return NULL;
     int8_t *buf = cb_arena_alloc(e->arena, n * bytes), **rows = cb_arena_alloc(e->arena, n * sizeof(void *));
     for (size_t t = 0; t < n; t++) rows[t] = buf + t * bytes;
@@ -221,8 +221,8 @@ void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
     run.sh = cb_arena_alloc(e->arena, ptrs);
     run.xp = cb_arena_alloc(e->arena, ptrs);
     run.hp = cb_arena_alloc(e->arena, ptrs);
-    run.x4 = cb_arena_alloc(e->arena, ptrs);
-    run.h4 = cb_arena_alloc(e->arena, ptrs);
+    run.xpre = cb_arena_alloc(e->arena, ptrs);
+    run.hpre = cb_arena_alloc(e->arena, ptrs);
     int64_t items = 0, q8_in = 0, q8_down = 0;
     for (int32_t i = 0; i < n_tasks; i++) {
         size_t n = (size_t)tasks[i].n, inter = (size_t)tasks[i].ex->gate.rows;
@@ -238,8 +238,8 @@ void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
         run.sx[i] = run.sh[i] = NULL;
         if (uses_q8(e, &tasks[i], 1)) q8_in++, q8_buffers(e, n, (size_t)tasks[i].ex->gate.cols, &run.xq[i], &run.sx[i]);
         if (uses_q8(e, &tasks[i], 0)) q8_down++, q8_buffers(e, n, inter, &run.hq[i], &run.sh[i]);
-        run.x4[i] = q4_buffers(e, n, q4_row_bytes(e, &tasks[i], 1));
-        run.h4[i] = q4_buffers(e, n, q4_row_bytes(e, &tasks[i], 0));
+        run.xpre[i] = pre_buffers(e, n, pre_row_bytes(e, &tasks[i], 1));
+        run.hpre[i] = pre_buffers(e, n, pre_row_bytes(e, &tasks[i], 0));
         run.xp[i] = uses_tiles(e, run.kt, &tasks[i], 1) ? cb_arena_alloc(e->arena, tile_bytes(&tasks[i], 1)) : NULL;
         run.hp[i] = uses_tiles(e, run.kt, &tasks[i], 0) ? cb_arena_alloc(e->arena, tile_bytes(&tasks[i], 0)) : NULL;
         items += max_items(&tasks[i]);

@@ -2,7 +2,8 @@
  * and weight-matrix validation.
  *
  * Role: the single entry point cb_dot_rows used by routing and the FFNs, which
- * encodings take an integer-activation path with w8a8 on, and the argument
+ * encodings take an integer-activation path with w8a8 on (and the dispatch of the
+ * prepared-activation paths w4a8 / w6a8), and the argument
  * checks every public call runs on cb_matrix / cb_expert.
  */
 #include <stdio.h>
@@ -14,14 +15,34 @@ void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const 
     cb_kernels()->dot_rows(w, r0, r1, xs, outs, nt);
 }
 
-/* Encodings with an integer-activation kernel family (kernels_q8.c, kernels_q4.c); others: f32. */
+/* Encodings with an integer-activation kernel family (kernels_q8.c, kernels_q4.c, kernels_q6.c); others: f32. */
 static const int QPATH[CB_DTYPE_COUNT] = {
     [CB_I8_ROW] = CB_QPATH_W8A8,
     [CB_I4_G32] = CB_QPATH_W4A8,
     [CB_I4_G64] = CB_QPATH_W4A8,
+    [CB_I6_G64] = CB_QPATH_W6A8,
 };
 
 int cb_qpath_of(int32_t dtype) { return dtype >= 0 && dtype < CB_DTYPE_COUNT ? QPATH[dtype] : CB_QPATH_NONE; }
+
+size_t cb_qprep_bytes(const cb_matrix *w) {
+    switch (cb_qpath_of(w->dtype)) {
+    case CB_QPATH_W4A8: return cb_q4_prep_bytes(w->cols, cb_group_size(w->dtype));
+    case CB_QPATH_W6A8: return cb_q6_prep_bytes(w->cols);
+    default: return 0;
+    }
+}
+
+void cb_qprep(const cb_matrix *w, const int16_t *xq, int8_t *out) {
+    if (cb_qpath_of(w->dtype) == CB_QPATH_W6A8) cb_q6_prep(xq, w->cols, out);
+    else cb_q4_prep(xq, w->cols, cb_group_size(w->dtype), out);
+}
+
+void cb_dot_rows_qprep(const cb_kernel_table *kt, const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
+                       const float *sx, float *const *outs, int64_t nt) {
+    if (cb_qpath_of(w->dtype) == CB_QPATH_W6A8) kt->dot_rows_q6(w, r0, r1, xp, sx, outs, nt);
+    else kt->dot_rows_q4(w, r0, r1, xp, sx, outs, nt);
+}
 
 cb_status cb_check_matrix(const cb_matrix *m, const char *what, int32_t rows, int32_t cols) {
     if (!m->data) return cb_fail(CB_E_INVALID, "%s: data is NULL", what);

@@ -10,7 +10,7 @@
  *
  * Per element (K = cols, K8 = K rounded down to a multiple of 8):
  *   v(k)  = decoded weight: f32 as is; f16/bf16 exact widening; I8_ROW (float)q;
- *           I8_Gg and I4_Gg (float)q * scale[r, k/g] (rounded to f32); I8_MINMAX (float)(q - zero)
+ *           I8_Gg, I4_Gg and I6_G64 (float)q * scale[r, k/g] (rounded to f32); I8_MINMAX (float)(q - zero)
  *   a[l]  = 0;  for k = 0, 8, .., K8-8:  a[l] = fma(v(k+l), x[k+l], a[l])   (l = 0..7)
  *   s     = ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))
  *   for k = K8 .. K-1:  s = fma(v(k), x[k], s)
@@ -31,6 +31,8 @@ typedef void cb_dot_rows_q8_k(const cb_matrix *w, int32_t r0, int32_t r1, const 
 /* w4a8 (kernels_q4.c): CB_I4_G32/G64 rows x activations prepared per token by cb_q4_prep. */
 typedef void cb_dot_rows_q4_k(const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp, const float *sx,
                               float *const *outs, int64_t nt);
+/* w6a8 (kernels_q6.c): CB_I6_G64 rows x activations prepared per token by cb_q6_prep (w4a8's signature). */
+typedef cb_dot_rows_q4_k cb_dot_rows_q6_k;
 /* q[k] = clamp(rint(x[k] * inv), -127, 127): one rounded multiply, round half to even. */
 typedef void cb_quantize_q8_k(const float *x, int32_t K, float inv, int16_t *q);
 typedef float cb_amax_k(const float *x, int32_t K);   /* max |x[k]| (exact in any order) */
@@ -58,6 +60,7 @@ typedef struct {
     cb_dot_rows_k *dot_rows;
     cb_dot_rows_q8_k *dot_rows_q8;
     cb_dot_rows_q4_k *dot_rows_q4;
+    cb_dot_rows_q6_k *dot_rows_q6;  /* avx512 and amx use the avx2 kernel */
     cb_quantize_q8_k *quantize_q8;
     cb_amax_k *amax;
     cb_pack_q8_tiles_k *pack_q8_tiles;        /* NULL: this level has no tile unit */
@@ -78,6 +81,11 @@ cb_dot_rows_q8_k cb_dot_rows_q8, cb_dot_rows_q8_scalar, cb_dot_rows_q8_avx2, cb_
 size_t cb_q4_prep_bytes(int32_t K, int32_t G);   /* a multiple of 32 */
 void cb_q4_prep(const int16_t *xq, int32_t K, int32_t G, int8_t *out);
 cb_dot_rows_q4_k cb_dot_rows_q4, cb_dot_rows_q4_scalar, cb_dot_rows_q4_avx2, cb_dot_rows_q4_avx512;
+/* w6a8 (kernels_q6.c): the same activation codes of one token prepared for an int6 matrix: int8, each
+ * pair of elements swapped (the AVX2 unpack's order), then per 64-block the negated lane corrections. */
+size_t cb_q6_prep_bytes(int32_t K);              /* a multiple of 32 */
+void cb_q6_prep(const int16_t *xq, int32_t K, int8_t *out);
+cb_dot_rows_q6_k cb_dot_rows_q6, cb_dot_rows_q6_scalar, cb_dot_rows_q6_avx2;
 cb_quantize_q8_k cb_quantize_q8_scalar, cb_quantize_q8_avx2, cb_quantize_q8_avx512;
 cb_amax_k cb_amax_scalar, cb_amax_avx2;
 cb_pack_q8_tiles_k cb_pack_q8_tiles_amx;
@@ -113,6 +121,16 @@ static inline int32_t cb_i4_at(const unsigned char *row, size_t k) {
     return ((((k & 1) ? b >> 4 : b) & 15) ^ 8) - 8;
 }
 
+/* Signed 6-bit code k of an int6 row (colibri.h bit order: bits 6k .. 6k+5 of the row), from the
+ * one byte or two bytes that hold it (never a byte past the code). */
+static inline int32_t cb_i6_at(const unsigned char *row, size_t k) {
+    size_t bit = 6 * k, i = bit >> 3;
+    unsigned sh = (unsigned)(bit & 7);
+    uint32_t v = (uint32_t)row[i] >> sh;
+    if (sh > 2) v |= (uint32_t)row[i + 1] << (8 - sh);
+    return (int32_t)((v & 63) ^ 32) - 32;
+}
+
 /* ---- per-encoding kernel tables: one entry per CB_ENCODING_LIST row (colibri.h), by cb_dtype code ----
  * Scalar level (decode.c, required for every encoding): the row decoder, elements k0 .. k0+n-1 of
  * row r as the values v(k) above; the row / matrix scale applied after the dot is cb_post_scale's. */
@@ -125,9 +143,17 @@ const float *cb_post_scale(const cb_matrix *w, int32_t r);  /* scale kind ROW: &
 /* The sequence's scalar tail for row r (kernels_scalar.c): s = fma(v(k), x[k], s) for k = K8 .. K-1. */
 float cb_dot_tail(const cb_matrix *w, int32_t r, const float *x, float s);
 /* The integer-activation path an encoding takes with the engine's w8a8 switch on (kernels.c):
- * CB_QPATH_W8A8 cb_dot_rows_q8, CB_QPATH_W4A8 cb_dot_rows_q4, CB_QPATH_NONE the f32 kernels. */
-enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2 };
+ * CB_QPATH_W8A8 cb_dot_rows_q8, CB_QPATH_W4A8 cb_dot_rows_q4, CB_QPATH_W6A8 cb_dot_rows_q6,
+ * CB_QPATH_NONE the f32 kernels. */
+enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2, CB_QPATH_W6A8 = 3 };
 int cb_qpath_of(int32_t dtype);
+/* The paths on prepared activations (w4a8, w6a8), for the callers (dense.c, ffn.c): bytes of one
+ * token's prepared input for w (0 when w takes neither path), its preparation from the
+ * cb_quantize_row_q8 codes, and the product through table kt's kernel for w's path. */
+size_t cb_qprep_bytes(const cb_matrix *w);
+void cb_qprep(const cb_matrix *w, const int16_t *xq, int8_t *out);
+void cb_dot_rows_qprep(const cb_kernel_table *kt, const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
+                       const float *sx, float *const *outs, int64_t nt);
 
 /* The list's facts as compile-time constants CB_BITS_<ID>, CB_GROUP_<ID> (0: not group-scaled) and
  * CB_SCALE_KIND_<ID>, for the SIMD kernels that specialise on an encoding (kernels_x86.h). */

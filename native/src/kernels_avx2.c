@@ -45,6 +45,18 @@ AVX2_FN __m256 dec8_i4(const unsigned char *row, int32_t zero, size_t k) {
     return _mm256_cvtepi32_ps(i4x8(row, k));
 }
 
+/* int6 codes k..k+7 (k a multiple of 8: the 6 bytes from byte k / 8 * 6): codes 0-3 from that
+ * group's bytes 0-3, codes 4-7 from its bytes 2-5 (no byte past the 6 read), each field
+ * shifted to the top of its lane, then an arithmetic shift sign-extends it. */
+AVX2_FN __m256 dec8_i6(const unsigned char *row, int32_t zero, size_t k) {
+    int32_t lo, hi;
+    __builtin_memcpy(&lo, row + k / 8 * 6, 4);
+    __builtin_memcpy(&hi, row + k / 8 * 6 + 2, 4);
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(lo)), _mm_set1_epi32(hi), 1);
+    __m256i t = _mm256_sllv_epi32(v, _mm256_setr_epi32(26, 20, 14, 8, 18, 12, 6, 0));
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(t, 26));
+}
+
 /* TT tokens x TR rows starting at row r. pf != 0: software-prefetch the weights pf bytes
  * ahead (the next row tile; prefetch_span). */
 AVX2_FN void tile(kspec ks, dec8_fn dec, int TT, int TR, const wdesc *d, int32_t r, const float *const *xs,
@@ -126,7 +138,7 @@ AVX2_FN void rows_of(kspec ks, dec8_fn dec, const wdesc *d, int32_t r0, int32_t 
 #define AVX2_KERNELS(K)                                                                           \
     K(F32, dec8_f32) K(F16, dec8_f16) K(BF16, dec8_bf16)                                          \
     K(I8_ROW, dec8_i8) K(I8_G32, dec8_i8) K(I8_G64, dec8_i8) K(I8_G128, dec8_i8)                  \
-    K(I8_MINMAX, dec8_i8_zero) K(I4_G32, dec8_i4) K(I4_G64, dec8_i4)
+    K(I8_MINMAX, dec8_i8_zero) K(I4_G32, dec8_i4) K(I4_G64, dec8_i4) K(I6_G64, dec8_i6)
 #define LEVEL_OUTLINE AVX2_OUTLINE
 LEVEL_KERNEL_TABLE(AVX2_KERNELS)
 

@@ -174,7 +174,8 @@ A512_FN void rows_of(kspec ks, dec16_fn dec, const wdesc *d, int32_t r0, int32_t
  * runs the AVX2 kernel). LEVEL_KERNEL_TABLE (kernels_x86.h) makes each
  * k_<ID>, rows_of on that decoder, and the table KERNELS [CB_<ID>] = k_<ID>. int8-row and
  * int8-minmax have none: on the machine measured (docs/KERNELS.md) the zmm tiles were 20-25%
- * slower at batch 1-2 and equal from 16 (same bits either way). */
+ * slower at batch 1-2 and equal from 16 (same bits either way). int6-g64 has none yet: its AVX2
+ * kernel (same bits) runs here, as no machine with AVX-512 was at hand to measure a zmm one. */
 #define A512_KERNELS(K)                                                                           \
     K(F32, dec16_f32) K(F16, dec16_f16) K(BF16, dec16_bf16)                                       \
     K(I8_G32, dec16_i8) K(I8_G64, dec16_i8) K(I8_G128, dec16_i8) K(I4_G32, dec16_i4) K(I4_G64, dec16_i4)

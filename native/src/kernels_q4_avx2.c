@@ -30,23 +30,6 @@ AVX2_FN __m256 block_scale(int G, const q4desc *d, const float *gs, size_t b) {
     return _mm256_insertf128_ps(_mm256_castps128_ps256(s0), s1, 1);
 }
 
-/* One 64-block of TT tokens x TR rows: w[j] = (lo, hi) codes of row j, x at byte xo, negated corrections at co. */
-AVX2_FN void block(int TT, int TR, __m256i w[4][2], const __m256 *sc, const int8_t *const *xp, size_t xo,
-                   size_t co, __m256 acc[8][4]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 8
-    for (int i = 0; i < TT; i++) {
-        const int8_t *x = xp[i] + xo;
-        __m256i xa = _mm256_loadu_si256((const __m256i *)x), xb = _mm256_loadu_si256((const __m256i *)(x + 32));
-#pragma GCC unroll 4
-        for (int j = 0; j < TR; j++) {
-            __m256i d = _mm256_add_epi16(_mm256_maddubs_epi16(w[j][0], xa), _mm256_maddubs_epi16(w[j][1], xb));
-            __m256i p = _mm256_add_epi32(_mm256_madd_epi16(d, ones), _mm256_loadu_si256((const __m256i *)(xp[i] + co)));
-            acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc[j], acc[i][j]);
-        }
-    }
-}
-
 /* TT tokens x TR rows from row r; pf != 0: prefetch the block pf bytes ahead (the next row tile). */
 AVX2_FN void tile(int G, int TT, int TR, const q4desc *d, int32_t r, const int8_t *const *xp, const float *sx,
                   float *const *outs, size_t pf) {
@@ -71,7 +54,7 @@ AVX2_FN void tile(int G, int TT, int TR, const q4desc *d, int32_t r, const int8_
             unpack32(row[j] + b * 32, &w[j][0], &w[j][1]);
             sc[j] = block_scale(G, d, gs[j], b);
         }
-        block(TT, TR, w, sc, xp, b * 64, d->k64 + b * 32, acc);
+        maddubs_block(TT, TR, w, sc, xp, b * 64, d->k64 + b * 32, acc);
     }
     if (d->nfull * 64 < d->K) {     /* the last, partial block: codes from a zeroed copy (x is 0 there) */
         size_t b = d->nfull, left = d->rb - b * 32;
@@ -82,7 +65,7 @@ AVX2_FN void tile(int G, int TT, int TR, const q4desc *d, int32_t r, const int8_
             unpack32(buf, &w[j][0], &w[j][1]);
             sc[j] = block_scale(G, d, gs[j], b);
         }
-        block(TT, TR, w, sc, xp, b * 64, d->k64 + b * 32, acc);
+        maddubs_block(TT, TR, w, sc, xp, b * 64, d->k64 + b * 32, acc);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++)

@@ -126,6 +126,28 @@ AVX2_FN __m256i i4x8(const unsigned char *row, size_t k) {
     return _mm256_srai_epi32(t, 28);
 }
 
+/* One 64-block of one row and one token on prepared activations (the w4a8 and w6a8 AVX2 kernels): the row's
+ * unsigned codes u in w0, w1 times the token's prepared bytes in xa, xb (two vpmaddubsw, u8 x s8 -> int16, added:
+ * each int16 lane is 4 products, |sum| <= 4 * 63 * 127, no saturation), vpmaddwd by 1 -> 8 int32 lanes, plus the
+ * prepared negated lane corrections at nc (exact: sum u x + ncorr = sum code x); returns fma((float)lanes, sc, acc). */
+AVX2_FN __m256 maddubs_step(__m256i w0, __m256i w1, __m256i xa, __m256i xb, const int8_t *nc, __m256 sc, __m256 acc) {
+    __m256i d = _mm256_add_epi16(_mm256_maddubs_epi16(w0, xa), _mm256_maddubs_epi16(w1, xb));
+    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(d, _mm256_set1_epi16(1)), _mm256_loadu_si256((const __m256i *)nc));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc);
+}
+
+/* maddubs_step on a 64-block of TT tokens x TR rows: w[j] = row j's codes, the tokens' bytes at xo, corrections at co. */
+AVX2_FN void maddubs_block(int TT, int TR, __m256i w[4][2], const __m256 *sc, const int8_t *const *xp, size_t xo,
+                           size_t co, __m256 acc[8][4]) {
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++) {
+        const int8_t *x = xp[i] + xo;
+        __m256i xa = _mm256_loadu_si256((const __m256i *)x), xb = _mm256_loadu_si256((const __m256i *)(x + 32));
+#pragma GCC unroll 4
+        for (int j = 0; j < TR; j++) acc[i][j] = maddubs_step(w[j][0], w[j][1], xa, xb, xp[i] + co, sc[j], acc[i][j]);
+    }
+}
+
 /* One element's end of the kernels.h sequence, s its 8-lane sum (hsum): scalar tail (through the
  * encoding's row decoder, as the scalar kernels do), row/matrix scale. Tiles call it once their
  * accumulators are dead, so the tail's call never makes them spill. */

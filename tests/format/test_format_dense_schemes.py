@@ -1,5 +1,5 @@
-"""Every matrix in 4 bits, a separate LM-head encoding, presets and bytes per decode token
-(`colibri convert --dense int4-g32|int4-g64 --lm-head S --preset NAME`), and their bad values."""
+"""Every matrix in 4 (or 6) bits, a separate LM-head encoding, presets and bytes per decode token
+(`colibri convert --dense int4-g32|int4-g64|int6-g64 --lm-head S --preset NAME`), and their bad values."""
 import numpy as np
 import pytest
 
@@ -16,8 +16,8 @@ def _matrix_dtypes(path):
         return {e.name: m.matrix(e.name)[1].dtype for e in m.entries if e.kind == spec.KIND_MATRIX}
 
 
-@pytest.mark.parametrize("scheme,code", [("int4-g32", 8), ("int4-g64", 9)])
-def test_dense_int4_puts_every_matrix_in_4_bits(tiny_dir, tmp_path, scheme, code):
+@pytest.mark.parametrize("scheme,code", [("int4-g32", 8), ("int4-g64", 9), ("int6-g64", 10)])
+def test_dense_int4_int6_put_every_matrix_in_their_bits(tiny_dir, tmp_path, scheme, code):
     src, _ = tiny_dir("qwen2_moe")
     dst = tmp_path / "m.colibri"
     cd.convert(src, dst, experts=scheme, dense=scheme, progress=False)
@@ -33,14 +33,16 @@ def test_dense_int4_puts_every_matrix_in_4_bits(tiny_dir, tmp_path, scheme, code
         m.verify(progress=False)
 
 
-def test_lm_head_has_its_own_scheme(tiny_dir, tmp_path):
+@pytest.mark.parametrize("head,code", [("int8", 3), ("int6-g64", 10)])
+def test_lm_head_has_its_own_scheme(tiny_dir, tmp_path, head, code):
     src, _ = tiny_dir("qwen2_moe")
     dst = tmp_path / "m.colibri"
-    cd.convert(src, dst, experts="int4-g64", dense="int4-g64", lm_head="int8", progress=False)
+    cd.convert(src, dst, experts="int4-g64", dense="int4-g64", lm_head=head, progress=False)
     dtypes = _matrix_dtypes(dst)
-    assert dtypes.pop("lm_head.weight") == 3 and set(dtypes.values()) == {9}
+    assert dtypes.pop("lm_head.weight") == code and set(dtypes.values()) == {9}
     with cd.open_model(dst) as m:
-        assert m.lm_head_scheme == "int8" and m.meta["lm_head_scheme"] == "int8"
+        assert m.lm_head_scheme == head and m.meta["lm_head_scheme"] == head
+        m.verify(progress=False)
 
 
 def test_tied_embedding_lm_head_takes_the_lm_head_scheme(tiny_dir, tmp_path):
@@ -86,6 +88,16 @@ def test_cli_bad_values_exit_2_naming_the_flag(tiny_dir, tmp_path, capsys, args,
         main(["convert", str(src), str(tmp_path / "m.colibri"), "--no-progress"] + args)
     assert exc.value.code == 2
     assert f"argument {flag}" in capsys.readouterr().err
+
+
+def test_cli_help_and_convert_take_int6_g64(tiny_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    assert capsys.readouterr().out.count("int6-g64") >= 3                # --experts, --dense, --lm-head choices
+    src, _ = tiny_dir("qwen2_moe")
+    dst = tmp_path / "m.colibri"
+    assert main(["convert", str(src), str(dst), "--lm-head", "int6-g64", "--no-progress"]) == 0
+    assert "(int8; dense int8; lm_head int6-g64;" in capsys.readouterr().out
 
 
 def test_cli_preset_prints_bytes_per_token_beside_llama_cpp(tiny_dir, tmp_path, capsys):

@@ -56,6 +56,8 @@ def test_quantizer_roundtrip_error_bounds(scheme):
         bound = 2 / 9
         rms = np.sqrt(((back - d) ** 2).mean() / (d ** 2).mean())
         assert rms <= 0.11, rms
+    if scheme == "int6-g64":                   # amax / 31 per group: half a step at most
+        bound = 1 / 31 * 0.51
     assert err <= bound
     assert layout.nbytes % 64 == 0 and layout.gate.data_offset % 64 == 0 and layout.down.data_offset % 64 == 0
 
