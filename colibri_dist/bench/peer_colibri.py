@@ -12,13 +12,15 @@ import time
 
 import numpy as np
 
+from ..format.presets import PRESETS
+
 # column name: (experts, dense, lm_head, LLM keyword arguments; w8a8 spelled out, whatever LLM's default)
 ENGINES = {
     "colibri int8": ("int8", "int8", "int8", {"w8a8": False}),
     "colibri int8 + w8a8": ("int8", "int8", "int8", {"w8a8": True}),
     "colibri int4-g64 (+ int8 dense)": ("int4-g64", "int8", "int8", {"w8a8": False}),
-    "colibri q4_k_m preset": ("int4-g64", "int4-g64", "int8", {"w8a8": False}),
-    "colibri q4_k_m preset + w4a8": ("int4-g64", "int4-g64", "int8", {"w8a8": True}),
+    "colibri q4_k_m preset": (*PRESETS["q4_k_m"][:3], {"w8a8": False}),
+    "colibri q4_k_m preset + w4a8": (*PRESETS["q4_k_m"][:3], {"w8a8": True}),
     "colibri int4-g64 all (lm_head too) + w4a8": ("int4-g64", "int4-g64", "int4-g64", {"w8a8": True}),
 }
 

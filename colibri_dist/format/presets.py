@@ -7,8 +7,8 @@ names the llama.cpp file type it stands beside (token_bytes.py computes the byte
 both; `colibri convert` prints them side by side):
 
 - q4_k_m: every matrix int4 in groups of 64 (4.5 bits per weight: Q4_K's rate exactly), the LM head
-  int8 per row (Q4_K_M keeps it in Q6_K, 6.56 bits; `--lm-head int6-g64` gives 6.5 bits, the 4-bit
-  encoding would be the larger quality loss). Q4_K_M also moves the value projection and the expert down
+  int6 in groups of 64 (6.5 bits; Q4_K_M keeps it in Q6_K, 6.56 bits: the 4-bit encoding would be the
+  larger quality loss, int8 reads 23% more per token). Q4_K_M also moves the value projection and the expert down
   projection of some layers to Q6_K; on the benchmark model the two files differ by ~2% per token.
 - q4_0: int4 in Q4_0's groups of 32 (5 bits with our f32 scale; Q4_0 has 4.5 with an f16 one), LM head int8:
   the same grouping, not the same bytes (q4_k_m is the smaller of the two).
@@ -19,7 +19,7 @@ from .layout import SCHEMES
 
 # name: (experts, dense, lm_head, the llama.cpp file type it stands beside)
 PRESETS = {
-    "q4_k_m": ("int4-g64", "int4-g64", "int8", "Q4_K_M"),
+    "q4_k_m": ("int4-g64", "int4-g64", "int6-g64", "Q4_K_M"),
     "q4_0": ("int4-g32", "int4-g32", "int8", "Q4_0"),
     "q8_0": ("int8", "int8", "int8", "Q8_0"),
 }

@@ -62,7 +62,7 @@ def test_tied_embedding_lm_head_takes_the_lm_head_scheme(tiny_dir, tmp_path):
 
 
 def test_preset_fills_what_is_unset_and_explicit_choices_win():
-    assert resolve("q4_k_m") == ("int4-g64", "int4-g64", "int8")
+    assert resolve("q4_k_m") == ("int4-g64", "int4-g64", "int6-g64")
     assert resolve("q4_k_m", lm_head="f16") == ("int4-g64", "int4-g64", "f16")
     assert resolve("q8_0", experts="int4-g32") == ("int4-g32", "int8", "int8")
     assert resolve() == ("int8", "int8", "int8")
@@ -105,10 +105,10 @@ def test_cli_preset_prints_bytes_per_token_beside_llama_cpp(tiny_dir, tmp_path, 
     dst = tmp_path / "m.colibri"
     assert main(["convert", str(src), str(dst), "--preset", "q4_k_m", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "(int4-g64; dense int4-g64; lm_head int8;" in out
+    assert "(int4-g64; dense int4-g64; lm_head int6-g64;" in out
     assert "bytes per decode token:" in out and "llama.cpp Q4_K_M of this model:" in out and "ratio" in out
     assert main(["inspect", str(dst)]) == 0
-    assert "lm_head int8" in capsys.readouterr().out
+    assert "lm_head int6-g64" in capsys.readouterr().out
 
 
 def test_ggml_bytes_follow_block_sizes_and_fallbacks():
