@@ -140,6 +140,17 @@ def test_whole_bench_on_a_toy_shape_writes_its_tables_and_cleans_up(tmp_path, sh
     assert all(0 <= p["python_share"] < 1 and p["ms_per_step"] > 0 for p in prof.values())
     if fused:                                                       # one native call per layer, not ~12
         assert prof["fused"]["calls_per_step"] < prof["op_by_op"]["calls_per_step"] / 3
-    assert "Decode step of 1 sequence under cProfile" in open(tmp_path / "scale.md").read()
+    assert "Decode step of 1 sequence, the C core's calls timed" in open(tmp_path / "scale.md").read()
     assert open(tmp_path / "scale.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     assert not os.listdir(work)                                     # the scratch folder is gone
+
+
+def test_step_profile_times_native_calls_and_puts_the_real_lib_back():
+    from colibri_dist.bench.scale import step_profile
+    from colibri_dist.native import _lib, layer_ops, model_ops
+    real = _lib.lib
+    with step_profile._timed_native() as timed:
+        assert model_ops.lib is timed and layer_ops.lib is timed
+        assert timed.cb_simd_level() == real.cb_simd_level() and "cb_simd_level" in timed.seconds
+        assert timed.CB_OK == real.CB_OK                        # constants pass through untimed
+    assert _lib.lib is real and model_ops.lib is real and layer_ops.lib is real

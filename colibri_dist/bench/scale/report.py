@@ -64,13 +64,13 @@ def _llama_files(ll):
 
 
 def _profile_lines(prof):
-    """One sentence on the profiled decode step (python share is an upper bound: cProfile's cost is in it)."""
+    """One sentence on the profiled decode step (step_profile.py: the Python share is an upper bound)."""
     if not prof:
         return []
     parts = [f"{mode.replace('_', ' ')} {_f(p['ms_per_step'])} ms, {_f(p['calls_per_step'], '{:.0f}')} Python calls, "
              f"Python and numpy {_f(100 * p['python_share'] if p['python_share'] is not None else None)}%"
              for mode, p in prof.items()]
-    return ["Decode step of 1 sequence under cProfile (layers fused into one native call each / op by op): "
+    return ["Decode step of 1 sequence, the C core's calls timed (layers fused into one native call each / op by op): "
             + "; ".join(parts) + ".", ""]
 
 

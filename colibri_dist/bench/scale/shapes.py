@@ -38,7 +38,11 @@ DEEPSEEK_TINY = dict(DEEPSEEK_V3, hidden_size=128, intermediate_size=256, moe_in
                      n_routed_experts=32, n_group=4, topk_group=2, num_attention_heads=4, num_key_value_heads=4,
                      q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16,
                      vocab_size=2048, max_position_embeddings=4096)
+# the real layer with 16 of its 128 experts: a token's work is the same (top 8 of the same experts, the same
+# attention and head), the file 1/8 of the experts' bytes: all 48 layers fit a small disk (Python's share at depth)
+QWEN3_16E = dict(QWEN3_30B_A3B, num_experts=16)
 SHAPES = {"qwen3-30b-a3b": (QWEN3_30B_A3B, 8), "deepseek-v3": (DEEPSEEK_V3, 1),   # shape: (config, default layers)
+          "qwen3-30b-a3b-16e": (QWEN3_16E, 48),
           "qwen3-tiny": (QWEN3_TINY, 2), "deepseek-v3-tiny": (DEEPSEEK_TINY, 2)}
 
 
