@@ -8,6 +8,7 @@
  */
 #include <stdio.h>
 #include "cb_internal.h"
+#include <string.h>
 #include "kernels.h"
 
 void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
@@ -76,4 +77,22 @@ cb_status cb_check_expert(const cb_expert *ex, int32_t hidden, const char *what)
     if ((s = cb_check_matrix(&ex->up, name, inter, hidden)) != CB_OK) return s;
     snprintf(name, sizeof name, "%s.down", what);
     return cb_check_matrix(&ex->down, name, hidden, inter);
+}
+
+static size_t round64(size_t k) { return (k + 63) & ~(size_t)63; }
+
+size_t cb_prep64_bytes(int32_t K) {
+    size_t k64 = round64((size_t)K);
+    return k64 + k64 / 64 * 8 * sizeof(int32_t);
+}
+
+void cb_prep64(const int16_t *xq, int32_t K, int8_t *out, cb_prep_block_k *block) {
+    size_t n = (size_t)K, k64 = round64(n), nb = k64 / 64;
+    int32_t c[8];
+    for (size_t b = 0; b < nb; b++) {
+        int16_t tail[64] = {0};                 /* the last, partial block: zero-padded */
+        const int16_t *x = b * 64 + 64 <= n ? xq + b * 64 : (memcpy(tail, xq + b * 64, (n - b * 64) * sizeof *xq), tail);
+        block(x, out + b * 64, c);
+        memcpy(out + k64 + b * sizeof c, c, sizeof c);
+    }
 }

@@ -78,6 +78,15 @@ void cb_quantize_row_q8(const float *x, int32_t K, int16_t *q, float *scale);
 cb_dot_rows_q8_k cb_dot_rows_q8, cb_dot_rows_q8_scalar, cb_dot_rows_q8_avx2, cb_dot_rows_q8_avx512;
 /* w4a8 (kernels_q4.c): the w8a8 activation codes (int16 from cb_quantize_row_q8) of one token
  * prepared for an int4 matrix of group size G: int8, 32-chunks reordered, negated lane corrections. */
+/* The prepared-activation layout w4a8 and w6a8 share: per 64-block of a token its 64 bytes (each kernel's order),
+ * then per block 8 int32 lane corrections; block() fills one block from 64 codes (the last one zero-padded). */
+typedef void cb_prep_block_k(const int16_t *x, int8_t *out, int32_t *corr);
+size_t cb_prep64_bytes(int32_t K);               /* a multiple of 32 */
+void cb_prep64(const int16_t *xq, int32_t K, int8_t *out, cb_prep_block_k *block);
+/* The fixed horizontal sum of 8 lane accumulators every integer path ends with. */
+static inline float cb_hsum8(const float a[8]) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
 size_t cb_q4_prep_bytes(int32_t K, int32_t G);   /* a multiple of 32 */
 void cb_q4_prep(const int16_t *xq, int32_t K, int32_t G, int8_t *out);
 cb_dot_rows_q4_k cb_dot_rows_q4, cb_dot_rows_q4_scalar, cb_dot_rows_q4_avx2, cb_dot_rows_q4_avx512;

@@ -36,8 +36,7 @@ static size_t round64(size_t k) { return (k + 63) & ~(size_t)63; }
 
 size_t cb_q4_prep_bytes(int32_t K, int32_t G) {
     (void)G;                       /* one layout for both group sizes */
-    size_t k64 = round64((size_t)K);
-    return k64 + k64 / 64 * 8 * sizeof(int32_t);
+    return cb_prep64_bytes(K);
 }
 
 /* One full 64-block: even / odd elements of each half, and the 8 negated lane corrections. */
@@ -56,18 +55,7 @@ static void prep_block(const int16_t *x, int8_t *out, int32_t *corr) {
 
 void cb_q4_prep(const int16_t *xq, int32_t K, int32_t G, int8_t *out) {
     (void)G;
-    size_t n = (size_t)K, k64 = round64(n), nb = k64 / 64;
-    int32_t c[8];
-    for (size_t b = 0; b < nb; b++) {
-        int16_t tail[64] = {0};                 /* the last, partial block: zero-padded */
-        const int16_t *x = b * 64 + 64 <= n ? xq + b * 64 : (memcpy(tail, xq + b * 64, (n - b * 64) * sizeof *xq), tail);
-        prep_block(x, out + b * 64, c);
-        memcpy(out + k64 + b * sizeof c, c, sizeof c);
-    }
-}
-
-static float hsum8(const float a[8]) {
-    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+    cb_prep64(xq, K, out, prep_block);
 }
 
 /* The reference: lane sums of one 64-block from the codes, no correction, then the float step. */
@@ -89,7 +77,7 @@ void cb_dot_rows_q4_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const int
         for (int64_t t = 0; t < nt; t++) {
             float a[8] = {0};
             for (size_t b = 0; b < round64(K) / 64; b++) block(w, row, w->scales + (size_t)r * ng, b, xp[t], a);
-            outs[t][r] = hsum8(a) * sx[t];
+            outs[t][r] = cb_hsum8(a) * sx[t];
         }
     }
 }

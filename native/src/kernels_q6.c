@@ -24,10 +24,7 @@
 
 static size_t round64(size_t k) { return (k + 63) & ~(size_t)63; }
 
-size_t cb_q6_prep_bytes(int32_t K) {
-    size_t k64 = round64((size_t)K);
-    return k64 + k64 / 64 * 8 * sizeof(int32_t);
-}
+size_t cb_q6_prep_bytes(int32_t K) { return cb_prep64_bytes(K); }
 
 /* One 64-block (zero-padded past K): swapped pairs, and the 8 negated lane corrections. */
 static void prep_block(const int16_t *x, int8_t *out, int32_t *corr) {
@@ -40,18 +37,7 @@ static void prep_block(const int16_t *x, int8_t *out, int32_t *corr) {
 }
 
 void cb_q6_prep(const int16_t *xq, int32_t K, int8_t *out) {
-    size_t n = (size_t)K, k64 = round64(n), nb = k64 / 64;
-    int32_t c[8];
-    for (size_t b = 0; b < nb; b++) {
-        int16_t tail[64] = {0};                 /* the last, partial block: zero-padded */
-        const int16_t *x = b * 64 + 64 <= n ? xq + b * 64 : (memcpy(tail, xq + b * 64, (n - b * 64) * sizeof *xq), tail);
-        prep_block(x, out + b * 64, c);
-        memcpy(out + k64 + b * sizeof c, c, sizeof c);
-    }
-}
-
-static float hsum8(const float a[8]) {
-    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+    cb_prep64(xq, K, out, prep_block);
 }
 
 /* The reference step of one 64-block: lane sums from the codes (x of element k at byte k ^ 1), then the fma. */
@@ -70,7 +56,7 @@ void cb_dot_rows_q6_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const int
         for (int64_t t = 0; t < nt; t++) {
             float a[8] = {0};
             for (size_t b = 0; b < nb; b++) block(row, K, b, gs[b], xp[t], a);
-            outs[t][r] = hsum8(a) * sx[t];
+            outs[t][r] = cb_hsum8(a) * sx[t];
         }
     }
 }

@@ -11,10 +11,6 @@
 
 #define CHUNK 256   /* decoded weights per step (a multiple of 8) */
 
-static float hsum8(const float a[8]) {
-    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
-
 float cb_dot_tail(const cb_matrix *w, int32_t r, const float *x, float s) {
     size_t K = (size_t)w->cols, K8 = K - K % 8;
     float v[8];
@@ -39,7 +35,7 @@ static void row_tile(const cb_matrix *w, cb_row_decoder dec, int32_t r, const fl
     dec(w, r, K8, K - K8, v);
     const float *post = cb_post_scale(w, r);
     for (int t = 0; t < nt; t++) {
-        float s = hsum8(acc[t]);
+        float s = cb_hsum8(acc[t]);
         for (size_t k = K8; k < K; k++) s = fmaf(v[k - K8], xs[t][k], s);
         outs[t][r] = post ? s * *post : s;
     }

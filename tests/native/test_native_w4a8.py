@@ -57,8 +57,8 @@ def test_w4a8_expert_same_bits_on_every_level_batch_rows_and_threads(rts, scheme
             assert np.array_equal(rts[3].expert_forward(x, view, rows=rows), ref[rows]), level
 
 
-@pytest.mark.parametrize("scheme", SCHEMES4)
-def test_w4a8_moe_layer_is_batch_order_thread_and_level_invariant(rts, scheme):
+@pytest.mark.parametrize("scheme", SCHEMES4 + ["int6-g64"])
+def test_w4a8_and_w6a8_moe_layer_is_batch_order_thread_and_level_invariant(rts, scheme):
     rng = np.random.default_rng(4)
     layer = random_layer(rng, hidden=96, inter=64, n_experts=8, top_k=3, shared=True, scheme=scheme)
     x = rng.standard_normal((24, 96)).astype(np.float32)

@@ -135,24 +135,6 @@ def test_w6a8_expert_same_bits_on_every_level_batch_rows_and_threads(rts, hidden
     assert not np.array_equal(plain, ref)
 
 
-def test_w6a8_moe_layer_is_batch_order_thread_and_level_invariant(rts):
-    rng = np.random.default_rng(6)
-    layer = random_layer(rng, hidden=96, inter=64, n_experts=8, top_k=3, shared=True, scheme=SCHEME)
-    x = rng.standard_normal((24, 96)).astype(np.float32)
-
-    def fwd(rt, xx):
-        return rt.moe_forward(np.ascontiguousarray(xx), layer["router"], layer["gating"], layer["experts"],
-                              shared=layer["shared"], shared_gate=layer["shared_gate"])[0]
-    with simd_force("scalar"):
-        full = fwd(rts[2], x)
-    perm = rng.permutation(24)
-    for level in AVAILABLE_LEVELS:
-        with simd_force(level):
-            for n in (1, 2, 4, 8, 16, 24):
-                assert np.array_equal(fwd(rts[1], x[:n]), full[:n]), (level, n)
-            assert np.array_equal(fwd(rts[3], x[perm]), full[perm]), level
-
-
 def test_w6a8_quality_against_the_float_reference(rts):
     """Cosine to the float64 FFN on the original weights: 6 bits sit between int4-g64 and int8."""
     rng = np.random.default_rng(8)
@@ -163,5 +145,7 @@ def test_w6a8_quality_against_the_float_reference(rts):
     c = {s: (cosine(rts["plain"].expert_forward(x, v), ref), cosine(rts[2].expert_forward(x, v), ref))
          for s, v in views.items()}
     print({s: f"weight-only {a:.6f}, integer path {b:.6f}" for s, (a, b) in c.items()})
+    for path in (0, 1):                                   # measured: 0.985 < 0.9991-0.9992 < 0.9999
+        assert c["int4-g64"][path] < c[SCHEME][path] < c["int8"][path] and c[SCHEME][path] >= 0.998
     assert c[SCHEME][0] >= 0.999 and c[SCHEME][1] >= c[SCHEME][0] - 0.002
     assert c["int4-g64"][0] < c[SCHEME][0] and c["int4-g64"][1] < c[SCHEME][1]
