@@ -11,7 +11,7 @@ the thread count, the expert cache budget or tier.
 
 A GQA layer whose experts are mapped in this process (Engine.mapped_moe) or that has a dense MLP runs
 as one native call (native.layer_forward: the same ops in C, the same bits); MLA layers, experts
-behind a RAM budget, on pool workers or under a meter take the op-by-op path (fused=False forces it).
+behind a RAM budget, on pool workers or under a meter take the op-by-op path (decoder.fused = False forces it).
 """
 import numpy as np
 
@@ -23,9 +23,9 @@ from .weights import check_ids
 
 
 class Decoder:
-    def __init__(self, arch, weights, engine, cache, moe=None, salt=None, fused=True):
+    def __init__(self, arch, weights, engine, cache, moe=None, salt=None):
         self.arch, self.w, self.engine, self.cache = arch, weights, engine, cache
-        self.fused = bool(fused)                            # the switch; fusing() says whether it applies now
+        self.fused = True                                   # the switch; fusing() says whether it applies now
         self._plans = {}                                    # layer -> (MoeLayer or None, native.LayerPlan)
         self.salt = salt                                    # () -> what the KV bits depend on (prefix cache key)
         self.moe = moe if moe is not None else engine      # anything with moe_forward(layer, x)

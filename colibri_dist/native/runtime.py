@@ -253,11 +253,11 @@ class MoeLayer:
         if bias is not None:
             _f32("bias", bias, 1, (gating.n_experts,))
             _finite("bias", bias)
-        self.table = _expert_table(experts, gating.n_experts, hidden)
-        self._keep = (router, bias, shared_gate, experts)
+        self.table = _expert_table(experts, gating.n_experts, hidden)       # holds the views alive
+        self._keep = (router, bias, shared_gate)
         c = self.c = ffi.new("cb_moe_layer *")
         c.hidden, c.gating = hidden, to_c(gating)[0]
-        c.router, c.bias, c.experts = _ptr("float *", router), _ptr("float *", bias), self.table
+        c.router, c.bias, c.experts = _ptr("float *", router), _ptr("float *", bias), self.table.c
         if shared is not None:
             _view("shared expert", shared, hidden)
             c.n_shared, c.shared = 1, shared.c
@@ -270,12 +270,13 @@ class MoeLayer:
 
 
 def _expert_table(experts, n_experts, hidden):
+    """An ExpertTable (given, or built from a sequence or mapping id -> ExpertView) of this layer's shape."""
     if not isinstance(experts, ExpertTable):
-        experts = ExpertTable(experts, n_experts, hidden)
-    elif (experts.n_experts, experts.hidden) != (n_experts, hidden):
+        return ExpertTable(experts, n_experts, hidden)
+    if (experts.n_experts, experts.hidden) != (n_experts, hidden):
         raise InvalidArgument(f"expert table is for {experts.n_experts} experts of hidden {experts.hidden}, "
                               f"the call has {n_experts} experts of hidden {hidden}")
-    return experts.c
+    return experts
 
 
 class ExpertTable:

@@ -12,21 +12,13 @@
 #include "colibri.h"
 #include "kernels.h"
 #include "check.h"
+#include "guarded.h"
 
 enum { MAX_T = 20, MAX_K = 400, ROWS = 40 };
 
 static int16_t xq[MAX_T][MAX_K];
 static int8_t prep[MAX_T][2048];
 static float sx[MAX_T], scales[ROWS * 16], got[MAX_T][ROWS], want[MAX_T][ROWS], naive[MAX_T][ROWS];
-
-static unsigned char *guarded(size_t bytes, unsigned char **map, size_t *map_bytes) {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), body = (bytes + page - 1) / page * page;
-    *map_bytes = body + page;
-    *map = mmap(NULL, *map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (*map == MAP_FAILED) return NULL;
-    mprotect(*map + body, page, PROT_NONE);
-    return *map + body - bytes;
-}
 
 /* The spec, independently: int sums per lane (8 consecutive elements of a 64-block) over the
  * natural order, then per block one fma per lane with that lane's group scale (0 past the end). */

@@ -13,6 +13,7 @@
 #include "colibri.h"
 #include "kernels.h"
 #include "check.h"
+#include "guarded.h"
 
 enum { MAX_T = 20, MAX_K = 400, ROWS = 40 };
 
@@ -20,15 +21,6 @@ static int16_t xq[MAX_T][MAX_K];
 static int8_t prep[MAX_T][1024];
 static float xf[MAX_T][MAX_K];
 static float sx[MAX_T], scales[ROWS * 8], got[MAX_T][ROWS], want[MAX_T][ROWS], naive[MAX_T][ROWS];
-
-static unsigned char *guarded(size_t bytes, unsigned char **map, size_t *map_bytes) {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), body = (bytes + page - 1) / page * page;
-    *map_bytes = body + page;
-    *map = mmap(NULL, *map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (*map == MAP_FAILED) return NULL;
-    mprotect(*map + body, page, PROT_NONE);
-    return *map + body - bytes;
-}
 
 /* Code k of a row, bit by bit: bit i of the row is bit i % 8 of byte i / 8; two's complement. */
 static int32_t code_at(const unsigned char *row, int32_t k) {
