@@ -56,9 +56,16 @@ def in_child(fn, env=None, inspect=None):
 
 
 def _threads_allowed(pid):
+    """{tid: Cpus_allowed_list} of the process's live threads; a thread that finished (a joined side thread is
+    still listed for a moment on a loaded machine) is gone by the time its status is read, and skipped."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        for line in open(f"/proc/{pid}/task/{tid}/status"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            continue
+        for line in lines:
             if line.startswith("Cpus_allowed_list:"):
                 out[int(tid)] = line.split(":")[1].strip()
     return out
