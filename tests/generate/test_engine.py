@@ -133,7 +133,10 @@ def test_adds_and_aborts_from_another_thread_while_one_thread_steps():
                 eng.abort(f"r{i}")
     t = threading.Thread(target=client)
     t.start()
-    while eng.has_unfinished() or t.is_alive():
+    while True:
+        alive = t.is_alive()            # read before has_unfinished: a client that ends between
+        if not alive and not eng.has_unfinished():   # the two reads has added all it will add
+            break
         started.set()
         for out in eng.step():
             if out.finished:
