@@ -27,6 +27,7 @@ import numpy as np
 
 from .errors import FormatError, InvalidArgument, NativeError
 from .format.gating_spec import GatingSpec
+from .routing.heat import ExpertHeat
 from .store import ExpertStore, Segments
 from .store.routing_table import build_table
 
@@ -58,6 +59,7 @@ class Engine:
             self.model.close()
             raise
         self.lookahead = bool(lookahead)
+        self.heat = ExpertHeat()            # tokens routed to each expert, per layer (jobs' heat maps)
         self._tables = {}
         self._mapped = {}          # layer -> (version, [views]) for the fused path
         self._shared = {}
@@ -117,7 +119,13 @@ class Engine:
         self._check_finite(layer, y)
         self.model.check_unchanged()        # an in-place edit during or before this call: refuse
         self._score_lookahead(layer, idx)
+        self.heat.add(layer, idx)
         return y
+
+    def count_routed(self, layer, idx):
+        """The fused decoder layer's routing (table slots, as mapped_moe's MoeLayer returns them) into heat."""
+        tbl = self.table(layer)
+        self.heat.add(layer, idx if tbl.identity else tbl.ids[idx])
 
     @contextlib.contextmanager
     def _naming(self, layer):

@@ -2,7 +2,7 @@
 
 Role: one definition of the pool-name flag (`--pool NAME`, old spelling `--name`), the progress flag
 (`--progress auto|bar|log|none`, old spelling `--no-progress` = none), the over-subscription warning
-for `--workers`, and attaching to a named pool with a one-line error when none runs.
+for `--workers` (attaching to a named pool is front.attach).
 """
 import os
 import sys
@@ -43,20 +43,3 @@ def warn_workers(workers, flag="--workers", stream=None):
             f"the workers will share cores and run slower than fewer workers would")
     print(text, file=stream or sys.stderr, flush=True)
     return text
-
-
-def attach_pool(name, address=None):
-    """Pool.attach(name) with PoolError (one line) when no pool of that name is recorded or reachable."""
-    from ..errors import PoolError
-    from ..pool import Pool, service
-    address = service.resolve_address(name, address)
-    if address is None:
-        raise PoolError(f"no running pool named {name!r} is recorded and no --address/RAY_ADDRESS was given "
-                        f"(start one with `colibri pool start CONFIG --pool {name}`; `colibri pool list` shows them)")
-    try:
-        return Pool.attach(name, ray_address=address)
-    except PoolError:
-        raise
-    except Exception as exc:           # Ray cannot connect: the head is gone
-        raise PoolError(f"pool {name!r}: cannot reach Ray at {address} ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None

@@ -10,7 +10,7 @@ tensor) or from a `router_row` tensor inside the weights file.
 import numpy as np
 
 from ..errors import InvalidArgument
-from .common import add_pool_name, attach_pool
+from .common import add_pool_name
 
 _ALIASES = {"gate": ("gate", "gate_proj", "w1"), "up": ("up", "up_proj", "w3"), "down": ("down", "down_proj", "w2")}
 
@@ -81,7 +81,8 @@ def load_expert(weights_path, router_row_path=None):
 
 
 def _attach(args):
-    return attach_pool(args.pool, args.address)
+    from ..front import attach
+    return attach(args.pool, ray_address=args.address)
 
 
 def _admin(args, method, path, body=None):

@@ -47,38 +47,29 @@ def register(subparsers):
     s.set_defaults(func=main_score)
 
 
+ENGINE_FLAGS = ("workers", "pool", "threads", "w8a8", "kv_cache_bytes", "max_seq_len", "cache_bytes", "offload_dir",
+                "offload_compression", "policy")
+
+
 def _engine_flags(p):
-    p.add_argument("--workers", type=int, default=0, metavar="N", help="expert workers on a Ray pool (0 = in-process)")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="native threads (default: all cores)")
-    p.add_argument("--weights-only", action="store_true",
-                   help="exact-weights mode: f32 activations on the decoded int8/int4 weights (default: w8a8/w4a8)")
+    from .engine_flags import add_engine_flags
+    add_engine_flags(p, ENGINE_FLAGS)
 
 
 def open_llm(args):
-    """-> (LLM for MODEL, the Pool its experts run on or None). Tests replace this function."""
-    from ..model import LLM
-    pool = None
-    if args.workers < 0:
-        from ..errors import InvalidArgument
-        raise InvalidArgument(f"--workers: expected an integer >= 0, got {args.workers}")
-    if args.workers:
-        from ..pool import Pool
-        from .common import warn_workers
-        warn_workers(args.workers)
-        pool = Pool(args.model, workers=args.workers, threads_per_worker=args.threads, w8a8=not args.weights_only)
-    try:
-        return LLM(args.model, threads=args.threads, moe=pool, w8a8=not args.weights_only), pool
-    except BaseException:
-        if pool is not None:
-            pool.shutdown()
-        raise
+    """-> the LLM for MODEL with its experts where the engine flags say (front.open_llm; close() shuts a pool
+    started for it). Tests replace this function."""
+    from ..front import open_llm as front_open
+    from .common import warn_workers
+    from .engine_flags import engine_args_of
+    engine = engine_args_of(args, ENGINE_FLAGS, model=args.model)
+    warn_workers(engine.workers or None)
+    return front_open(engine)
 
 
-def _close(llm, pool):
+def _close(llm):
     if hasattr(llm, "close"):
         llm.close()
-    if pool is not None:
-        pool.shutdown()
 
 
 SAMPLING_FLAGS = ("max_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
@@ -100,14 +91,14 @@ def main_generate(args, out=None, err=None):
     params = sampling_dict(args)
     _check_text_args(args)
     t0 = time.perf_counter()
-    llm, pool = open_llm(args)
+    llm = open_llm(args)
     try:
         return _stream(args, params, llm, out, err, time.perf_counter() - t0)
     except BrokenPipeError:          # the reader went away (`| head`): stop quietly, like other CLI tools
         _silence(out)
         return 0
     finally:
-        _close(llm, pool)
+        _close(llm)
 
 
 def _check_text_args(args):
@@ -178,11 +169,11 @@ def main_score(args, out=None):
                 text = fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"{args.file}: cannot read UTF-8 text: {exc}") from None
-    llm, pool = open_llm(args)
+    llm = open_llm(args)
     try:
         s = llm.score([text])[0]
     finally:
-        _close(llm, pool)
+        _close(llm)
     if s.error is not None:
         raise s.error
     n = len(s.token_logprobs)

@@ -10,7 +10,7 @@ import time
 
 from ..errors import PoolError
 from .common import DEFAULT_POOL as DEFAULT_NAME
-from .common import add_pool_name, attach_pool, warn_workers
+from .common import add_pool_name, warn_workers
 
 
 def register(subparsers):
@@ -47,21 +47,9 @@ def load_config(path):
     return load_service_config(path)
 
 
-def pool_kwargs(cfg):
-    """PoolConfig + RoutingConfig -> Pool(...) keyword arguments."""
-    p = cfg.pool
-    balancer = {"kind": p.balancer.kind, "window": p.balancer.window, "threshold": p.balancer.threshold}
-    numa = {"enabled": p.numa.enabled, "workers_per_node": p.numa.workers_per_node,
-            "mem_policy": p.numa.mem_policy, "sysfs_root": p.numa.sysfs_root}
-    return dict(workers=p.workers, threads_per_worker=p.threads_per_worker, cache_bytes=p.cache_bytes,
-                offload_dir=p.offload_dir, policy=p.policy, replicas=p.replicas, balancer=balancer,
-                numa=numa, routing_policy=cfg.routing.policy, worker_resources="auto" if p.numa.enabled else None,
-                compression=None if p.offload_compression == "none" else p.offload_compression,
-                w8a8=True if p.w8a8 is None else p.w8a8)
-
-
 def run_start(args):
-    from ..pool import Pool
+    from ..config.engine_args import of_service
+    from ..front import open_pool
     from ..pool import service
     from ..pool.names import check_name
     if args.pool is not None:
@@ -77,7 +65,8 @@ def run_start(args):
         address, head_pid = service.start_local_head(name)
         print(f"started a loopback Ray head at {address} (pid {head_pid})")
     try:
-        pool = Pool(cfg.model, name=name, ray_address=address, **pool_kwargs(cfg))
+        args = of_service(cfg, ray_address=address)
+        pool = open_pool(args.replace(pool_options=dict(args.pool_options, name=name)))
     except BaseException:
         if head_pid is not None:
             service.stop_local_head(head_pid)
@@ -90,7 +79,8 @@ def run_start(args):
 
 
 def _attach(args):
-    return attach_pool(args.pool, args.address)
+    from ..front import attach
+    return attach(args.pool, ray_address=args.address)
 
 
 def run_status(args):

@@ -3,6 +3,11 @@
 Role: argv -> ServeConfig (every check, including the non-loopback-without-key refusal, is there) ->
 serve.launch.serve (blocks until Ctrl-C), or with --ray-serve serve.ray_serve.run (Ray Serve replicas).
 """
+from .engine_flags import add_engine_flags, engine_args_of
+
+ENGINE_FLAGS = ("workers", "pool", "threads", "max_num_seqs", "max_num_batched_tokens", "prefill_chunk", "w8a8",
+                "kv_cache_bytes", "kv_cache_dtype", "max_seq_len", "cache_bytes", "offload_dir", "offload_compression",
+                "policy")
 
 
 def register(subparsers):
@@ -16,14 +21,10 @@ def register(subparsers):
     p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
                    help="model name(s) clients send (default: the file name without .colibri)")
     p.add_argument("--api-key", default=None, metavar="KEY", help="require 'Authorization: Bearer KEY'")
-    p.add_argument("--workers", type=int, default=0, metavar="N", help="expert workers on a Ray pool (0 = in-process)")
     p.add_argument("--runners", type=int, default=0, metavar="M",
                    help="persistent engines (Ray sequence runners over the shared workers) the requests are spread "
                         "over; needs --workers or --pool (0 = one engine in this process)")
-    p.add_argument("--pool", default=None, metavar="NAME", help="run the experts on this running pool service")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="native threads (default: all cores)")
-    p.add_argument("--max-num-seqs", type=int, default=64, metavar="N", help="sequences in the batch (64)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=2048, metavar="N")
+    add_engine_flags(p, ENGINE_FLAGS)
     p.add_argument("--max-waiting", type=int, default=256, metavar="N",
                    help="requests queued beyond the batch before new ones are refused (256)")
     p.add_argument("--overload-status", type=int, choices=(429, 503), default=429,
@@ -32,9 +33,6 @@ def register(subparsers):
     p.add_argument("--max-tokens-limit", type=int, default=None, metavar="N",
                    help="largest max_tokens accepted (default: the model's context)")
     p.add_argument("--seed", type=int, default=0, help="base seed of requests without one")
-    p.add_argument("--kv-cache-bytes", type=int, default=None, metavar="N")
-    p.add_argument("--weights-only", action="store_true",
-                   help="exact-weights mode: f32 activations on the decoded int8/int4 weights (default: w8a8/w4a8)")
     p.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
     r = p.add_argument_group("Ray Serve")
     r.add_argument("--ray-serve", action="store_true", help="run as a Ray Serve application (replicas)")
@@ -46,14 +44,16 @@ def register(subparsers):
 
 def config_from_args(args):
     from ..serve.config import ServeConfig
-    llm_kwargs = {"kv_cache_bytes": args.kv_cache_bytes} if args.kv_cache_bytes else {}
+    engine = engine_args_of(args, ENGINE_FLAGS, model=args.model, seed=args.seed, runners=args.runners)
+    own = {"threads", "max_num_seqs", "max_num_batched_tokens", "w8a8", "workers", "pool"}
+    further = {k: getattr(engine, k) for k in ENGINE_FLAGS if k not in own}
     return ServeConfig(model=args.model, host=args.host, port=args.port,
                        served_model_name=tuple(args.served_model_name or ()), api_key=args.api_key,
-                       workers=args.workers, pool=args.pool, runners=args.runners, threads=args.threads, max_num_seqs=args.max_num_seqs,
-                       max_num_batched_tokens=args.max_num_batched_tokens, max_waiting=args.max_waiting,
-                       overload_status=args.overload_status, max_body_bytes=args.max_body_bytes,
-                       max_tokens_limit=args.max_tokens_limit, seed=args.seed, llm_kwargs=llm_kwargs,
-                       w8a8=not args.weights_only, log_level=args.log_level)
+                       workers=engine.workers, pool=engine.pool, runners=args.runners, threads=engine.threads,
+                       max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
+                       max_waiting=args.max_waiting, overload_status=args.overload_status,
+                       max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit, seed=args.seed,
+                       w8a8=engine.w8a8, llm_kwargs=further, log_level=args.log_level)
 
 
 def main(args):

@@ -5,7 +5,7 @@ them; every room reads the resulting objects (JobConfig, ServiceConfig, PoolSect
 no YAML here. The meaning of each key is documented in docs/CONFIG.md.
 
     PoolSection is the YAML `pool:` section; pool/config.py's PoolConfig is the validated runtime object the
-    Pool builds from it (PoolConfig.from_section).
+    Pool builds from it (config/engine_args.py: of_service / of_job, the one mapping).
     parse_size("64MiB") -> int;  defaults_of(cls) -> {key: default};  as_dict(obj) -> dict
 """
 import dataclasses
@@ -63,7 +63,7 @@ class NumaConfig:
 
 @dataclass
 class PoolSection:
-    """The YAML `pool:` section (pool/config.py PoolConfig.from_section turns it into the Pool's PoolConfig)."""
+    """The YAML `pool:` section (engine_args.of_job / of_service map it onto EngineArgs and the Pool's PoolConfig)."""
     name: Optional[str] = None
     workers: int = 2
     threads_per_worker: Optional[int] = None

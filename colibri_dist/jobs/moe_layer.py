@@ -80,7 +80,7 @@ class MoeLayer:
                 raise FormatError(f"{shard.path}: row {bad} has a NaN or Inf value")
             with meter.batch(stop - start):
                 for layer in self.layers:
-                    x = meter.moe_forward(layer, x)
+                    x = meter.executor.moe_forward(layer, x)
             out[start:stop] = x
             progress.advance(stop - start, meter.hit_rate())
         buf = io.BytesIO()

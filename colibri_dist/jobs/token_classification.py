@@ -139,7 +139,7 @@ class TokenClassification:
         h = self.head.embed_ids(ids)
         for layer in self.model.moe_layers:
             x = rmsnorm(h, self.head.layer_norms[layer], self.head.eps)
-            h = h + meter.moe_forward(layer, x)
+            h = h + meter.executor.moe_forward(layer, x)
         return self.head.probs(h)
 
     def _write(self, rows, probs, out_path, meter):

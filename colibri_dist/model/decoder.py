@@ -11,7 +11,7 @@ the thread count, the expert cache budget or tier.
 
 A GQA layer whose experts are mapped in this process (Engine.mapped_moe) or that has a dense MLP runs
 as one native call (native.layer_forward: the same ops in C, the same bits); MLA layers, experts
-behind a RAM budget, on pool workers or under a meter take the op-by-op path (decoder.fused = False forces it).
+behind a RAM budget or on pool workers take the op-by-op path (decoder.fused = False forces it).
 """
 import numpy as np
 
@@ -118,9 +118,11 @@ class Decoder:
 
     def _fused_layer(self, layer, plan, step, h):
         try:
-            native.layer_forward(self.rt, plan, step, h)
+            routed = native.layer_forward(self.rt, plan, step, h)
         except NativeError as exc:                          # name the file and layer, as Engine.moe_forward does
             raise NativeError(f"{self.engine.path}: layer {layer}: {exc.message}", exc.code) from exc
+        if routed is not None:
+            self.engine.count_routed(layer, routed[0])
 
 
 def _rows(want, n, i):

@@ -32,11 +32,14 @@ class LLM:
     def __init__(self, model=None, threads=None, cache_bytes=None, offload_dir=None, kv_cache_bytes=None,
                  max_seq_len=None, kv_cache_dtype="f32", block_size=16, policy="lru", prefetch_workers=2,
                  max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=True, max_model_len=None,
-                 enable_prefix_caching=None, allow_long_context=False, checksums=True):
+                 enable_prefix_caching=None, allow_long_context=False, checksums=True, prefill_chunk_size=None,
+                 offload_compression=None):
         """model: the .colibri path (vLLM's name); max_model_len: vLLM's name of max_seq_len (at most the
         model's max_position_embeddings unless allow_long_context=True); seed: the base seed of requests
         without their own (vLLM's); enable_prefix_caching: vLLM's switch (None: on when the KV bits'
-        dependencies are visible); checksums=False skips the container's first-use view checks."""
+        dependencies are visible); checksums=False skips the container's first-use view checks;
+        prefill_chunk_size: most prompt tokens of one sequence per step; offload_compression: None | "zstd"
+        (the spilled experts under offload_dir)."""
         from ..engine import Engine
         from ..generate import SchedulerConfig
         if model is None:
@@ -49,9 +52,11 @@ class LLM:
         path = model
         self.path = str(path)
         self.scheduler_config = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
-                                                max_num_seqs=max_num_seqs, base_seed=seed)
+                                                max_num_seqs=max_num_seqs, base_seed=seed,
+                                                prefill_chunk_size=prefill_chunk_size)
         self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
-                             policy=policy, prefetch_workers=prefetch_workers, w8a8=w8a8, checksums=checksums)
+                             policy=policy, prefetch_workers=prefetch_workers, w8a8=w8a8, checksums=checksums,
+                             compression=offload_compression)
         try:
             self._setup(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe, max_num_seqs,
                         _prefix_switch(enable_prefix_caching, moe), allow_long_context)
@@ -59,6 +64,15 @@ class LLM:
             self.engine.close()
             raise
         self._closed = False
+
+    @classmethod
+    def from_args(cls, args, moe=None, owns_moe=False):
+        """The LLM of a config.EngineArgs (its engine keywords; moe: where its MoE layers run, None = this
+        process's Engine with args' expert store): the one way EngineArgs reach an LLM. owns_moe: close()
+        also shuts moe (a pool started for this LLM)."""
+        llm = cls(args.model, moe=moe, **args.llm_kwargs())
+        llm._owned_moe = moe if owns_moe else None
+        return llm
 
     def _setup(self, kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe, max_num_seqs, prefix,
                allow_long_context):
@@ -72,6 +86,7 @@ class LLM:
         salt = self._salt_fn(moe) if prefix else None
         self.cache = self._kv_cache(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, max_num_seqs, prefix,
                                     salt)
+        self.moe = moe                    # the caller-given MoE executor (a Pool), or None: self.engine
         self.decoder = Decoder(self.arch, self.weights, self.engine, self.cache, moe=moe, salt=salt)
         files = model.tokenizer_files()
         self.tokenizer = load_tokenizer(files, self.path)
@@ -278,7 +293,12 @@ class LLM:
     def close(self):
         if not getattr(self, "_closed", True):
             self._closed = True
-            self.engine.close()
+            try:
+                self.engine.close()
+            finally:
+                owned = getattr(self, "_owned_moe", None)
+                if owned is not None:
+                    (getattr(owned, "shutdown", None) or owned.close)()
 
     def __enter__(self):
         return self

@@ -6,7 +6,7 @@ sequence runners; none of them re-reads loose keyword arguments or `.get(default
 Test-only knobs live in one field, `hooks` (PoolHooks).
 
     cfg = PoolConfig(workers=2, balancer={"kind": "token-bucket", "threshold": 1.3})
-    cfg = PoolConfig.from_section(yaml_pool_section, routing_policy="exact")   # config.PoolSection -> this
+    cfg = PoolConfig(**engine_args.of_service(service_cfg).pool_kwargs())   # the YAML pool: section -> this
     cfg.replace(workers=4)                                                     # a validated copy
 """
 import dataclasses
@@ -146,19 +146,6 @@ class PoolConfig:
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def from_section(cls, p, routing_policy="exact", **overrides):
-        """The YAML `pool:` section (colibri_dist.config.PoolSection) -> a pool PoolConfig."""
-        balancer = {"kind": p.balancer.kind, "window": p.balancer.window, "threshold": p.balancer.threshold}
-        numa = {"enabled": p.numa.enabled, "workers_per_node": p.numa.workers_per_node,
-                "mem_policy": p.numa.mem_policy, "sysfs_root": p.numa.sysfs_root}
-        kw = dict(workers=p.workers, threads_per_worker=p.threads_per_worker, cache_bytes=p.cache_bytes,
-                  offload_dir=p.offload_dir, policy=p.policy, replicas=p.replicas, balancer=balancer, numa=numa,
-                  routing_policy=routing_policy, compression=p.offload_compression, name=p.name,
-                  w8a8=True if p.w8a8 is None else p.w8a8)
-        kw.update(overrides)
-        return cls(**kw)
 
 
 # the keyword arguments Pool(...) accepted before PoolConfig, mapped onto it

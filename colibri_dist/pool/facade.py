@@ -180,6 +180,14 @@ class Pool:
             return self._call("stats")
         return self._call("stats", [self.counters()], "caller")
 
+    def heat(self):
+        """Tokens routed to each expert through this handle ({"layer": [count per expert]}): counted by this
+        process's ExpertClient, or by the Router when it routes."""
+        if self._client is None:
+            return self._call("heat")
+        with self._turn:
+            return self._client.heat.report()
+
     def worker_pids(self):
         return self._call("worker_pids")
 

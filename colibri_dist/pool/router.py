@@ -116,6 +116,10 @@ class Router:
                           ea.table_version(self.engine), self.cfg.routing_policy, self.client.experts(),
                           routing_at, self.cfg)
 
+    def heat(self):
+        """Tokens this Router routed to each expert (routing_at="router"): {"layer": [count per expert]}."""
+        return self.client.heat.report()
+
     def worker_pids(self):
         return [ray.get(w.ping.remote())["pid"] for w in self.workers]
 

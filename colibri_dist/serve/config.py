@@ -5,7 +5,7 @@ opens the model and the engine from it, app.py reads the limits and the key. The
 here: the default host is loopback, and a host that is not loopback without an API key is refused.
 """
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..errors import InvalidArgument
 
@@ -34,8 +34,8 @@ class ServeConfig:
     max_n: int = 16                        # largest `n` (samples per prompt) accepted
     seed: int = 0                          # base seed of requests that give none
     w8a8: bool = True                      # int8/int4 weights x int8 activations; False: --weights-only (exact)
-    llm_kwargs: dict = field(default_factory=dict)   # any further cd.LLM keyword (kv_cache_bytes, ...)
-    pool_kwargs: dict = field(default_factory=dict)  # any further Pool / PoolConfig keyword (cache_bytes, hooks, ...)
+    llm_kwargs: dict = field(default_factory=dict)   # any further EngineArgs field (kv_cache_bytes, cache_bytes, ...)
+    pool_kwargs: dict = field(default_factory=dict)  # any further PoolConfig field of a pool started here (hooks, ...)
     log_level: str = "warning"
 
     def __post_init__(self):
@@ -66,6 +66,25 @@ class ServeConfig:
         if not is_loopback(self.host) and self.api_key is None:
             raise InvalidArgument(f"--host {self.host} is not a loopback address: anyone who can reach it could use "
                                   f"the model; pass --api-key KEY (or bind 127.0.0.1)")
+        self.engine_args()                 # the engine settings' own checks, at once
+
+    def engine_args(self):
+        """The EngineArgs of the server's engine(s) and experts (front.open_llm opens them)."""
+        from ..config.engine_args import EngineArgs
+        pool = dict(self.pool_kwargs)
+        store = {k: pool.pop(k) for k in ("cache_bytes", "offload_dir", "policy") if k in pool}
+        if "compression" in pool:
+            store["offload_compression"] = pool.pop("compression")
+        engine = dict(dict(model=self.model, threads=self.threads, max_num_seqs=self.max_num_seqs, seed=self.seed,
+                           max_num_batched_tokens=self.max_num_batched_tokens, w8a8=self.w8a8,
+                           workers=self.workers, pool=self.pool, runners=self.runners, pool_options=pool),
+                      **store)
+        unknown = sorted(set(self.llm_kwargs) - {f.name for f in fields(EngineArgs)})
+        if unknown:
+            raise InvalidArgument(f"llm_kwargs {unknown} are not engine settings (EngineArgs fields)",
+                                  parameter="llm_kwargs")
+        engine.update(self.llm_kwargs)
+        return EngineArgs(**engine)
 
     @property
     def model_names(self):

@@ -1,7 +1,7 @@
 """Open the model, start the engine thread and serve HTTP: what `colibri serve` and serve() run.
 
-Role in the data flow: ServeConfig -> open_llm (cd.LLM in process; its MoE layers on a new Ray pool with
---workers N, or on a named pool service with --pool NAME) -> the generation engine over it -> an
+Role in the data flow: ServeConfig -> cfg.engine_args() -> front.open_llm (cd.LLM in process; its MoE layers
+on a new Ray pool with --workers N, or on a named pool service with --pool NAME) -> the generation engine over it -> an
 EngineBackend thread (or, with --runners M, M sequence runners over that pool driven by a
 RunnerBackend thread) -> ServerState -> build_app -> uvicorn on cfg.host:cfg.port. `Server` is the
 in-Python handle (start in a thread, url, stop) the tests and the benchmark use.
@@ -20,36 +20,15 @@ SWITCH_INTERVAL_S = 0.001
 
 
 def open_llm(cfg, pool=None):
-    """-> (cd.LLM, the Pool its experts run on or None). pool: a running Pool to use instead of starting
-    cfg.workers (or attaching cfg.pool). With cfg.runners the LLM here only tokenizes and checks requests
-    (the runners generate), so it gets a one-sequence KV cache."""
-    from ..model import LLM
-    owned = pool is None
-    if pool is None and cfg.workers:
-        from ..pool import Pool
-        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads, **pool_options(cfg))
-    elif pool is None and cfg.pool:
-        pool = attach_pool(cfg.pool)
-    kwargs = dict(llm_options(cfg), moe=pool)
-    if cfg.runners:
-        kwargs.update(max_num_seqs=1, kv_cache_bytes=None)
-    try:
-        return LLM(cfg.model, **kwargs), pool
-    except BaseException:
-        if pool is not None and owned:
-            pool.shutdown()
-        raise
-
-
-def llm_options(cfg):
-    """The cd.LLM keywords of the server's engine(s): the same in process and on every runner (same bits)."""
-    return dict(dict(threads=cfg.threads, max_num_seqs=cfg.max_num_seqs, seed=cfg.seed, w8a8=cfg.w8a8,
-                     max_num_batched_tokens=cfg.max_num_batched_tokens), **cfg.llm_kwargs)
-
-
-def pool_options(cfg):
-    """The Pool keywords of the server's expert workers: the engines' arithmetic, then cfg.pool_kwargs."""
-    return dict(dict(w8a8=cfg.w8a8), **cfg.pool_kwargs)
+    """-> (cd.LLM, the Pool its experts run on or None), through front.open_llm(cfg.engine_args()). pool: a
+    running Pool to use instead of starting cfg.workers (or attaching cfg.pool). With cfg.runners the LLM
+    here only tokenizes and checks requests (the runners generate), so it gets a one-sequence KV cache."""
+    from ..front import open_llm as front_open
+    args = cfg.engine_args()
+    if args.runners:
+        args = args.replace(max_num_seqs=1, kv_cache_bytes=None)
+    llm = front_open(args, pool)
+    return llm, llm.moe
 
 
 def open_runners(cfg, pool):
@@ -57,17 +36,8 @@ def open_runners(cfg, pool):
     if not cfg.runners:
         return None
     from ..pool.serving import RunnerSet
-    return RunnerSet(cfg.model, cfg.runners, pool=pool, llm={k: v for k, v in llm_options(cfg).items()
-                                                           if v is not None})
-
-
-def attach_pool(name):
-    from ..errors import PoolError
-    from ..pool import Pool, service
-    address = service.resolve_address(name)
-    if address is None:
-        raise PoolError(f"no running pool named {name!r} is recorded (start one with `colibri pool start`)")
-    return Pool.attach(name, ray_address=address)
+    llm = {k: v for k, v in cfg.engine_args().llm_kwargs().items() if v is not None}
+    return RunnerSet(cfg.model, cfg.runners, pool=pool, llm=llm)
 
 
 def make_engine(llm):
@@ -102,7 +72,7 @@ class Server:
         """llm / pool: an opened model / a running Pool to serve with (the caller closes them); else
         Server opens what cfg names and closes it in stop()."""
         self.cfg = cfg if isinstance(cfg, ServeConfig) else ServeConfig(**cfg)
-        self._owns, self._owns_pool = llm is None, pool is None
+        self._owns = llm is None          # an LLM opened here also shuts the pool started for it
         t0 = time.perf_counter()
         if llm is None:
             llm, pool = open_llm(self.cfg, pool)
@@ -160,8 +130,6 @@ class Server:
             self.runner_set.shutdown()
         if self._owns:
             self.llm.close()
-        if self._owns_pool and self.pool is not None:
-            self.pool.shutdown()
 
     def __enter__(self):
         return self.start()

@@ -15,7 +15,6 @@ import time
 from ray import serve as ray_serve
 
 from .config import ServeConfig
-from .launch import pool_options
 
 APP_NAME = "colibri"
 
@@ -68,9 +67,10 @@ def start(cfg, min_replicas=1, max_replicas=1, ray_address=None, blocking=False)
     connect(ray_address)
     pool = None
     if cfg.workers:
-        from ..pool import Pool
+        from ..front import open_pool
         name = f"serve-{os.getpid()}"
-        pool = Pool(cfg.model, workers=cfg.workers, threads_per_worker=cfg.threads, name=name, **pool_options(cfg))
+        args = cfg.engine_args()
+        pool = open_pool(args.replace(pool_options=dict(args.pool_options, name=name)))
         cfg = dataclasses.replace(cfg, workers=0, pool=name)
     ray_serve.start(http_options={"host": cfg.host, "port": cfg.port})
     ray_serve.run(deployment(cfg, min_replicas, max_replicas), name=APP_NAME, route_prefix="/")

@@ -15,7 +15,7 @@ def fake(monkeypatch):
 
     def open_llm(args):
         made.append(FakeLLM())
-        return made[-1], None
+        return made[-1]
     monkeypatch.setattr("colibri_dist.cli.generate.open_llm", open_llm)
     return made
 

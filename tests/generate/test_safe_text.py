@@ -58,7 +58,7 @@ def test_cli_prompt_with_invalid_utf8_is_a_usage_error(monkeypatch, capsys):
     """`colibri generate MODEL $'\\xff'`: Python hands the byte over as U+DCFF (surrogateescape)."""
     from colibri_dist.cli import main
     from gen_fake_llm import FakeLLM
-    monkeypatch.setattr("colibri_dist.cli.generate.open_llm", lambda args: (FakeLLM(), None))
+    monkeypatch.setattr("colibri_dist.cli.generate.open_llm", lambda args: FakeLLM())
     assert main(["generate", "m.colibri", "caf\udcff"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("colibri: error: PROMPT: ") and "byte 0xFF" in err and len(err.splitlines()) == 1

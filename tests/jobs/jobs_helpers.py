@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from colibri_dist.routing.heat import ExpertHeat
+
 from colibri_dist.config import DemoConfig, DemoDatasetConfig
 from colibri_dist.jobs.demos.classifier import generate_weights
 
@@ -49,6 +51,7 @@ class FakeExecutor:
         self.m, self.calls, self.fail_after = model, 0, fail_after
         self.closed = False
         self.lookups = 0
+        self.heat = ExpertHeat()            # counted where it routes, as the Engine and the pool client do
 
     def route(self, layer, x):
         logits = x @ self.m.tensors[f"model.layers.{layer}.block_sparse_moe.gate.weight"].T
@@ -71,7 +74,11 @@ class FakeExecutor:
                 b = self.m.tensors[q + ".w3.weight"] @ x[t]
                 y[t] += w[t, j] * (self.m.tensors[q + ".w2.weight"] @ (a / (1 + np.exp(-a)) * b))
         self.lookups += idx.size
+        self.heat.add(layer, idx)
         return y
+
+    def heat_report(self):
+        return self.heat.report()
 
     def stats(self):
         hits = self.lookups * 3 // 4

@@ -44,13 +44,13 @@ def test_named_pool_is_attached_when_running(tmp_path, fake_service):
     model = tmp_path / "m.colibri"
     model.write_bytes(b"x")
     cfg = cfg_with(tmp_path, "{name: svc}")
-    with pytest.raises(PoolError, match="no pool of that name is running; start it with `colibri pool start"):
-        X.PoolExecutor(cfg, str(model), None)
+    with pytest.raises(PoolError, match="no running pool named 'svc' is recorded.*colibri pool start CONFIG --pool svc"):
+        X.open_executor(cfg, str(model), None)
     fake_service.update(address="127.0.0.1:6379", model=str(tmp_path / "other.colibri"))
-    with pytest.raises(InvalidArgument, match="serves .*other.colibri, but the job's model is"):
-        X.PoolExecutor(cfg, str(model), None)
+    with pytest.raises(InvalidArgument, match="serves .*other.colibri, but the model asked is"):
+        X.open_executor(cfg, str(model), None)
     fake_service["model"] = str(model)
-    pool = X.PoolExecutor(cfg, str(model), None).pool
+    pool = X.open_executor(cfg, str(model), None).pool
     assert (pool.name, pool.address, pool.detached) == ("svc", "127.0.0.1:6379", False)
 
 
@@ -58,11 +58,11 @@ def test_a_named_pool_in_another_arithmetic_is_refused(tmp_path, fake_service):
     model = tmp_path / "m.colibri"
     model.write_bytes(b"x")
     fake_service.update(address="127.0.0.1:6379", model=str(model), w8a8=False)
-    with pytest.raises(InvalidArgument, match="pool 'svc' runs w8a8=False but the job asks job.w8a8=True"):
-        X.PoolExecutor(cfg_with(tmp_path, "{name: svc}"), str(model), None)
+    with pytest.raises(InvalidArgument, match="pool 'svc' runs w8a8=False but w8a8=True was asked"):
+        X.open_executor(cfg_with(tmp_path, "{name: svc}"), str(model), None)
     cfg = cfg_with(tmp_path, "{name: svc}")
     cfg.job.w8a8 = False
-    assert X.PoolExecutor(cfg, str(model), None).pool.w8a8 is False
+    assert X.open_executor(cfg, str(model), None).pool.w8a8 is False
 
 
 def test_pool_stats_are_normalized_and_summed_over_workers():
@@ -72,8 +72,7 @@ def test_pool_stats_are_normalized_and_summed_over_workers():
                 {"index": 0, "tokens": 10, "experts": 3, "cpus": [0], "node": "n",
                  "cache": {"hits": 4, "misses": 1, "evictions": 0, "bytes_loaded": 100}},
                 {"index": 1, "tokens": 30, "experts": 5, "cpus": [1], "node": "n", "alive": False}]}
-    ex = X.PoolExecutor.__new__(X.PoolExecutor)
-    ex.pool = FakePool()
+    ex = X.PoolExecutor(FakePool())
     s = ex.stats()
     assert s["cache"] == {"hits": 4, "misses": 1, "evictions": 0, "bytes_loaded": 100}
     assert s["retries"] == 2
@@ -106,7 +105,7 @@ def test_a_pool_w8a8_that_disagrees_with_the_job_is_refused_before_the_pool_star
     path = tmp_path / "job.yaml"
     path.write_text(f"job: {{kind: generate, input: in.jsonl, w8a8: false}}\nmodel: {model}\n"
                     f"pool: {{workers: 2, w8a8: true}}\n")
-    monkeypatch.setattr(X, "PoolExecutor", lambda *a: pytest.fail("started a pool"))
+    monkeypatch.setattr("colibri_dist.front.open_pool", lambda *a: pytest.fail("started a pool"))
     with pytest.raises(InvalidArgument, match="job.w8a8 is False but pool.w8a8 is True"):
         generation_llm.open_job_llm(load_config(str(path)))
 
@@ -119,10 +118,11 @@ def test_the_jobs_own_pool_and_engine_run_the_jobs_arithmetic(tmp_path, monkeypa
     seen = {}
     monkeypatch.setattr(pool_module, "Pool", lambda path, **kw: seen.setdefault("pool", kw["w8a8"]))
     monkeypatch.setattr(engine_module, "Engine", lambda path, **kw: seen.setdefault("engine", kw["w8a8"]))
-    path = tmp_path / "job.yaml"
+    path, model = tmp_path / "job.yaml", tmp_path / "m.colibri"
+    model.write_bytes(b"x")
     path.write_text(f"job: {{kind: token-classification, {job}}}\npool: {{workers: 2{pool}}}\n")
-    X.PoolExecutor(load_config(str(path)), "m.colibri", None)
+    X.open_executor(load_config(str(path)), str(model), None)
     cfg = load_config(str(path))
     cfg.job.executor = "engine"
-    X.EngineExecutor(cfg, "m.colibri", None)
+    X.open_executor(cfg, str(model), None)
     assert seen == {"pool": want, "engine": want}

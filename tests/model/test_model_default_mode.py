@@ -46,15 +46,14 @@ def test_an_moe_executor_in_the_other_mode_is_refused(whole_model, llm_w8a8):
 def test_cli_generate_and_serve_take_weights_only(whole_model, flags, want):
     from colibri_dist.cli.generate import open_llm
     from colibri_dist.cli.serve import config_from_args
-    from colibri_dist.serve.launch import llm_options, pool_options
     path, _ = whole_model("mixtral", experts="int8", dense="int8")
     args = build_parser().parse_args(["generate", str(path), "hi", *flags])
-    llm, pool = open_llm(args)
+    llm = open_llm(args)
     try:
-        assert pool is None and llm.engine.runtime.w8a8 is want
+        assert llm.moe is None and llm.engine.runtime.w8a8 is want
     finally:
         llm.close()
     score = build_parser().parse_args(["score", str(path), "f.txt", *flags])
-    assert score.weights_only is (not want)
-    cfg = config_from_args(build_parser().parse_args(["serve", str(path), *flags]))
-    assert cfg.w8a8 is want and llm_options(cfg)["w8a8"] is want and pool_options(cfg)["w8a8"] is want
+    assert score.w8a8 is want
+    engine = config_from_args(build_parser().parse_args(["serve", str(path), *flags])).engine_args()
+    assert engine.w8a8 is want and engine.llm_kwargs()["w8a8"] is want and engine.pool_kwargs()["w8a8"] is want

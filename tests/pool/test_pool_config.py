@@ -44,6 +44,11 @@ def test_legacy_keywords_land_in_hooks_and_unknown_ones_are_named():
 
 def test_from_yaml_section():
     from colibri_dist.config import PoolSection as Section
-    cfg = PoolConfig.from_section(Section(workers=3, offload_compression="none"), routing_policy="balanced")
-    assert (cfg.workers, cfg.compression, cfg.routing_policy) == (3, None, "balanced")
-    assert cfg.balancer_spec["kind"] == "token-bucket"
+    from colibri_dist.config import RoutingConfig, ServiceConfig
+    from colibri_dist.config.engine_args import of_service
+    for comp, want in (("none", None), ("zstd", "zstd")):
+        svc = ServiceConfig(model="m.colibri", pool=Section(workers=3, offload_compression=comp),
+                            routing=RoutingConfig(policy="balanced"))
+        cfg = PoolConfig(**of_service(svc).pool_kwargs())
+        assert (cfg.workers, cfg.compression, cfg.routing_policy) == (3, want, "balanced")
+        assert cfg.balancer_spec["kind"] == "token-bucket"

@@ -1,7 +1,7 @@
 """Batches of row dicts through one LLM, with the columns of the generate/score jobs (the Ray Data path).
 
 Role in the data flow: colibri_dist.ray_data wires `open_runner` into the Ray Data actors of
-pool/ray_data.py; each actor opens one BatchRunner (one cd.LLM, in-process Engine) and hands it the
+pool/ray_data.py; each actor opens one BatchRunner (one cd.LLM through front.open_llm; engine_kwargs are EngineArgs fields, as vLLM's) and hands it the
 rows of every batch: `runner.run(rows) -> output dicts`. Input and output columns are exactly those of
 the jobs (rows.py / job.py): `prompt` | `messages` | `prompt_token_ids`, optional `id`
 and `sampling_params`; out `generated_text`, `generated_tokens`, `num_input_tokens`,
@@ -16,10 +16,11 @@ from .job import KINDS
 
 class BatchRunner:
     def __init__(self, model, kind="generate", sampling_params=None, seed=0, threads=None, engine_kwargs=None):
-        from ...model import LLM
+        from ...config.engine_args import EngineArgs
+        from ...front import open_llm
         job = parse_section(JobSection, {"kind": kind, "sampling_params": dict(sampling_params or {}),
                                          "seed": seed}, source="ray_data config")
-        self.llm = LLM(model, threads=threads, seed=seed, **dict(engine_kwargs or {}))
+        self.llm = open_llm(EngineArgs(model=model, threads=threads, seed=seed, **dict(engine_kwargs or {})))
         try:
             self.kind = KINDS[kind](SimpleNamespace(job=job), self.llm)
         except BaseException:

@@ -27,6 +27,7 @@ from ...fsutil import atomic_write
 from .metrics import GenerationMeter
 from ..reports.generation import write_all
 from .rows import RowReader, check_sampling_defaults, row_error_text
+from ..run.executors import view_of
 from ..run.progress import RequestProgress
 from ..reports.report import without_limit
 from .plan import identity_of, plan_generation
@@ -199,8 +200,8 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
     progress = RequestProgress(total, sum(s.rows for s in shards if s not in pending),
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
     cache = getattr(llm, "cache", None)
-    meter = GenerationMeter(moe=getattr(llm, "moe_meter", None), kv_blocks=getattr(cache, "n_blocks", None),
-                            prefix=getattr(cache, "prefix", None))
+    meter = GenerationMeter(moe=view_of(llm, cfg.job.threads), heat=cfg.report.expert_heat,
+                            kv_blocks=getattr(cache, "n_blocks", None), prefix=getattr(cache, "prefix", None))
 
     def this_report(n_written, elapsed_s, quiet=False):
         report = build_report(cfg, manifest, n_written, elapsed_s)

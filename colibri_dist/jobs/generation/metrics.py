@@ -8,12 +8,13 @@ GenerationMeter; `report()` turns them into
     timeline:   per second of the run {t, prefill_tokens, decode_tokens, max_running, max_waiting,
                 min_free_blocks, finished}
     preemptions
-and, when the job's MoE calls are metered (llm.MoeMeter), samples of the executor's stats
-at most every 0.25 s of steps:
+and, given the executor view of where the LLM's MoE layers run (executors.view_of), samples of its
+stats at most every 0.25 s of steps:
     cache:      {hits, misses, evictions, bytes_loaded, hit_rate} over this run
     workers:    per worker {id, tokens, experts, cpus, node}; load_imbalance (max / mean tokens)
     samples:    [{t, cache, workers}] (hit rate and worker load over time, for report.html)
-    expert_heat {layer: [tokens routed to each expert]}; kv_cache {blocks, min_free_blocks}
+    expert_heat {layer: [tokens routed to each expert]} (counted where the routing happens; report.expert_heat);
+    kv_cache {blocks, min_free_blocks}
 """
 import time
 
@@ -29,8 +30,9 @@ def percentiles(values):
 
 
 class GenerationMeter:
-    def __init__(self, moe=None, kv_blocks=None, sample_every_s=0.25, prefix=None):
+    def __init__(self, moe=None, kv_blocks=None, sample_every_s=0.25, prefix=None, heat=True):
         self.moe, self.kv_blocks, self.sample_every_s = moe, kv_blocks, sample_every_s
+        self.heat_enabled = heat                  # report.expert_heat
         self.prefix = prefix                      # the KV cache's PrefixIndex (prefix caching) or None
         self.prefix_first = prefix.stats() if prefix is not None else None
         self.first_stats = moe.stats() if moe is not None else None
@@ -108,7 +110,7 @@ class GenerationMeter:
         self.sample()
         first, last = self.first_stats, self.samples[-1]
         workers = worker_section(first["workers"], last["workers"])
-        heat = getattr(self.moe, "heat_report", None)
+        heat = self.moe.heat_report() if self.heat_enabled else None
         return {"cache": cache_section(first["cache"], last["cache"]), "workers": workers,
-                "load_imbalance": load_imbalance(workers), "expert_heat": heat() if heat else None,
+                "load_imbalance": load_imbalance(workers), "expert_heat": heat,
                 "samples": [{"t": s["t"], "cache": s["cache"], "workers": s["workers"]} for s in self.samples]}

@@ -21,7 +21,7 @@ class Meter:
         self.executor = executor
         self.sample_every_s = sample_every_s   # executor stats cost a round trip on a pool: not every batch
         self.heat_enabled = heat
-        self.heat = {layer: np.zeros(n, dtype=np.int64) for layer, n in n_experts_by_layer.items()}
+        self._experts = dict(n_experts_by_layer)
         self.latencies_ms = []
         self.samples = []          # per batch: {"t", "tokens", "cache", "workers"}
         self.tokens = 0            # tokens processed in this run
@@ -49,17 +49,18 @@ class Meter:
                              "cache": stats["cache"], "workers": stats["workers"]})
         return stats
 
-    def moe_forward(self, layer, x):
-        """The executor's MoE forward, counting tokens per routed expert for the heat map."""
-        if self.heat_enabled and len(x):
-            idx, _ = self.executor.route(layer, x)
-            counts = np.bincount(np.asarray(idx).ravel(), minlength=len(self.heat[layer]))
-            if len(counts) > len(self.heat[layer]):      # experts hot-added while running
-                grown = np.zeros(len(counts), dtype=np.int64)
-                grown[:len(self.heat[layer])] = self.heat[layer]
-                self.heat[layer] = grown
-            self.heat[layer] += counts
-        return self.executor.moe_forward(layer, x)
+    @property
+    def heat(self):
+        """{layer: tokens routed to each expert}, counted where the executor routes (every layer of the job,
+        zeros where none went; longer where experts were hot-added)."""
+        seen = {int(k): v for k, v in (self.executor.heat_report() or {}).items()}
+        out = {}
+        for layer, n in self._experts.items():
+            counts = seen.get(layer, [])
+            row = np.zeros(max(n, len(counts)), dtype=np.int64)
+            row[:len(counts)] = counts
+            out[layer] = row
+        return out
 
     def add_accuracy(self, correct, labelled):
         self.correct += int(correct)

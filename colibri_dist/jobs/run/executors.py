@@ -3,12 +3,12 @@
 Role in the data flow: the runner opens an executor from the config
 (`pool.workers: 0` or `job.executor: engine` = in-process Engine; `pool.name`
 set = attach to that running named pool; else a Pool owned by the job),
-and the job kinds call `route(layer, x)` and `moe_forward(layer, x)` on it.
+and the job kinds call `route(layer, x)` and `moe_forward(layer, x)` on it; `heat_report()` is what the
+Engine or the pool client counted where it routed (routing/heat.py).
 `stats()` returns one normalized shape whatever runs underneath:
     {"cache": {hits, misses, evictions, bytes_loaded},
      "workers": [{"id", "tokens", "experts", "cpus", "node"}], "retries": int}
 """
-import dataclasses
 import os
 
 CACHE_KEYS = ("hits", "misses", "evictions", "bytes_loaded")
@@ -22,84 +22,75 @@ def attaches_to_named_pool(cfg):
     return uses_pool(cfg) and bool(cfg.pool.name)
 
 
-def job_w8a8(cfg):
-    """The job's arithmetic (job.w8a8; pool.w8a8, when set, must agree): one mode for every layer."""
-    from ...errors import InvalidArgument
-    job, pool = bool(cfg.job.w8a8), cfg.pool.w8a8
-    if pool is not None and bool(pool) != job:
-        raise InvalidArgument(f"job.w8a8 is {job} but pool.w8a8 is {pool}: a token's bits would depend on where "
-                              f"its MoE layers ran; set one of them (or both alike)", parameter="pool.w8a8",
-                              value=pool)
-    return job
-
-
 def open_executor(cfg, model_path, offload_dir):
-    """An EngineExecutor or PoolExecutor for this job config (offload_dir already resolved)."""
-    if uses_pool(cfg):
-        return PoolExecutor(cfg, model_path, offload_dir)
-    return EngineExecutor(cfg, model_path, offload_dir)
+    """An EngineExecutor or PoolExecutor for this job config (offload_dir already resolved): the MoE
+    executor front.open_experts opens for EngineArgs.of_job(cfg)."""
+    from ...config.engine_args import of_job
+    from ...front import open_experts
+    args = of_job(cfg).replace(model=model_path, offload_dir=offload_dir)
+    experts = open_experts(args)
+    return EngineExecutor(experts, args.threads) if args.in_process else PoolExecutor(experts)
+
+
+def view_of(llm, threads=None):
+    """The executor view (stats, heat) of where an opened LLM's MoE layers run; None for a stand-in LLM."""
+    if getattr(llm, "moe", None) is not None:
+        return PoolExecutor.wrap(llm.moe)
+    engine = getattr(llm, "engine", None)
+    return EngineExecutor.wrap(engine, threads) if engine is not None else None
 
 
 class EngineExecutor:
     kind = "engine"
 
-    def __init__(self, cfg, model_path, offload_dir):
-        from ...engine import Engine
-        threads = cfg.job.threads or cfg.pool.threads_per_worker
-        self.engine = Engine(model_path, threads=threads, cache_bytes=cfg.pool.cache_bytes,
-                             offload_dir=offload_dir, policy=cfg.pool.policy, w8a8=job_w8a8(cfg))
-        self.cpus = threads or os.cpu_count() or 1
-        self.work = 0
-        self.experts_seen = set()
+    def __init__(self, engine, threads=None, owned=True):
+        """engine: the in-process Engine; owned=False: close() leaves it open (the LLM's own)."""
+        self.engine, self.cpus, self.owned = engine, threads or os.cpu_count() or 1, owned
 
     @classmethod
     def wrap(cls, engine, threads=None):
-        """An executor over an Engine someone else owns (the LLM's own); close() leaves it open."""
-        self = cls.__new__(cls)
-        self.engine, self.cpus, self.work, self.experts_seen = engine, threads or os.cpu_count() or 1, 0, set()
-        self.close = lambda: None
-        return self
+        return cls(engine, threads, owned=False)
 
     def route(self, layer, x):
         return self.engine.route(layer, x)
 
     def moe_forward(self, layer, x):
-        self.work += len(x)
         return self.engine.moe_forward(layer, x)
+
+    def heat_report(self):
+        return self.engine.heat.report()
 
     def stats(self):
         raw = self.engine.stats()
         cache = _cache_of(raw)
-        worker = {"id": "engine", "tokens": self.work, "experts": _count_experts(raw),
+        worker = {"id": "engine", "tokens": self.engine.heat.rows, "experts": _count_experts(raw),
                   "cpus": self.cpus, "node": 0}
         return {"cache": cache, "workers": [worker], "retries": 0, "raw": raw}
 
     def close(self):
-        self.engine.close()
+        if self.owned:
+            self.engine.close()
 
 
 class PoolExecutor:
-    """A pool owned by the job, or (pool.name set) the running named pool of `colibri pool start`."""
+    """A pool the job started, or (pool.name set) the running named pool of `colibri pool start`."""
     kind = "pool"
 
-    def __init__(self, cfg, model_path, offload_dir):
-        from ...pool import Pool
-        p = cfg.pool
-        if p.name:
-            self.pool = _attach_named(p, model_path, job_w8a8(cfg))
-            return
-        self.pool = Pool(model_path, workers=p.workers, ray_address=p.ray_address, cache_bytes=p.cache_bytes,
-                         offload_dir=offload_dir, replicas=p.replicas,
-                         balancer={"kind": p.balancer.kind, "window": p.balancer.window,
-                                   "threshold": p.balancer.threshold},
-                         threads_per_worker=p.threads_per_worker, policy=p.policy,
-                         numa=dataclasses.asdict(p.numa), routing_policy=cfg.routing.policy, w8a8=job_w8a8(cfg))
+    def __init__(self, pool, owned=True):
+        self.pool, self.owned = pool, owned
+
+    @classmethod
+    def wrap(cls, pool):
+        return cls(pool, owned=False)
 
     def route(self, layer, x):
         return self.pool.route(layer, x)
 
     def moe_forward(self, layer, x):
         return self.pool.moe_forward(layer, x)
+
+    def heat_report(self):
+        return self.pool.heat()
 
     def stats(self):
         raw = self.pool.stats()
@@ -108,27 +99,8 @@ class PoolExecutor:
         return {"cache": cache, "workers": workers, "retries": int(raw.get("retries", 0) or 0), "raw": raw}
 
     def close(self):
-        self.pool.shutdown()
-
-
-def _attach_named(p, model_path, w8a8):
-    from ...errors import InvalidArgument, PoolError
-    from ...pool import Pool, service
-    address = service.resolve_address(p.name, p.ray_address)
-    if address is None:
-        raise PoolError(f"pool.name is {p.name!r} but no pool of that name is running; start it with "
-                        f"`colibri pool start CONFIG`, or remove pool.name to let the job start its own pool")
-    state = service.read_state(p.name) or {}
-    served = state.get("model")
-    if served and os.path.realpath(served) != os.path.realpath(model_path):
-        raise InvalidArgument(f"pool {p.name!r} serves {served}, but the job's model is {model_path}")
-    pool = Pool.attach(p.name, ray_address=address)
-    if pool.w8a8 != w8a8:
-        pool.shutdown()
-        raise InvalidArgument(f"pool {p.name!r} runs w8a8={pool.w8a8} but the job asks job.w8a8={w8a8}: a "
-                              f"token's bits would depend on the pool; set job.w8a8: {str(pool.w8a8).lower()} or "
-                              f"start the pool with pool.w8a8: {str(w8a8).lower()}", parameter="job.w8a8", value=w8a8)
-    return pool
+        if self.owned:
+            self.pool.shutdown()
 
 
 def _cache_of(raw):

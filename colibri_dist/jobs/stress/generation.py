@@ -26,7 +26,7 @@ from . import report as report_mod
 from .faults import SETTLE_S, Injectors
 from .harness import HOOK, _stop_on_signals
 from .probe import PoolProbe
-from .reference import new_expert_weights, stage_models, worker_budget
+from .reference import new_expert_weights, stage_models, stress_pool_args, worker_budget
 from .schedule import FaultSchedule, specs_from_events
 from .settings import as_plain, enabled_events
 from .worker_hooks import CONTROL_ENV, set_slow_source
@@ -60,8 +60,8 @@ class GenerationStress:
         return ensure_demo_llm(self.cfg.demo_llm, log=self.log).model
 
     def setup(self):
+        from ...front import open_pool
         from ...model import LLM
-        from ...pool import Pool
         from ...testing import cluster as testing_cluster
         self.pool_model_path, ref_path, self.table, self.expert_bytes = stage_models(self._model_source(), self.out)
         p = self.cfg.pool
@@ -71,12 +71,8 @@ class GenerationStress:
         self.control_dir = os.path.join(self.out, "control")
         set_slow_source(self.control_dir, 0)
         self.ray = testing_cluster.start(1, None, env={CONTROL_ENV: self.control_dir}, setup_hook=HOOK)
-        self.pool = Pool(self.pool_model_path, workers=p.workers, cache_bytes=self.budget,
-                         offload_dir=self.offload_dir, threads_per_worker=p.threads_per_worker, policy=p.policy,
-                         numa={"enabled": p.numa.enabled, "workers_per_node": p.numa.workers_per_node,
-                               "mem_policy": p.numa.mem_policy, "sysfs_root": p.numa.sysfs_root},
-                         worker_resources=self.ray.worker_resources(p.workers),
-                         max_restarts=self.s.worker_max_restarts)
+        self.pool = open_pool(stress_pool_args(self.cfg, self.pool_model_path, self.budget, self.offload_dir,
+                                               self.ray.worker_resources(p.workers), self.s.worker_max_restarts))
         self.probe = PoolProbe(self.pool)
         self.llm = LLM(self.pool_model_path, threads=1, moe=self.pool, max_num_seqs=self.s.requests_per_wave)
         self.ref = LLM(ref_path, threads=1, max_num_seqs=self.s.requests_per_wave)

@@ -20,7 +20,7 @@ from .accounting import TokenLedger
 from .faults import SETTLE_S, Injectors
 from .offload_fs import make_offload_fs
 from .probe import PoolProbe
-from .reference import Reference, new_expert_weights, stage_models, worker_budget
+from .reference import Reference, new_expert_weights, stage_models, stress_pool_args, worker_budget
 from .rss import RssSampler
 from .schedule import TABLE_KINDS, FaultSchedule, specs_from_events
 from .settings import as_plain, enabled_events
@@ -75,23 +75,15 @@ class Harness:
         self.injectors = Injectors(self)
 
     def _start_pool(self):
-        from ...pool import Pool
+        from ...front import open_pool
         from ...testing import cluster as testing_cluster
         c = self.s.cluster
         self.ray = testing_cluster.start(c.nodes, c.cpus_per_node if c.nodes > 1 else None,
                                          env={CONTROL_ENV: self.control_dir}, setup_hook=HOOK)
         self.cluster = self.ray if c.nodes > 1 else None
-        p = self.cfg.pool
-        numa = {"enabled": p.numa.enabled, "workers_per_node": p.numa.workers_per_node,
-                "mem_policy": p.numa.mem_policy, "sysfs_root": p.numa.sysfs_root}
-        self.pool = Pool(self.pool_model_path, workers=p.workers, cache_bytes=self.budget,
-                         offload_dir=self.offload_dir, replicas=p.replicas,
-                         balancer={"kind": p.balancer.kind, "window": p.balancer.window,
-                                   "threshold": p.balancer.threshold},
-                         threads_per_worker=p.threads_per_worker, policy=p.policy, numa=numa,
-                         routing_policy=self.cfg.routing.policy,
-                         worker_resources=self.ray.worker_resources(p.workers),
-                         max_restarts=self.s.worker_max_restarts, compression=p.offload_compression)
+        self.pool = open_pool(stress_pool_args(self.cfg, self.pool_model_path, self.budget, self.offload_dir,
+                                               self.ray.worker_resources(self.cfg.pool.workers),
+                                               self.s.worker_max_restarts))
 
     # ---------------------------------------------------------------- fault context (faults.py uses these)
     def worker_pids(self, fresh=False):

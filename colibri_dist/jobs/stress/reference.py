@@ -129,6 +129,15 @@ class ExpertTable:
                                    "removed": list(self.removed[l])} for l in self.layers}}
 
 
+def stress_pool_args(cfg, model, budget, offload_dir, worker_resources, max_restarts):
+    """The EngineArgs of the pool under stress: the config's `pool:` and `routing:` (EngineArgs.of_service,
+    the one mapping) with the stress run's budget, spill dir, worker placement and restart allowance."""
+    from ...config.engine_args import of_service
+    args = of_service(cfg, model=model, cache_bytes=budget, offload_dir=offload_dir)
+    return args.replace(pool_options=dict(args.pool_options, worker_resources=worker_resources,
+                                          max_restarts=max_restarts))
+
+
 def new_expert_weights(rng, hidden, inter, router_scale):
     """Random float32 weights and a router row for a hot-added expert (scale like a small trained FFN)."""
     weights = {"gate": (rng.standard_normal((inter, hidden)) / np.sqrt(hidden)).astype(np.float32),

@@ -1,0 +1,95 @@
+"""The front door: open a model with its experts where EngineArgs say, or attach to a running pool.
+
+Role in the data flow: every entry point (the CLI, the server and Ray Serve replicas, every job kind, Ray
+Data actors, stress) builds one config.EngineArgs and calls here:
+    open_llm(args)      -> cd.LLM whose MoE layers run in process (args' expert store), on a Ray pool of
+                           args.workers started here, or on the running pool args.pool; closing the LLM
+                           shuts what was started for it
+    open_experts(args)  -> the MoE executor alone (the in-process Engine or that pool): moe-layer jobs
+    open_pool(args)     -> the pool of args (None in process)
+    attach(name, ...)   -> a running named pool, with the model and arithmetic checked against the caller's
+The sequence runners (pool/runner.py) take the same args' engine keywords through LLM.from_args.
+"""
+import os
+
+from .config.engine_args import EngineArgs
+from .errors import InvalidArgument, PoolError
+
+
+def engine_args(args=None, **keywords):
+    """EngineArgs from an EngineArgs (changed by keywords), or from keywords alone."""
+    if args is None:
+        return EngineArgs(**keywords)
+    if not isinstance(args, EngineArgs):
+        raise InvalidArgument(f"expected EngineArgs, got {type(args).__name__}", parameter="args")
+    return args.replace(**keywords) if keywords else args
+
+
+def open_llm(args, pool=None):
+    """cd.LLM of args. pool: a running Pool to put its experts on instead (the caller keeps it open)."""
+    from .model import LLM
+    _check_model(args)
+    owned = pool is None
+    if owned:
+        pool = open_pool(args)
+    try:
+        return LLM.from_args(args, moe=pool, owns_moe=owned)
+    except BaseException:
+        if owned and pool is not None:
+            pool.shutdown()
+        raise
+
+
+def open_experts(args):
+    """The MoE executor of args: this process's Engine (its expert store) or the pool (close()/shutdown())."""
+    _check_model(args)
+    pool = open_pool(args)
+    if pool is not None:
+        return pool
+    from .engine import Engine
+    return Engine(args.model, threads=args.threads, cache_bytes=args.cache_bytes, offload_dir=args.offload_dir,
+                  policy=args.policy, compression=args.offload_compression, w8a8=args.w8a8)
+
+
+def open_pool(args):
+    """A Pool of args.workers started here, the running pool args.pool, or None (experts in process)."""
+    if args.pool:
+        return attach(args.pool, model=args.model, w8a8=args.w8a8, ray_address=args.ray_address)
+    if not args.workers:
+        return None
+    from .pool import Pool
+    return Pool(args.model, ray_address=args.ray_address, **args.pool_kwargs())
+
+
+def attach(name, model=None, w8a8=None, ray_address=None):
+    """The running pool `name` (`colibri pool start`, Pool(name=...)); model / w8a8, when given, must be what
+    it serves. One-line PoolError when none of that name is recorded or Ray cannot be reached."""
+    from .pool import Pool, service
+    address = service.resolve_address(name, ray_address)
+    if address is None:
+        raise PoolError(f"no running pool named {name!r} is recorded and no --address/RAY_ADDRESS was given (start one "
+                        f"with `colibri pool start CONFIG --pool {name}`; `colibri pool list` shows them)")
+    served = (service.read_state(name) or {}).get("model")
+    if model and served and os.path.realpath(served) != os.path.realpath(model):
+        raise InvalidArgument(f"pool {name!r} serves {served}, but the model asked is {model}", parameter="pool",
+                              value=name)
+    try:
+        pool = Pool.attach(name, ray_address=address)
+    except PoolError:
+        raise
+    except Exception as exc:           # Ray cannot connect: the head is gone
+        raise PoolError(f"pool {name!r}: cannot reach Ray at {address} ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
+    if w8a8 is not None and pool.w8a8 != bool(w8a8):
+        pool.shutdown()
+        raise InvalidArgument(f"pool {name!r} runs w8a8={pool.w8a8} but w8a8={bool(w8a8)} was asked: a token's bits "
+                              f"would depend on the pool; ask w8a8={pool.w8a8} or start the pool with pool.w8a8: "
+                              f"{str(bool(w8a8)).lower()}", parameter="w8a8", value=w8a8)
+    return pool
+
+
+def _check_model(args):
+    if not args.model:
+        raise InvalidArgument("model (a .colibri file) is required", parameter="model", value=args.model)
+    if not os.path.exists(args.model):
+        raise InvalidArgument(f"model: {args.model}: no such file", parameter="model", value=args.model)
