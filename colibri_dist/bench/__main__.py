@@ -1,9 +1,11 @@
-"""Dispatch `python -m colibri_dist.bench NAME ...` to colibri_dist.bench.NAME.main(argv)."""
+"""Dispatch `python -m colibri_dist.bench NAME ...` to the main(argv) of NAME's module (MODULES)."""
 import importlib
 import sys
 
 NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer", "prefix", "levels",
          "scale"]
+# NAME -> its module under colibri_dist.bench
+MODULES = {name: name for name in NAMES}
 
 
 def main(argv=None):
@@ -11,7 +13,7 @@ def main(argv=None):
     if not argv or argv[0] not in NAMES:
         print(f"usage: python -m colibri_dist.bench {{{','.join(NAMES)}}} [options]", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"colibri_dist.bench.{argv[0]}")
+    module = importlib.import_module(f"colibri_dist.bench.{MODULES[argv[0]]}")
     return module.main(argv[1:])
 
 

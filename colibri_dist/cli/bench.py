@@ -20,11 +20,13 @@ def register(subparsers):
 def main(args):
     import importlib
 
+    from ..bench.__main__ import MODULES
     from ..errors import InvalidArgument
+    path = f"colibri_dist.bench.{MODULES[args.name]}"
     try:
-        module = importlib.import_module(f"colibri_dist.bench.{args.name}")
+        module = importlib.import_module(path)
     except ModuleNotFoundError as exc:
-        if exc.name != f"colibri_dist.bench.{args.name}":
+        if exc.name not in (path, path.rpartition(".")[0]):
             raise
         raise InvalidArgument(f"benchmark {args.name!r} is not built in this install") from None
     return module.main(list(args.options))
