@@ -5,7 +5,7 @@ import sys
 NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer", "prefix", "levels",
          "scale"]
 # NAME -> its module under colibri_dist.bench
-MODULES = {name: name for name in NAMES}
+MODULES = {name: name for name in NAMES} | {"kernels": "kernels.run", "levels": "kernels.levels", "model_ops": "kernels.ops"}
 
 
 def main(argv=None):

@@ -118,7 +118,7 @@ def transformers_bf16(src, cfg, threads, rng):
 
 
 def main(argv=None):
-    from .kernels import machine, read_bandwidth
+    from .kernels.run import machine, read_bandwidth
     ap = argparse.ArgumentParser(prog="python -m colibri_dist.bench model", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small shapes: proves the benchmark runs")
     ap.add_argument("--threads", type=int, default=os.cpu_count())

@@ -86,7 +86,7 @@ def _one(args, name, runs, files, paths, t):
 
 
 def rounds(args, files, paths, t):
-    from .kernels import read_bandwidth
+    from .kernels.run import read_bandwidth
     runs = [(args.prompt, args.gen, [1]), (args.decode_prompt, args.gen, args.parallel)]
     names = interleave([f"llama.cpp {k}" for k in files], list(paths))
     files = {f"llama.cpp {k}": v for k, v in files.items()}
@@ -138,7 +138,7 @@ def token_bytes(t, files, paths, cfg):
 
 
 def main(argv=None):
-    from .kernels import machine
+    from .kernels.run import machine
     from .model import FULL, QUICK
     args = parse_args(list(sys.argv[2:] if argv is None else argv))
     cfg = QUICK if args.quick else FULL

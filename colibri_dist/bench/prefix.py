@@ -65,7 +65,7 @@ def run(path, rows, caching, threads, w8a8, step_tokens=2048):
 
 
 def main(argv=None):
-    from .kernels import machine
+    from .kernels.run import machine
     args = _args(argv)
     path = args.model
     if path is None:

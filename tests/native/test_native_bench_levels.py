@@ -2,7 +2,7 @@
 every level asked for that this CPU has, and a level it lacks is skipped with a message naming it."""
 import json
 
-from colibri_dist.bench.levels import main
+from colibri_dist.bench.kernels.levels import main
 from colibri_dist.native import simd_levels
 
 

@@ -1,7 +1,7 @@
 """`python -m colibri_dist.bench model_ops --quick` runs end to end and writes its documented JSON."""
 import json
 
-from colibri_dist.bench.model_ops import main
+from colibri_dist.bench.kernels.ops import main
 
 
 def test_quick_bench_writes_every_case(tmp_path, capsys):

@@ -3,8 +3,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from colibri_dist.bench import kernels_table as kt  # noqa: E402
-from colibri_dist.bench.kernels_table import MODES, bandwidth_markdown, kernels_table, levels_for, markdown  # noqa: E402
+from colibri_dist.bench.kernels import table as kt  # noqa: E402
+from colibri_dist.bench.kernels.table import MODES, bandwidth_markdown, kernels_table, levels_for, markdown  # noqa: E402
 from colibri_dist.native import simd_available  # noqa: E402
 
 
@@ -26,7 +26,7 @@ def test_table_has_every_mode_level_and_batch(monkeypatch):
 
 
 def test_expert_shapes_rows_and_markdown():
-    from colibri_dist.bench.kernels_shapes import MODES as SHAPE_MODES, expert_shapes, shapes_markdown
+    from colibri_dist.bench.kernels.shapes import MODES as SHAPE_MODES, expert_shapes, shapes_markdown
     rows = expert_shapes(threads=1, bw=1e10, hidden=64, inter=32, tokens=[1, 3], min_bytes=1 << 16, passes=1,
                          log=lambda *a: None)
     assert {(r["mode"], r["tokens"]) for r in rows} == {(m, n) for m in SHAPE_MODES for n in (1, 3)}

@@ -88,7 +88,7 @@ def _order(names, r):
 
 
 def one_round(plan, r, log):
-    from ..kernels import read_bandwidth
+    from ..kernels.run import read_bandwidth
     bw, _ = read_bandwidth(plan.bw_mib, plan.threads)
     rec = {"round": r, "load_before": os.getloadavg()[0], "read_bandwidth": bw,
            "disk": disk.read_rate(plan.container, plan.expert_bytes, threads=plan.threads),

@@ -176,7 +176,7 @@ def routing_in_child(container, threads):
 
 
 def main(argv=None):
-    from ..kernels import machine
+    from ..kernels.run import machine
     from . import report as rep, summary
     args = parse_args(list(sys.argv[2:] if argv is None else argv))
     cfg = shapes.config(args.shape, args.layers)

@@ -12,11 +12,11 @@ import tempfile
 
 import numpy as np
 
-from ..format.convert import convert
-from ..format.reader import open_model
-from ..format.layout import SCHEMES
-from ..format.tiny import FAMILIES, write_tiny
-from ..native import Runtime, expert_view
+from ...format.convert import convert
+from ...format.reader import open_model
+from ...format.layout import SCHEMES
+from ...format.tiny import FAMILIES, write_tiny
+from ...native import Runtime, expert_view
 
 
 def _cosine(a, b):

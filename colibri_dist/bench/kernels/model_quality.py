@@ -23,9 +23,9 @@ def model_quality(presets=PRESETS, n_tokens=48, seed=3, families=None):
     """[{family, experts, dense, w8a8, cosine, top1}] per family x preset x switch."""
     import torch
 
-    from ..format.convert import convert
-    from ..format.tiny import FAMILIES, write_tiny
-    from ..model.llm import LLM
+    from ...format.convert import convert
+    from ...format.tiny import FAMILIES, write_tiny
+    from ...model.llm import LLM
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for family in families or FAMILIES:

@@ -13,8 +13,8 @@ import sys
 
 import numpy as np
 
-from ..native import AttnSpec, Runtime, kv_write, quantized_matrix, simd_name
-from .kernels import _best, machine
+from ...native import AttnSpec, Runtime, kv_write, quantized_matrix, simd_name
+from .run import _best, machine
 
 FULL = dict(dim=4096, prefill=64, ctx=4096, prompt=512, heads=32, kv_heads=8, head_dim=128, mla_heads=128)
 QUICK = dict(dim=512, prefill=16, ctx=256, prompt=64, heads=8, kv_heads=2, head_dim=64, mla_heads=16)

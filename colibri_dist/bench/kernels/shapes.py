@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-from ..format.quantize import pack_expert
-from ..native import Runtime, expert_view
+from ...format.quantize import pack_expert
+from ...native import Runtime, expert_view
 
 MODES = ["int4-g64", "int4-g64+w4a8", "int4-g32", "int4-g32+w4a8", "int8", "int8+w8a8"]
 TOKENS = [1, 2, 4, 8, 16, 32, 256]

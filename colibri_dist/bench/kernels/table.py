@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
-from ..format.quantize import pack_expert
-from ..native import ExpertTable, Gating, Runtime, expert_view, simd_available, simd_force
+from ...format.quantize import pack_expert
+from ...native import ExpertTable, Gating, Runtime, expert_view, simd_available, simd_force
 
 MODES = ["int8", "int8+w8a8", "int4-g32", "int4-g32+w4a8", "int4-g64", "int4-g64+w4a8"]
 

@@ -2,7 +2,7 @@
 
 Role: the same-run comparison behind a kernel choice per level (docs/PERFORMANCE.md "Issue 18 on a Zen 5").
 One OLMoE-sized expert per scheme is copied into more buffers than the last-level cache holds (as in
-kernels_shapes.py, so the weights stream from memory); every round times each (tokens, mode) on each level
+kernels/shapes.py, so the weights stream from memory); every round times each (tokens, mode) on each level
 in turn, the level order reversed every other round, and the report keeps the median over rounds of each
 round's best pass. Speed differences between levels are all it measures: the levels give the same bits
 (tests/native). Prints a table, writes JSON. No thresholds.
@@ -14,8 +14,8 @@ import sys
 
 import numpy as np
 
-from ..native import Runtime, simd_force, simd_levels
-from .kernels_shapes import _copies, _time_pass
+from ...native import Runtime, simd_force, simd_levels
+from .shapes import _copies, _time_pass
 
 MODES = ["int4-g64+w4a8", "int4-g32+w4a8", "int8+w8a8"]
 TOKENS = [1, 4, 8, 32, 256]
@@ -67,7 +67,7 @@ def measure(args, levels, modes, tokens):
 
 
 def main(argv=None):
-    from .kernels import machine
+    from .run import machine
     args = parse_args(list(sys.argv[2:] if argv is None else argv))
     levels = available(args.levels)
     if not levels:

@@ -2,16 +2,16 @@
 
 Role: measures, in one run, (1) the machine's memory read bandwidth (numpy
 reductions over a buffer far larger than L3, 1..N threads); (2) the kernels
-table (bench/kernels_table.py): one OLMoE-sized MoE layer at batch 1, 16, 256
+table (bench/kernels/table.py): one OLMoE-sized MoE layer at batch 1, 16, 256
 and 2048 in every weight mode (int8, int8 + w8a8, int4-g32/g64 weight-only and
 + w4a8) on every SIMD level this CPU has, next to the transformers fp32 and bf16
 blocks, as tokens/s and ratios to the bandwidth and to torch; (2b) one expert
 streamed from memory at 1-32 tokens and a prefill block per mode, GB/s vs the
-bandwidth (bench/kernels_shapes.py; `--shapes-only` runs just (1) and this); (3) one Mixtral-sized int8
+bandwidth (bench/kernels/shapes.py; `--shapes-only` runs just (1) and this); (3) one Mixtral-sized int8
 expert at batch 1 vs bandwidth; (4) quality of every scheme vs the fp32 block
-(a random OLMoE block, and the five oracle families: bench/kernels_quality.py);
+(a random OLMoE block, and the five oracle families: bench/kernels/quality.py);
 (4b) whole-model logits cosine / top-1 vs the fp32 model for int8 / int4 presets, weight-only
-and with the w8a8 switch (w8a8 + w4a8) (bench/kernels_model_quality.py; `--model-quality-only`);
+and with the w8a8 switch (w8a8 + w4a8) (bench/kernels/model_quality.py; `--model-quality-only`);
 (5) routing ns/token vs numpy argpartition and torch.topk. Prints, writes JSON
 with the machine (CPU flags, load average before and after). No thresholds.
 """
@@ -24,13 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..format.quantize import pack_expert
-from ..native import Gating, Runtime, expert_view, gate_logits, simd_levels, simd_name
-from .kernels_model_quality import model_quality, model_quality_markdown
-from .kernels_quality import oracle_quality
-from .kernels_shapes import expert_shapes, shapes_markdown
-from .kernels_table import bandwidth_markdown, kernels_table, markdown
-from .kernels_table import best_time as _best
+from ...format.quantize import pack_expert
+from ...native import Gating, Runtime, expert_view, gate_logits, simd_levels, simd_name
+from .model_quality import model_quality, model_quality_markdown
+from .quality import oracle_quality
+from .shapes import expert_shapes, shapes_markdown
+from .table import bandwidth_markdown, kernels_table, markdown
+from .table import best_time as _best
 
 FULL = dict(hidden=2048, inter=1024, experts=64, top_k=8, batches=[1, 16, 256, 2048], mixtral=(4096, 14336),
             bw_mib=1024, shapes_bytes=96 << 20)
@@ -78,7 +78,7 @@ def quality_bench(rng):
     import torch
     from transformers.models.olmoe.configuration_olmoe import OlmoeConfig
     from transformers.models.olmoe.modeling_olmoe import OlmoeSparseMoeBlock
-    from ..format.layout import SCHEMES
+    from ...format.layout import SCHEMES
     torch.manual_seed(1)
     H, I, E, K = 512, 256, 16, 4
     block = OlmoeSparseMoeBlock(OlmoeConfig(hidden_size=H, intermediate_size=I, num_experts=E,
