@@ -5,7 +5,8 @@ import sys
 NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer", "prefix", "levels",
          "scale"]
 # NAME -> its module under colibri_dist.bench
-MODULES = {name: name for name in NAMES} | {"kernels": "kernels.run", "levels": "kernels.levels", "model_ops": "kernels.ops"}
+MODULES = {name: name for name in NAMES} | {"kernels": "kernels.run", "levels": "kernels.levels", "model_ops": "kernels.ops",
+                                           "model": "model.run", "peer": "model.peer"}
 
 
 def main(argv=None):

@@ -198,7 +198,7 @@ def targets(result):
 
 
 def main(argv=None):
-    from .model import FULL, QUICK, checkpoint
+    from .model.run import FULL, QUICK, checkpoint
     from .pool_scale import generation, simulation
     from ..pool.ray_setup import connect, disconnect
     args = parse_args(argv)

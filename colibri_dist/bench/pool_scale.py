@@ -2,7 +2,7 @@
 
 Role: called by bench/pool.py main (`python -m colibri_dist.bench pool`):
   generation   aggregate decode tok/s of N concurrent greedy sequences on the whole-model bench
-               model (bench/model.py's OLMoE-shaped checkpoint): LLM in process vs RunnerPool
+               model (bench/model/run.py's OLMoE-shaped checkpoint): LLM in process vs RunnerPool
                (1 runner, W workers) with 1 and 2 lanes, tokens checked identical;
   simulation   throughput vs simulated worker count on several raylets (testing/simulate.py), the
                workers' per-row delay calibrated from the generation run's measured worker busy time.

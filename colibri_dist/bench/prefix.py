@@ -7,7 +7,7 @@ LLM(enable_prefix_caching=False) and once with it on (the default), on the same 
 Rows whose prefix blocks another row computes in this step wait one step and match them (scheduler.py),
 so the prefix is computed once. Prints and writes both wall times, the prompt tokens actually fed, the
 hit rate and their ratio, and asserts the two runs gave the same tokens and logprobs bit for bit. Default model: the whole-model
-benchmark's OLMoE-shaped container (bench/model.py, made once under --cache).
+benchmark's OLMoE-shaped container (bench/model/run.py, made once under --cache).
 """
 import argparse
 import json
@@ -69,7 +69,7 @@ def main(argv=None):
     args = _args(argv)
     path = args.model
     if path is None:
-        from .model import FULL, checkpoint
+        from .model.run import FULL, checkpoint
         _, path = checkpoint(FULL, args.cache)
     from ..format.reader import open_model
     m = open_model(path)

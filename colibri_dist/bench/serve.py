@@ -51,7 +51,7 @@ def _model(args):
     root = os.path.join(os.path.expanduser("~"), ".cache", "colibri")
     if args.quick:
         return _demo(root)
-    from .model import FULL, checkpoint
+    from .model.run import FULL, checkpoint
     return checkpoint(FULL, root)[1]
 
 

@@ -161,7 +161,7 @@ def test_the_benchmarks_expert_precheck_checks_every_expert_once(model_copy):
     """bench's check_experts runs the first-use check of every expert before timing: the count of checked
     tensors covers all experts, a forward adds none of them, and a damaged expert is named."""
     from types import SimpleNamespace
-    from colibri_dist.bench.peer_colibri import check_experts
+    from colibri_dist.bench.model.peer_colibri import check_experts
     path = model_copy("mixtral")
     with cd.Engine(path, threads=1) as eng:
         cfg = eng.model.config

@@ -2,8 +2,8 @@
 on a made-up report (the benchmark itself needs a llama.cpp build and is never run by the tests)."""
 import pytest
 
-from colibri_dist.bench import peer, peer_llama
-from colibri_dist.bench.peer_table import markdown, summarize
+from colibri_dist.bench.model import peer, peer_llama
+from colibri_dist.bench.model.peer_table import markdown, summarize
 
 
 def test_defaults_and_lists():

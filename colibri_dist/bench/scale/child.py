@@ -82,7 +82,7 @@ def main(argv=None):
     ap.add_argument("--profile-steps", type=int, default=0,
                     help="then profile this many 1-sequence decode steps (Python vs the C core; 0 = no)")
     args = ap.parse_args(argv)
-    from ..peer_colibri import check_experts, prefault_kv
+    from ..model.peer_colibri import check_experts, prefault_kv
     from ...model import LLM
     pls = [int(p) for p in args.parallel.split(",") if p]
     rng = np.random.default_rng(0)

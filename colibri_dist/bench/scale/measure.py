@@ -17,7 +17,7 @@ import sys
 
 from . import disk
 from .limits import MemoryLimit, drop_cache, run_counted
-from .. import peer_llama
+from ..model import peer_llama
 
 
 def _colibri_cmd(plan, cache_bytes, prompt, gen, parallel, kv_bytes, precheck=True, policy="lru"):

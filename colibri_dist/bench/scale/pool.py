@@ -90,7 +90,7 @@ def measure(llm, work, gen, reads):
 def in_process(plan, work, rec):
     """The LLM in this process with the whole model in RAM: every expert read once, warmed up, measured."""
     from ...model import LLM
-    from ..peer_colibri import check_experts
+    from ..model.peer_colibri import check_experts
     with LLM(plan.container, **llm_options(plan)) as llm:
         rec["precheck_s"] = check_experts(llm)
         warm_up(llm, work)

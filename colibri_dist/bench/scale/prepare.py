@@ -55,7 +55,7 @@ def _measured(cmd, env=None):
 def ggufs(t, hf, d, types, threads):
     """{type: path} and {step: {seconds, peak_rss}} of llama.cpp's files: convert_hf_to_gguf to Q8_0, then
     llama-quantize --allow-requantize to each type."""
-    from .. import peer_llama
+    from ..model import peer_llama
     work = os.path.join(d, "gguf")
     os.makedirs(work, exist_ok=True)
     steps, q8 = {}, os.path.join(work, "model-Q8_0.gguf")

@@ -189,7 +189,7 @@ def main(argv=None):
         print(f"bench scale: the pool stage is skipped: {args.pool_skipped}", flush=True)
     tools = None
     if args.llama_bin:
-        from .. import peer_llama
+        from ..model import peer_llama
         tools = peer_llama.tools(args.llama_bin)       # fails first, before anything heavy
     d = prepare.folder(args.work, args.shape, args.layers, routing)
     try:

@@ -22,7 +22,7 @@ def token_bytes(plan):
     """{engine: weight bytes one decode token reads}: the container's (Plan) and each GGUF's tensor table."""
     out = {"colibri": plan.token_bytes}
     if plan.tools is not None:
-        from .. import peer_llama
+        from ..model import peer_llama
         for typ, path in plan.ggufs.items():
             out[f"llama.cpp {typ}"], _ = peer_llama.gguf_token_bytes(plan.tools, path, plan.top_k, plan.n_experts)
     return out

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from ..format.presets import PRESETS
+from ...format.presets import PRESETS
 
 # column name: (experts, dense, lm_head, LLM keyword arguments; w8a8 spelled out, whatever LLM's default)
 ENGINES = {
@@ -27,7 +27,7 @@ ENGINES = {
 
 def container(hf_dir, cache_dir, experts, dense, lm_head):
     """Path of the checkpoint converted with these encodings (made once)."""
-    from ..format.convert import convert
+    from ...format.convert import convert
     name = "model-int8.colibri" if (experts, dense, lm_head) == ("int8",) * 3 else \
         f"model-{experts}-dense-{dense}-head-{lm_head}.colibri"
     path = os.path.join(cache_dir, name)
@@ -87,8 +87,8 @@ def run_pl(llm, rng, prompt, gen, pl):
 
 def measure(path, kwargs, threads, runs, seed=0):
     """{(prompt, gen): {pl: speeds}} for runs = [(prompt, gen, [pl, ...]), ...] on one LLM, plus bytes/token."""
-    from ..model import LLM
-    from ..format import token_bytes
+    from ...model import LLM
+    from ...format import token_bytes
     rng = np.random.default_rng(seed)
     out = {}
     most = max(pl * (prompt + gen) for prompt, gen, pls in runs for pl in pls)

@@ -41,7 +41,7 @@ def checkpoint(cfg, root):
         model.save_pretrained(src)
         del model
     if not os.path.exists(dst):
-        from ..format.convert import convert
+        from ...format.convert import convert
         convert(src, dst, experts="int8", dense="int8", progress=False, force=True)
     return src, dst
 
@@ -55,12 +55,12 @@ def _timed(fn):
 def decode_bytes_per_token(llm):
     """Bytes one decode token reads: every dense matrix (attention, lm_head, dense MLPs), the routers, shared
     experts and top_k experts per MoE layer (format/token_bytes.py, the same count `colibri convert` prints)."""
-    from ..format import token_bytes
+    from ...format import token_bytes
     return token_bytes.ours(llm.engine.model)["total"]
 
 
 def ours(path, cfg, threads, rng, w8a8=False):
-    from ..model import LLM
+    from ...model import LLM
     from .peer_colibri import check_experts, prefault_kv
     out = {}
     with LLM(path, threads=threads, kv_cache_bytes=1 << 30, w8a8=w8a8) as llm:
@@ -118,7 +118,7 @@ def transformers_bf16(src, cfg, threads, rng):
 
 
 def main(argv=None):
-    from .kernels.run import machine, read_bandwidth
+    from ..kernels.run import machine, read_bandwidth
     ap = argparse.ArgumentParser(prog="python -m colibri_dist.bench model", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small shapes: proves the benchmark runs")
     ap.add_argument("--threads", type=int, default=os.cpu_count())

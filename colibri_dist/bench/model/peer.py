@@ -1,6 +1,6 @@
 """`python -m colibri_dist.bench peer --llama-bin DIR`: colibri against llama.cpp on this machine, same run.
 
-Role: one run measures, on the whole-model benchmark's checkpoint (bench/model.py: OLMoE-shaped, 4 layers,
+Role: one run measures, on the whole-model benchmark's checkpoint (bench/model/run.py: OLMoE-shaped, 4 layers,
 hidden 2048, 64 experts top 8, vocab 50304, random bf16 weights), llama.cpp on GGUF files of it (f16 by its
 converter, then Q8_0 / Q4_0 / Q4_K_M by llama-quantize; peer_llama.py) and colibri in several encodings and
 modes (peer_colibri.py). Engines alternate within each round (the order reverses every other round), one
@@ -86,7 +86,7 @@ def _one(args, name, runs, files, paths, t):
 
 
 def rounds(args, files, paths, t):
-    from .kernels.run import read_bandwidth
+    from ..kernels.run import read_bandwidth
     runs = [(args.prompt, args.gen, [1]), (args.decode_prompt, args.gen, args.parallel)]
     names = interleave([f"llama.cpp {k}" for k in files], list(paths))
     files = {f"llama.cpp {k}": v for k, v in files.items()}
@@ -110,7 +110,7 @@ def _brief(e, args):
 
 
 def prepare(args, cfg):
-    from .model import checkpoint
+    from .run import checkpoint
     t = peer_llama.tools(args.llama_bin)        # fails first, before anything heavy
     hf_dir, _ = checkpoint(cfg, args.cache)
     cache_dir = os.path.dirname(hf_dir)
@@ -123,8 +123,8 @@ def prepare(args, cfg):
 def token_bytes(t, files, paths, cfg):
     """{engine: bytes per decode token} from the GGUF tables and the containers; llama.cpp's also estimated
     from the int8 container's shapes by format.token_bytes (to check that estimate against the real file)."""
-    from ..format import token_bytes as tb
-    from ..format.reader import open_model
+    from ...format import token_bytes as tb
+    from ...format.reader import open_model
     out, est = {}, {}
     for typ, path in files.items():
         out[f"llama.cpp {typ}"], _ = peer_llama.gguf_token_bytes(t, path, cfg["top_k"], cfg["experts"])
@@ -138,8 +138,8 @@ def token_bytes(t, files, paths, cfg):
 
 
 def main(argv=None):
-    from .kernels.run import machine
-    from .model import FULL, QUICK
+    from ..kernels.run import machine
+    from .run import FULL, QUICK
     args = parse_args(list(sys.argv[2:] if argv is None else argv))
     cfg = QUICK if args.quick else FULL
     report = {"command": " ".join([sys.executable, "-m", "colibri_dist.bench", "peer"] +
