@@ -6,7 +6,7 @@ NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "g
          "scale"]
 # NAME -> its module under colibri_dist.bench
 MODULES = {name: name for name in NAMES} | {"kernels": "kernels.run", "levels": "kernels.levels", "model_ops": "kernels.ops",
-                                           "model": "model.run", "peer": "model.peer"}
+                                           "model": "model.run", "peer": "model.peer", "store": "store.run"}
 
 
 def main(argv=None):

@@ -1,7 +1,7 @@
 """The benchmark's cache simulator against hand-checked cases and Belady's bound."""
 import pytest
 
-from colibri_dist.bench import store_traces as st
+from colibri_dist.bench.store import traces as st
 
 
 def test_store_traces_belady_and_policies_small_case():

@@ -13,8 +13,8 @@ import zlib
 
 import numpy as np
 
-from ..format.quantize import pack_expert
-from ..store import ExpertStore
+from ...format.quantize import pack_expert
+from ...store import ExpertStore
 
 ALIGN = 4096
 
@@ -77,7 +77,7 @@ def drop_caches():
 
 def raw_read(path, direct, chunk=8 << 20):
     """Sequential read of a whole file into one reused aligned buffer: GB/s."""
-    from ..store.buffers import aligned_empty
+    from ...store.buffers import aligned_empty
     buf = aligned_empty(chunk)
     fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if direct else 0))
     total, t0 = 0, time.perf_counter()
@@ -183,7 +183,7 @@ def _prefetch_speed(model, rounds=3):
 
 def _fresh_copy_speed(nbytes, count):
     """Baseline for filling an empty cache: copy into newly allocated aligned buffers."""
-    from ..store.buffers import aligned_empty
+    from ...store.buffers import aligned_empty
     src = np.ones(nbytes, np.uint8)
     keep, t0 = [], time.perf_counter()
     for _ in range(count):
@@ -194,7 +194,7 @@ def _fresh_copy_speed(nbytes, count):
 
 
 def _spill_checksum_speed(buf, reps=8):
-    from ..store.spill import checksum
+    from ...store.spill import checksum
     t0 = time.perf_counter()
     for _ in range(reps):
         checksum(buf)

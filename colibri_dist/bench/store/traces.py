@@ -12,7 +12,7 @@ at step i-1 is loaded and protected until its first use (or two steps later).
 """
 import numpy as np
 
-from ..store.policies import make_policy
+from ...store.policies import make_policy
 
 
 def zipf_trace(n_layers=8, n_experts=64, top_k=4, batch=4, steps=400, s=1.1, locality=0.6,

@@ -28,7 +28,7 @@ def _norm_weight(model, layer, hidden):
 
 def record_trace(colibri_path, batches, batch, seed=0, zipf_s=1.2, cache_experts=4):
     """(trace, lookahead predictions, engine stats) for one converted model."""
-    from ..engine import Engine
+    from ...engine import Engine
     rng = np.random.default_rng(seed)
     with Engine(colibri_path, threads=1, cache_bytes=None) as probe:
         layout = probe.store.source.layout(probe.model.moe_layers[0], 0)
@@ -56,8 +56,8 @@ def record_trace(colibri_path, batches, batch, seed=0, zipf_s=1.2, cache_experts
 
 
 def convert_tiny(family, workdir, scheme="int8"):
-    from ..format.convert import convert
-    from ..format.tiny import write_tiny
+    from ...format.convert import convert
+    from ...format.tiny import write_tiny
     src = os.path.join(workdir, f"tiny-{family}")
     dst = os.path.join(workdir, f"tiny-{family}-{scheme}.colibri")
     if not os.path.exists(dst):

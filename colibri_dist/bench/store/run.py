@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from . import store_tiers, store_traces, store_zstd
+from . import tiers, traces, zstd
 
 FRACTIONS = (0.05, 0.1, 0.25, 0.5)
 
@@ -40,10 +40,10 @@ def _args(argv):
 
 def bench_tiers(workdir, quick, drop):
     hidden, inter, n = (512, 256, 24) if quick else (2048, 1024, 96)   # full: OLMoE-sized experts
-    blobs = store_tiers.make_blobs(hidden, inter, "int8", count=4)
-    model = store_tiers.BlobFile(os.path.join(workdir, "experts.bin"), blobs, n)
+    blobs = tiers.make_blobs(hidden, inter, "int8", count=4)
+    model = tiers.BlobFile(os.path.join(workdir, "experts.bin"), blobs, n)
     try:
-        r = store_tiers.tier_speeds(model, workdir, drop)
+        r = tiers.tier_speeds(model, workdir, drop)
     finally:
         model.close()
     r.update(hidden=hidden, inter=inter, scheme="int8")
@@ -54,9 +54,9 @@ def bench_zstd(workdir, quick, disk_gbs):
     hidden, inter = (512, 256) if quick else (2048, 1024)
     samples = {}
     for scheme in ("int8", "bf16"):
-        samples[f"random-normal {scheme} {hidden}x{inter}"] = store_tiers.make_blobs(hidden, inter, scheme, 1)[0][0]
+        samples[f"random-normal {scheme} {hidden}x{inter}"] = tiers.make_blobs(hidden, inter, scheme, 1)[0][0]
     try:
-        from ..format.reader import open_model
+        from ...format.reader import open_model
         for scheme in ("int8", "bf16"):
             path = _tiny(workdir, "mixtral", scheme)
             with open_model(path) as m:
@@ -67,27 +67,27 @@ def bench_zstd(workdir, quick, disk_gbs):
     else:
         samples_note = None
     levels = (1, 3) if quick else (1, 3, 9)
-    rows = store_zstd.zstd_table(samples, levels, disk_gbs)
+    rows = zstd.zstd_table(samples, levels, disk_gbs)
     return {"disk_gbs": disk_gbs, "rows": rows, "note": samples_note}
 
 
 def _tiny(workdir, family, scheme):
-    from .store_models import convert_tiny
+    from .models import convert_tiny
     return convert_tiny(family, workdir, scheme)
 
 
 def bench_policies(quick):
     n_layers, n_experts = (4, 32) if quick else (8, 64)
-    trace = store_traces.zipf_trace(n_layers=n_layers, n_experts=n_experts, top_k=4, batch=4,
+    trace = traces.zipf_trace(n_layers=n_layers, n_experts=n_experts, top_k=4, batch=4,
                                     steps=400 if quick else 4000)
-    preds = store_traces.noisy_predictions(trace, recall=0.7, n_experts=n_experts)
+    preds = traces.noisy_predictions(trace, recall=0.7, n_experts=n_experts)
     return {"trace": {"kind": "zipf", "s": 1.1, "locality": 0.6, "layers": n_layers, "experts": n_experts,
                       "top_k": 4, "batch": 4, "steps": len(trace), "prefetch_recall": 0.7},
-            "rows": store_traces.place_policies(trace, n_layers * n_experts, FRACTIONS, preds)}
+            "rows": traces.place_policies(trace, n_layers * n_experts, FRACTIONS, preds)}
 
 
 def bench_model_traces(workdir, quick):
-    from .store_models import record_trace
+    from .models import record_trace
     out = []
     for family in (("mixtral",) if quick else ("mixtral", "olmoe", "qwen2_moe")):
         trace, preds, stats, n_experts, n_layers = record_trace(
@@ -96,7 +96,7 @@ def bench_model_traces(workdir, quick):
         out.append({"family": family, "layers": n_layers, "experts": n_experts, "steps": len(trace),
                     "lookahead": stats["lookahead"], "engine_store": {k: stats[k] for k in (
                         "hits", "misses", "prefetch_issued", "prefetch_used", "evictions")},
-                    "rows": store_traces.place_policies(trace, n_total, (0.25, 0.5, 0.75), preds)})
+                    "rows": traces.place_policies(trace, n_total, (0.25, 0.5, 0.75), preds)})
     return out
 
 
@@ -144,7 +144,7 @@ def main(argv=None):
         disk = results["tiers"]["raw_direct_gbs"]
         results["zstd"] = bench_zstd(workdir, args.quick, disk)
         results["policies"] = bench_policies(args.quick)
-        from .store_engine import engine_tiers
+        from .engine import engine_tiers
         results["engine"] = engine_tiers(workdir, args.quick)
         try:
             results["model_traces"] = bench_model_traces(workdir, args.quick)

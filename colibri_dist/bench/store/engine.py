@@ -43,8 +43,8 @@ def _time_layer(eng, x, reps):
 
 
 def engine_tiers(workdir, quick):
-    from ..engine import Engine
-    from ..format.convert import convert
+    from ...engine import Engine
+    from ...format.convert import convert
     hidden, inter, n_exp, k = (512, 256, 16, 4) if quick else (2048, 1024, 64, 8)
     src = write_checkpoint(os.path.join(workdir, "engine-src"), hidden, inter, n_exp, k)
     path = os.path.join(workdir, "engine.colibri")
