@@ -6,7 +6,8 @@ NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "g
          "scale"]
 # NAME -> its module under colibri_dist.bench
 MODULES = {name: name for name in NAMES} | {"kernels": "kernels.run", "levels": "kernels.levels", "model_ops": "kernels.ops",
-                                           "model": "model.run", "peer": "model.peer", "store": "store.run"}
+                                           "model": "model.run", "peer": "model.peer", "store": "store.run",
+                                           "convert": "format.convert", "integrity": "format.integrity"}
 
 
 def main(argv=None):

@@ -16,7 +16,7 @@ import numpy as np
 
 def _container(root, hidden, inter, experts, layers):
     from safetensors.numpy import save_file
-    from ..format.convert import convert
+    from ...format.convert import convert
     src, dst = os.path.join(root, "src"), os.path.join(root, "m.colibri")
     os.makedirs(src, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -67,7 +67,7 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=4)
     args = ap.parse_args(argv)
     import colibri_dist as cd
-    from ..format import integrity
+    from ...format import integrity
     with tempfile.TemporaryDirectory(prefix="colibri-bench-") as root:
         path = _container(root, args.hidden, args.inter, args.experts, args.layers)
         buf = np.frombuffer(open(path, "rb").read(), np.uint8)

@@ -160,7 +160,7 @@ def count_reads(path, layer, workdir):
 
 def pack_seconds(scheme, repeats=3):
     """Median time of pack_expert on one random expert of the bench shape (the quantizer's share)."""
-    from ..format.quantize import pack_expert
+    from ...format.quantize import pack_expert
     rng = np.random.default_rng(1)
     gate = rng.standard_normal((INTER, HIDDEN), dtype=np.float32) * 0.02
     up, down = gate.copy(), np.ascontiguousarray(gate.T)
