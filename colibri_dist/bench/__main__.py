@@ -7,7 +7,8 @@ NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "g
 # NAME -> its module under colibri_dist.bench
 MODULES = {name: name for name in NAMES} | {"kernels": "kernels.run", "levels": "kernels.levels", "model_ops": "kernels.ops",
                                            "model": "model.run", "peer": "model.peer", "store": "store.run",
-                                           "convert": "format.convert", "integrity": "format.integrity"}
+                                           "convert": "format.convert", "integrity": "format.integrity",
+                                           "pool": "pool.run"}
 
 
 def main(argv=None):

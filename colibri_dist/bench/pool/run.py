@@ -14,7 +14,7 @@ generator: Zipf token popularity, a few hot experts):
                under the model's Zipf-skewed routing.
   policy       cosine of routing.policy=balanced to exact routing on the same stream;
   throughput and overhead run twice: routing in the caller (default) and in the Router actor;
-then (bench/pool_scale.py) generation through sequence runners on the whole-model bench model and
+then (bench/pool/whole_model.py) generation through sequence runners on the whole-model bench model and
 the scale simulation on several raylets. Ratios are against baselines measured in the same run;
 results (and which targets of docs/POOL.md were met) go to JSON.
 """
@@ -31,9 +31,9 @@ import numpy as np
 
 def build_model(workdir, hidden, inter, experts, top_k, scheme="int8"):
     """A 1-layer demo-style Mixtral checkpoint converted to .colibri; returns (path, embed, token_probs)."""
-    from ..config import DemoConfig
-    from ..format.convert import convert
-    from ..jobs.demos.classifier import generate_weights, write_checkpoint
+    from ...config import DemoConfig
+    from ...format.convert import convert
+    from ...jobs.demos.classifier import generate_weights, write_checkpoint
     demo = DemoConfig(hidden=hidden, inter=inter, layers=1, experts=experts, top_k=top_k, vocab_size=512,
                       scheme=scheme)
     tensors, _, token_probs = generate_weights(demo)
@@ -62,8 +62,8 @@ def _time(fn, reps):
 
 
 def throughput(path, batches, sizes, threads, workers, reps, replicas, routing_at="caller"):
-    from ..engine import Engine
-    from ..pool import Pool
+    from ...engine import Engine
+    from ...pool import Pool
     rows = []
     with Engine(path, threads=threads) as eng, \
             Pool(path, workers=workers, threads_per_worker=max(1, threads // workers), routing_at=routing_at) as pool:
@@ -103,7 +103,7 @@ def _breakdown(before, after, calls):
 
 
 def imbalance(path, batches, n, n_batches, workers, replicas):
-    from ..pool import Pool
+    from ...pool import Pool
     out = {}
     for kind in ("token-bucket", "round-robin", "home"):
         with Pool(path, workers=workers, threads_per_worker=1, balancer=kind) as pool:
@@ -126,7 +126,7 @@ def imbalance(path, batches, n, n_batches, workers, replicas):
 
 
 def expert_skew(path, batches, n):
-    from ..engine import Engine
+    from ...engine import Engine
     with Engine(path, threads=1) as eng:
         layer = eng.model.moe_layers[0]
         idx, _ = eng.route(layer, batches(n))
@@ -135,8 +135,8 @@ def expert_skew(path, batches, n):
 
 
 def policy_cost(path, batches, n, n_batches):
-    from ..engine import Engine
-    from ..routing.policy import measure_cosine
+    from ...engine import Engine
+    from ...routing.policy import measure_cosine
     with Engine(path, threads=1) as eng:
         return measure_cosine(eng, eng.model.moe_layers[0], [batches(n) for _ in range(n_batches)])
 
@@ -198,9 +198,9 @@ def targets(result):
 
 
 def main(argv=None):
-    from .model.run import FULL, QUICK, checkpoint
-    from .pool_scale import generation, simulation
-    from ..pool.ray_setup import connect, disconnect
+    from ..model.run import FULL, QUICK, checkpoint
+    from .whole_model import generation, simulation
+    from ...pool.ray_setup import connect, disconnect
     args = parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     if args.quick:

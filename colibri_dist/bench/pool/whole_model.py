@@ -1,6 +1,6 @@
 """Pool benchmark, whole-model part: generation through sequence runners, and the scale simulation.
 
-Role: called by bench/pool.py main (`python -m colibri_dist.bench pool`):
+Role: called by bench/pool/run.py main (`python -m colibri_dist.bench pool`):
   generation   aggregate decode tok/s of N concurrent greedy sequences on the whole-model bench
                model (bench/model/run.py's OLMoE-shaped checkpoint): LLM in process vs RunnerPool
                (1 runner, W workers) with 1 and 2 lanes, tokens checked identical;
@@ -15,9 +15,9 @@ import numpy as np
 def generation(path, threads, workers, seqs, prompt_len, new_tokens, lanes_list=(1, 2)):
     """Aggregate decode tok/s of `seqs` concurrent greedy sequences: LLM in process (threads=T) vs
     RunnerPool(runners=1, workers=W, threads_per_worker=T/W, runner threads T) with 1 and 2 lanes."""
-    from ..generate import SamplingParams
-    from ..model import LLM
-    from ..pool.runners import RunnerPool
+    from ...generate import SamplingParams
+    from ...model import LLM
+    from ...pool.runners import RunnerPool
     rng = np.random.default_rng(1)
     llm_kw = dict(threads=threads, max_num_seqs=seqs, max_num_batched_tokens=max(2048, seqs * prompt_len),
                   kv_cache_bytes=1 << 30)
@@ -57,7 +57,7 @@ def generation(path, threads, workers, seqs, prompt_len, new_tokens, lanes_list=
 def simulation(path, worker_counts, runners, steps, batch, layers, row_s, raylets, min_request_rows=64):
     """Throughput vs simulated worker count (testing/simulate.py): tok/s and scaling efficiency; the
     largest count once more with PoolConfig.min_request_rows (fewer workers per call)."""
-    from ..testing.simulate import SimCluster, simulate
+    from ...testing.simulate import SimCluster, simulate
     sim = SimCluster(raylets=raylets)
     rows = []
     try:
