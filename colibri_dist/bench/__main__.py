@@ -8,7 +8,7 @@ NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "g
 MODULES = {name: name for name in NAMES} | {"kernels": "kernels.run", "levels": "kernels.levels", "model_ops": "kernels.ops",
                                            "model": "model.run", "peer": "model.peer", "store": "store.run",
                                            "convert": "format.convert", "integrity": "format.integrity",
-                                           "pool": "pool.run"}
+                                           "pool": "pool.run", "numa": "numa.run"}
 
 
 def main(argv=None):

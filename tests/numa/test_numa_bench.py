@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from colibri_dist import numa
-from colibri_dist.bench import numa as bench
+from colibri_dist.bench.numa import run as bench
 from colibri_dist.cli import main
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "sysfs")

@@ -4,8 +4,8 @@ import os
 import pytest
 
 from colibri_dist import config, numa
-from colibri_dist.bench import numa as bench
-from colibri_dist.bench.numa_config import load_experiment
+from colibri_dist.bench.numa import run as bench
+from colibri_dist.bench.numa.config import load_experiment
 from colibri_dist.errors import ConfigError
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")

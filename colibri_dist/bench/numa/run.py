@@ -32,9 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .. import numa
-from ..numa.plan import memory_nodes_for
-from .numa_config import MEMORY, THREADS, load_experiment
+from ... import numa
+from ...numa.plan import memory_nodes_for
+from .config import MEMORY, THREADS, load_experiment
 
 BASELINE = {"memory": "default", "threads": "unpinned"}
 SIZES = {  # quick / full
@@ -101,7 +101,7 @@ def _pin_each_thread(cpus):
     counter = itertools.count()
 
     def init():
-        from ..native import numa as native_numa
+        from ...native import numa as native_numa
         native_numa.pin_thread([cpus[next(counter) % len(cpus)]])
     return init
 
@@ -122,8 +122,8 @@ def _read_bandwidth(buf, cpus, pinned, repeats):
 def _ffn_throughput(policy, nodes, cpus, pinned, p):
     """Tokens/s of one int8 expert whose weights sit in a placed buffer; None + reason if unavailable."""
     try:
-        from ..format.quantize import pack_expert
-        from ..native import Runtime, expert_view
+        from ...format.quantize import pack_expert
+        from ...native import Runtime, expert_view
     except ImportError as exc:
         return None, f"native kernels unavailable ({exc})"
     rng = np.random.default_rng(0)
@@ -215,7 +215,7 @@ def run(p):
 
 def _simd():
     try:
-        from ..native import simd_name
+        from ...native import simd_name
         return simd_name()
     except Exception:
         return None

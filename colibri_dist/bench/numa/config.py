@@ -1,6 +1,6 @@
 """Experiment config for `colibri numa bench --config FILE` (configs/numa-experiment.yaml).
 
-Role: turns the YAML file into the parameter dict bench/numa.py runs with.
+Role: turns the YAML file into the parameter dict bench/numa/run.py runs with.
 Top-level sections: `numa_bench:` (this file's schema, below) and those of a
 pool service file (`model`, `pool`, `routing`: the shared shape of
 docs/ARCHITECTURE.md, validated by colibri_dist.config.load_service_config;
@@ -9,8 +9,8 @@ file:line:column and the key path.
 """
 import yaml
 
-from .. import config as cfg
-from ..errors import ConfigError
+from ... import config as cfg
+from ...errors import ConfigError
 
 MEMORY = ("default", "local", "remote", "interleave")
 THREADS = ("unpinned", "pinned")
