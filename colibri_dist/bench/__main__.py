@@ -4,11 +4,12 @@ import sys
 
 NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer", "prefix", "levels",
          "scale"]
-# NAME -> its module under colibri_dist.bench
-MODULES = {name: name for name in NAMES} | {"kernels": "kernels.run", "levels": "kernels.levels", "model_ops": "kernels.ops",
-                                           "model": "model.run", "peer": "model.peer", "store": "store.run",
-                                           "convert": "format.convert", "integrity": "format.integrity",
-                                           "pool": "pool.run", "numa": "numa.run"}
+# NAME -> its module under colibri_dist.bench: one folder per family
+MODULES = {"kernels": "kernels.run", "levels": "kernels.levels", "model_ops": "kernels.ops",
+           "model": "model.run", "peer": "model.peer", "scale": "scale.run",
+           "store": "store.run", "convert": "format.convert", "integrity": "format.integrity",
+           "pool": "pool.run", "numa": "numa.run",
+           "generate": "generation.generate", "prefix": "generation.prefix", "serve": "generation.serve"}
 
 
 def main(argv=None):

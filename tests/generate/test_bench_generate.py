@@ -1,7 +1,7 @@
 """`python -m colibri_dist.bench generate` runs and writes its JSON (a smoke test; no timing asserts)."""
 import json
 
-from colibri_dist.bench.generate import main
+from colibri_dist.bench.generation.generate import main
 
 
 def test_bench_generate_writes_json(tmp_path, capsys):

@@ -3,7 +3,7 @@ with the same bits with and without the cache (a smoke test; no timing asserts).
 import json
 
 import colibri_dist as cd
-from colibri_dist.bench.prefix import main
+from colibri_dist.bench.generation.prefix import main
 from colibri_dist.jobs.demos import llm as demo_llm
 
 

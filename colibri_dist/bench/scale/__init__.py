@@ -4,8 +4,3 @@ Role: the package of one benchmark; run.py is its entry point, the other files o
 checkpoint, routing, prepare, limits, disk, child, measure, summary, report; the pool stage: pool, pool_groups,
 pool_summary).
 """
-
-
-def main(argv=None):
-    from .run import main as run_main
-    return run_main(argv)

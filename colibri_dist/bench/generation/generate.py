@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from ..generate import SamplingParams, SchedulerConfig
-from ..generate.api import generate
+from ...generate import SamplingParams, SchedulerConfig
+from ...generate.api import generate
 
 
 def _args(argv):
@@ -143,7 +143,7 @@ def main(argv=None):
     res = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.version.split()[0]},
            "seqs": a.seqs, "prompt_tokens": a.prompt_tokens, "max_tokens": a.max_tokens}
     if a.model:
-        from ..model import LLM
+        from ...model import LLM
         t = time.perf_counter()
         llm = LLM(a.model, threads=a.threads)
         res["model"] = {"path": os.path.abspath(a.model), "load_s": time.perf_counter() - t,

@@ -42,8 +42,8 @@ def prompts(rows, prefix, suffix, vocab, seed=0):
 
 def run(path, rows, caching, threads, w8a8, step_tokens=2048):
     """-> (result dict, [(tokens, logprobs)] per row) of one generate() over `rows` with caching on or off."""
-    from ..generate import SamplingParams
-    from ..model.llm import LLM
+    from ...generate import SamplingParams
+    from ...model.llm import LLM
     n_tokens = sum(len(r) for r in rows)
     with LLM(path, threads=threads, w8a8=w8a8, enable_prefix_caching=caching, max_num_seqs=64,
              max_num_batched_tokens=step_tokens) as llm:
@@ -65,13 +65,13 @@ def run(path, rows, caching, threads, w8a8, step_tokens=2048):
 
 
 def main(argv=None):
-    from .kernels.run import machine
+    from ..kernels.run import machine
     args = _args(argv)
     path = args.model
     if path is None:
-        from .model.run import FULL, checkpoint
+        from ..model.run import FULL, checkpoint
         _, path = checkpoint(FULL, args.cache)
-    from ..format.reader import open_model
+    from ...format.reader import open_model
     m = open_model(path)
     try:
         vocab = int(m.meta["source_config"]["vocab_size"])

@@ -51,13 +51,13 @@ def _model(args):
     root = os.path.join(os.path.expanduser("~"), ".cache", "colibri")
     if args.quick:
         return _demo(root)
-    from .model.run import FULL, checkpoint
+    from ..model.run import FULL, checkpoint
     return checkpoint(FULL, root)[1]
 
 
 def _demo(root):
-    from ..format.convert import convert
-    from ..jobs.demos import llm as demo_llm
+    from ...format.convert import convert
+    from ...jobs.demos import llm as demo_llm
     d = os.path.join(root, "bench-serve-demo")
     dst = os.path.join(d, "m.colibri")
     if not os.path.exists(dst):
@@ -150,8 +150,8 @@ def _cpu_s(pid):
 
 
 def in_process(model, bodies, threads):
-    from ..generate import SamplingParams
-    from ..model import LLM
+    from ...generate import SamplingParams
+    from ...model import LLM
     with LLM(model, threads=threads, max_num_seqs=len(bodies)) as llm:
         eng = llm.new_engine()
         p = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
@@ -185,7 +185,7 @@ def _summary(ttfts, tokens, wall, cpu_s=None):
 def main(argv=None):
     args = _args(argv)
     model = _model(args)
-    from ..format.reader import open_model
+    from ...format.reader import open_model
     m = open_model(model)
     try:
         vocab = ((m.meta if isinstance(m.meta, dict) else {}).get("source_config") or {}).get("vocab_size", 64)
