@@ -1,6 +1,6 @@
 """`python -m colibri_dist.bench levels`: one expert's speed on every SIMD level this CPU has, alternated.
 
-Role: the same-run comparison behind a kernel choice per level (docs/PERFORMANCE.md "Issue 18 on a Zen 5").
+Role: the same-run comparison behind a kernel choice per level (docs/archive/PERFORMANCE-history.md "Issue 18 on a Zen 5").
 One OLMoE-sized expert per scheme is copied into more buffers than the last-level cache holds (as in
 kernels/shapes.py, so the weights stream from memory); every round times each (tokens, mode) on each level
 in turn, the level order reversed every other round, and the report keeps the median over rounds of each
