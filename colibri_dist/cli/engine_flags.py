@@ -50,7 +50,16 @@ def add_engine_flags(parser, names, defaults=None):
 
 
 def engine_args_of(args, names, **fixed):
-    """EngineArgs from the parsed flags of `names` (those add_engine_flags added), plus `fixed` (model=, ...)."""
+    """EngineArgs from the parsed flags of `names` (those add_engine_flags added), plus `fixed` (model=, ...);
+    a refused setting is named by its flag."""
+    from ..errors import InvalidArgument
     given = {k: getattr(args, k) for k in names}
     given.update(fixed)
-    return EngineArgs(**given)
+    try:
+        return EngineArgs(**given)
+    except InvalidArgument as exc:
+        fields = {f.name: f for f in dataclasses.fields(EngineArgs)}
+        if exc.parameter not in fields:
+            raise
+        raise InvalidArgument(f"{flag_of(fields[exc.parameter])}: {exc}", parameter=exc.parameter,
+                              value=exc.value) from None

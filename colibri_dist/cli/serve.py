@@ -3,7 +3,7 @@
 Role: argv -> ServeConfig (every check, including the non-loopback-without-key refusal, is there) ->
 serve.launch.serve (blocks until Ctrl-C), or with --ray-serve serve.ray_serve.run (Ray Serve replicas).
 """
-from .engine_flags import add_engine_flags, engine_args_of
+from .engine_flags import add_engine_flags
 
 ENGINE_FLAGS = ("workers", "pool", "threads", "max_num_seqs", "max_num_batched_tokens", "prefill_chunk", "w8a8",
                 "kv_cache_bytes", "kv_cache_dtype", "max_seq_len", "cache_bytes", "offload_dir", "offload_compression",
@@ -43,17 +43,15 @@ def register(subparsers):
 
 
 def config_from_args(args):
+    """ServeConfig of the flags (its own checks speak of the flags; cfg.engine_args() checks the engine's)."""
     from ..serve.config import ServeConfig
-    engine = engine_args_of(args, ENGINE_FLAGS, model=args.model, seed=args.seed, runners=args.runners)
-    own = {"threads", "max_num_seqs", "max_num_batched_tokens", "w8a8", "workers", "pool"}
-    further = {k: getattr(engine, k) for k in ENGINE_FLAGS if k not in own}
+    own = ("threads", "max_num_seqs", "max_num_batched_tokens", "w8a8", "workers", "pool")
     return ServeConfig(model=args.model, host=args.host, port=args.port,
                        served_model_name=tuple(args.served_model_name or ()), api_key=args.api_key,
-                       workers=engine.workers, pool=engine.pool, runners=args.runners, threads=engine.threads,
-                       max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
-                       max_waiting=args.max_waiting, overload_status=args.overload_status,
+                       runners=args.runners, max_waiting=args.max_waiting, overload_status=args.overload_status,
                        max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit, seed=args.seed,
-                       w8a8=engine.w8a8, llm_kwargs=further, log_level=args.log_level)
+                       llm_kwargs={k: getattr(args, k) for k in ENGINE_FLAGS if k not in own},
+                       log_level=args.log_level, **{k: getattr(args, k) for k in own})
 
 
 def main(args):

@@ -21,6 +21,7 @@ RANKS = {
     "model": 7,
     "pool": 8,
     "testing": 9,      # harnesses for stress runs, tests and bench (Ray set-ups, the pool simulation)
+    "front": 9,        # the front door: EngineArgs -> an LLM with its experts in process or on a pool
     "jobs": 10,
     "ray_data": 11,
     "serve": 11,
