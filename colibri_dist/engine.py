@@ -59,7 +59,7 @@ class Engine:
             self.model.close()
             raise
         self.lookahead = bool(lookahead)
-        self.heat = ExpertHeat()            # tokens routed to each expert, per layer (jobs' heat maps)
+        self.heat = ExpertHeat()            # tokens routed to each expert, per layer, once on (jobs' heat maps)
         self._tables = {}
         self._mapped = {}          # layer -> (version, [views]) for the fused path
         self._shared = {}
@@ -119,8 +119,13 @@ class Engine:
         self._check_finite(layer, y)
         self.model.check_unchanged()        # an in-place edit during or before this call: refuse
         self._score_lookahead(layer, idx)
-        self.heat.add(layer, idx)
+        if self.heat.on:
+            self.heat.add(layer, idx)
         return y
+
+    def count_heat(self):
+        """From now on count the tokens routed to each expert (self.heat), on every MoE path."""
+        self.heat.on = True
 
     def count_routed(self, layer, idx):
         """The fused decoder layer's routing (table slots, as mapped_moe's MoeLayer returns them) into heat."""

@@ -27,6 +27,7 @@ class Decoder:
         self.arch, self.w, self.engine, self.cache = arch, weights, engine, cache
         self.fused = True                                   # the switch; fusing() says whether it applies now
         self._plans = {}                                    # layer -> (MoeLayer or None, native.LayerPlan)
+        self._plans_at, self._plan_list = None, None        # the expert-set version the fused plans are of
         self.salt = salt                                    # () -> what the KV bits depend on (prefix cache key)
         self.moe = moe if moe is not None else engine      # anything with moe_forward(layer, x)
         self.rt = engine.runtime
@@ -72,12 +73,12 @@ class Decoder:
         batch = Batch(seq_start, pos0, positions, [s.table() for s, _, _ in steps])
         h = native.embed(self.w.embed, np.concatenate(ids))
         x = np.empty_like(h)     # every norm's output, reused: this call's own (lanes may run forward at once)
-        fusing = self.fusing()
-        step = native.Step(batch.seqs, positions) if fusing else None
+        plans = self._fused_plans() if self.fusing() else None
+        step = native.Step(batch.seqs, positions, h, self.engine.config.top_k) if plans else None
         for layer, lw in enumerate(self.w.layers):
-            plan = self._plan_of(layer, lw) if fusing else None
+            plan = plans[layer] if plans else None
             if plan is not None:
-                self._fused_layer(layer, plan, step, h)
+                self._fused_layer(layer, plan, step)
                 continue
             native.rmsnorm(h, lw.ln_attn, self.arch.rms_eps, out=x)
             h += attend(self.rt, self.arch, layer, lw, x, batch, self.cache, self.specs[layer])
@@ -102,6 +103,14 @@ class Decoder:
         """Layers may run fused: GQA, and the MoE executor is the engine itself (not a pool, a meter, a recorder)."""
         return self.fused and not self.arch.mla and self.moe is self.engine
 
+    def _fused_plans(self):
+        """Every layer's LayerPlan (None: op by op), rebuilt only when the expert set changed (a hot-add)."""
+        version = self.engine.segments.version
+        if self._plans_at != version:
+            self._plan_list = [self._plan_of(layer, lw) for layer, lw in enumerate(self.w.layers)]
+            self._plans_at = version
+        return self._plan_list
+
     def _plan_of(self, layer, lw):
         """The layer's native.LayerPlan, or None when its experts are not mapped here (a RAM budget)."""
         moe = None if lw.mlp is not None else self.engine.mapped_moe(layer)
@@ -116,13 +125,13 @@ class Decoder:
             cached = self._plans[layer] = (moe, plan)
         return cached[1]
 
-    def _fused_layer(self, layer, plan, step, h):
+    def _fused_layer(self, layer, plan, step):
         try:
-            routed = native.layer_forward(self.rt, plan, step, h)
+            native.layer_forward(self.rt, plan, step)
         except NativeError as exc:                          # name the file and layer, as Engine.moe_forward does
             raise NativeError(f"{self.engine.path}: layer {layer}: {exc.message}", exc.code) from exc
-        if routed is not None:
-            self.engine.count_routed(layer, routed[0])
+        if plan.top_k and self.engine.heat.on:
+            self.engine.count_routed(layer, step.idx)
 
 
 def _rows(want, n, i):

@@ -74,28 +74,36 @@ class LayerPlan:
 
 
 class Step:
-    """A forward step's sequences (a SeqBatch) and every token's position, as cb_step."""
+    """A forward step's sequences (a SeqBatch), every token's position, its hidden states h [n, hidden] (updated
+    in place by every layer) and the routing outputs of its MoE layers, as cb_step plus the pointers the
+    layers share. Checked once here, the validation boundary of the layer calls: layer_forward re-checks
+    nothing per layer."""
 
-    def __init__(self, seqs, positions):
+    def __init__(self, seqs, positions, h, top_k):
         if not isinstance(seqs, SeqBatch):
             raise InvalidArgument(f"Step needs a SeqBatch, got {type(seqs).__name__}")
         self.positions = _args.int32s("positions", positions, seqs.n_tok)
         self.seqs, self.n = seqs, seqs.n_tok
+        self.h = _args.f32("h", h, 2, (self.n, None), writable=True)
         c = self.c = ffi.new("cb_step *")
         c.n_seqs, c.seq_start, c.pos0 = seqs.n, _args.ptr("int32_t *", seqs.start), _args.ptr("int32_t *", seqs.pos0)
         c.block_tables, c.n_table = seqs.c_tables, _args.ptr("int32_t *", seqs.n_table)
         c.positions = _args.ptr("int32_t *", self.positions)
+        self.top_k = int(top_k)
+        self.idx = np.empty((self.n, self.top_k), dtype=np.int32)     # one MoE layer's routing at a time
+        self.w = np.empty((self.n, self.top_k), dtype=np.float32)
+        self._ptrs = (_args.ptr("float *", self.h), _args.ptr("int32_t *", self.idx), _args.ptr("float *", self.w))
 
 
-def layer_forward(rt, plan, step, h):
-    """Runtime.layer_forward body: h float32 [n, hidden] updated in place; -> (idx, w) of the MoE routing or None."""
-    if not isinstance(plan, LayerPlan) or not isinstance(step, Step):
-        raise InvalidArgument("layer_forward needs a LayerPlan and a Step")
-    _args.f32("h", h, 2, (step.n, plan.c.hidden), writable=True)
-    idx = np.empty((step.n, plan.top_k), dtype=np.int32) if plan.top_k else None
-    w = np.empty((step.n, plan.top_k), dtype=np.float32) if plan.top_k else None
+def layer_forward(rt, plan, step):
+    """Runtime.layer_forward body: step.h updated in place; step.idx / step.w hold the MoE routing of this
+    layer (until the next layer's call). plan and step were checked when they were built."""
+    if plan.c.hidden != step.h.shape[1] or plan.top_k not in (0, step.top_k):
+        raise InvalidArgument(f"layer_forward: the plan (hidden {plan.c.hidden}, top_k {plan.top_k}) does not fit "
+                              f"the step (hidden {step.h.shape[1]}, top_k {step.top_k})")
+    h, idx, w = step._ptrs
+    if not plan.top_k:
+        idx = w = ffi.NULL
     with rt._lock:
         e = rt._engine()
-        check_status(lib.cb_layer_forward(e, plan.c, step.c, _args.ptr("float *", h), step.n,
-                                          _args.ptr("int32_t *", idx), _args.ptr("float *", w)), "layer_forward", e)
-    return None if idx is None else (idx, w)
+        check_status(lib.cb_layer_forward(e, plan.c, step.c, h, step.n, idx, w), "layer_forward", e)

@@ -49,7 +49,7 @@ class ExpertClient:
         self.replicas = cfg.replicas
         self.placement = plan(self.experts(), self.n, replicas=self.replicas)
         self.meter = LoadMeter()
-        self.heat = ExpertHeat()             # tokens this client routed to each expert (jobs' heat maps)
+        self.heat = ExpertHeat()             # tokens this client routed to each expert, once on (jobs' heat maps)
         bal = cfg.balancer_spec
         self.policy = (BalancedRouting(bal.get("window", 64), bal.get("threshold", 1.8))
                        if cfg.routing_policy == "balanced" else None)
@@ -210,7 +210,8 @@ class ExpertClient:
         self._collect(pending, x_arg, slot_out, shared)
         self.last_rows = [a - b for a, b in zip(self.tokens, before)]
         self.batches += 1
-        self.heat.add(layer, idx_all)
+        if self.heat.on:
+            self.heat.add(layer, idx_all)
         t2 = time.perf_counter()
         y = self.native.combine(w_all, slot_out, shared)
         for key, dt in (("route_dispatch_s", t1 - t0), ("collect_s", t2 - t1), ("combine_s", time.perf_counter() - t2)):

@@ -180,6 +180,12 @@ class Pool:
             return self._call("stats")
         return self._call("stats", [self.counters()], "caller")
 
+    def count_heat(self):
+        """From now on count the tokens routed to each expert through this handle (heat())."""
+        if self._client is None:
+            return self._call("count_heat")
+        self._client.heat.on = True
+
     def heat(self):
         """Tokens routed to each expert through this handle ({"layer": [count per expert]}): counted by this
         process's ExpertClient, or by the Router when it routes."""

@@ -116,6 +116,9 @@ class Router:
                           ea.table_version(self.engine), self.cfg.routing_policy, self.client.experts(),
                           routing_at, self.cfg)
 
+    def count_heat(self):
+        self.client.heat.on = True
+
     def heat(self):
         """Tokens this Router routed to each expert (routing_at="router"): {"layer": [count per expert]}."""
         return self.client.heat.report()

@@ -83,6 +83,7 @@ def test_expert_heat_is_counted_where_the_routing_happens_the_same_fused_or_not(
     path, _ = whole_model(case, experts="int8", dense="int8")
     with cd.LLM(path) as fused, cd.LLM(path) as plain:
         plain.decoder.fused = False
+        fused.engine.count_heat(), plain.engine.count_heat()
         run(fused), run(plain)
         heat = fused.engine.heat.report()
         assert heat == plain.engine.heat.report() and heat

@@ -22,6 +22,8 @@ class Meter:
         self.sample_every_s = sample_every_s   # executor stats cost a round trip on a pool: not every batch
         self.heat_enabled = heat
         self._experts = dict(n_experts_by_layer)
+        if heat:
+            executor.count_heat()              # counted where the executor routes (routing/heat.py)
         self.latencies_ms = []
         self.samples = []          # per batch: {"t", "tokens", "cache", "workers"}
         self.tokens = 0            # tokens processed in this run

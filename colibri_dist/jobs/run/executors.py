@@ -32,12 +32,15 @@ def open_executor(cfg, model_path, offload_dir):
     return EngineExecutor(experts, args.threads) if args.in_process else PoolExecutor(experts)
 
 
-def view_of(llm, threads=None):
-    """The executor view (stats, heat) of where an opened LLM's MoE layers run; None for a stand-in LLM."""
-    if getattr(llm, "moe", None) is not None:
-        return PoolExecutor.wrap(llm.moe)
-    engine = getattr(llm, "engine", None)
-    return EngineExecutor.wrap(engine, threads) if engine is not None else None
+def view_of(llm, threads=None, heat=True):
+    """The executor view (stats, heat) of where an opened LLM's MoE layers run, counting expert heat from now
+    on when `heat`; None for a stand-in LLM."""
+    moe = getattr(llm, "moe", None)
+    view = PoolExecutor.wrap(moe) if moe is not None else (
+        EngineExecutor.wrap(llm.engine, threads) if getattr(llm, "engine", None) is not None else None)
+    if view is not None and heat:
+        view.count_heat()
+    return view
 
 
 class EngineExecutor:
@@ -56,6 +59,9 @@ class EngineExecutor:
 
     def moe_forward(self, layer, x):
         return self.engine.moe_forward(layer, x)
+
+    def count_heat(self):
+        self.engine.count_heat()
 
     def heat_report(self):
         return self.engine.heat.report()
@@ -88,6 +94,9 @@ class PoolExecutor:
 
     def moe_forward(self, layer, x):
         return self.pool.moe_forward(layer, x)
+
+    def count_heat(self):
+        self.pool.count_heat()
 
     def heat_report(self):
         return self.pool.heat()
