@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 
+from ..generate.params import RequestOutputKind
 from .errors import APIError
 
 log = logging.getLogger("colibri.serve")
@@ -37,6 +38,9 @@ class RequestStream:
 
 
 class EngineBackend:
+    deltas = True            # the engine hands over only what is new (RequestOutputKind.DELTA): a slow reader's
+                             # queue holds O(tokens), never a copy of everything so far per step
+
     def __init__(self, engine, metrics, max_num_seqs, max_waiting, overload_status=429, stats_fn=None,
                  pool_stats_fn=None):
         self.engine, self.metrics = engine, metrics
@@ -141,7 +145,7 @@ class EngineBackend:
             stream, prompt, params = self._inbox[0]      # counted as waiting until it is in the engine
             try:
                 with self.lock:
-                    self.engine.add_request(stream.request_id, prompt, params)
+                    self.engine.add_request(stream.request_id, prompt, params, output_kind=RequestOutputKind.DELTA)
             except Exception as exc:
                 self._inbox.popleft()
                 self._deliver(stream, exc)
@@ -200,7 +204,7 @@ class EngineBackend:
         self._deliver_many(batch)
 
     def _account(self, stream, out, now):
-        n = sum(len(o.token_ids) for o in out.outputs)
+        n = sum(len(o.token_ids) for o in out.outputs) + (stream.tokens if self.deltas else 0)
         if n > stream.tokens:
             if stream.t_first is None:
                 stream.t_first = now

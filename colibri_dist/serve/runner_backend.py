@@ -24,6 +24,8 @@ POLL_TIMEOUT_S = 0.01      # the driver's wait for runner outputs before it look
 
 
 class RunnerBackend(EngineBackend):
+    deltas = False           # a runner's poll hands the latest cumulative output of each request (one per poll)
+
     def __init__(self, runner_set, metrics, max_num_seqs, max_waiting, overload_status=429):
         super().__init__(None, metrics, max_num_seqs, max_waiting, overload_status)
         self.runner_set = runner_set

@@ -13,7 +13,8 @@ in-process, served, ...) and reports each round's ratio and their median: on a s
 changes by minutes, a pair measured back to back is the fair comparison; the load average is recorded
 beside each measurement, and so is the CPU time (server process, all threads, /proc; in-process: this
 process) over each burst: served/in-process CPU is the server's extra work, which the load average hardly
-moves. --workers N --runners M serve through the Ray pool instead (same requests).
+moves. --workers N --runners M serve through the Ray pool instead (same requests). --health-flood adds a
+burst served while another process floods GET /health, and its tok/s over the quiet burst's.
 Default model: the whole-model benchmark model of `bench model` (made once into ~/.cache/colibri);
 --quick: the demo LLM. No thresholds.
 """
@@ -41,6 +42,8 @@ def _args(argv):
     ap.add_argument("--rounds", type=int, default=1, help="served/in-process pairs, measured alternately")
     ap.add_argument("--workers", type=int, default=0, help="serve with the experts on N Ray workers")
     ap.add_argument("--runners", type=int, default=0, help="... and M sequence runners (needs --workers)")
+    ap.add_argument("--health-flood", action="store_true",
+                    help="also serve the burst while another process floods GET /health (loopback, bounded)")
     ap.add_argument("--json", default=None)
     return ap.parse_args(argv)
 
@@ -129,11 +132,22 @@ async def _burst(url, bodies, pid=None):
     return got, wall, (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None
 
 
-def served(model, bodies, threads, extra=()):
+# another process that GETs /health as fast as it can, for at most `seconds` and 10^6 requests (loopback only)
+FLOOD = ("import httpx, sys, time\nc = httpx.Client(base_url=sys.argv[1], timeout=5)\n"
+         "end, n = time.time() + float(sys.argv[2]), 0\nwhile time.time() < end and n < 1000000:\n"
+         "    c.get('/health'); n += 1\n")
+
+
+def served(model, bodies, threads, extra=(), flood=False):
+    """The burst against a fresh `colibri serve`; flood: while another process floods GET /health."""
     proc, url, startup = start_server(model, threads, max_num_seqs=len(bodies), extra=extra)
+    flooder = subprocess.Popen([sys.executable, "-c", FLOOD, url, "600"]) if flood else None
     try:
         got, wall, cpu = asyncio.run(_burst(url, bodies, proc.pid))
     finally:
+        if flooder is not None:
+            flooder.kill()
+            flooder.wait(30)
         proc.terminate()
         proc.wait(30)
     return startup, _summary([g[0] for g in got], [g[2] for g in got], wall, cpu)
@@ -196,7 +210,7 @@ def main(argv=None):
         (["--runners", str(args.runners)] if args.runners else [])
     print(f"serve bench: {args.clients} streaming clients x {args.max_tokens} tokens on {model}"
           f"{' ' + ' '.join(extra) if extra else ''}; load average {os.getloadavg()[0]:.2f}", flush=True)
-    rounds = [_round(model, bodies, args.threads, extra, k) for k in range(max(1, args.rounds))]
+    rounds = [_round(model, bodies, args.threads, extra, k, args.health_flood) for k in range(max(1, args.rounds))]
     ratios = [r["served_over_in_process_tokens_per_s"] for r in rounds]
     res = {"bench": "serve", "model": model, "clients": args.clients, "prompt_tokens": args.prompt_tokens,
            "max_tokens": args.max_tokens, "host": platform.node(), "cpus": os.cpu_count(), "serve_flags": extra,
@@ -207,6 +221,9 @@ def main(argv=None):
         res["median_served_over_in_process_cpu"] = float(np.median(cpu))
         res["median_cpu_overhead_per_token_ms"] = float(np.median([r["cpu_overhead_per_token_ms"] for r in rounds
                                                                    if "cpu_overhead_per_token_ms" in r]))
+    if args.health_flood:
+        res["median_flooded_over_quiet"] = float(np.median([r["flooded_over_quiet"] for r in rounds]))
+        print(f"  median flooded / quiet served: {res['median_flooded_over_quiet']:.3f}x")
     res.update({k: rounds[0][k] for k in ("startup_to_healthy_s", "served", "in_process",
                                           "served_over_in_process_tokens_per_s", "overhead_per_token_ms")})
     print(f"  median over {len(rounds)} round(s): served / in-process {res['median_served_over_in_process']:.3f}x, "
@@ -218,9 +235,10 @@ def main(argv=None):
     return 0
 
 
-def _round(model, bodies, threads, extra, k):
+def _round(model, bodies, threads, extra, k, flood=False):
     load_before = os.getloadavg()[0]
     startup, srv = served(model, bodies, threads, extra)
+    flooded = served(model, bodies, threads, extra, flood=True)[1] if flood else None
     eng = in_process(model, bodies, threads)
     r = {"round": k, "load_average_before": load_before, "startup_to_healthy_s": startup, "served": srv,
          "in_process": eng, "served_over_in_process_tokens_per_s": srv["tokens_per_s"] / eng["tokens_per_s"],
@@ -228,8 +246,12 @@ def _round(model, bodies, threads, extra, k):
     if srv["cpu_s"] is not None and eng["cpu_s"]:
         r["served_over_in_process_cpu"] = srv["cpu_s"] / eng["cpu_s"]          # load-robust: work, not wall
         r["cpu_overhead_per_token_ms"] = srv["cpu_ms_per_token"] - eng["cpu_ms_per_token"]
+    if flooded is not None:
+        r["flooded"], r["flooded_over_quiet"] = flooded, flooded["tokens_per_s"] / srv["tokens_per_s"]
     print(f"  round {k}: start-up to healthy {startup:.2f} s (load average {load_before:.2f} before)")
-    for name, x in (("served", srv), ("in-process", eng)):
+    for name, x in (("served", srv), ("/health flood", flooded), ("in-process", eng)):
+        if x is None:
+            continue
         print(f"    {name:<12} {x['tokens_per_s']:9.1f} tok/s  TTFT p50 {x['ttft_ms']['p50']:.0f} ms  "
               f"p99 {x['ttft_ms']['p99']:.0f} ms  wall {x['wall_s']:.2f} s  (load average {x['load_average_after']:.2f})")
     print(f"    served / in-process {r['served_over_in_process_tokens_per_s']:.3f}x; overhead "
