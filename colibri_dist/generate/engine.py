@@ -30,6 +30,7 @@ from ..errors import InvalidArgument
 from .detok import Detokenizer, TokenTexts
 from .logits import Processors, bad_words_token_ids
 from .outputs import RequestOutput
+from .prompts import encode_prompt
 from .params import RequestOutputKind, SamplingParams
 from .request import Request
 from .sampler import Sampler
@@ -194,7 +195,6 @@ class LLMEngine:
             self._deferred, self._aborted = [], []
 
     def _encode(self, rid, prompt, add_special_tokens):
-        from .api import encode_prompt
         ids, err = encode_prompt(self.tokenizer, prompt, rid, add_special_tokens)
         if err is not None:
             raise err

@@ -95,14 +95,15 @@ class RunnerPool:
     # ------------------------------------------------------------------ jobs
     def generate(self, prompts, sampling_params=None, request_ids=None):
         """-> list[Completion] in prompt order (LLM.generate's shapes and request ids)."""
-        from ..generate.api import _params_list, as_prompt_list
+        from ..generate.api import _params_list
+        from ..generate.prompts import as_prompt_list
         items = as_prompt_list(prompts)
         params = [_plain(p) for p in _params_list(sampling_params, len(items))]
         return self._run([{"rid": _rid(request_ids, i), "kind": "generate", "prompt": it, "params": p}
                           for i, (it, p) in enumerate(zip(items, params))])
 
     def score(self, prompts, request_ids=None):
-        from ..generate.api import as_prompt_list
+        from ..generate.prompts import as_prompt_list
         return self._run([{"rid": _rid(request_ids, i), "kind": "score", "prompt": it, "params": None}
                           for i, it in enumerate(as_prompt_list(prompts))])
 

@@ -47,7 +47,7 @@ def make_engine(llm):
 
 
 def build_state(cfg, llm, pool=None, runner_set=None):
-    from ..generate.api import encode_prompt
+    from ..generate.prompts import encode_prompt
     from ..generate.params import SamplingParams
     from .admin import ExpertAdmin
     metrics = Metrics()

@@ -4,7 +4,8 @@ import pytest
 
 from colibri_dist.errors import InvalidArgument
 from colibri_dist.generate import SamplingParams
-from colibri_dist.generate.api import as_prompt_list, generate, score
+from colibri_dist.generate.api import generate, score
+from colibri_dist.generate.prompts import as_prompt_list
 
 from gen_fake_model import FakeStepModel
 from gen_tokenizers import word_level
