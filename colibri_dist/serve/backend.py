@@ -62,7 +62,7 @@ class EngineBackend:
 
     @property
     def alive(self):
-        return self._thread.is_alive() and not self._stop
+        return self._thread.is_alive() and not self._stop and getattr(self.engine, "alive", True)
 
     # ------------------------------------------------------------ HTTP side (event loop thread)
     def submit(self, request_id, prompt, params, prompt_len, queue=None):

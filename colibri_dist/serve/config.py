@@ -37,6 +37,8 @@ class ServeConfig:
     llm_kwargs: dict = field(default_factory=dict)   # any further EngineArgs field (kv_cache_bytes, cache_bytes, ...)
     pool_kwargs: dict = field(default_factory=dict)  # any further PoolConfig field of a pool started here (hooks, ...)
     log_level: str = "warning"
+    engine_process: bool = True            # the engine steps in a process of its own (engine_process.py) when
+                                           # the server opens the model itself and runs no --runners
 
     def __post_init__(self):
         for name, lo in (("port", 0), ("workers", 0), ("runners", 0), ("max_num_seqs", 1), ("max_num_batched_tokens", 1),

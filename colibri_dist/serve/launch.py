@@ -2,8 +2,8 @@
 
 Role in the data flow: ServeConfig -> cfg.engine_args() -> front.open_llm (cd.LLM in process; its MoE layers
 on a new Ray pool with --workers N, or on a named pool service with --pool NAME) -> the generation engine over it -> an
-EngineBackend thread (or, with --runners M, M sequence runners over that pool driven by a
-RunnerBackend thread) -> ServerState -> build_app -> uvicorn on cfg.host:cfg.port. `Server` is the
+EngineBackend thread (its engine in a child process of its own by default: engine_process.py; or, with
+--runners M, M sequence runners over that pool driven by a RunnerBackend thread) -> ServerState -> build_app -> uvicorn on cfg.host:cfg.port. `Server` is the
 in-Python handle (start in a thread, url, stop) the tests and the benchmark use.
 """
 import logging
@@ -31,6 +31,15 @@ def open_llm(cfg, pool=None):
     return llm, llm.moe
 
 
+def open_checking_llm(cfg):
+    """The LLM of a server whose engine runs elsewhere (an engine process): it only tokenizes, renders chat
+    templates and checks requests, so it gets a one-sequence KV cache, no expert store and no pool."""
+    from ..front import open_llm as front_open
+    args = cfg.engine_args().replace(workers=0, pool=None, runners=0, max_num_seqs=1, kv_cache_bytes=None,
+                                     cache_bytes=None, offload_dir=None, offload_compression=None, pool_options={})
+    return front_open(args)
+
+
 def open_runners(cfg, pool):
     """cfg.runners sequence runners over pool (pool/serving.py), or None without --runners."""
     if not cfg.runners:
@@ -46,7 +55,8 @@ def make_engine(llm):
     return llm.new_engine()
 
 
-def build_state(cfg, llm, pool=None, runner_set=None):
+def build_state(cfg, llm, pool=None, runner_set=None, remote=None):
+    """remote: the RemoteEngine of an engine process (llm then only tokenizes and checks)."""
     from ..generate.prompts import encode_prompt
     from ..generate.params import SamplingParams
     from .admin import ExpertAdmin
@@ -54,12 +64,18 @@ def build_state(cfg, llm, pool=None, runner_set=None):
     if runner_set is not None:
         from .runner_backend import RunnerBackend
         backend = RunnerBackend(runner_set, metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status).start()
+    elif remote is not None:
+        backend = EngineBackend(remote, metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status,
+                                stats_fn=remote.stats,
+                                pool_stats_fn=remote.pool_stats if remote.facts["has_pool"] else None).start()
     else:
         backend = EngineBackend(make_engine(llm), metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status,
                                 stats_fn=llm.stats, pool_stats_fn=pool.stats if pool is not None else None).start()
     info = ModelInfo(llm, SamplingParams, encode_prompt, getattr(llm, "generation_defaults", {}))
+    if remote is not None:
+        info.max_seq_len = remote.facts["max_seq_len"]      # the engine's KV budget decides, not this LLM's
     state = ServerState(cfg, backend, info, metrics,
-                        admin=ExpertAdmin(llm, pool, backend))
+                        admin=ExpertAdmin(llm, remote if remote is not None else pool, backend))
     from .logprobs import TokenText
     state.tok_text = TokenText(llm.tokenizer)
     return state
@@ -74,12 +90,21 @@ class Server:
         self.cfg = cfg if isinstance(cfg, ServeConfig) else ServeConfig(**cfg)
         self._owns = llm is None          # an LLM opened here also shuts the pool started for it
         t0 = time.perf_counter()
-        if llm is None:
+        self.remote = None
+        if llm is None and pool is None and self.cfg.engine_process and not self.cfg.runners:
+            from .engine_process import RemoteEngine
+            self.remote = RemoteEngine(self.cfg)            # the engine (and its experts) in a child process
+            try:
+                llm = open_checking_llm(self.cfg)
+            except BaseException:
+                self.remote.close()
+                raise
+        elif llm is None:
             llm, pool = open_llm(self.cfg, pool)
         self.llm, self.pool, self.runner_set = llm, pool, None
         try:
             self.runner_set = open_runners(self.cfg, pool)
-            self.state = build_state(self.cfg, llm, pool, self.runner_set)
+            self.state = build_state(self.cfg, llm, pool, self.runner_set, self.remote)
         except BaseException:
             self._close_model()
             raise
@@ -128,6 +153,8 @@ class Server:
     def _close_model(self):
         if self.runner_set is not None:
             self.runner_set.shutdown()
+        if self.remote is not None:
+            self.remote.close()
         if self._owns:
             self.llm.close()
 
