@@ -33,6 +33,9 @@ def register(subparsers):
     p.add_argument("--max-tokens-limit", type=int, default=None, metavar="N",
                    help="largest max_tokens accepted (default: the model's context)")
     p.add_argument("--seed", type=int, default=0, help="base seed of requests without one")
+    p.add_argument("--engine-in-process", dest="engine_process", action="store_false",
+                   help="step the engine in this process's thread (default: a process of its own, so HTTP load "
+                        "cannot starve it)")
     p.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
     r = p.add_argument_group("Ray Serve")
     r.add_argument("--ray-serve", action="store_true", help="run as a Ray Serve application (replicas)")
@@ -51,7 +54,8 @@ def config_from_args(args):
                        runners=args.runners, max_waiting=args.max_waiting, overload_status=args.overload_status,
                        max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit, seed=args.seed,
                        llm_kwargs={k: getattr(args, k) for k in ENGINE_FLAGS if k not in own},
-                       log_level=args.log_level, **{k: getattr(args, k) for k in own})
+                       log_level=args.log_level, engine_process=args.engine_process,
+                       **{k: getattr(args, k) for k in own})
 
 
 def main(args):

@@ -41,3 +41,11 @@ def test_a_killed_engine_process_is_a_503_and_an_unhealthy_server(demo_model):
         assert c.get("/health").status_code == 503
         r = c.post("/v1/completions", json={"prompt": [5, 6, 7], "max_tokens": 4})     # the client's timeout: no hang
         assert r.status_code == 503 and r.json()["error"]["code"] == "engine_stopped"
+
+
+def test_the_cli_flag_keeps_the_engine_in_process(demo_model):
+    from colibri_dist.cli import build_parser
+    from colibri_dist.cli.serve import config_from_args
+    parse = build_parser().parse_args
+    assert config_from_args(parse(["serve", demo_model])).engine_process is True
+    assert config_from_args(parse(["serve", demo_model, "--engine-in-process"])).engine_process is False

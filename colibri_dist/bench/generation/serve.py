@@ -42,6 +42,8 @@ def _args(argv):
     ap.add_argument("--rounds", type=int, default=1, help="served/in-process pairs, measured alternately")
     ap.add_argument("--workers", type=int, default=0, help="serve with the experts on N Ray workers")
     ap.add_argument("--runners", type=int, default=0, help="... and M sequence runners (needs --workers)")
+    ap.add_argument("--engine-in-process", action="store_true",
+                    help="serve with `colibri serve --engine-in-process` (the engine thread beside the event loop)")
     ap.add_argument("--health-flood", action="store_true",
                     help="also serve the burst while another process floods GET /health (loopback, bounded)")
     ap.add_argument("--json", default=None)
@@ -207,7 +209,8 @@ def main(argv=None):
         m.close()
     bodies = _requests(vocab, args.clients, args.prompt_tokens, args.max_tokens)
     extra = (["--workers", str(args.workers)] if args.workers else []) + \
-        (["--runners", str(args.runners)] if args.runners else [])
+        (["--runners", str(args.runners)] if args.runners else []) + \
+        (["--engine-in-process"] if args.engine_in_process else [])
     print(f"serve bench: {args.clients} streaming clients x {args.max_tokens} tokens on {model}"
           f"{' ' + ' '.join(extra) if extra else ''}; load average {os.getloadavg()[0]:.2f}", flush=True)
     rounds = [_round(model, bodies, args.threads, extra, k, args.health_flood) for k in range(max(1, args.rounds))]
