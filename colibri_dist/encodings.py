@@ -9,7 +9,8 @@ a new encoding is one row in the C table and one row here, or that test fails.
 """
 from dataclasses import dataclass
 
-SCALE_NONE, SCALE_ROW, SCALE_GROUP, SCALE_MATRIX = 0, 1, 2, 3    # cb_scale_kind
+SCALE_NONE, SCALE_ROW, SCALE_GROUP, SCALE_MATRIX, SCALE_BLOCK = 0, 1, 2, 3, 4    # cb_scale_kind
+BLOCK_SCALE_BYTES = 2   # SCALE_BLOCK: the float16 scale in front of each block's codes (llama.cpp's Q8_0 layout)
 
 
 @dataclass(frozen=True)
@@ -19,12 +20,19 @@ class Encoding:
     bits: int            # bits per stored element
     is_int: bool         # integer codes q with scales (else float words)
     scale_kind: int      # SCALE_*
-    group: int           # SCALE_GROUP: group size along cols, else 0
+    group: int           # SCALE_GROUP / SCALE_BLOCK: group (block) size along cols, else 0
     zero_point: bool     # one int32 zero point per matrix
     qmax: int            # integer kinds: |q| <= qmax (minmax: -qmax-1 <= q <= qmax)
 
     def row_bytes(self, cols):
+        if self.scale_kind == SCALE_BLOCK:      # blocks of `group` codes, each after its f16 scale
+            return -(-cols // self.group) * (BLOCK_SCALE_BYTES + self.group * self.bits // 8)
         return (cols * self.bits + 7) // 8
+
+    @property
+    def has_scale_array(self):
+        """True when the matrix carries a separate f32 scales array (scale kinds ROW, GROUP, MATRIX)."""
+        return self.scale_kind in (SCALE_ROW, SCALE_GROUP, SCALE_MATRIX)
 
     def data_bytes(self, rows, cols):
         return rows * self.row_bytes(cols)
@@ -47,6 +55,7 @@ _TABLE = (
     ("int4-g32", 8, 4, True, SCALE_GROUP, 32, False, 7),
     ("int4-g64", 9, 4, True, SCALE_GROUP, 64, False, 7),
     ("int6-g64", 10, 6, True, SCALE_GROUP, 64, False, 31),
+    ("q8_0", 11, 8, True, SCALE_BLOCK, 32, False, 127),
 )
 
 

@@ -15,11 +15,17 @@ Schemes (value of element (r, c) after decoding, exactly as native/include/colib
                least-squared-error step of max|group| / d, d in 7 .. 9 (_group_scales)
   int6-g64     q[r,c] * scale[r, c // 64],      q in [-31, 31], scale = max|group| / 31, 4 codes in 3 bytes
                (pack_int6: a little-endian bit stream, code c at bits 6c .. 6c+5 of its row)
-Rounding to codes is round-half-to-even (np.rint). Inputs must be finite.
+  q8_0         q[r,c] * d[r, c // 32],          llama.cpp's Q8_0 blocks (34 bytes: f16 d, 32 int8 codes), made
+               as ggml's quantize_row_q8_0_ref makes them (d = max|block| / 127 to f16, q = roundf(x / d),
+               half away from zero; a short last block zero-padded); a GGUF's Q8_0 blocks arrive as
+               Encoded and are kept as they are
+Rounding to codes is round-half-to-even (np.rint) except q8_0's. Inputs must be finite.
 """
+from dataclasses import dataclass
+
 import numpy as np
 
-from ..encodings import BY_NAME, SCALE_GROUP, SCALE_ROW, encoding
+from ..encodings import BY_NAME, SCALE_BLOCK, SCALE_GROUP, SCALE_ROW, encoding
 from ..errors import InvalidArgument
 from .layout import PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout
 
@@ -46,10 +52,25 @@ def _symmetric_int8(w, amax):
     return q, scale
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A matrix already in `scheme` (a GGUF's Q8_0 blocks): data uint8 [rows, row bytes], packed as it is."""
+    scheme: str
+    rows: int
+    cols: int
+    data: np.ndarray
+
+    @property
+    def shape(self):
+        return (self.rows, self.cols)
+
+
 def quantize_matrix(w, scheme):
-    """w float [rows, cols] -> (data ndarray, scales float32 | None, zero int32[1] | None)."""
+    """w float [rows, cols] (or Encoded in `scheme`) -> (data ndarray, scales float32 | None, zero int32[1] | None)."""
     if scheme not in SCHEMES:
         raise InvalidArgument(f"unknown weight scheme {scheme!r}; expected one of {sorted(SCHEMES)}")
+    if isinstance(w, Encoded):
+        return _encoded_data(w, scheme), None, None
     w = np.asarray(w, dtype=np.float32)
     if w.ndim != 2 or w.size == 0:
         raise InvalidArgument(f"weight matrix must be 2-D and non-empty, got shape {w.shape}")
@@ -72,7 +93,45 @@ def quantize_matrix(w, scheme):
         q, scale, zero = _quantize_groups(w, enc.group, enc.qmax, search=enc.bits == 4)
         pack = _PACK.get(enc.bits)
         return (pack(q) if pack else q), scale, zero
+    if enc.scale_kind == SCALE_BLOCK:
+        return quantize_q8_0(w), None, None
     return _quantize_minmax(w)
+
+
+def _encoded_data(w, scheme):
+    if w.scheme != scheme:
+        raise InvalidArgument(f"matrix stored as {w.scheme} cannot be written as {scheme} without requantizing")
+    want = BY_NAME[scheme].data_bytes(w.rows, w.cols)
+    data = np.ascontiguousarray(w.data, dtype=np.uint8)
+    if data.size != want:
+        raise InvalidArgument(f"{w.scheme} matrix [{w.rows}, {w.cols}] has {data.size} bytes, expected {want}")
+    return data.reshape(w.rows, -1)
+
+
+def quantize_q8_0(w):
+    """float32 [rows, cols] -> uint8 [rows, ceil(cols / 32) * 34]: ggml's reference Q8_0 (a short last block is
+    quantized as if zero-padded to 32: llama.cpp's files never have one, colibri's own rows may)."""
+    rows, cols = w.shape
+    padded = np.zeros((rows, -(-cols // 32) * 32), dtype=np.float32)
+    padded[:, :cols] = w
+    blocks = padded.reshape(-1, 32)
+    d = (np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
+    x = blocks * inv
+    a = np.abs(x)
+    whole = np.floor(a)
+    q = (np.sign(x) * (whole + np.floor(2 * (a - whole)))).astype(np.int8)   # C roundf (half away from zero), exactly
+    out = np.concatenate([d.astype(np.float16).view(np.uint8), q.view(np.uint8)], axis=1)
+    return out.reshape(rows, -1)
+
+
+def dequantize_q8_0(raw, rows, cols):
+    """uint8 Q8_0 blocks of a [rows, cols] matrix -> float32: (float)q * (float)d, as gguf.quants computes it."""
+    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, 34)
+    d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+    q = blocks[:, 2:].view(np.int8).astype(np.float32)
+    return (q * d).reshape(rows, -1)[:, :cols]
 
 
 def pack_int4(q):
@@ -168,6 +227,8 @@ def dequantize(blob, m):
     raw = blob[m.data_offset:m.data_offset + m.data_bytes]
     shape = (m.rows, m.cols)
     name = encoding(m.dtype).name
+    if encoding(m.dtype).scale_kind == SCALE_BLOCK:
+        return dequantize_q8_0(raw, m.rows, m.cols)
     if name == "f32":
         return raw.view(np.float32).reshape(shape).copy()
     if name == "f16":
@@ -235,7 +296,7 @@ def _assemble(parts, scheme, shapes):
 def rows_separable(scheme):
     """True when a matrix's encoding of each row depends on that row alone (all but int8-minmax)."""
     enc = BY_NAME.get(scheme) if scheme in SCHEMES else None
-    return enc is not None and (not enc.is_int or enc.scale_kind in (SCALE_ROW, SCALE_GROUP))
+    return enc is not None and (not enc.is_int or enc.scale_kind in (SCALE_ROW, SCALE_GROUP, SCALE_BLOCK))
 
 
 def _part_offsets(sizes):

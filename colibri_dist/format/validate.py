@@ -11,7 +11,7 @@ import re
 
 from ..errors import FormatError
 from . import spec
-from ..encodings import SCALE_NONE, encoding
+from ..encodings import encoding
 from .layout import BLOB_ALIGN, DTYPE_NAMES, SCHEMES
 
 
@@ -215,7 +215,7 @@ def _check_part(where, e, part, m, rows, cols):
                               f"{e.nbytes}-byte blob")
     enc = encoding(m.dtype)
     if m.data_offset < 0 or m.data_bytes != enc.data_bytes(rows, cols) \
-            or m.scale_count != expected_scales(m) or (enc.scale_kind != SCALE_NONE) != (m.scale_offset >= 0) \
+            or m.scale_count != expected_scales(m) or enc.has_scale_array != (m.scale_offset >= 0) \
             or enc.zero_point != (m.zero_offset >= 0):
         raise FormatError(f"{where}: {part} data/scale sizes inconsistent with {DTYPE_NAMES[m.dtype]} [{rows},{cols}]")
 

@@ -7,7 +7,7 @@ buffer alive) and checks the layout fits inside the buffer.
 import numpy as np
 
 from ..errors import InvalidArgument
-from ..encodings import SCALE_NONE, encoding
+from ..encodings import encoding
 from ..format.layout import ExpertLayout, MatrixLayout
 from ._lib import ffi
 
@@ -20,7 +20,7 @@ def _check_matrix(m, nbytes, name):
     if m.data_bytes != need or m.data_offset < 0 or m.data_offset + need > nbytes:
         raise InvalidArgument(f"{name}: data [{m.data_offset}, +{m.data_bytes}) does not fit {m.rows}x{m.cols} "
                               f"in a {nbytes}-byte blob")
-    if enc.scale_kind != SCALE_NONE:
+    if enc.has_scale_array:
         count = enc.scale_count(m.rows, m.cols)
         if m.scale_count != count or m.scale_offset < 0 or m.scale_offset + 4 * count > nbytes or m.scale_offset % 4:
             raise InvalidArgument(f"{name}: scales (offset {m.scale_offset}, count {m.scale_count}) invalid, "

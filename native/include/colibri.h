@@ -41,6 +41,9 @@ extern "C" {
  *                 stream: element c occupies bits 6c .. 6c+5 of the row (bit i of the row is
  *                 bit i%8 of byte i/8), two's complement, so 4 codes fill 3 bytes and a
  *                 64-group 48; the bits past the last code of a row are 0)
+ *   CB_Q8_0       q[r,c] * d[r, c/32]                  (llama.cpp's Q8_0 blocks, bit for bit: a row is
+ *                 ceil(cols/32) blocks of 34 bytes, each an IEEE half d then 32 int8 codes;
+ *                 the value is (float)q * (float)d rounded to f32; no separate scales array)
  *
  * CB_ENCODING_LIST is the one list of encodings: one row each, in cb_dtype code order
  * (the codes are stored in .colibri containers: never renumber a row). It generates the
@@ -62,7 +65,8 @@ extern "C" {
     X(I8_MINMAX, 7, "int8-minmax",  8, 1, MATRIX, 0,   1, 127)   \
     X(I4_G32,    8, "int4-g32",     4, 1, GROUP,  32,  0, 7)     \
     X(I4_G64,    9, "int4-g64",     4, 1, GROUP,  64,  0, 7)     \
-    X(I6_G64,   10, "int6-g64",     6, 1, GROUP,  64,  0, 31)
+    X(I6_G64,   10, "int6-g64",     6, 1, GROUP,  64,  0, 31)    \
+    X(Q8_0,     11, "q8_0",         8, 1, BLOCK,  32,  0, 127)
 
 #define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
 typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;
@@ -84,7 +88,9 @@ typedef enum {
     CB_SCALE_NONE = 0,    /* float encodings */
     CB_SCALE_ROW = 1,     /* one f32 scale per row, applied after the dot */
     CB_SCALE_GROUP = 2,   /* one f32 scale per (row, group of `group` cols), applied per element */
-    CB_SCALE_MATRIX = 3   /* one f32 scale per matrix, applied after the dot */
+    CB_SCALE_MATRIX = 3,  /* one f32 scale per matrix, applied after the dot */
+    CB_SCALE_BLOCK = 4    /* an f16 scale in front of each block of `group` codes, inside the data (no scales
+                             array): a row is ceil(cols/group) blocks of 2 + group*bits/8 bytes */
 } cb_scale_kind;
 
 typedef struct {
@@ -93,7 +99,7 @@ typedef struct {
     int32_t bits;         /* bits per stored element: 32, 16, 8, 6, 4 */
     int32_t is_int;       /* 1: integer codes q (scales apply), 0: float words */
     int32_t scale_kind;   /* cb_scale_kind */
-    int32_t group;        /* CB_SCALE_GROUP: group size along cols, else 0 */
+    int32_t group;        /* CB_SCALE_GROUP / CB_SCALE_BLOCK: group (block) size along cols, else 0 */
     int32_t zero_point;   /* 1: one int32 zero point per matrix */
     int32_t qmax;         /* integer kinds: |q| <= qmax (minmax: q in [-qmax-1, qmax]); 0 for floats */
 } cb_encoding;

@@ -73,12 +73,25 @@ static void dec_i6_group(const cb_matrix *w, int32_t r, size_t k0, size_t n, flo
     for (size_t k = k0; k < k0 + n; k++) out[k - k0] = (float)cb_i6_at(b, k) * gs[k / g];
 }
 
+/* llama.cpp Q8_0 blocks (CB_Q8_0): element k is code k % 32 of block k / 32 times that block's f16 scale,
+ * (float)q * (float)d rounded to f32, as ggml's dequantize_row_q8_0 and gguf.quants compute it. */
+static void dec_q8_0(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const unsigned char *b = row_of(w, r);
+    for (size_t k = k0; k < k0 + n; k++) {
+        const unsigned char *blk = b + k / 32 * 34;
+        uint16_t d;
+        memcpy(&d, blk, 2);
+        out[k - k0] = (float)(int8_t)blk[2 + k % 32] * cb_f16_to_f32(d);
+    }
+}
+
 /* The scalar kernel of every encoding, by code (encodings that share a storage format share one). */
 static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_F32] = dec_f32, [CB_F16] = dec_f16, [CB_BF16] = dec_bf16,
     [CB_I8_ROW] = dec_i8, [CB_I8_MINMAX] = dec_i8_zero,
     [CB_I8_G32] = dec_i8_group, [CB_I8_G64] = dec_i8_group, [CB_I8_G128] = dec_i8_group,
     [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group, [CB_I6_G64] = dec_i6_group,
+    [CB_Q8_0] = dec_q8_0,
 };
 
 cb_row_decoder cb_row_decoder_of(int32_t dtype) {

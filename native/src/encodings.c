@@ -28,7 +28,13 @@ const cb_encoding *cb_encoding_of(int32_t dtype) {
 int64_t cb_row_bytes(int32_t dtype, int32_t cols) {
     const cb_encoding *e = cb_encoding_of(dtype);
     if (!e || cols < 0) return -1;
+    if (e->scale_kind == CB_SCALE_BLOCK)     /* blocks of `group` codes, each after its f16 scale */
+        return ((int64_t)cols + e->group - 1) / e->group * (CB_BLOCK_SCALE_BYTES + (int64_t)e->group * e->bits / 8);
     return ((int64_t)cols * e->bits + 7) / 8;
+}
+
+int cb_has_scale_array(const cb_encoding *e) {
+    return e->scale_kind == CB_SCALE_ROW || e->scale_kind == CB_SCALE_GROUP || e->scale_kind == CB_SCALE_MATRIX;
 }
 
 int64_t cb_matrix_data_bytes(int32_t dtype, int32_t rows, int32_t cols) {

@@ -164,10 +164,11 @@ void cb_qprep(const cb_matrix *w, const int16_t *xq, int8_t *out);
 void cb_dot_rows_qprep(const cb_kernel_table *kt, const cb_matrix *w, int32_t r0, int32_t r1, const int8_t *const *xp,
                        const float *sx, float *const *outs, int64_t nt);
 
-/* The list's facts as compile-time constants CB_BITS_<ID>, CB_GROUP_<ID> (0: not group-scaled) and
+/* The list's facts as compile-time constants CB_BITS_<ID>, CB_GROUP_<ID> (0: no group-scale array) and
  * CB_SCALE_KIND_<ID>, for the SIMD kernels that specialise on an encoding (kernels_x86.h). */
 #define CB_FACT_BITS_(ID, CODE, NAME, BITS, ...) CB_BITS_##ID = BITS,
-#define CB_FACT_GROUP_(ID, CODE, NAME, BITS, IS_INT, SCALE, GROUP, ...) CB_GROUP_##ID = GROUP,
+#define CB_FACT_GROUP_(ID, CODE, NAME, BITS, IS_INT, SCALE, GROUP, ...) \
+    CB_GROUP_##ID = CB_SCALE_##SCALE == CB_SCALE_GROUP ? GROUP : 0,
 #define CB_FACT_SCALE_(ID, CODE, NAME, BITS, IS_INT, SCALE, ...) CB_SCALE_KIND_##ID = CB_SCALE_##SCALE,
 enum { CB_ENCODING_LIST(CB_FACT_BITS_) };
 enum { CB_ENCODING_LIST(CB_FACT_GROUP_) };

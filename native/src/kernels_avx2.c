@@ -57,6 +57,14 @@ AVX2_FN __m256 dec8_i6(const unsigned char *row, int32_t zero, size_t k) {
     return _mm256_cvtepi32_ps(_mm256_srai_epi32(t, 26));
 }
 
+/* llama.cpp Q8_0 codes k..k+7 (k a multiple of 8, so inside one 34-byte block) times the block's f16
+ * scale: (float)q * (float)d rounded, the scalar decoder's value (decode.c dec_q8_0). */
+AVX2_FN __m256 dec8_q8_0(const unsigned char *row, int32_t zero, size_t k) {
+    const unsigned char *blk = row + k / 32 * 34;
+    __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)(blk[0] | blk[1] << 8)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + k % 32)))), d);
+}
+
 /* TT tokens x TR rows starting at row r. pf != 0: software-prefetch the weights pf bytes
  * ahead (the next row tile; prefetch_span). */
 AVX2_FN void tile(kspec ks, dec8_fn dec, int TT, int TR, const wdesc *d, int32_t r, const float *const *xs,
@@ -138,7 +146,8 @@ AVX2_FN void rows_of(kspec ks, dec8_fn dec, const wdesc *d, int32_t r0, int32_t 
 #define AVX2_KERNELS(K)                                                                           \
     K(F32, dec8_f32) K(F16, dec8_f16) K(BF16, dec8_bf16)                                          \
     K(I8_ROW, dec8_i8) K(I8_G32, dec8_i8) K(I8_G64, dec8_i8) K(I8_G128, dec8_i8)                  \
-    K(I8_MINMAX, dec8_i8_zero) K(I4_G32, dec8_i4) K(I4_G64, dec8_i4) K(I6_G64, dec8_i6)
+    K(I8_MINMAX, dec8_i8_zero) K(I4_G32, dec8_i4) K(I4_G64, dec8_i4) K(I6_G64, dec8_i6)            \
+    K(Q8_0, dec8_q8_0)
 #define LEVEL_OUTLINE AVX2_OUTLINE
 LEVEL_KERNEL_TABLE(AVX2_KERNELS)
 

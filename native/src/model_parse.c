@@ -119,7 +119,7 @@ static int matrix_ok(const cbf_matrix *x, uint64_t blob) {
     if (!enc || x->rows <= 0 || x->cols <= 0) return 0;
     if (x->data_off < 0 || x->data_bytes != cb_matrix_data_bytes(x->dtype, x->rows, x->cols)) return 0;
     if (x->scale_count != cb_matrix_scale_count(x->dtype, x->rows, x->cols)
-        || (enc->scale_kind != CB_SCALE_NONE) != (x->scale_off >= 0) || enc->zero_point != (x->zero_off >= 0))
+        || cb_has_scale_array(enc) != (x->scale_off >= 0) || enc->zero_point != (x->zero_off >= 0))
         return 0;
     return part_ok(x->data_off, x->data_bytes, blob) && part_ok(x->scale_off, 4 * (int64_t)x->scale_count, blob)
            && part_ok(x->zero_off, 4, blob) && x->data_off % 4 == 0 && !(x->scale_off > 0 && x->scale_off % 4)

@@ -6,7 +6,7 @@ from colibri_dist.format.quantize import dequantize, pack_expert
 from colibri_dist.native import Gating, expert_view, simd_levels
 
 SCHEMES = ["f32", "f16", "bf16", "int8", "int8-g32", "int8-g64", "int8-g128", "int8-minmax", "int4-g32", "int4-g64",
-           "int6-g64"]
+           "int6-g64", "q8_0"]
 
 
 def simd_params():

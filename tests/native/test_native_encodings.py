@@ -6,6 +6,15 @@ from colibri_dist.native.encoding_table import encoding_table
 
 def test_python_table_equals_cb_encoding_of():
     assert encodings.ENCODINGS == encoding_table()
-    assert (encodings.SCALE_NONE, encodings.SCALE_ROW, encodings.SCALE_GROUP, encodings.SCALE_MATRIX) == \
-        (lib.CB_SCALE_NONE, lib.CB_SCALE_ROW, lib.CB_SCALE_GROUP, lib.CB_SCALE_MATRIX)
+    assert (encodings.SCALE_NONE, encodings.SCALE_ROW, encodings.SCALE_GROUP, encodings.SCALE_MATRIX,
+            encodings.SCALE_BLOCK) == \
+        (lib.CB_SCALE_NONE, lib.CB_SCALE_ROW, lib.CB_SCALE_GROUP, lib.CB_SCALE_MATRIX, lib.CB_SCALE_BLOCK)
     assert lib.cb_encoding_of(len(encodings.ENCODINGS)) == lib.cb_encoding_of(-1)    # NULL past the end
+
+
+def test_row_bytes_equal_the_c_rule():
+    for e in encodings.ENCODINGS:
+        for rows, cols in ((1, 1), (3, 31), (2, 32), (5, 64), (4, 100)):
+            assert e.data_bytes(rows, cols) == lib.cb_matrix_data_bytes(e.dtype, rows, cols), (e.name, cols)
+            assert e.scale_count(rows, cols) == lib.cb_matrix_scale_count(e.dtype, rows, cols), (e.name, cols)
+    assert encodings.BY_NAME["q8_0"].data_bytes(3, 64) == 3 * 2 * 34       # llama.cpp's block_q8_0: 2 + 32 bytes

@@ -12,7 +12,7 @@ from colibri_dist.native import (Runtime, embed, log_softmax, matrix_from_array,
 from native_helpers import SCHEMES
 
 EMBED_SCHEMES = ["f32", "f16", "bf16", "int8", "int8-g32", "int8-g64", "int8-g128", "int8-minmax",   # cb_embed's decoders
-                 "int6-g64"]
+                 "int6-g64", "q8_0"]
 
 PATHS = sorted({"scalar", simd_name()})          # portable C and the detected level
 

@@ -16,7 +16,7 @@ FAMILIES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3"]
 QUALITY = {"f32": ("maxerr", 2e-5), "f16": ("maxerr", 2e-3), "bf16": ("maxerr", 1.5e-2),
            "int8": ("cos", 0.999), "int8-g32": ("cos", 0.999), "int8-g64": ("cos", 0.999),
            "int8-g128": ("cos", 0.999), "int8-minmax": ("cos", 0.99),
-           "int4-g32": ("cos", 0.98), "int4-g64": ("cos", 0.98), "int6-g64": ("cos", 0.995)}
+           "int4-g32": ("cos", 0.98), "int4-g64": ("cos", 0.98), "int6-g64": ("cos", 0.995), "q8_0": ("cos", 0.999)}
 
 
 @pytest.fixture(scope="module")
