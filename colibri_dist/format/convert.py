@@ -1,6 +1,8 @@
-"""convert(src_dir, dst, experts=None, dense=None, lm_head=None, preset=None): HF safetensors -> .colibri.
+"""convert(src, dst, experts=None, dense=None, lm_head=None, preset=None): HF safetensors or GGUF -> .colibri.
 
-Role in the data flow: the way models enter colibri. It reads config.json,
+Role in the data flow: the way models enter colibri. It reads config.json (for a `.gguf` file:
+gguf_import.py gives the config.json its metadata stands for, its tokenizer files, and by default
+keeps each part's own encoding),
 picks the family (families.py), checks up front that every MoE tensor exists
 with the right shape (so a bad checkpoint fails before a byte is written),
 then streams: per MoE layer the router (f32), the correction bias, the shared
@@ -23,50 +25,71 @@ from ..errors import FormatError, InvalidArgument
 from . import spec
 from .config_values import check_config
 from .families import detect, model_config
+from .gguf_source import is_gguf
 from .hf_source import SafetensorsSource, storage_dtype
 from .integrity import check_values, checked_chunks
 from .presets import resolve
-from .dense_plan import write_dense
+from .dense_plan import read_matrix, write_dense
 from .destination import check_destination
 from .progress import bar
 from .tokenizer_files import tokenizer_files
-from .quantize import pack_expert
+from .quantize import Encoded, pack_expert
 from .writer import ContainerWriter
 
 
 def convert(src_dir, dst, experts=None, progress=True, dense=None, force=False, lm_head=None, preset=None):
-    experts, dense, lm_head = resolve(preset, experts, dense, lm_head)
+    """src_dir: a Hugging Face checkpoint directory or a `.gguf` file (llama.cpp)."""
     src_dir, dst = os.fspath(src_dir), os.fspath(dst)
+    gguf = is_gguf(src_dir)
+    schemes = None if gguf else resolve(preset, experts, dense, lm_head)
     replaced = check_destination(dst, force)
-    config_path = os.path.join(src_dir, "config.json")
+    source = tok_files = None
     try:
-        hf = json.load(open(config_path, encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"{config_path}: cannot read the model config ({exc})") from exc
-    family = detect(hf, config_path)
-    check_config(hf, config_path)
-    cfg = model_config(family, hf, experts)
-    source = SafetensorsSource(src_dir)
-    try:
-        plan = [plan_layer(family, cfg, source, layer) for layer in cfg.moe_layers]
-        with ContainerWriter(dst) as writer, \
-                bar(total=source.total_bytes(), desc="convert", enabled=progress) as pbar:
-            for lp in plan:
-                write_layer(writer, cfg, source, lp, pbar)
-            used = {n for lp in plan for n in lp.sources}
-            dropped = {n for n in source.refs if family.dropped(n, cfg.n_layers)}     # never written
-            pbar.update(sum(source.ref(n).nbytes for n in dropped))
-            used |= dropped
-            used |= write_dense(writer, source, hf, cfg, dense, used, pbar, lm_head=lm_head)
-            for name in sorted(set(source.refs) - used):
-                copy_dense(writer, source, name, pbar)
-            meta = dict(_meta(hf, src_dir, family, cfg), dense_scheme=dense, lm_head_scheme=lm_head,
-                        tokenizer_files=tokenizer_files(src_dir))
-            writer.finish(cfg.header_fields(), meta, before_rename=replaced.move_aside)
+        if gguf:
+            from .gguf_import import open_gguf
+            source, hf, tok_files, schemes = open_gguf(src_dir, experts, dense, lm_head, preset)
+            config_path = src_dir
+        else:
+            config_path = os.path.join(src_dir, "config.json")
+            hf = _read_config(config_path)
+        family = detect(hf, config_path)
+        check_config(hf, config_path)
+        cfg = model_config(family, hf, schemes[0])
+        source = source or SafetensorsSource(src_dir)
+        tok_files = tokenizer_files(src_dir) if tok_files is None else tok_files
+        _write(dst, src_dir, source, hf, family, cfg, schemes, tok_files, replaced, progress)
     finally:
-        source.close()
+        if source is not None:
+            source.close()
     replaced.discard()
     return dst
+
+
+def _read_config(config_path):
+    try:
+        return json.load(open(config_path, encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"{config_path}: cannot read the model config ({exc})") from exc
+
+
+def _write(dst, src_dir, source, hf, family, cfg, schemes, tok_files, replaced, progress):
+    """Plan every MoE layer (shapes checked before a byte is written), then stream the container."""
+    _, dense, lm_head = schemes
+    plan = [plan_layer(family, cfg, source, layer) for layer in cfg.moe_layers]
+    with ContainerWriter(dst) as writer, \
+            bar(total=source.total_bytes(), desc="convert", enabled=progress) as pbar:
+        for lp in plan:
+            write_layer(writer, cfg, source, lp, pbar)
+        used = {n for lp in plan for n in lp.sources}
+        dropped = {n for n in source.refs if family.dropped(n, cfg.n_layers)}     # never written
+        pbar.update(sum(source.ref(n).nbytes for n in dropped))
+        used |= dropped
+        used |= write_dense(writer, source, hf, cfg, dense, used, pbar, lm_head=lm_head)
+        for name in sorted(set(source.refs) - used):
+            copy_dense(writer, source, name, pbar)
+        meta = dict(_meta(hf, src_dir, family, cfg), dense_scheme=dense, lm_head_scheme=lm_head,
+                    tokenizer_files=tok_files)
+        writer.finish(cfg.header_fields(), meta, before_rename=replaced.move_aside)
 
 
 class LayerPlan:
@@ -131,7 +154,7 @@ def write_layer(writer, cfg, source, lp, pbar):
     if lp.shared_gate:
         _small(writer, source, lp.shared_gate, (cfg.hidden,), spec.KIND_SHARED_GATE, L, pbar, (1, cfg.hidden))
     if lp.shared:
-        mats = _read_expert(source, lp.shared, cfg.shared_inter, cfg.hidden)
+        mats = _read_expert(source, lp.shared, cfg.shared_inter, cfg.hidden, cfg.scheme)
         _blob(writer, f"{p}.shared_expert", mats, cfg.scheme, spec.KIND_SHARED, L, -1)
         pbar.update(sum(source.ref(n).nbytes for n in lp.shared))
     for e, (mats, src_bytes) in enumerate(read_ahead(_expert_reader(source, cfg, lp, e)
@@ -143,7 +166,7 @@ def write_layer(writer, cfg, source, lp, pbar):
 def _expert_reader(source, cfg, lp, e):
     def read():
         if lp.per_expert:
-            return (_read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden),
+            return (_read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden, cfg.scheme),
                     sum(source.ref(n).nbytes for n in lp.per_expert[e]))
         return (_read_fused(source, lp.fused, e, cfg.inter, cfg.hidden),
                 sum(source.ref(n).nbytes for n in lp.fused) // cfg.n_experts)
@@ -173,9 +196,9 @@ def _small(writer, source, name, shape, kind, layer, pbar, src_shape=None):
     pbar.update(source.ref(name).nbytes)
 
 
-def _read_expert(source, names, inter, hidden):
+def _read_expert(source, names, inter, hidden, scheme):
     shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
-    return [source.read_f32(n, s) for n, s in zip(names, shapes)]
+    return [read_matrix(source, n, s, scheme) for n, s in zip(names, shapes)]
 
 
 def _read_fused(source, fused, e, inter, hidden):
@@ -193,8 +216,7 @@ def _blob(writer, name, mats, scheme, kind, layer, expert):
 
 
 def pack(gate, up, down, scheme):
-    return pack_expert(np.ascontiguousarray(gate), np.ascontiguousarray(up),
-                       np.ascontiguousarray(down), scheme)
+    return pack_expert(*(m if isinstance(m, Encoded) else np.ascontiguousarray(m) for m in (gate, up, down)), scheme)
 
 
 def copy_dense(writer, source, name, pbar):

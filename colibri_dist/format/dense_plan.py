@@ -20,6 +20,14 @@ CHUNK_F32_BYTES = 64 << 20     # a big matrix is read and encoded this many byte
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 
 
+def read_matrix(source, name, shape, scheme):
+    """Matrix `name` to be encoded in `scheme`: its stored blocks when the source holds it in that encoding
+    already (a GGUF's Q8_0: copied, never requantized), else float32."""
+    if source.stored_scheme(name) == scheme:
+        return source.read_encoded(name, shape)
+    return source.read_f32(name, shape)
+
+
 def matrix_name(names=families.Names()):
     """The pattern of the encoded matrices' names: lm_head and the attention projections of every layer."""
     return re.compile(rf"^(lm_head\.weight|model\.layers\.\d+\.{re.escape(names.attn)}\.({_PROJECTIONS})\.weight)$")
@@ -39,7 +47,7 @@ def write_dense(writer, source, hf, cfg, scheme, used, pbar, lm_head=None):
         names = dense_mlp_names(layer, fam)
         if layer in cfg.moe_layers or not all(n in source for n in names):
             continue
-        mats = [source.read_f32(n, tuple(source.ref(n).shape)) for n in names]
+        mats = [read_matrix(source, n, tuple(source.ref(n).shape), scheme) for n in names]
         try:
             blob, layout = pack_expert(mats[0], mats[1], mats[2], scheme)
         except InvalidArgument as exc:
@@ -54,6 +62,10 @@ def write_dense(writer, source, hf, cfg, scheme, used, pbar, lm_head=None):
         done.add(name)
     if hf.get("tie_word_embeddings") and LM_HEAD not in source and EMBED in source:
         _matrix(writer, source, EMBED, LM_HEAD, head)
+    if EMBED in source and source.stored_scheme(EMBED):     # a block-encoded embedding stays encoded (cb_embed)
+        _matrix(writer, source, EMBED, EMBED, source.stored_scheme(EMBED))
+        pbar.update(source.ref(EMBED).nbytes)
+        done.add(EMBED)
     return done
 
 
@@ -65,11 +77,11 @@ def _matrix(writer, source, src_name, name, scheme):
     try:
         if rows_separable(scheme):      # row by row: memory bounded whatever the vocabulary (the LM head)
             chunk = max(1, CHUNK_F32_BYTES // (4 * cols))
-            chunks, nbytes, layout = pack_matrix_stream(lambda r0, r1: source.read_rows_f32(src_name, r0, r1),
-                                                        rows, cols, scheme, chunk)
+            read = source.read_rows_encoded if source.stored_scheme(src_name) == scheme else source.read_rows_f32
+            chunks, nbytes, layout = pack_matrix_stream(lambda r0, r1: read(src_name, r0, r1), rows, cols, scheme, chunk)
             writer.add_matrix_stream(name, chunks, nbytes, layout)
         else:
-            blob, layout = pack_matrix(source.read_f32(src_name, tuple(ref.shape)), scheme)
+            blob, layout = pack_matrix(read_matrix(source, src_name, tuple(ref.shape), scheme), scheme)
             writer.add_matrix(name, blob, layout)
     except InvalidArgument as exc:
         raise FormatError(f"{ref.file}: tensor {src_name!r}: cannot encode as {scheme}: {exc}") from exc

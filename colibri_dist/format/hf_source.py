@@ -68,6 +68,10 @@ class SafetensorsSource:
                 self._fds[path] = os.open(path, os.O_RDONLY)
             return self._fds[path]
 
+    def stored_scheme(self, name):
+        """None: safetensors hold float or integer tensors, never a colibri block encoding (gguf_source.py does)."""
+        return None
+
     def read_raw(self, ref, start=0, nbytes=None):
         nbytes = ref.nbytes - start if nbytes is None else nbytes
         data = os.pread(self._fd(ref.file), nbytes, ref.start + start)

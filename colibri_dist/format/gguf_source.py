@@ -1,0 +1,211 @@
+"""Read a GGUF file (llama.cpp) as the converter reads a safetensors checkpoint.
+
+Role in the data flow: convert.py's window on a `.gguf`, with SafetensorsSource's interface (refs,
+ref, read_f32, read_rows_f32, chunks) under Hugging Face names, plus the config.json the file's
+metadata stands for (gguf_families.py maps both). The file is parsed by the `gguf` package
+(llama.cpp's own reader: the optional extra `colibri-dist[gguf]`), never by hand. Every tensor's
+name and type is checked when the source opens, so an unsupported file fails before anything is
+written. Block-quantized tensors kept as they are (Q8_0 -> the `q8_0` encoding) are also offered
+raw (`stored_scheme`, `read_encoded`, `read_rows_encoded`): the converter copies their blocks
+instead of requantizing; read_f32 decodes them with the package's own `dequantize`.
+"""
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import FormatError
+from .gguf_families import ARCHES, EXPERT_STACKS, GLOBAL_TENSORS, REQUIRED
+from .hf_source import to_f32
+from .quantize import Encoded
+
+FLOAT_TYPES = ("F32", "F16", "BF16")          # imported as the same float encodings
+BLOCK_TYPES = {"Q8_0": "q8_0"}                # GGML type -> the colibri encoding that keeps its blocks
+INSTALL_HINT = "pip install 'colibri-dist[gguf]'"
+_LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
+
+
+def gguf_package(path):
+    """The `gguf` module; FormatError naming the file and the extra to install when it is missing."""
+    try:
+        import gguf
+    except ImportError as exc:
+        raise FormatError(f"{path}: reading GGUF files needs the gguf package: {INSTALL_HINT}") from exc
+    return gguf
+
+
+def is_gguf(path):
+    """True when `path` is a file starting with the GGUF magic."""
+    try:
+        with open(path, "rb") as fh:
+            return os.path.isfile(path) and fh.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class GgufRef:
+    name: str           # Hugging Face name
+    file: str
+    dtype: str          # GGML type name: F32, F16, BF16, Q8_0
+    shape: tuple        # numpy order (rows last-but-one, cols last); one expert's matrix for a stack slice
+    nbytes: int
+    tensor: str         # GGUF tensor name
+    index: int = None   # expert index inside a stacked tensor
+
+
+class GgufSource:
+    def __init__(self, path):
+        self.dir = self.path = os.fspath(path)
+        self._gguf = gguf_package(self.path)
+        try:
+            self._reader = self._gguf.GGUFReader(self.path)
+        except (ValueError, OSError, IndexError, KeyError, TypeError) as exc:
+            raise FormatError(f"{self.path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from exc
+        self.arch = self._arch()
+        self._tensors = {t.name: t for t in self._reader.tensors}
+        self.refs = {}
+        for t in self._reader.tensors:
+            for ref in self._refs_of(t):
+                self.refs[ref.name] = ref
+
+    # ---- metadata -------------------------------------------------------------------------------------
+    def field(self, key, default=REQUIRED):
+        """The value of metadata `key`; FormatError naming the file and key when it is required and absent."""
+        f = self._reader.get_field(key)
+        if f is None:
+            if default is REQUIRED:
+                raise FormatError(f"{self.path}: GGUF metadata key {key!r} is missing "
+                                  f"(needed for architecture {self._arch_name()!r})")
+            return default
+        return f.contents()
+
+    def has_field(self, key):
+        return self._reader.get_field(key) is not None
+
+    def _arch_name(self):
+        f = self._reader.get_field("general.architecture")
+        return None if f is None else f.contents()
+
+    def _arch(self):
+        name = self.field("general.architecture")
+        if name not in ARCHES:
+            raise FormatError(f"{self.path}: GGUF architecture {name!r} is not supported; "
+                              f"supported: {', '.join(sorted(ARCHES))}")
+        return ARCHES[name]
+
+    def hf_config(self):
+        """The config.json this file's metadata stands for (the family's keys, llama.cpp's fixed values)."""
+        a = self.arch
+        hf = {"model_type": a.model_type, "architectures": [a.architecture], "hidden_act": "silu"}
+        for key, hf_key, default in a.config:
+            value = self.field(f"{a.arch}.{key}", default)
+            if value is not None:
+                hf[hf_key] = _scalar(self.path, f"{a.arch}.{key}", value)
+        scaling = self.field(f"{a.arch}.rope.scaling.type", None)
+        if scaling not in (None, "none"):
+            raise FormatError(f"{self.path}: GGUF metadata {a.arch}.rope.scaling.type = {scaling!r}: "
+                              f"rope scaling is not imported yet")
+        hf.update(a.fixed)
+        hf["vocab_size"] = int(self.ref("model.embed_tokens.weight").shape[0])
+        hf["tie_word_embeddings"] = "lm_head.weight" not in self.refs
+        return hf
+
+    # ---- tensor names and types -----------------------------------------------------------------------
+    def _refs_of(self, t):
+        name, gtype = t.name, t.tensor_type.name
+        if gtype not in FLOAT_TYPES and gtype not in BLOCK_TYPES:
+            raise FormatError(f"{self.path}: tensor {name!r} is {gtype}: not supported yet (supported: "
+                              f"{', '.join(FLOAT_TYPES + tuple(BLOCK_TYPES))}); nothing was written")
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        m = _LAYER.match(name)
+        if m and m.group(2) in EXPERT_STACKS:
+            if len(shape) != 3:
+                raise FormatError(f"{self.path}: tensor {name!r} has shape {list(shape)}, expected [experts, rows, cols]")
+            layer, part = m.group(1), EXPERT_STACKS[m.group(2)]
+            per = int(t.n_bytes) // shape[0]
+            return [GgufRef(f"model.layers.{layer}.mlp.experts.{e}.{part}.weight", self.path, gtype, shape[1:], per,
+                            name, e) for e in range(shape[0])]
+        hf = GLOBAL_TENSORS.get(name) if not m else (
+            None if m.group(2) not in self.arch.layer_names() else f"model.layers.{m.group(1)}.{self.arch.layer_names()[m.group(2)]}")
+        if hf is None:
+            raise FormatError(f"{self.path}: tensor {name!r} has no place in a {self.arch.arch} model "
+                              f"(gguf_families.py); nothing was written")
+        return [GgufRef(hf, self.path, gtype, shape, int(t.n_bytes), name)]
+
+    def __contains__(self, name):
+        return name in self.refs
+
+    def total_bytes(self):
+        return sum(r.nbytes for r in self.refs.values())
+
+    def ref(self, name):
+        ref = self.refs.get(name)
+        if ref is None:
+            raise FormatError(f"{self.path}: GGUF file is missing the tensor for {name!r}")
+        return ref
+
+    def close(self):
+        self._reader = self._tensors = None
+
+    # ---- data -----------------------------------------------------------------------------------------
+    def _raw(self, ref):
+        """The tensor's (or stack slice's) bytes as a uint8 view of the mapped file."""
+        raw = self._tensors[ref.tensor].data.reshape(-1).view(np.uint8)
+        return raw if ref.index is None else raw[ref.index * ref.nbytes:(ref.index + 1) * ref.nbytes]
+
+    def _decode(self, ref, raw, rows):
+        if ref.dtype in FLOAT_TYPES:
+            return to_f32(raw, ref.dtype).reshape(rows, -1)
+        qtype = self._gguf.GGMLQuantizationType[ref.dtype]
+        return self._gguf.quants.dequantize(raw.reshape(rows, -1), qtype).astype(np.float32, copy=False)
+
+    def _check(self, ref, shape):
+        if tuple(ref.shape) != tuple(shape):
+            raise FormatError(f"{self.path}: tensor {ref.tensor!r} ({ref.name}) has shape {list(ref.shape)}, "
+                              f"expected {list(shape)}")
+
+    def read_f32(self, name, shape, index=None):
+        """Tensor `name` as float32 of `shape` (block types decoded as gguf.quants.dequantize does)."""
+        ref = self.ref(name)
+        if index is not None:
+            raise FormatError(f"{self.path}: {name!r}: a GGUF source has no fused expert tensors")
+        want = tuple(shape)
+        if ref.shape != want and not (len(want) == 2 and want[0] == 1 and ref.shape == want[1:]):
+            self._check(ref, want)
+        rows = int(np.prod(ref.shape[:-1])) if len(ref.shape) > 1 else 1
+        return np.array(self._decode(ref, self._raw(ref), rows)).reshape(want)
+
+    def read_rows_f32(self, name, r0, r1):
+        ref = self.ref(name)
+        rb = ref.nbytes // ref.shape[0]
+        return np.array(self._decode(ref, self._raw(ref)[r0 * rb:r1 * rb], r1 - r0))
+
+    def stored_scheme(self, name):
+        """The colibri encoding that keeps tensor `name`'s blocks as they are (None: a float or other type)."""
+        return BLOCK_TYPES.get(self.ref(name).dtype)
+
+    def read_encoded(self, name, shape):
+        """A block-quantized matrix's bytes as they are in the file: Encoded(scheme, rows, cols, data)."""
+        ref = self.ref(name)
+        self._check(ref, shape)
+        return Encoded(BLOCK_TYPES[ref.dtype], ref.shape[0], ref.shape[1], self._raw(ref).reshape(ref.shape[0], -1))
+
+    def read_rows_encoded(self, name, r0, r1):
+        ref = self.ref(name)
+        raw = self._raw(ref).reshape(ref.shape[0], -1)[r0:r1]
+        return Encoded(BLOCK_TYPES[ref.dtype], r1 - r0, ref.shape[1], raw)
+
+    def chunks(self, ref, chunk_bytes=64 << 20):
+        raw = self._raw(ref)
+        for start in range(0, ref.nbytes, chunk_bytes):
+            yield raw[start:start + chunk_bytes].tobytes()
+
+
+def _scalar(path, key, value):
+    """One metadata number; a float32 one as the shortest decimal that is that float32 (the config.json value
+    llama.cpp's converter stored: 1e-06, not 9.999999974752427e-07)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FormatError(f"{path}: GGUF metadata {key!r} = {value!r}: expected one number")
+    return float(str(np.float32(value))) if isinstance(value, float) else value

@@ -1,0 +1,92 @@
+"""Tiny GGUF files for the import tests, written as llama.cpp's converter writes them.
+
+Names come from the gguf package's own TensorNameMap (llama.cpp's Hugging Face -> GGUF mapping, not
+colibri's table, so the import is checked against an independent mapping), metadata from GGUFWriter's
+add_* methods (llama.cpp's key names); the experts are stacked [experts, rows, cols] as
+convert_hf_to_gguf.py stacks them. `qtype` Q8_0 quantizes every 2-D weight except the router with
+gguf.quants.quantize (llama.cpp's reference quantizer), as `convert_hf_to_gguf.py --outtype q8_0` does.
+"""
+import numpy as np
+
+gguf = __import__("pytest").importorskip("gguf")
+
+ARCH = gguf.MODEL_ARCH.QWEN3MOE
+F32_ONLY = ("ffn_gate_inp",)       # llama.cpp keeps the router in F32
+
+
+def hf_tensors(model):
+    """name -> float32 numpy of a transformers Qwen3-MoE model, the experts as llama.cpp's stacks."""
+    out = {}
+    for name, t in model.state_dict().items():
+        v = t.detach().float().numpy()
+        if name.endswith("mlp.experts.gate_up_proj"):
+            inter = v.shape[1] // 2
+            base = name[:-len("gate_up_proj")]
+            out[base + "gate_proj.weight"], out[base + "up_proj.weight"] = v[:, :inter], v[:, inter:]
+        elif name.endswith("mlp.experts.down_proj"):
+            out[name + ".weight"] = v
+        else:
+            out[name] = v
+    return out
+
+
+def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_tensors=None, raw_tensors=None,
+               arch="qwen3moe"):
+    """Write `model` (a transformers Qwen3MoeForCausalLM) as a GGUF file; returns {gguf name: stored array}.
+    extra_tensors: more F32 tensors; raw_tensors: {name: (uint8 bytes, GGML type name)} stored in place of or
+    beside the model's tensor of that name; arch: general.architecture (the metadata keys follow it)."""
+    c = model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    meta = {"context_length": (w.add_context_length, c.max_position_embeddings),
+            "embedding_length": (w.add_embedding_length, c.hidden_size),
+            "block_count": (w.add_block_count, c.num_hidden_layers),
+            "feed_forward_length": (w.add_feed_forward_length, c.intermediate_size),
+            "attention.head_count": (w.add_head_count, c.num_attention_heads),
+            "attention.head_count_kv": (w.add_head_count_kv, c.num_key_value_heads),
+            "attention.key_length": (w.add_key_length, c.head_dim),
+            "attention.value_length": (w.add_value_length, c.head_dim),
+            "rope.freq_base": (w.add_rope_freq_base, c.rope_parameters["rope_theta"]),
+            "attention.layer_norm_rms_epsilon": (w.add_layer_norm_rms_eps, c.rms_norm_eps),
+            "expert_count": (w.add_expert_count, c.num_experts),
+            "expert_used_count": (w.add_expert_used_count, c.num_experts_per_tok),
+            "expert_feed_forward_length": (w.add_expert_feed_forward_length, c.moe_intermediate_size)}
+    for key, (add, value) in meta.items():
+        if key not in drop_keys:
+            add(value)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype == "Q8_0" else gguf.LlamaFileType.ALL_F32)
+    if tokenizer:
+        tokenizer(w)
+    names = gguf.get_tensor_name_map(ARCH, c.num_hidden_layers)
+    stored = {}
+    raw_tensors = dict(raw_tensors or {})
+    for hf_name, v in hf_tensors(model).items():
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        assert name is not None, hf_name
+        if name not in raw_tensors:
+            stored[name] = _store(w, name, v, qtype)
+    for name, (raw, gtype) in raw_tensors.items():
+        w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType[gtype])
+        stored[name] = raw
+    for name, v in (extra_tensors or {}).items():
+        stored[name] = _store(w, name, v, "F32")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return stored
+
+
+def _store(w, name, v, qtype):
+    if qtype == "Q8_0" and v.ndim >= 2 and not any(k in name for k in F32_ONLY):
+        q = gguf.quants.quantize(v, gguf.GGMLQuantizationType.Q8_0)
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        return q
+    if qtype in ("F16", "BF16") and v.ndim >= 2 and not any(k in name for k in F32_ONLY):
+        if qtype == "F16":
+            w.add_tensor(name, v.astype(np.float16))
+            return v.astype(np.float16)
+        q = gguf.quants.quantize(v, gguf.GGMLQuantizationType.BF16)
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.BF16)
+        return q
+    w.add_tensor(name, np.ascontiguousarray(v, dtype=np.float32))
+    return v

@@ -1,0 +1,218 @@
+"""GGUF import (colibri convert MODEL.gguf): a tiny random Qwen3-MoE written as llama.cpp writes it, imported.
+
+F32: the imported container's logits equal the safetensors-converted container's bit for bit, and transformers'
+within the oracle tolerance. Q8_0: every block is copied (container bytes == GGUF bytes, decode ==
+gguf.quants.dequantize exactly), the logits equal transformers' on the dequantized weights, and every SIMD
+level gives the same bits. The tokenizer and chat template come from the metadata: token ids equal the
+original tokenizer's. Bad files are refused naming the file and the key or tensor, with nothing written.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import colibri_dist as cd
+from colibri_dist import convert
+from colibri_dist.errors import FormatError
+from colibri_dist.format.quantize import dequantize
+
+torch = pytest.importorskip("torch")
+gguf = pytest.importorskip("gguf")
+from gguf_tiny import hf_tensors, write_gguf  # noqa: E402  (needs gguf)
+
+Q8 = gguf.GGMLQuantizationType.Q8_0
+TEXTS = ["Hello world", " don't stop", "12345 apples\n\n  indented\tline", "Ünïcødé straße 東京",
+         "<|im_start|>user\nhi there<|im_end|>", "a  b   c    ", "x=1;y=22;z=333"]
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def logits(path, ids, simd=None):
+    from colibri_dist.native import simd_force
+    with simd_force(simd or cd.native.simd_name()), cd.LLM(path, w8a8=False) as llm:
+        return llm.logits(ids)
+
+
+def reference(model, ids):
+    with torch.no_grad():
+        return model(torch.from_numpy(np.asarray(ids))[None]).logits[0].float().numpy()
+
+
+def rel_err(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.fixture(scope="module")
+def f32(tmp_path_factory):
+    """(hf container, gguf file, imported container, transformers model) of the tiny Qwen3-MoE in F32."""
+    from colibri_dist.format.tiny import write_tiny
+    d = tmp_path_factory.mktemp("gguf-f32")
+    model = write_tiny("qwen3_moe", d / "hf")
+    write_gguf(model, d / "m.gguf")
+    convert(d / "hf", d / "hf.colibri", experts="f32", progress=False)
+    convert(d / "m.gguf", d / "g.colibri", progress=False)
+    return d / "hf.colibri", d / "m.gguf", d / "g.colibri", model
+
+
+def test_f32_import_equals_the_safetensors_conversion_bit_for_bit(f32):
+    hf_path, _, path, model = f32
+    ids = np.random.default_rng(3).integers(0, 64, 40)
+    got = logits(path, ids)
+    assert np.array_equal(got, logits(hf_path, ids))
+    assert rel_err(got, reference(model, ids)) <= 1e-4
+    with cd.open_model(path) as m, cd.open_model(hf_path) as h:
+        assert m.config == h.config and m.config.scheme == "f32" and m.dense_scheme == m.lm_head_scheme == "f32"
+        assert m.meta["source_config"]["rms_norm_eps"] == 1e-06 and m.meta["source_config"]["norm_topk_prob"]
+        assert m.tokenizer_files() == {}
+
+
+def tokenizer_and_writer():
+    """A byte-level BPE with Qwen2's pre-tokenizer trained on TEXTS, and a GGUFWriter hook storing it the way
+    llama.cpp's converter does (tokens, merges, token types, special ids, chat template)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from colibri_dist.format.gguf_tokenizer import PRE_TOKENIZERS
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRE_TOKENIZERS["qwen2"].pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok.train_from_iterator(TEXTS * 3, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    spec = json.loads(tok.to_str())["model"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["merges"]]
+
+    def write(w):
+        n = tok.get_vocab_size()
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("qwen2")
+        w.add_token_list([tok.id_to_token(i) for i in range(n)])
+        w.add_token_types([gguf.TokenType.CONTROL if tok.id_to_token(i) in specials else gguf.TokenType.NORMAL
+                           for i in range(n)])
+        w.add_token_merges(merges)
+        w.add_bos_token_id(0)
+        w.add_eos_token_id(2)
+        w.add_add_bos_token(False)
+        w.add_chat_template(TEMPLATE)
+    return tok, write
+
+
+@pytest.fixture(scope="module")
+def q8(tmp_path_factory):
+    """A tiny Qwen3-MoE with sizes in whole Q8_0 blocks and a 320-token vocabulary, written as a Q8_0 GGUF
+    (router F32) with a tokenizer, and imported: (gguf path, stored arrays, container, model, tokenizer)."""
+    import transformers
+    from colibri_dist.format.tiny import _COMMON
+    torch.manual_seed(1)
+    cfg = transformers.Qwen3MoeConfig(**dict(_COMMON, vocab_size=320, hidden_size=64, intermediate_size=64,
+                                             moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                                             norm_topk_prob=True, head_dim=16))
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    d = tmp_path_factory.mktemp("gguf-q8")
+    tok, write_tok = tokenizer_and_writer()
+    stored = write_gguf(model, d / "m.gguf", qtype="Q8_0", tokenizer=write_tok)
+    convert(d / "m.gguf", d / "g.colibri", progress=False)
+    return d / "m.gguf", stored, d / "g.colibri", model, tok
+
+
+def test_q8_0_blocks_are_copied_and_decode_as_gguf_does(q8):
+    _, stored, path, _, _ = q8
+    with cd.open_model(path) as m:
+        assert (m.config.scheme, m.dense_scheme, m.lm_head_scheme) == ("q8_0", "q8_0", "q8_0")
+        blob, layout = m.read_expert(1, 5), m.expert_layout(1, 5)
+        for part in ("gate", "up", "down"):
+            ml = getattr(layout, part)
+            q = stored[f"blk.1.ffn_{part}_exps.weight"][5]
+            assert bytes(np.asarray(blob)[ml.data_offset:ml.data_offset + ml.data_bytes]) == q.tobytes()
+            assert np.array_equal(dequantize(blob, ml).view(np.uint32), gguf.quants.dequantize(q, Q8).view(np.uint32))
+        for name, key in (("model.layers.0.self_attn.q_proj.weight", "blk.0.attn_q.weight"),
+                          ("model.embed_tokens.weight", "token_embd.weight"), ("lm_head.weight", "output.weight")):
+            mblob, ml = m.matrix(name)
+            assert bytes(np.asarray(mblob)[:ml.data_bytes]) == stored[key].tobytes(), name
+            assert np.array_equal(dequantize(mblob, ml), gguf.quants.dequantize(stored[key], Q8))
+
+
+def dequantized_model(model, stored):
+    """model with every weight replaced by the values the GGUF stores (Q8_0 decoded by gguf.quants)."""
+    import copy
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3MOE, model.config.num_hidden_layers)
+    values = {}
+    for hf_name in hf_tensors(model):
+        q = stored[names.get_name(hf_name, try_suffixes=(".weight", ".bias"))]
+        values[hf_name] = gguf.quants.dequantize(q, Q8) if q.dtype == np.uint8 else q
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, t in out.state_dict().items():
+            base = name[:-len("gate_up_proj")]
+            if name.endswith("gate_up_proj"):
+                v = np.concatenate([values[base + "gate_proj.weight"], values[base + "up_proj.weight"]], axis=1)
+            else:
+                v = values[name + ".weight" if name.endswith("experts.down_proj") else name]
+            t.copy_(torch.from_numpy(np.asarray(v, np.float32)))
+    return out
+
+
+def test_q8_0_logits_equal_transformers_on_the_gguf_values_on_every_level(q8):
+    from colibri_dist.native import simd_available
+    _, stored, path, model, _ = q8
+    ids = np.random.default_rng(5).integers(0, 320, 40)
+    got = {level: logits(path, ids, level) for level in simd_available()}
+    assert all(np.array_equal(got["scalar"], g) for g in got.values()), list(got)
+    ref = reference(dequantized_model(model, stored), ids)
+    assert rel_err(got["scalar"], ref) <= 1e-4
+    assert rel_err(got["scalar"], reference(model, ids)) > 1e-6        # the file's values, not the float model's
+
+
+def test_tokenizer_and_chat_template_come_from_the_metadata(q8):
+    _, _, path, _, tok = q8
+    with cd.LLM(path) as llm:
+        for text in TEXTS:
+            assert llm.tokenizer.encode(text, add_special_tokens=False).ids == \
+                tok.encode(text, add_special_tokens=False).ids, text
+            assert llm.tokenizer.decode(tok.encode(text).ids, skip_special_tokens=False) == text
+        assert llm.eos_token_ids == (2,)
+        files = cd.open_model(path).tokenizer_files()
+    assert json.loads(files["tokenizer_config.json"])["chat_template"] == TEMPLATE
+    assert json.loads(files["tokenizer_config.json"])["eos_token"] == "<|im_end|>"
+
+
+# ---- bad files: named errors, nothing written ------------------------------------------------------------
+
+def refused(src, tmp_path, match):
+    dst = tmp_path / "out.colibri"
+    with pytest.raises(FormatError, match=match):
+        convert(src, dst, progress=False)
+    assert os.listdir(tmp_path) == [os.path.basename(src)]      # no DST, no DST.partial
+
+
+def test_missing_metadata_is_named(f32, tmp_path):
+    model = f32[3]
+    write_gguf(model, tmp_path / "m.gguf", drop_keys=("expert_feed_forward_length",))
+    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: GGUF metadata key 'qwen3moe\.expert_feed_forward_length' "
+                                           r"is missing")
+
+
+def test_unsupported_tensor_type_is_named(f32, tmp_path):
+    raw = np.zeros((32, 144), np.uint8)         # 32 rows of one Q4_K super-block (256 values, 144 bytes)
+    write_gguf(f32[3], tmp_path / "m.gguf", raw_tensors={"blk.0.attn_v.weight": (raw, "Q4_K")})
+    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: tensor 'blk\.0\.attn_v\.weight' is Q4_K: not supported")
+
+
+def test_unknown_tensor_and_architecture_are_named(f32, tmp_path):
+    write_gguf(f32[3], tmp_path / "m.gguf", extra_tensors={"blk.0.ffn_gate_inp_shexp.weight": np.ones(32, np.float32)})
+    refused(tmp_path / "m.gguf", tmp_path, r"tensor 'blk\.0\.ffn_gate_inp_shexp\.weight' has no place in a qwen3moe")
+    os.remove(tmp_path / "m.gguf")
+    write_gguf(f32[3], tmp_path / "m.gguf", arch="grok")
+    refused(tmp_path / "m.gguf", tmp_path, r"GGUF architecture 'grok' is not supported; supported: qwen3moe")
+
+
+def test_without_the_gguf_package_the_extra_is_named(f32, tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "gguf", None)
+    with pytest.raises(FormatError, match=r"m\.gguf: reading GGUF files needs the gguf package: "
+                                          r"pip install 'colibri-dist\[gguf\]'"):
+        convert(f32[1], tmp_path / "out.colibri", progress=False)
+    assert os.listdir(tmp_path) == []
+
