@@ -13,15 +13,19 @@ from .common import add_progress, progress_enabled
 
 
 def register(subparsers):
-    p = subparsers.add_parser("convert", help="convert a Hugging Face safetensors checkpoint to .colibri",
+    p = subparsers.add_parser("convert", help="convert a Hugging Face safetensors checkpoint or a GGUF file to .colibri",
                               description="Convert a Hugging Face MoE checkpoint directory (config.json + "
                                           "model.safetensors or sharded with model.safetensors.index.json) "
                                           "to a .colibri container. Families: Mixtral, Qwen2-MoE, Qwen3-MoE, "
-                                          "OLMoE, DeepSeek-V3.")
-    p.add_argument("src", metavar="SRC", help="checkpoint directory")
+                                          "OLMoE, DeepSeek-V3, GLM-4.5. Or import a llama.cpp GGUF file "
+                                          "(architecture qwen3moe; F32/F16/BF16/Q8_0 tensors, Q8_0 blocks kept "
+                                          "bit for bit; needs pip install 'colibri-dist[gguf]'): each part keeps "
+                                          "the file's encoding unless --experts/--dense/--lm-head/--preset say "
+                                          "otherwise.")
+    p.add_argument("src", metavar="SRC", help="checkpoint directory, or a .gguf file")
     p.add_argument("dst", metavar="DST", help="output .colibri file (written as DST.partial, then renamed)")
     p.add_argument("--experts", choices=list(SCHEMES), default=None,
-                   help="expert weight encoding (default: int8, symmetric per row)")
+                   help="expert weight encoding (default: int8, symmetric per row; a GGUF: the file's)")
     p.add_argument("--dense", choices=list(SCHEMES), default=None,
                    help="encoding of dense matrices: attention projections, dense MLP layers and (unless "
                         "--lm-head) lm_head; int4-g32 / int4-g64 put every matrix in 4 bits, int6-g64 in 6 "

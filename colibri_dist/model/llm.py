@@ -20,6 +20,7 @@ after changing experts).
 import numpy as np
 
 from ..errors import InvalidArgument
+from ..format.gguf_cache import container_for
 from .arch import architecture, kv_row_dims
 from .decoder import Decoder
 from .kv_budget import check_max_seq_len, default_budget, warn_limits
@@ -34,7 +35,8 @@ class LLM:
                  max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=True, max_model_len=None,
                  enable_prefix_caching=None, allow_long_context=False, checksums=True, prefill_chunk_size=None,
                  offload_compression=None):
-        """model: the .colibri path (vLLM's name); max_model_len: vLLM's name of max_seq_len (at most the
+        """model: the .colibri path (vLLM's name), or a .gguf file imported once into a cached container
+        (format/gguf_cache.py); max_model_len: vLLM's name of max_seq_len (at most the
         model's max_position_embeddings unless allow_long_context=True); seed: the base seed of requests
         without their own (vLLM's); enable_prefix_caching: vLLM's switch (None: on when the KV bits'
         dependencies are visible); checksums=False skips the container's first-use view checks;
@@ -49,7 +51,7 @@ class LLM:
                 raise InvalidArgument(f"LLM: max_model_len {max_model_len!r} and max_seq_len {max_seq_len!r} disagree",
                                       parameter="max_model_len", value=max_model_len)
             max_seq_len = max_model_len
-        path = model
+        path = container_for(model)
         self.path = str(path)
         self.scheduler_config = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
                                                 max_num_seqs=max_num_seqs, base_seed=seed,

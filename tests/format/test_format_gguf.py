@@ -216,3 +216,17 @@ def test_without_the_gguf_package_the_extra_is_named(f32, tmp_path, monkeypatch)
         convert(f32[1], tmp_path / "out.colibri", progress=False)
     assert os.listdir(tmp_path) == []
 
+
+def test_llm_imports_a_gguf_once_into_the_cache(f32, tmp_path, monkeypatch, capsys):
+    hf_path, gguf_path, _, _ = f32
+    monkeypatch.setenv("COLIBRI_CACHE_DIR", str(tmp_path))
+    ids = np.arange(12)
+    with cd.LLM(str(gguf_path), w8a8=False) as llm:
+        first = llm.path
+        assert first.startswith(str(tmp_path / "gguf" / "m-")) and first.endswith(".colibri")
+        assert np.array_equal(llm.logits(ids), logits(hf_path, ids))
+    assert "importing" in capsys.readouterr().err
+    mtime = os.stat(first).st_mtime_ns
+    with cd.LLM(str(gguf_path), w8a8=False) as llm:
+        assert llm.path == first and os.stat(first).st_mtime_ns == mtime     # reused, not imported again
+    assert "importing" not in capsys.readouterr().err
