@@ -230,3 +230,9 @@ def test_llm_imports_a_gguf_once_into_the_cache(f32, tmp_path, monkeypatch, caps
     with cd.LLM(str(gguf_path), w8a8=False) as llm:
         assert llm.path == first and os.stat(first).st_mtime_ns == mtime     # reused, not imported again
     assert "importing" not in capsys.readouterr().err
+
+
+def test_a_truncated_file_is_named(f32, tmp_path):
+    data = open(f32[1], "rb").read()
+    (tmp_path / "m.gguf").write_bytes(data[:len(data) // 2])
+    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: not a readable GGUF file")
