@@ -18,7 +18,7 @@ def register(subparsers):
                                           "model.safetensors or sharded with model.safetensors.index.json) "
                                           "to a .colibri container. Families: Mixtral, Qwen2-MoE, Qwen3-MoE, "
                                           "OLMoE, DeepSeek-V3, GLM-4.5. Or import a llama.cpp GGUF file "
-                                          "(architecture qwen3moe; F32/F16/BF16/Q8_0 tensors, Q8_0 blocks kept "
+                                          "(architectures qwen3moe, qwen2moe; F32/F16/BF16/Q8_0 tensors, Q8_0 blocks kept "
                                           "bit for bit; needs pip install 'colibri-dist[gguf]'): each part keeps "
                                           "the file's encoding unless --experts/--dense/--lm-head/--preset say "
                                           "otherwise.")

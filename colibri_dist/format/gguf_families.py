@@ -5,7 +5,8 @@ for one llama.cpp `general.architecture`, which colibri family (families/, by it
 model_type) it becomes, which metadata keys `<arch>.<key>` fill which config.json keys (required
 or with llama.cpp's default), the config values llama.cpp fixes in its graph code instead of
 storing them (Qwen3-MoE always renormalises its top-k weights: src/models/qwen3moe.cpp), and the
-per-layer tensor names beyond the common ones. The result is the config.json and the tensor names
+per-layer tensor names beyond the common ones (Qwen2-MoE: q/k/v biases and a sigmoid-gated shared
+expert, no renormalisation: src/models/qwen2moe.cpp). The result is the config.json and the tensor names
 the safetensors converter already understands, so convert.py runs unchanged from there on.
 Adding an architecture = one row here (its family must exist in families/).
 """
@@ -36,6 +37,9 @@ SHARED_EXPERT = {"ffn_gate_shexp.weight": "mlp.shared_expert.gate_proj.weight",
                  "ffn_up_shexp.weight": "mlp.shared_expert.up_proj.weight",
                  "ffn_down_shexp.weight": "mlp.shared_expert.down_proj.weight",
                  "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight"}
+
+# Per-layer vectors GGUF stores as [h] where the Hugging Face checkpoint holds [1, h].
+ROW_VECTORS = ("ffn_gate_inp_shexp.weight",)
 
 REQUIRED = object()     # a config row without a default: the file must carry the key
 
@@ -71,4 +75,7 @@ ARCHES = {a.arch: a for a in (
     GgufArch("qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM",
              config=COMMON_CONFIG + (("attention.key_length", "head_dim", None),),
              fixed={"norm_topk_prob": True}, layer_tensors=QK_NORM),
+    GgufArch("qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM",
+             config=COMMON_CONFIG + (("expert_shared_feed_forward_length", "shared_expert_intermediate_size", 0),),
+             fixed={"norm_topk_prob": False}, layer_tensors=dict(QKV_BIAS, **SHARED_EXPERT)),
 )}

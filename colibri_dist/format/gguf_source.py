@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FormatError
-from .gguf_families import ARCHES, EXPERT_STACKS, GLOBAL_TENSORS, REQUIRED
+from .gguf_families import ARCHES, EXPERT_STACKS, GLOBAL_TENSORS, REQUIRED, ROW_VECTORS
 from .hf_source import to_f32
 from .quantize import Encoded
 
@@ -127,11 +127,14 @@ class GgufSource:
             per = int(t.n_bytes) // shape[0]
             return [GgufRef(f"model.layers.{layer}.mlp.experts.{e}.{part}.weight", self.path, gtype, shape[1:], per,
                             name, e) for e in range(shape[0])]
+        layer_names = self.arch.layer_names()
         hf = GLOBAL_TENSORS.get(name) if not m else (
-            None if m.group(2) not in self.arch.layer_names() else f"model.layers.{m.group(1)}.{self.arch.layer_names()[m.group(2)]}")
+            None if m.group(2) not in layer_names else f"model.layers.{m.group(1)}.{layer_names[m.group(2)]}")
         if hf is None:
             raise FormatError(f"{self.path}: tensor {name!r} has no place in a {self.arch.arch} model "
                               f"(gguf_families.py); nothing was written")
+        if m and m.group(2) in ROW_VECTORS and len(shape) == 1:
+            shape = (1,) + shape
         return [GgufRef(hf, self.path, gtype, shape, int(t.n_bytes), name)]
 
     def __contains__(self, name):
@@ -172,8 +175,7 @@ class GgufSource:
         if index is not None:
             raise FormatError(f"{self.path}: {name!r}: a GGUF source has no fused expert tensors")
         want = tuple(shape)
-        if ref.shape != want and not (len(want) == 2 and want[0] == 1 and ref.shape == want[1:]):
-            self._check(ref, want)
+        self._check(ref, want)
         rows = int(np.prod(ref.shape[:-1])) if len(ref.shape) > 1 else 1
         return np.array(self._decode(ref, self._raw(ref), rows)).reshape(want)
 

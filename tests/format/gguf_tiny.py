@@ -10,7 +10,7 @@ import numpy as np
 
 gguf = __import__("pytest").importorskip("gguf")
 
-ARCH = gguf.MODEL_ARCH.QWEN3MOE
+ARCHES = {"qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe"}      # transformers model_type -> llama.cpp arch
 F32_ONLY = ("ffn_gate_inp",)       # llama.cpp keeps the router in F32
 
 
@@ -31,32 +31,35 @@ def hf_tensors(model):
 
 
 def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_tensors=None, raw_tensors=None,
-               arch="qwen3moe"):
+               arch=None):
     """Write `model` (a transformers Qwen3MoeForCausalLM) as a GGUF file; returns {gguf name: stored array}.
     extra_tensors: more F32 tensors; raw_tensors: {name: (uint8 bytes, GGML type name)} stored in place of or
     beside the model's tensor of that name; arch: general.architecture (the metadata keys follow it)."""
     c = model.config
-    w = gguf.GGUFWriter(str(path), arch)
+    name = ARCHES[c.model_type]
+    w = gguf.GGUFWriter(str(path), arch or name)
     meta = {"context_length": (w.add_context_length, c.max_position_embeddings),
             "embedding_length": (w.add_embedding_length, c.hidden_size),
             "block_count": (w.add_block_count, c.num_hidden_layers),
             "feed_forward_length": (w.add_feed_forward_length, c.intermediate_size),
             "attention.head_count": (w.add_head_count, c.num_attention_heads),
             "attention.head_count_kv": (w.add_head_count_kv, c.num_key_value_heads),
-            "attention.key_length": (w.add_key_length, c.head_dim),
-            "attention.value_length": (w.add_value_length, c.head_dim),
+            "attention.key_length": (w.add_key_length, getattr(c, "head_dim", None)),
+            "attention.value_length": (w.add_value_length, getattr(c, "head_dim", None)),
+            "expert_shared_feed_forward_length": (w.add_expert_shared_feed_forward_length,
+                                                  getattr(c, "shared_expert_intermediate_size", None)),
             "rope.freq_base": (w.add_rope_freq_base, c.rope_parameters["rope_theta"]),
             "attention.layer_norm_rms_epsilon": (w.add_layer_norm_rms_eps, c.rms_norm_eps),
             "expert_count": (w.add_expert_count, c.num_experts),
             "expert_used_count": (w.add_expert_used_count, c.num_experts_per_tok),
             "expert_feed_forward_length": (w.add_expert_feed_forward_length, c.moe_intermediate_size)}
     for key, (add, value) in meta.items():
-        if key not in drop_keys:
+        if key not in drop_keys and value is not None:
             add(value)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype == "Q8_0" else gguf.LlamaFileType.ALL_F32)
     if tokenizer:
         tokenizer(w)
-    names = gguf.get_tensor_name_map(ARCH, c.num_hidden_layers)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[name.upper()], c.num_hidden_layers)
     stored = {}
     raw_tensors = dict(raw_tensors or {})
     for hf_name, v in hf_tensors(model).items():

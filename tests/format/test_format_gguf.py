@@ -43,28 +43,34 @@ def rel_err(a, b):
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-@pytest.fixture(scope="module")
-def f32(tmp_path_factory):
-    """(hf container, gguf file, imported container, transformers model) of the tiny Qwen3-MoE in F32."""
+def tiny_f32(tmp_path_factory, family):
+    """(hf container, gguf file, imported container, transformers model) of a family's tiny model in F32."""
     from colibri_dist.format.tiny import write_tiny
-    d = tmp_path_factory.mktemp("gguf-f32")
-    model = write_tiny("qwen3_moe", d / "hf")
+    d = tmp_path_factory.mktemp(f"gguf-{family}")
+    model = write_tiny(family, d / "hf")
     write_gguf(model, d / "m.gguf")
     convert(d / "hf", d / "hf.colibri", experts="f32", progress=False)
     convert(d / "m.gguf", d / "g.colibri", progress=False)
     return d / "hf.colibri", d / "m.gguf", d / "g.colibri", model
 
 
-def test_f32_import_equals_the_safetensors_conversion_bit_for_bit(f32):
-    hf_path, _, path, model = f32
+@pytest.fixture(scope="module")
+def f32(tmp_path_factory):
+    return tiny_f32(tmp_path_factory, "qwen3_moe")
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe"])
+def test_f32_import_equals_the_safetensors_conversion_bit_for_bit(f32, tmp_path_factory, family):
+    hf_path, _, path, model = f32 if family == "qwen3_moe" else tiny_f32(tmp_path_factory, family)
     ids = np.random.default_rng(3).integers(0, 64, 40)
     got = logits(path, ids)
     assert np.array_equal(got, logits(hf_path, ids))
     assert rel_err(got, reference(model, ids)) <= 1e-4
     with cd.open_model(path) as m, cd.open_model(hf_path) as h:
         assert m.config == h.config and m.config.scheme == "f32" and m.dense_scheme == m.lm_head_scheme == "f32"
-        assert m.meta["source_config"]["rms_norm_eps"] == 1e-06 and m.meta["source_config"]["norm_topk_prob"]
-        assert m.tokenizer_files() == {}
+        assert m.meta["source_config"]["rms_norm_eps"] == model.config.rms_norm_eps
+        assert m.meta["source_config"]["norm_topk_prob"] == (family == "qwen3_moe")     # llama.cpp's graph
+        assert m.config.shared_inter == (24 if family == "qwen2_moe" else 0) and m.tokenizer_files() == {}
 
 
 def tokenizer_and_writer():
@@ -205,7 +211,7 @@ def test_unknown_tensor_and_architecture_are_named(f32, tmp_path):
     refused(tmp_path / "m.gguf", tmp_path, r"tensor 'blk\.0\.ffn_gate_inp_shexp\.weight' has no place in a qwen3moe")
     os.remove(tmp_path / "m.gguf")
     write_gguf(f32[3], tmp_path / "m.gguf", arch="grok")
-    refused(tmp_path / "m.gguf", tmp_path, r"GGUF architecture 'grok' is not supported; supported: qwen3moe")
+    refused(tmp_path / "m.gguf", tmp_path, r"GGUF architecture 'grok' is not supported; supported: qwen2moe, qwen3moe")
 
 
 def test_without_the_gguf_package_the_extra_is_named(f32, tmp_path, monkeypatch):
