@@ -68,6 +68,7 @@ class Family:
     cases: dict = field(default_factory=dict)    # whole-model oracle cases: name -> (class name, kwargs)
     drop_extra_layers: bool = False   # tensors of model.layers.{i >= num_hidden_layers} (multi-token-prediction
                                       # modules transformers ignores on load) are not converted
+    gguf: object = None        # _gguf.GgufArch: how llama.cpp's GGUF files of this family are imported (None: not yet)
 
     @property
     def name(self):

@@ -6,6 +6,7 @@ per layer_types (or use_sliding_window + max_window_layers).
 """
 from ..errors import FormatError
 from ._base import Attention, Family, Moe, Names
+from ._gguf import COMMON_CONFIG, QKV_BIAS, SHARED_EXPERT, GgufArch
 from ._rules import N_EXPERTS, qwen_sparse_layers
 from ._values import need, softmax_kind
 
@@ -34,6 +35,9 @@ def _windows(hf, n_layers, where):
 
 FAMILY = Family(
     "qwen2_moe", moe, attention,
+    gguf=GgufArch("qwen2moe", "Qwen2MoeForCausalLM",
+                  config=COMMON_CONFIG + (("expert_shared_feed_forward_length", "shared_expert_intermediate_size", 0),),
+                  fixed={"norm_topk_prob": False}, layer_tensors=dict(QKV_BIAS, **SHARED_EXPERT)),
     names=Names(shared="shared_expert", shared_gate="shared_expert_gate"),
     tiny=("Qwen2MoeConfig", dict(intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
                                  num_experts=8, num_experts_per_tok=2, norm_topk_prob=False)),

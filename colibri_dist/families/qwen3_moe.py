@@ -4,6 +4,7 @@ Role: the family table entry (format/families.py, model/arch.py, model/weights.p
 it) and its tiny test configs. Dense layers as Qwen2-MoE (mlp_only_layers, decoder_sparse_step).
 """
 from ._base import Attention, Family, Moe
+from ._gguf import COMMON_CONFIG, QK_NORM, GgufArch
 from ._rules import N_EXPERTS, qwen_sparse_layers
 from ._values import need, softmax_kind
 
@@ -23,6 +24,8 @@ def attention(hf, n_layers, where):
 
 FAMILY = Family(
     "qwen3_moe", moe, attention,
+    gguf=GgufArch("qwen3moe", "Qwen3MoeForCausalLM", config=COMMON_CONFIG + (("attention.key_length", "head_dim", None),),
+                  fixed={"norm_topk_prob": True}, layer_tensors=QK_NORM),
     tiny=("Qwen3MoeConfig", dict(intermediate_size=48, moe_intermediate_size=16, num_experts=8,
                                  num_experts_per_tok=2, norm_topk_prob=True, head_dim=8)),
     cases={"qwen3_moe": ("Qwen3MoeConfig", dict(hidden_size=48, num_attention_heads=8, num_key_value_heads=2,

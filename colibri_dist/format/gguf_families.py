@@ -1,81 +1,10 @@
-"""The GGUF architectures colibri imports: llama.cpp's names -> the Hugging Face config and tensor names.
+"""The GGUF architectures colibri imports, collected from the family entries (families/_gguf.py rows).
 
-Role in the data flow: gguf_source.py reads a GGUF file through this table. A row (GgufArch) says,
-for one llama.cpp `general.architecture`, which colibri family (families/, by its Hugging Face
-model_type) it becomes, which metadata keys `<arch>.<key>` fill which config.json keys (required
-or with llama.cpp's default), the config values llama.cpp fixes in its graph code instead of
-storing them (Qwen3-MoE always renormalises its top-k weights: src/models/qwen3moe.cpp), and the
-per-layer tensor names beyond the common ones (Qwen2-MoE: q/k/v biases and a sigmoid-gated shared
-expert, no renormalisation: src/models/qwen2moe.cpp). The result is the config.json and the tensor names
-the safetensors converter already understands, so convert.py runs unchanged from there on.
-Adding an architecture = one row here (its family must exist in families/).
+Role in the data flow: gguf_source.py looks a file's `general.architecture` up in ARCHES and reads the
+row of the family that carries it; the tables of names and keys live with the families (families/_gguf.py).
 """
-from dataclasses import dataclass, field
+from .. import families
+from ..families._gguf import EXPERT_STACKS, GLOBAL_TENSORS, REQUIRED, ROW_VECTORS  # noqa: F401  (re-exported)
 
-# Whole-model tensors: GGUF name -> Hugging Face name.
-GLOBAL_TENSORS = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-                  "output.weight": "lm_head.weight"}
-
-# Per-layer tensors every imported architecture has: `blk.N.<key>` -> `model.layers.N.<value>`.
-LAYER_TENSORS = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_gate_inp.weight": "mlp.gate.weight",
-}
-
-# The routed experts: one GGUF tensor per matrix holding every expert, [experts, rows, cols] in numpy order;
-# expert e becomes `model.layers.N.mlp.experts.e.<part>.weight`.
-EXPERT_STACKS = {"ffn_gate_exps.weight": "gate_proj", "ffn_up_exps.weight": "up_proj",
-                 "ffn_down_exps.weight": "down_proj"}
-
-QK_NORM = {"attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight"}
-QKV_BIAS = {"attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
-            "attn_v.bias": "self_attn.v_proj.bias"}
-SHARED_EXPERT = {"ffn_gate_shexp.weight": "mlp.shared_expert.gate_proj.weight",
-                 "ffn_up_shexp.weight": "mlp.shared_expert.up_proj.weight",
-                 "ffn_down_shexp.weight": "mlp.shared_expert.down_proj.weight",
-                 "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight"}
-
-# Per-layer vectors GGUF stores as [h] where the Hugging Face checkpoint holds [1, h].
-ROW_VECTORS = ("ffn_gate_inp_shexp.weight",)
-
-REQUIRED = object()     # a config row without a default: the file must carry the key
-
-# Metadata `<arch>.<key>` -> config.json key, default (REQUIRED, or llama.cpp's value when the key is absent).
-COMMON_CONFIG = (
-    ("context_length", "max_position_embeddings", REQUIRED),
-    ("embedding_length", "hidden_size", REQUIRED),
-    ("block_count", "num_hidden_layers", REQUIRED),
-    ("attention.head_count", "num_attention_heads", REQUIRED),
-    ("attention.head_count_kv", "num_key_value_heads", REQUIRED),
-    ("attention.layer_norm_rms_epsilon", "rms_norm_eps", REQUIRED),
-    ("rope.freq_base", "rope_theta", 10000.0),
-    ("expert_count", "num_experts", REQUIRED),
-    ("expert_used_count", "num_experts_per_tok", REQUIRED),
-    ("expert_feed_forward_length", "moe_intermediate_size", REQUIRED),
-)
-
-
-@dataclass(frozen=True)
-class GgufArch:
-    arch: str                   # llama.cpp general.architecture
-    model_type: str             # the colibri family (families/<model_type>.py)
-    architecture: str           # config.json "architectures"[0]
-    config: tuple = COMMON_CONFIG
-    fixed: dict = field(default_factory=dict)       # config values llama.cpp's graph code fixes for the arch
-    layer_tensors: dict = field(default_factory=dict)   # per-layer names beyond LAYER_TENSORS
-
-    def layer_names(self):
-        return dict(LAYER_TENSORS, **self.layer_tensors)
-
-
-ARCHES = {a.arch: a for a in (
-    GgufArch("qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM",
-             config=COMMON_CONFIG + (("attention.key_length", "head_dim", None),),
-             fixed={"norm_topk_prob": True}, layer_tensors=QK_NORM),
-    GgufArch("qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM",
-             config=COMMON_CONFIG + (("expert_shared_feed_forward_length", "shared_expert_intermediate_size", 0),),
-             fixed={"norm_topk_prob": False}, layer_tensors=dict(QKV_BIAS, **SHARED_EXPERT)),
-)}
+# llama.cpp architecture -> (the family's model_type, its GgufArch row)
+ARCHES = {f.gguf.arch: (name, f.gguf) for name, f in families.FAMILIES.items() if f.gguf is not None}

@@ -2,7 +2,7 @@
 
 Role in the data flow: convert.py's window on a `.gguf`, with SafetensorsSource's interface (refs,
 ref, read_f32, read_rows_f32, chunks) under Hugging Face names, plus the config.json the file's
-metadata stands for (gguf_families.py maps both). The file is parsed by the `gguf` package
+metadata stands for (the family entry's gguf row, families/_gguf.py, maps both). The file is parsed by the `gguf` package
 (llama.cpp's own reader: the optional extra `colibri-dist[gguf]`), never by hand. Every tensor's
 name and type is checked when the source opens, so an unsupported file fails before anything is
 written. Block-quantized tensors kept as they are (Q8_0 -> the `q8_0` encoding) are also offered
@@ -63,7 +63,7 @@ class GgufSource:
             self._reader = self._gguf.GGUFReader(self.path)
         except (ValueError, OSError, IndexError, KeyError, TypeError) as exc:
             raise FormatError(f"{self.path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from exc
-        self.arch = self._arch()
+        self.model_type, self.arch = self._arch()
         self._tensors = {t.name: t for t in self._reader.tensors}
         self.refs = {}
         for t in self._reader.tensors:
@@ -98,7 +98,7 @@ class GgufSource:
     def hf_config(self):
         """The config.json this file's metadata stands for (the family's keys, llama.cpp's fixed values)."""
         a = self.arch
-        hf = {"model_type": a.model_type, "architectures": [a.architecture], "hidden_act": "silu"}
+        hf = {"model_type": self.model_type, "architectures": [a.architecture], "hidden_act": "silu"}
         for key, hf_key, default in a.config:
             value = self.field(f"{a.arch}.{key}", default)
             if value is not None:
@@ -132,7 +132,7 @@ class GgufSource:
             None if m.group(2) not in layer_names else f"model.layers.{m.group(1)}.{layer_names[m.group(2)]}")
         if hf is None:
             raise FormatError(f"{self.path}: tensor {name!r} has no place in a {self.arch.arch} model "
-                              f"(gguf_families.py); nothing was written")
+                              f"(its family's gguf row, families/_gguf.py); nothing was written")
         if m and m.group(2) in ROW_VECTORS and len(shape) == 1:
             shape = (1,) + shape
         return [GgufRef(hf, self.path, gtype, shape, int(t.n_bytes), name)]
