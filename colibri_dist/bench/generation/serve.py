@@ -135,15 +135,18 @@ async def _burst(url, bodies, pid=None):
 
 
 # another process that GETs /health as fast as it can, for at most `seconds` and 10^6 requests (loopback only)
-FLOOD = ("import httpx, sys, time\nc = httpx.Client(base_url=sys.argv[1], timeout=5)\n"
-         "end, n = time.time() + float(sys.argv[2]), 0\nwhile time.time() < end and n < 1000000:\n"
-         "    c.get('/health'); n += 1\n")
+FLOOD = ("import httpx, sys, time\nc = httpx.Client(base_url=sys.argv[1], timeout=5)\nc.get('/health')\n"
+         "print('flooding', flush=True)\nend, n = time.time() + float(sys.argv[2]), 0\n"
+         "while time.time() < end and n < 1000000:\n    c.get('/health'); n += 1\n")
 
 
 def served(model, bodies, threads, extra=(), flood=False):
     """The burst against a fresh `colibri serve`; flood: while another process floods GET /health."""
     proc, url, startup = start_server(model, threads, max_num_seqs=len(bodies), extra=extra)
-    flooder = subprocess.Popen([sys.executable, "-c", FLOOD, url, "600"]) if flood else None
+    flooder = None
+    if flood:                          # the burst starts once the flood runs (its first answer came back)
+        flooder = subprocess.Popen([sys.executable, "-c", FLOOD, url, "600"], stdout=subprocess.PIPE, text=True)
+        flooder.stdout.readline()
     try:
         got, wall, cpu = asyncio.run(_burst(url, bodies, proc.pid))
     finally:
