@@ -31,7 +31,7 @@ from .detok import Detokenizer, TokenTexts
 from .logits import Processors, bad_words_token_ids
 from .outputs import RequestOutput
 from .prompts import encode_prompt
-from .params import RequestOutputKind, SamplingParams
+from .params import RequestOutputKind, SamplingParams, check_token_ids_in_vocab
 from .request import Request
 from .sampler import Sampler
 from .scheduler import Scheduler, SchedulerConfig
@@ -220,12 +220,10 @@ class LLMEngine:
                                   f"got {params!r}") from None
         if not isinstance(p, SamplingParams):
             raise InvalidArgument(f"request {rid!r}: sampling params must be SamplingParams, got {params!r}")
-        vocab = self.model.vocab_size
-        bad = next((t for t in p.allowed_token_ids or () if t >= vocab), None)
-        if bad is not None:
-            raise InvalidArgument(f"request {rid!r}: SamplingParams.allowed_token_ids: {bad} is outside the "
-                                  f"vocabulary [0, {vocab})")
-        return p
+        try:
+            return check_token_ids_in_vocab(p, self.model.vocab_size)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"request {rid!r}: {exc}", parameter=exc.parameter, value=exc.value) from None
 
     def _bad_words(self, rid, params):
         if params is None or not params.bad_words:

@@ -217,3 +217,17 @@ def _check_token_ids(name, ids):
             raise InvalidArgument(f"SamplingParams.{name} entries must be integers >= 0, got {t!r}", parameter=name,
                                   value=ids)
     return tuple(int(t) for t in ids)
+
+
+TOKEN_ID_PARAMS = ("allowed_token_ids", "stop_token_ids")     # the SamplingParams fields that hold token ids
+
+
+def check_token_ids_in_vocab(params, vocab_size):
+    """Every token-id parameter of params within [0, vocab_size): the request boundary's check (the engine's
+    add_request, the server before its response starts), so no id reaches a logits row out of range."""
+    for name in TOKEN_ID_PARAMS:
+        bad = next((t for t in getattr(params, name) or () if t >= vocab_size), None)
+        if bad is not None:
+            raise InvalidArgument(f"SamplingParams.{name}: {bad} is outside the vocabulary [0, {vocab_size})",
+                                  parameter=name, value=bad)
+    return params

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, NumericalError
 from .outputs import StepStats
 
 
@@ -99,7 +99,7 @@ class Scheduler:
         progressed = list(self._failed_now)
         for (r, n), logits in zip(sched, outs):
             before = len(r.output)
-            done = r.advance(n, logits, self.model, on_token)
+            done = self._advance(r, n, logits, on_token)
             if before == 0 and r.output and r.seq is not None:
                 progressed += self._fork_siblings(r, logits, on_token)
             if done:
@@ -114,6 +114,16 @@ class Scheduler:
             on_step(StepStats(t0, time.perf_counter(), prefill, decode, len(self.running), len(self.waiting),
                               self.model.free_blocks(), done, self.stats["preemptions"] - preempted))
         return progressed
+
+    def _advance(self, r, n, logits, on_token):
+        """r.advance; a fault of this request's own sampling (a processor on its parameters) fails it alone,
+        never its neighbours in the step. Numerical faults and interrupts still end the step."""
+        try:
+            return r.advance(n, logits, self.model, on_token)
+        except (NumericalError, InvalidArgument):
+            raise
+        except Exception as exc:
+            return r.fail(exc)
 
     def _count(self, sched):
         """Update the totals; -> (prefill tokens, decode tokens) of this step."""

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from . import responses as rsp
 from . import sse
+from ..errors import InvalidArgument
 from .errors import APIError
 from .params import parse_chat, parse_completion
 
@@ -62,6 +63,8 @@ class Call:
         return items
 
     def take(self, item):
+        if isinstance(item, InvalidArgument):           # the engine refused the request when it was added
+            raise APIError(400, str(item), param=item.parameter, code="invalid_value")
         if isinstance(item, BaseException):
             raise item
         err = getattr(item, "error", None)

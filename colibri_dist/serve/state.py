@@ -10,6 +10,7 @@ import re
 import time
 
 from ..errors import InvalidArgument
+from ..generate.params import check_token_ids_in_vocab
 from .errors import APIError, bad_param
 
 
@@ -80,7 +81,8 @@ class ServerState:
     def params(self, sampling, max_tokens):
         fields = dict(sampling, max_tokens=max(1, max_tokens))
         try:
-            return self.info.params_cls.from_dict(fields, self.info.defaults)
+            return check_token_ids_in_vocab(self.info.params_cls.from_dict(fields, self.info.defaults),
+                                            self.info.vocab_size)
         except InvalidArgument as exc:
             raise bad_param(exc.parameter or "sampling", str(exc)) from None
         except TypeError as exc:

@@ -49,3 +49,16 @@ def test_the_cli_flag_keeps_the_engine_in_process(demo_model):
     parse = build_parser().parse_args
     assert config_from_args(parse(["serve", demo_model])).engine_process is True
     assert config_from_args(parse(["serve", demo_model, "--engine-in-process"])).engine_process is False
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_token_id_outside_the_vocabulary_is_a_400_naming_it_and_the_server_goes_on(server, stream):
+    vocab = server.llm.vocab_size
+    body = {"prompt": [5, 6, 7], "max_tokens": 4, "min_tokens": 2, "stop_token_ids": [vocab + 5], "stream": stream}
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        r = c.post("/v1/completions", json=body)
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == "stop_token_ids" and f"{vocab + 5} is outside the vocabulary" in err["message"]
+        ok = c.post("/v1/completions", json={"prompt": [5, 6, 7], "max_tokens": 4})
+        assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "length"
