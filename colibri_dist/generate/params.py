@@ -90,8 +90,8 @@ class SamplingParams:
         set_(self, "min_p", _check_float("min_p", self.min_p, lo=0.0, hi=1.0))
         for name in ("presence_penalty", "frequency_penalty"):
             set_(self, name, _check_float(name, getattr(self, name), lo=-2.0, hi=2.0))
-        set_(self, "repetition_penalty", _check_float("repetition_penalty", self.repetition_penalty, lo=0.0,
-                                                      open_lo=True))
+        set_(self, "repetition_penalty", _check_float("repetition_penalty", self.repetition_penalty,
+                                                      lo=REPETITION_PENALTY[0], hi=REPETITION_PENALTY[1]))
         if self.seed is not None:
             set_(self, "seed", _check_int("seed", self.seed, lo=0))
         set_(self, "stop", _check_strings("stop", self.stop))
@@ -219,6 +219,9 @@ def _check_token_ids(name, ids):
     return tuple(int(t) for t in ids)
 
 
+# repetition_penalty divides (or multiplies) float32 logits: within this range no finite logit of a model
+# overflows by it (1e-300 was accepted, became 0 in float32 and failed the request as "logits not finite")
+REPETITION_PENALTY = (0.01, 100.0)
 TOKEN_ID_PARAMS = ("allowed_token_ids", "stop_token_ids")     # the SamplingParams fields that hold token ids
 
 
