@@ -142,8 +142,7 @@ def _tokenize(state, body):
             raise APIError(400, "prompt: expected a string", param="prompt")
         ids = state.info.encode(body["prompt"], add_special_tokens=flags["add_special_tokens"])
     else:
-        text = state.info.chat_template().render(_messages(body["messages"]),
-                                                 add_generation_prompt=flags["add_generation_prompt"])
+        text = state.info.render_chat(_messages(body["messages"]), add_generation_prompt=flags["add_generation_prompt"])
         ids = state.info.encode(text, add_special_tokens=False, param="messages")
     return {"count": len(ids), "max_model_len": state.info.max_seq_len, "tokens": ids}
 

@@ -96,12 +96,7 @@ async def completions(state, request, body):
 async def chat(state, request, body):
     req = parse_chat(body, state.cfg.max_n)
     call = Call(state, "chat", req, state.check_model(req.model))
-    try:
-        text = state.info.chat_template().render(req.messages, add_generation_prompt=req.add_generation_prompt)
-    except APIError:
-        raise
-    except Exception as exc:
-        raise APIError(400, f"messages: the chat template rejected them ({exc})", param="messages") from None
+    text = state.info.render_chat(req.messages, add_generation_prompt=req.add_generation_prompt)
     ids = state.info.encode(text, add_special_tokens=False, param="messages")
     call.submit([(ids, text, state.max_tokens_for(req.max_tokens, len(ids)))])
     return await _respond(call, request)

@@ -30,6 +30,17 @@ class ModelInfo:
             raise APIError(400, f"this model has no chat template ({exc}); use /v1/completions",
                            param="messages", code="no_chat_template") from None
 
+    def render_chat(self, messages, add_generation_prompt=True):
+        """The chat template's text of messages; what the template rejects (its raise_exception, a bound, a
+        type it cannot render) is a 400 naming messages, on every route that renders (chat, /tokenize)."""
+        template = self.chat_template()
+        try:
+            return template.render(messages, add_generation_prompt=add_generation_prompt)
+        except APIError:
+            raise
+        except Exception as exc:
+            raise APIError(400, f"messages: the chat template rejected them ({exc})", param="messages") from None
+
     def encode(self, prompt, add_special_tokens, param="prompt"):
         try:
             ids, err = self._encode(self.tokenizer, prompt, 0, add_special_tokens=add_special_tokens)
