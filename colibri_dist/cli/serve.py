@@ -3,7 +3,11 @@
 Role: argv -> ServeConfig (every check, including the non-loopback-without-key refusal, is there) ->
 serve.launch.serve (blocks until Ctrl-C), or with --ray-serve serve.ray_serve.run (Ray Serve replicas).
 """
+import os
+
 from .engine_flags import add_engine_flags
+
+API_KEY_ENV = "COLIBRI_API_KEY"
 
 ENGINE_FLAGS = ("workers", "pool", "threads", "max_num_seqs", "max_num_batched_tokens", "prefill_chunk", "w8a8",
                 "kv_cache_bytes", "kv_cache_dtype", "max_seq_len", "cache_bytes", "offload_dir", "offload_compression",
@@ -20,7 +24,10 @@ def register(subparsers):
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
                    help="model name(s) clients send (default: the file name without .colibri)")
-    p.add_argument("--api-key", default=None, metavar="KEY", help="require 'Authorization: Bearer KEY'")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' (the process list shows it to local users: prefer "
+                        "--api-key-file or $COLIBRI_API_KEY)")
+    p.add_argument("--api-key-file", default=None, metavar="FILE", help="read the API key from FILE's first line")
     p.add_argument("--runners", type=int, default=0, metavar="M",
                    help="persistent engines (Ray sequence runners over the shared workers) the requests are spread "
                         "over; needs --workers or --pool (0 = one engine in this process)")
@@ -45,12 +52,32 @@ def register(subparsers):
     p.set_defaults(func=main)
 
 
+def api_key_of(args, environ=None):
+    """--api-key, else --api-key-file's first line, else $COLIBRI_API_KEY (vLLM reads VLLM_API_KEY), else None."""
+    from ..errors import InvalidArgument
+    environ = os.environ if environ is None else environ
+    if args.api_key is not None and args.api_key_file is not None:
+        raise InvalidArgument("--api-key and --api-key-file exclude each other", parameter="api_key_file")
+    if args.api_key_file is not None:
+        try:
+            with open(args.api_key_file, encoding="utf-8") as fh:
+                key = fh.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgument(f"--api-key-file {args.api_key_file}: cannot read it ({exc})",
+                                  parameter="api_key_file") from None
+        if not key:
+            raise InvalidArgument(f"--api-key-file {args.api_key_file}: its first line is empty",
+                                  parameter="api_key_file")
+        return key
+    return args.api_key if args.api_key is not None else environ.get(API_KEY_ENV) or None
+
+
 def config_from_args(args):
     """ServeConfig of the flags (its own checks speak of the flags; cfg.engine_args() checks the engine's)."""
     from ..serve.config import ServeConfig
     own = ("threads", "max_num_seqs", "max_num_batched_tokens", "w8a8", "workers", "pool")
     return ServeConfig(model=args.model, host=args.host, port=args.port,
-                       served_model_name=tuple(args.served_model_name or ()), api_key=args.api_key,
+                       served_model_name=tuple(args.served_model_name or ()), api_key=api_key_of(args),
                        runners=args.runners, max_waiting=args.max_waiting, overload_status=args.overload_status,
                        max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit, seed=args.seed,
                        llm_kwargs={k: getattr(args, k) for k in ENGINE_FLAGS if k not in own},

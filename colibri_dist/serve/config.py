@@ -55,6 +55,12 @@ class ServeConfig:
             raise InvalidArgument(f"--overload-status must be 429 or 503, got {self.overload_status!r}")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise InvalidArgument("--api-key must be a non-empty string")
+        if self.api_key is not None:
+            bad = next((i for i, ch in enumerate(self.api_key) if not "!" <= ch <= "~"), None)
+            if bad is not None:             # an HTTP header carries it: printable ASCII, no spaces
+                raise InvalidArgument(f"the API key must be printable ASCII without spaces (clients send it in an "
+                                      f"HTTP header); character {bad + 1} is {self.api_key[bad]!r}",
+                                      parameter="api_key")
         names = (self.served_model_name,) if isinstance(self.served_model_name, str) else tuple(self.served_model_name)
         if not all(isinstance(n, str) and n for n in names):
             raise InvalidArgument(f"--served-model-name must be non-empty strings, got {self.served_model_name!r}")
@@ -67,7 +73,7 @@ class ServeConfig:
                                   f"this process")
         if not is_loopback(self.host) and self.api_key is None:
             raise InvalidArgument(f"--host {self.host} is not a loopback address: anyone who can reach it could use "
-                                  f"the model; pass --api-key KEY (or bind 127.0.0.1)")
+                                  f"the model; pass --api-key KEY, --api-key-file FILE or $COLIBRI_API_KEY (or bind 127.0.0.1)")
         self.engine_args()                 # the engine settings' own checks, at once
 
     def engine_args(self):

@@ -47,3 +47,26 @@ def test_runners_without_workers_is_a_usage_error(demo_model, capsys):
     assert "--runners 2 needs the Ray pool" in err and "--workers N" in err and "--pool NAME" in err
     args = build_parser().parse_args(["serve", demo_model, "--workers", "2", "--runners", "3"])
     assert (config_from_args(args).workers, config_from_args(args).runners) == (2, 3)
+
+
+def test_the_api_key_comes_from_a_file_or_the_environment_and_must_be_printable_ascii(demo_model, tmp_path,
+                                                                                     monkeypatch):
+    """Issue 31 defect 9: a key on the command line is visible in /proc to every local account."""
+    from colibri_dist.errors import InvalidArgument
+    parse = build_parser().parse_args
+    monkeypatch.delenv("COLIBRI_API_KEY", raising=False)
+    assert config_from_args(parse(["serve", demo_model])).api_key is None
+    monkeypatch.setenv("COLIBRI_API_KEY", "from-env")
+    assert config_from_args(parse(["serve", demo_model])).api_key == "from-env"
+    assert config_from_args(parse(["serve", demo_model, "--api-key", "flag"])).api_key == "flag"
+    key = tmp_path / "key"
+    key.write_text("from-file\nignored\n")
+    assert config_from_args(parse(["serve", demo_model, "--api-key-file", str(key)])).api_key == "from-file"
+    with pytest.raises(InvalidArgument, match="--api-key and --api-key-file exclude each other"):
+        config_from_args(parse(["serve", demo_model, "--api-key", "x", "--api-key-file", str(key)]))
+    with pytest.raises(InvalidArgument, match=r"--api-key-file .*nosuch: cannot read it"):
+        config_from_args(parse(["serve", demo_model, "--api-key-file", str(tmp_path / "nosuch")]))
+    with pytest.raises(InvalidArgument, match="printable ASCII without spaces.*character 3 is 'é'") as info:
+        config_from_args(parse(["serve", demo_model, "--api-key", "clé-secrète"]))
+    assert info.value.parameter == "api_key"
+    assert main(["serve", demo_model, "--api-key", "clé"]) == 2                   # refused at start, one line
