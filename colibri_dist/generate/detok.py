@@ -18,6 +18,18 @@ class TokenTexts:
 
     def __init__(self, tokenizer):
         self.tokenizer, self.cache = tokenizer, {}
+        self._special = None
+
+    @property
+    def special(self):
+        """Ids of the tokenizer's special tokens (what skip_special_tokens drops before decoding)."""
+        if self._special is None:
+            try:
+                added = self.tokenizer.get_added_tokens_decoder()
+                self._special = frozenset(i for i, t in added.items() if getattr(t, "special", False))
+            except AttributeError:          # not a `tokenizers` tokenizer: none known
+                self._special = frozenset()
+        return self._special
 
     def __call__(self, token_id):
         t = self.cache.get(token_id)
@@ -36,25 +48,31 @@ class Detokenizer:
         self.tokenizer = tokenizer
         self.texts = texts if texts is not None else TokenTexts(tokenizer)   # logprobs' decoded_token
         self.skip = skip_special_tokens
-        self.ids = []
+        self.ids = []         # every token (finish() decodes them all once)
+        self.window = []      # the tokens that can add text: all but the special ones skip_special_tokens drops
         self.prefix = 0       # first token of the decode window (one token of context for spacing)
-        self.read = 0         # tokens whose text has been emitted
+        self.read = 0         # window tokens whose text has been emitted
         self.text = ""        # everything emitted so far
 
     def _decode(self, ids):
         return safe_decode(self.tokenizer, ids, self.skip)       # a failure: DecodeFailed, the request's error
 
     def add(self, token_id):
-        """Append one token; return the newly completed text ("" when none)."""
-        self.ids.append(int(token_id))
-        prefix_text = self._decode(self.ids[self.prefix:self.read])
-        new_text = self._decode(self.ids[self.prefix:])
+        """Append one token; return the newly completed text ("" when none). A special token that decoding
+        skips never enters the window, so a run of them (12k repeated eos) costs O(1) each, not O(run)."""
+        token_id = int(token_id)
+        self.ids.append(token_id)
+        if self.skip and token_id in self.texts.special:
+            return ""
+        self.window.append(token_id)
+        prefix_text = self._decode(self.window[self.prefix:self.read])
+        new_text = self._decode(self.window[self.prefix:])
         if len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd"):
             return ""
         if not new_text.startswith(prefix_text):
             return ""             # the window's text changed shape; wait, finish() reconciles
         delta = new_text[len(prefix_text):]
-        self.prefix, self.read = self.read, len(self.ids)
+        self.prefix, self.read = self.read, len(self.window)
         self.text += delta
         return delta
 
@@ -66,7 +84,7 @@ class Detokenizer:
         else:                      # cannot happen for prefix-stable decoders; keep the exact final text
             delta = ""
         self.text = full
-        self.read = len(self.ids)
+        self.read = len(self.window)
         return delta
 
 

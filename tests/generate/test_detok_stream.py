@@ -86,3 +86,26 @@ def test_stop_strings(name):
         assert "".join(e.text for e in events) == c.text
         checked += 1
     assert checked >= 3
+
+
+def test_a_run_of_skipped_special_tokens_costs_linear_decoding():
+    """Issue 31 defect 10: 12k repeated eos (ignore_eos) took 12-18 s inside the shared step: every token
+    re-decoded the whole run that added no text. Counted in decoded tokens, not seconds."""
+    from colibri_dist.generate.detok import Detokenizer
+    from colibri_dist.jobs.demos import llm as demo_llm
+    tok = demo_llm.tokenizer()
+    words = tok.encode("count: one two").ids
+    ids = words + [demo_llm.EOS] * 3000 + words
+    decoded = []
+
+    class Counting:
+        def decode(self, ids, skip_special_tokens=True):
+            decoded.append(len(ids))
+            return tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+        def __getattr__(self, name):
+            return getattr(tok, name)
+    d = Detokenizer(Counting())
+    streamed = "".join(d.add(t) for t in ids)
+    assert sum(decoded) <= 8 * len(ids)                  # each add decodes a window of a few tokens
+    assert streamed + d.finish() == tok.decode(ids, skip_special_tokens=True) == d.text
