@@ -18,7 +18,6 @@ from ..errors import InvalidArgument
 from .errors import APIError
 from .params import parse_chat, parse_completion
 
-DISCONNECT_POLL_S = 0.5
 
 
 class Call:
@@ -115,18 +114,29 @@ async def _respond(call, request):
 
 
 async def _collect(call, request):
-    """Wait for every sample; {choice index: (tracker, [deltas])}. Polls for a vanished client."""
+    """Wait for every sample; {choice index: (tracker, [deltas])}, or None as soon as the client is gone
+    (watched the whole time, as streams are: its requests are then aborted and their KV blocks freed)."""
     got = {}
-    while call.open:
-        try:
-            tr, deltas = await asyncio.wait_for(call.next(), DISCONNECT_POLL_S)
-        except asyncio.TimeoutError:
-            if await request.is_disconnected():
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        while call.open:
+            nxt = asyncio.ensure_future(call.next())
+            await asyncio.wait({nxt, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not nxt.done():
+                nxt.cancel()
                 return None
-            continue
-        for d in deltas:
-            got.setdefault(d.index, (tr, []))[1].append(d)
-    return got
+            tr, deltas = nxt.result()
+            for d in deltas:
+                got.setdefault(d.index, (tr, []))[1].append(d)
+        return got
+    finally:
+        gone.cancel()
+
+
+async def _disconnected(request):
+    """Returns when the client disconnects (its body was read already: the next ASGI message is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _final(call, per_choice):
