@@ -32,6 +32,7 @@ class ServeConfig:
     max_admin_body_bytes: int = 256 << 20  # expert uploads to /admin/experts
     max_tokens_limit: int | None = None    # largest max_tokens accepted (None = the model's context)
     max_n: int = 16                        # largest `n` (samples per prompt) accepted
+    max_prompts: int = 2048                # most prompts in one /v1/completions request (OpenAI's batch bound)
     seed: int = 0                          # base seed of requests that give none
     w8a8: bool = True                      # int8/int4 weights x int8 activations; False: --weights-only (exact)
     llm_kwargs: dict = field(default_factory=dict)   # any further EngineArgs field (kv_cache_bytes, cache_bytes, ...)
@@ -42,7 +43,7 @@ class ServeConfig:
 
     def __post_init__(self):
         for name, lo in (("port", 0), ("workers", 0), ("runners", 0), ("max_num_seqs", 1), ("max_num_batched_tokens", 1),
-                         ("max_waiting", 0), ("max_body_bytes", 1), ("max_admin_body_bytes", 1), ("max_n", 1),
+                         ("max_waiting", 0), ("max_body_bytes", 1), ("max_admin_body_bytes", 1), ("max_n", 1), ("max_prompts", 1),
                          ("seed", 0)):
             _check_int(name, getattr(self, name), lo)
         if not isinstance(self.w8a8, bool):

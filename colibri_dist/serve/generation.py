@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from . import responses as rsp
 from . import sse
 from ..errors import InvalidArgument
-from .errors import APIError
+from .errors import APIError, bad_param
 from .params import parse_chat, parse_completion
 
 
@@ -82,23 +82,34 @@ class Call:
 
 async def completions(state, request, body):
     req = parse_completion(body, state.cfg.max_n)
+    if len(req.prompts) > state.cfg.max_prompts:
+        raise bad_param("prompt", f"{len(req.prompts)} prompts in one request; the server takes at most "
+                                  f"{state.cfg.max_prompts} (--max-prompts)")
     call = Call(state, "completion", req, state.check_model(req.model))
+    call.submit(await asyncio.to_thread(_completion_prompts, state, req))   # tokenizing: off the event loop
+    return await _respond(call, request)
+
+
+def _completion_prompts(state, req):
     prompts = []
     for p in req.prompts:
         ids = state.info.encode(p, add_special_tokens=True)
         text = p if isinstance(p, str) else state.info.decode(ids)
         prompts.append((ids, text, state.max_tokens_for(max(req.max_tokens, 1), len(ids))))
-    call.submit(prompts)
-    return await _respond(call, request)
+    return prompts
 
 
 async def chat(state, request, body):
     req = parse_chat(body, state.cfg.max_n)
     call = Call(state, "chat", req, state.check_model(req.model))
+    call.submit([await asyncio.to_thread(_chat_prompt, state, req)])        # the template and tokenizer: off it
+    return await _respond(call, request)
+
+
+def _chat_prompt(state, req):
     text = state.info.render_chat(req.messages, add_generation_prompt=req.add_generation_prompt)
     ids = state.info.encode(text, add_special_tokens=False, param="messages")
-    call.submit([(ids, text, state.max_tokens_for(req.max_tokens, len(ids)))])
-    return await _respond(call, request)
+    return ids, text, state.max_tokens_for(req.max_tokens, len(ids))
 
 
 async def _respond(call, request):
