@@ -1,17 +1,26 @@
 """The server's guard: body size limits and the API key, as one ASGI middleware in front of the app.
 
 Role in the data flow: every HTTP request passes here first. Its body is read (at most the limit: 413
-beyond it, by Content-Length or by counting) and replayed to the app; requests to /v1/*, /tokenize,
-/detokenize and /admin/* need `Authorization: Bearer KEY` when the server has a key (401 otherwise,
-compared in constant time); /admin/* is refused (403) on a server started without a key. /health and
-/metrics stay open, as in vLLM. No route reads or writes a file named by a request.
+beyond it, by Content-Length or by counting) and replayed to the app; when the server has a key every
+route but /health and /metrics (open, as in vLLM) needs `Authorization: Bearer KEY` (401 otherwise,
+compared in constant time), judged on the path the router matches (root_path removed); /admin/* is
+refused (403) on a server started without a key. No route reads or writes a file named by a request.
 """
 import hmac
 import json
 
 from .errors import error_body
 
-PROTECTED = ("/v1/", "/tokenize", "/detokenize", "/admin/")
+OPEN = ("/health", "/metrics")          # the only routes a keyed server answers without the key (vLLM's)
+
+
+def route_path(scope):
+    """The path the router matches: the request path less the app's root_path (uvicorn --root-path, a Ray Serve
+    route_prefix), as Starlette strips it. Auth looks at this one, so a prefix cannot slip past it."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root):] or "/"
+    return path
 
 
 class Guard:
@@ -22,7 +31,7 @@ class Guard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path = scope.get("path", "")
+        path = route_path(scope)
         denied = self._auth(path, _header(scope, b"authorization"))
         if denied is not None:
             return await _reply(send, *denied)
@@ -44,11 +53,11 @@ class Guard:
         return await self.app(scope, _replay(bytes(body), receive), send)
 
     def _auth(self, path, header):
-        if not path.startswith(PROTECTED) and path not in ("/tokenize", "/detokenize"):
-            return None
         if self.api_key is None:
-            if path.startswith("/admin/"):
+            if path.startswith("/admin/") or path == "/admin":
                 return 403, "admin endpoints are disabled: start the server with --api-key", "admin_disabled"
+            return None
+        if path in OPEN:                 # everything else needs the key: deny by default
             return None
         token = header[7:].strip() if header and header[:7].lower() == "bearer " else None
         if token is None:
