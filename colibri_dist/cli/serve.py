@@ -37,6 +37,12 @@ def register(subparsers):
     p.add_argument("--overload-status", type=int, choices=(429, 503), default=429,
                    help="status of a refused request when the queue is full (429)")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20, metavar="N")
+    p.add_argument("--allowed-hosts", nargs="+", default=(), metavar="NAME",
+                   help="a loopback bind also answers these Host names (default: loopback names only, against "
+                        "DNS rebinding)")
+    p.add_argument("--allowed-origins", nargs="+", default=(), metavar="ORIGIN",
+                   help="a loopback bind also answers pages of these origins, e.g. http://myapp.local:3000 "
+                        "('*': any; default: loopback pages only)")
     p.add_argument("--max-prompts", type=int, default=2048, metavar="N",
                    help="most prompts in one /v1/completions request (2048)")
     p.add_argument("--max-tokens-limit", type=int, default=None, metavar="N",
@@ -82,7 +88,8 @@ def config_from_args(args):
                        served_model_name=tuple(args.served_model_name or ()), api_key=api_key_of(args),
                        runners=args.runners, max_waiting=args.max_waiting, overload_status=args.overload_status,
                        max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit,
-                       max_prompts=args.max_prompts, seed=args.seed,
+                       max_prompts=args.max_prompts, seed=args.seed, allowed_hosts=tuple(args.allowed_hosts),
+                       allowed_origins=tuple(args.allowed_origins),
                        llm_kwargs={k: getattr(args, k) for k in ENGINE_FLAGS if k not in own},
                        log_level=args.log_level, engine_process=args.engine_process,
                        **{k: getattr(args, k) for k in own})

@@ -19,7 +19,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import generation
 from .errors import APIError, error_body
 from .metrics import model_gauges
-from .security import Guard
+from .config import is_loopback
+from .security import Guard, OriginGuard
 
 log = logging.getLogger("colibri.serve")
 MAX_DEPTH = 32
@@ -34,7 +35,8 @@ def build_app(state):
     from . import admin
     admin.routes(app, state)
     cfg = state.cfg
-    return Guard(app, cfg.api_key, cfg.max_body_bytes, cfg.max_admin_body_bytes)
+    origins = OriginGuard(cfg.allowed_hosts, cfg.allowed_origins) if is_loopback(cfg.host) else None
+    return Guard(app, cfg.api_key, cfg.max_body_bytes, cfg.max_admin_body_bytes, origins)
 
 
 async def read_json(request):

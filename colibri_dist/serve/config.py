@@ -33,6 +33,8 @@ class ServeConfig:
     max_tokens_limit: int | None = None    # largest max_tokens accepted (None = the model's context)
     max_n: int = 16                        # largest `n` (samples per prompt) accepted
     max_prompts: int = 2048                # most prompts in one /v1/completions request (OpenAI's batch bound)
+    allowed_hosts: tuple = ()              # a loopback bind answers these Host names too (DNS rebinding guard)
+    allowed_origins: tuple = ()            # ... and requests from pages of these origins ("*": any)
     seed: int = 0                          # base seed of requests that give none
     w8a8: bool = True                      # int8/int4 weights x int8 activations; False: --weights-only (exact)
     llm_kwargs: dict = field(default_factory=dict)   # any further EngineArgs field (kv_cache_bytes, cache_bytes, ...)
@@ -66,6 +68,13 @@ class ServeConfig:
         if not all(isinstance(n, str) and n for n in names):
             raise InvalidArgument(f"--served-model-name must be non-empty strings, got {self.served_model_name!r}")
         object.__setattr__(self, "served_model_name", names)
+        for name in ("allowed_hosts", "allowed_origins"):
+            v = getattr(self, name)
+            v = (v,) if isinstance(v, str) else tuple(v or ())
+            if not all(isinstance(x, str) and x for x in v):
+                raise InvalidArgument(f"--{name.replace('_', '-')} must be non-empty strings, got {v!r}",
+                                      parameter=name, value=v)
+            object.__setattr__(self, name, v)
         if self.workers and self.pool:
             raise InvalidArgument("--workers and --pool exclude each other (--pool attaches to running workers)")
         if self.runners and not (self.workers or self.pool):

@@ -23,16 +23,21 @@ def route_path(scope):
     return path
 
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
 class Guard:
-    def __init__(self, app, api_key, max_body, max_admin_body):
-        self.app, self.api_key = app, api_key
+    def __init__(self, app, api_key, max_body, max_admin_body, origin_guard=None):
+        """origin_guard: an OriginGuard for a loopback bind (DNS rebinding), or None."""
+        self.app, self.api_key, self.origin_guard = app, api_key, origin_guard
         self.max_body, self.max_admin_body = max_body, max_admin_body
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = route_path(scope)
-        denied = self._auth(path, _header(scope, b"authorization"))
+        denied = self.origin_guard.check(scope) if self.origin_guard is not None else None
+        denied = denied or self._auth(path, _header(scope, b"authorization"))
         if denied is not None:
             return await _reply(send, *denied)
         limit = self.max_admin_body if path.startswith("/admin/") else self.max_body
@@ -65,6 +70,42 @@ class Guard:
         if not hmac.compare_digest(token.encode("utf-8", "surrogatepass"), self.api_key.encode("utf-8")):
             return 401, "incorrect API key", "invalid_api_key"
         return None
+
+
+class OriginGuard:
+    """A loopback server answers only requests addressed to a loopback name and not sent by another site's
+    page (DNS rebinding: a page of evil.example that resolves its name to 127.0.0.1, or a cross-site form
+    POST): the Host must be a loopback name or one of allowed_hosts, an Origin (when sent) a loopback one or
+    one of allowed_origins ("*" allows any). Ollama guards its loopback server the same way."""
+
+    def __init__(self, allowed_hosts=(), allowed_origins=()):
+        self.hosts = {h.lower() for h in allowed_hosts}
+        self.origins = {o.lower().rstrip("/") for o in allowed_origins}
+
+    def check(self, scope):
+        host = _header(scope, b"host")
+        if host is None or not self._loopback_or(_hostname(host), self.hosts):
+            return 403, (f"Host {host!r} is not a loopback name: refused (DNS rebinding guard); start the server "
+                         f"with --allowed-hosts to add names"), "host_not_allowed"
+        origin = _header(scope, b"origin")
+        if origin is None or "*" in self.origins or origin.lower().rstrip("/") in self.origins:
+            return None
+        if origin.lower() == "null" or not self._loopback_or(_hostname(origin.split("://", 1)[-1]), set()):
+            return 403, (f"Origin {origin!r} is not a loopback page: refused (cross-site request); start the "
+                         f"server with --allowed-origins to add it"), "origin_not_allowed"
+        return None
+
+    @staticmethod
+    def _loopback_or(name, extra):
+        return name in LOOPBACK_HOSTS or name.startswith("127.") and name.replace(".", "").isdigit() or name in extra
+
+
+def _hostname(authority):
+    """'[::1]:8000' -> '::1', 'LocalHost:80' -> 'localhost', 'example.com' -> 'example.com'."""
+    a = authority.strip().lower().split("/", 1)[0]
+    if a.startswith("["):
+        return a[1:].split("]", 1)[0]
+    return a.rsplit(":", 1)[0] if a.count(":") == 1 else a
 
 
 def _header(scope, name):
