@@ -19,6 +19,9 @@ from . import streams
 SUBCOMMANDS = ["convert", "run", "generate", "serve", "pool", "experts", "numa", "stress", "bench"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_ROW_ERRORS, EXIT_NUMERICAL = 0, 1, 2, 3, 4
+# a module an optional extra brings -> that extra (pyproject.toml): a command that needs one says which
+EXTRAS = {"fastapi": "serve", "uvicorn": "serve", "starlette": "serve", "gguf": "gguf", "pyarrow": "data",
+          "pandas": "data"}
 
 
 def build_parser():
@@ -52,6 +55,13 @@ def main(argv=None):
         return EXIT_NUMERICAL
     except ColibriError as exc:
         print(f"colibri: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"colibri: error: `colibri {args.command}` needs the {extra!r} extra (no module {exc.name!r}): "
+              f"pip install 'colibri-dist[{extra}]'", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("colibri: interrupted", file=sys.stderr)

@@ -97,6 +97,9 @@ def config_from_args(args):
 
 def main(args):
     import os
+
+    import fastapi  # noqa: F401  (the [serve] extra: missing is said before the model loads, cli.EXTRAS)
+    import uvicorn  # noqa: F401
     from ..errors import InvalidArgument
     cfg = config_from_args(args)
     if not os.path.exists(cfg.model):

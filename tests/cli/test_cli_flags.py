@@ -168,3 +168,19 @@ def test_out_is_not_created_when_the_config_is_rejected(tmp_path, capsys):
     bad.write_text("job: {kind: generate, sampling_params: {max_tokens: -1}}\n")
     assert main(["run", str(bad), "--out", str(tmp_path / "o3")]) == 2
     assert not os.path.exists(tmp_path / "o3")
+
+
+@pytest.mark.parametrize("missing, argv, extra", [("fastapi", ["serve", "{model}"], "serve"),
+                                                  ("uvicorn", ["serve", "{model}"], "serve")])
+def test_a_command_whose_extra_is_missing_says_which_to_install(tmp_path, missing, argv, extra):
+    """The newcomer's path (issue 31): `pip install -e . && colibri serve` died with a ModuleNotFoundError."""
+    import subprocess
+    import sys
+    model = tmp_path / "m.colibri"
+    model.write_bytes(b"x")
+    code = (f"import sys; sys.modules[{missing!r}] = None\n"
+            f"from colibri_dist.cli import main\nsys.exit(main({[a.format(model=model) for a in argv]!r}))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert f"pip install 'colibri-dist[{extra}]'" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
