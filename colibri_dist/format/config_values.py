@@ -31,6 +31,17 @@ VALUES.update({key: kind for fam in families.FAMILIES.values() for key, kind in 
 ROPE_VALUES = {"rope_theta": "float?", "factor": "float?", "original_max_position_embeddings": "int?",
                "attention_factor": "float?", "beta_fast": "float?", "beta_slow": "float?", "mscale": "float?",
                "mscale_all_dim": "float?", "partial_rotary_factor": "float?", "truncate": "bool?"}
+# what a value must also be, beyond its type (checked when present and not null): a value outside these
+# converted "successfully" and failed only at load without naming the key, or overflowed float32 there
+RANGES = {
+    "rms_norm_eps": (lambda v: 0 < v < 1, "in (0, 1)"),
+    "partial_rotary_factor": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "routed_scaling_factor": (lambda v: 0 < v <= 1e4, "in (0, 10000]"),
+    "rope_theta": (lambda v: 0 < v <= 1e12, "in (0, 1e12]"),
+    "clip_qkv": (lambda v: 0 < v <= 1e4, "in (0, 10000]"),
+    "head_dim": (lambda v: v > 0 and v % 2 == 0, "a positive even integer (rotary pairs)"),
+    "qk_rope_head_dim": (lambda v: v > 0 and v % 2 == 0, "a positive even integer (rotary pairs)"),
+}
 # The native FFN computes down(act(gate(x)) * up(x)) with act = SiLU only (native/src/ffn.c).
 ACTIVATIONS = ("silu", "swish")
 _EXPECT = {"int": "an integer", "float": "a finite number", "bool": "true or false"}
@@ -55,6 +66,9 @@ def _check(table, values, where, prefix=""):
             continue
         if not _fits(value, base):
             raise FormatError(f"{where}: config key '{prefix}{key}' must be {_EXPECT[base]}, got {value!r}")
+        ok, what = RANGES.get(key, (None, None))
+        if ok is not None and not ok(value):
+            raise FormatError(f"{where}: config key '{prefix}{key}' must be {what}, got {value!r}")
 
 
 def check_config(hf, where="config.json"):
@@ -69,7 +83,17 @@ def check_config(hf, where="config.json"):
         if not isinstance(params, dict):
             raise FormatError(f"{where}: config key {key!r} must be an object, got {params!r}")
         _check(ROPE_VALUES, params, where, prefix=f"{key}.")
+    _check_layers(hf, where)
     act = hf.get("hidden_act", "silu")
     if act not in ACTIVATIONS:
         raise FormatError(f"{where}: config key 'hidden_act' is {act!r}; colibri's FFN computes "
                           f"{' / '.join(ACTIVATIONS)} only, so this model cannot run correctly")
+
+
+def _check_layers(hf, where):
+    """A MoE model keeps experts in some layer: first_k_dense_replace at or past the last layer converted
+    "successfully" with every expert dropped."""
+    k, n = hf.get("first_k_dense_replace"), hf.get("num_hidden_layers")
+    if isinstance(k, int) and isinstance(n, int) and not isinstance(k, bool) and k >= n > 0:
+        raise FormatError(f"{where}: config key 'first_k_dense_replace' is {k}, not below num_hidden_layers {n}: "
+                          f"no layer would keep its experts")

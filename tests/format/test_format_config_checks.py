@@ -32,6 +32,13 @@ def _checkpoint(tiny_dir, tmp_path, **changes):
     ("rms_norm_eps", "1e-5", "'rms_norm_eps' must be a finite number, got '1e-5'"),
     ("tie_word_embeddings", "no", "'tie_word_embeddings' must be true or false, got 'no'"),
     ("rope_scaling", {"rope_type": "linear", "factor": "4x"}, "'rope_scaling.factor' must be a finite number"),
+    # issue 31 defect 11: values of the right type that no model can run converted, then failed at load
+    ("rms_norm_eps", -1, "'rms_norm_eps' must be in (0, 1), got -1"),
+    ("partial_rotary_factor", 0, "'partial_rotary_factor' must be in (0, 1], got 0"),
+    ("partial_rotary_factor", 1.5, "'partial_rotary_factor' must be in (0, 1], got 1.5"),
+    ("head_dim", 7, "'head_dim' must be a positive even integer (rotary pairs), got 7"),
+    ("routed_scaling_factor", 1e39, "'routed_scaling_factor' must be in (0, 10000], got 1e+39"),
+    ("first_k_dense_replace", 2, "'first_k_dense_replace' is 2, not below num_hidden_layers 2"),
 ])
 def test_convert_refuses_bad_config_values_naming_the_key(tiny_dir, tmp_path, key, value, words):
     src = _checkpoint(tiny_dir, tmp_path, **{key: value})
