@@ -29,11 +29,7 @@ def model(tmp_path_factory):
     from gen_hostile_tokenizers import PANIC_AT_E2
     import base64
     root = tmp_path_factory.mktemp("hostile-llm")
-    hf = demo_llm.write_checkpoint(str(root / "hf"), layers=2, n_experts=8)
-    cfg_path = os.path.join(hf, "tokenizer_config.json")
-    cfg = json.load(open(cfg_path))
-    cfg["chat_template"] = HOSTILE
-    json.dump(cfg, open(cfg_path, "w"))
+    hf = demo_llm.write_checkpoint(str(root / "hf"), layers=2, n_experts=8, chat_template=HOSTILE)
     tok_path = os.path.join(hf, "tokenizer.json")
     tok = json.load(open(tok_path))
     tok["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": base64.b64encode(PANIC_AT_E2).decode()}

@@ -1,9 +1,6 @@
 """Messages the chat template rejects (its raise_exception, as Qwen's and Llama's templates do for roles
 they do not take) are a 400 naming messages on every route that renders them: /v1/chat/completions and
 /tokenize (issue 31, defect 12: /tokenize answered 500 with two tracebacks)."""
-import json
-import os
-
 import httpx
 import pytest
 
@@ -18,12 +15,7 @@ TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_excep
 def server(tmp_path_factory):
     from colibri_dist.jobs.demos import llm as demo_llm
     root = tmp_path_factory.mktemp("template-rejects")
-    hf = demo_llm.write_checkpoint(str(root / "hf"), layers=1, n_experts=4)
-    path = os.path.join(hf, "tokenizer_config.json")
-    with open(path) as fh:
-        cfg = json.load(fh)
-    with open(path, "w") as fh:
-        json.dump(dict(cfg, chat_template=TEMPLATE), fh)
+    hf = demo_llm.write_checkpoint(str(root / "hf"), layers=1, n_experts=4, chat_template=TEMPLATE)
     cd.convert(hf, str(root / "m.colibri"), progress=False)
     with Server(ServeConfig(model=str(root / "m.colibri"), port=0, engine_process=False)) as s:
         yield s

@@ -121,8 +121,12 @@ def build_weights(layers=4, n_experts=16, heads=4, kv_heads=2, seed=0):
     return t, config
 
 
-def write_checkpoint(out_dir, layers=4, n_experts=16, seed=0):
-    """A Hugging Face style checkpoint directory: config.json, model.safetensors, tokenizer files."""
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% if not loop.last %} {% endif %}{% endfor %}"
+
+
+def write_checkpoint(out_dir, layers=4, n_experts=16, seed=0, chat_template=CHAT_TEMPLATE):
+    """A Hugging Face style checkpoint directory: config.json, model.safetensors, tokenizer files (with
+    chat_template, the demo's plain join of the contents unless given)."""
     from safetensors.numpy import save_file
     os.makedirs(out_dir, exist_ok=True)
     tensors, config = build_weights(layers=layers, n_experts=n_experts, seed=seed)
@@ -132,8 +136,7 @@ def write_checkpoint(out_dir, layers=4, n_experts=16, seed=0):
     _write_json(os.path.join(out_dir, "generation_config.json"), {"eos_token_id": EOS, "bos_token_id": 0,
                                                                   "temperature": 0.0})
     _write_json(os.path.join(out_dir, "tokenizer_config.json"), {
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-        "chat_template": "{% for m in messages %}{{ m['content'] }}{% if not loop.last %} {% endif %}{% endfor %}"})
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "chat_template": chat_template})
     tokenizer().save(os.path.join(out_dir, "tokenizer.json"))
     return out_dir
 
