@@ -10,7 +10,6 @@ holds no lock the child needs and the child shares no GIL with the event loop. O
 the engine's deltas (RequestOutputKind.DELTA), pickled; a child that dies fails the calls in flight with
 an EngineDead error (every request then gets a 500, as with an engine error in process).
 """
-import dataclasses
 import multiprocessing
 import pickle
 import threading
@@ -105,9 +104,9 @@ class RemoteEngine:
 def _serve(cfg, conn):
     """The child: open the model, then answer calls until "close" or the parent goes away."""
     try:
-        from .launch import open_llm
-        llm, pool = open_llm(dataclasses.replace(cfg, engine_process=False))
-        engine = llm.new_engine()
+        from ..front import open_llm
+        llm = open_llm(cfg.engine_args())
+        pool, engine = llm.moe, llm.new_engine()
     except BaseException as exc:
         conn.send(("error", _portable(exc)))
         return
