@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..errors import ColibriError, PoolError
 from .config import config_from_kwargs
 from .ray_setup import NAMESPACE, connect, resolve_placement
+from . import engine_access as ea
 from .client import DEAD, INLINE_BYTES, ExpertClient
 from .router import RouterActor, spawn_workers
 
@@ -179,6 +180,16 @@ class Pool:
         if self._client is None:
             return self._call("stats")
         return self._call("stats", [self.counters()], "caller")
+
+    def kv_identity(self):
+        """What KV computed through this pool depends on besides the tokens: the version of its expert set,
+        which a hot-add or removal from any process changes. An LLM over the pool keys its prefix cache with
+        it (so prefix caching is on by default there, and never reuses KV of other experts)."""
+        if self._client is None:
+            return self._call("table_version")
+        with self._turn:
+            self._client.maybe_refresh()
+            return ea.table_version(self._client.engine)
 
     def count_heat(self):
         """From now on count the tokens routed to each expert through this handle (heat())."""

@@ -116,6 +116,11 @@ class Router:
                           ea.table_version(self.engine), self.cfg.routing_policy, self.client.experts(),
                           routing_at, self.cfg)
 
+    def table_version(self):
+        """The expert set's version this Router routes with (Pool.kv_identity when the Router routes)."""
+        self.engine.refresh()
+        return ea.table_version(self.engine)
+
     def count_heat(self):
         self.client.heat.on = True
 

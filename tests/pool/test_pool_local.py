@@ -356,3 +356,27 @@ def test_pool_damaged_expert_is_a_format_error_on_every_budget(ray_address, fres
         with Pool(path, workers=1, threads_per_worker=1, cache_bytes=cache_bytes) as pool:
             with pytest.raises(FormatError, match=f"layer {layer} expert 0 is damaged"):
                 pool.moe_forward(layer, x)
+
+
+def test_an_llm_on_a_pool_keys_its_prefix_cache_by_the_expert_set(ray_address, fresh_model, tmp_path):
+    """Issue 31 defect 2: a hot-add through the pool left an LLM's prefix cache to reuse KV computed with the
+    old experts (its answer equalled neither model). Pool.kv_identity is the expert set's version."""
+    from colibri_dist.generate import SamplingParams
+    path = fresh_model("olmoe")
+    model = cd.open_model(path)
+    layer, h, inter = model.moe_layers[0], model.config.hidden, model.config.inter
+    prompt, sp = list(range(3, 43)), SamplingParams(max_tokens=3, temperature=0)
+    with Pool(path, workers=2, threads_per_worker=1) as pool, cd.LLM(path, moe=pool, threads=1) as llm:
+        assert llm.cache.prefix is not None                       # on by default: the pool says what KV depends on
+        hits = lambda: llm.cache.prefix.stats()["hit_tokens"]     # noqa: E731
+        llm.generate([prompt], sp)
+        before = hits()
+        llm.generate([prompt], sp)
+        assert hits() > before                                    # the same experts: the prefix is reused
+        weights, row = _new_expert_files(tmp_path, h, inter, seed=9)
+        pool.add_expert(layer, weights, row)
+        reused = hits()
+        got = llm.generate([prompt], sp)[0].outputs[0].token_ids
+        assert hits() == reused                                   # KV of the old experts is not reused
+    with cd.LLM(path, threads=1, enable_prefix_caching=False) as ref:   # in process, the new expert set
+        assert got == ref.generate([prompt], sp)[0].outputs[0].token_ids
