@@ -71,7 +71,8 @@ class EngineArgs:
                                   parameter="pool", value=self.pool)
         if self.runners and not (self.workers or self.pool):
             raise InvalidArgument(f"runners {self.runners} needs the Ray pool the runners share: give workers N "
-                                  f"or pool NAME", parameter="runners", value=self.runners)
+                                  f"(--workers N) or a running pool NAME (--pool NAME)", parameter="runners",
+                                  value=self.runners)
         if self.offload_compression in ("none", ""):
             object.__setattr__(self, "offload_compression", None)
         bad = sorted(set(self.pool_options) & _OWN_POOL_KEYS)

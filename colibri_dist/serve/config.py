@@ -75,16 +75,14 @@ class ServeConfig:
                 raise InvalidArgument(f"--{name.replace('_', '-')} must be non-empty strings, got {v!r}",
                                       parameter=name, value=v)
             object.__setattr__(self, name, v)
-        if self.workers and self.pool:
-            raise InvalidArgument("--workers and --pool exclude each other (--pool attaches to running workers)")
-        if self.runners and not (self.workers or self.pool):
-            raise InvalidArgument(f"--runners {self.runners} needs the Ray pool the runners share: pass --workers N "
-                                  f"(expert workers) or --pool NAME; without them the server runs one engine in "
-                                  f"this process")
         if not is_loopback(self.host) and self.api_key is None:
             raise InvalidArgument(f"--host {self.host} is not a loopback address: anyone who can reach it could use "
                                   f"the model; pass --api-key KEY, --api-key-file FILE or $COLIBRI_API_KEY (or bind 127.0.0.1)")
-        self.engine_args()                 # the engine settings' own checks, at once
+        try:
+            self.engine_args()             # the engine settings' own checks (where the experts run, ...), at once
+        except InvalidArgument as exc:     # named by the flag, as this class's own checks are
+            flag = f"--{(exc.parameter or 'engine').replace('_', '-')}"
+            raise InvalidArgument(f"{flag}: {exc}", parameter=exc.parameter, value=exc.value) from None
 
     def engine_args(self):
         """The EngineArgs of the server's engine(s) and experts (front.open_llm opens them)."""

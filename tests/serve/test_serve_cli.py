@@ -24,7 +24,7 @@ def test_flags_become_the_config(demo_model):
 @pytest.mark.parametrize("kw,match", [({"port": 70000}, "--port"), ({"max_num_seqs": 0}, "--max-num-seqs"),
                                       ({"overload_status": 500}, "--overload-status"), ({"api_key": " "}, "--api-key"),
                                       ({"workers": 2, "pool": "p"}, "exclude"), ({"runners": -1}, "--runners"),
-                                      ({"runners": 2}, "--runners 2 needs the Ray pool")])
+                                      ({"runners": 2}, "--runners: runners 2 needs the Ray pool")])
 def test_bad_config_values_are_named(kw, match):
     from colibri_dist.errors import InvalidArgument
     with pytest.raises(InvalidArgument, match=match):
@@ -44,7 +44,7 @@ def test_a_missing_model_file_is_a_usage_error(tmp_path, capsys):
 def test_runners_without_workers_is_a_usage_error(demo_model, capsys):
     assert main(["serve", demo_model, "--runners", "2"]) == 2
     err = capsys.readouterr().err
-    assert "--runners 2 needs the Ray pool" in err and "--workers N" in err and "--pool NAME" in err
+    assert "--runners: runners 2 needs the Ray pool" in err and "--workers N" in err and "--pool NAME" in err
     args = build_parser().parse_args(["serve", demo_model, "--workers", "2", "--runners", "3"])
     assert (config_from_args(args).workers, config_from_args(args).runners) == (2, 3)
 
