@@ -117,12 +117,23 @@ class Scheduler:
 
     def _advance(self, r, n, logits, on_token):
         """r.advance; a fault of this request's own sampling (a processor on its parameters) fails it alone,
-        never its neighbours in the step. Numerical faults and interrupts still end the step."""
+        never its neighbours in the step. Numerical faults, interrupts and the caller's own on_token callback
+        raising still end the step (the caller's call fails, as before)."""
+        theirs = []
+
+        def callback(event):
+            try:
+                return on_token(event)
+            except BaseException as exc:
+                theirs.append(exc)
+                raise
         try:
-            return r.advance(n, logits, self.model, on_token)
+            return r.advance(n, logits, self.model, callback if on_token is not None else None)
         except (NumericalError, InvalidArgument):
             raise
         except Exception as exc:
+            if theirs:
+                raise
             return r.fail(exc)
 
     def _count(self, sched):
