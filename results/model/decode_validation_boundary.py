@@ -4,7 +4,7 @@ the model: jobs/demos/llm.write_checkpoint(layers=4, n_experts=8) converted with
 import sys, time, json
 import colibri_dist as cd
 from colibri_dist.generate import SamplingParams
-m = "/work/scratch/prof/m4/m.colibri"
+m = sys.argv[2]                      # the .colibri model
 out = {}
 with cd.LLM(m, threads=2) as llm:
     for n in (1, 8):
