@@ -10,13 +10,20 @@ their next step (say so to users: it is one pool's state shared by several engin
 """
 import dataclasses
 import os
+import sys
 import time
 
 from ray import serve as ray_serve
 
-from .config import ServeConfig
+from .config import ServeConfig, is_loopback
 
 APP_NAME = "colibri"
+# What cannot be kept on the loopback bind (issue 31, defect 8): Ray Serve 2.60 starts each replica's
+# inter-deployment gRPC server on "[::]:0" (ray/serve/_private/replica.py, Replica._on_initialized), with no
+# option to change it; the HTTP proxy, Ray itself and our pool stay on 127.0.0.1.
+REPLICA_GRPC_NOTE = ("colibri serve --ray-serve: note: Ray Serve opens each replica's internal gRPC port on all "
+                     "interfaces (not configurable in Ray 2.60); the HTTP port and Ray stay on loopback. On a shared "
+                     "network, firewall this host or serve without --ray-serve.")
 
 
 class _Replica:
@@ -72,6 +79,8 @@ def start(cfg, min_replicas=1, max_replicas=1, ray_address=None, blocking=False)
         args = cfg.engine_args()
         pool = open_pool(args.replace(pool_options=dict(args.pool_options, name=name)))
         cfg = dataclasses.replace(cfg, workers=0, pool=name)
+    if is_loopback(cfg.host):
+        print(REPLICA_GRPC_NOTE, file=sys.stderr, flush=True)
     ray_serve.start(http_options={"host": cfg.host, "port": cfg.port})
     ray_serve.run(deployment(cfg, min_replicas, max_replicas), name=APP_NAME, route_prefix="/")
     url = f"http://{cfg.host}:{cfg.port}"

@@ -146,10 +146,11 @@ def _replicas_running():
     return {str(k).rsplit(".", 1)[-1]: v for k, v in dep.replica_states.items()}.get("RUNNING", 0)
 
 
-def test_ray_serve_autoscaled_deployment_answers_like_generate(local_ray, demo_model, reference_llm):
+def test_ray_serve_autoscaled_deployment_answers_like_generate(local_ray, demo_model, reference_llm, capsys):
     from colibri_dist.serve import ray_serve
     cfg = ServeConfig(model=demo_model, port=_port(), served_model_name=("demo",), max_num_seqs=4, max_waiting=4)
     url, pool = ray_serve.start(cfg, min_replicas=2, max_replicas=3)       # autoscaling, two replicas at least
+    assert ray_serve.REPLICA_GRPC_NOTE in capsys.readouterr().err          # what stays off loopback is said
     try:
         end = time.time() + 60
         while httpx.get(url + "/health", timeout=5).status_code != 200 or _replicas_running() < 2:
