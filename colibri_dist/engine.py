@@ -123,6 +123,10 @@ class Engine:
             self.heat.add(layer, idx)
         return y
 
+    def list_experts(self):
+        """{layer: routable expert ids now (base + hot-added - removed)}, as Pool.list_experts answers."""
+        return {int(layer): [int(e) for e in self.table(layer).ids] for layer in self.model.moe_layers}
+
     def count_heat(self):
         """From now on count the tokens routed to each expert (self.heat), on every MoE path."""
         self.heat.on = True

@@ -8,21 +8,12 @@ Data actors, stress) builds one config.EngineArgs and calls here:
     open_experts(args)  -> the MoE executor alone (the in-process Engine or that pool): moe-layer jobs
     open_pool(args)     -> the pool of args (None in process)
     attach(name, ...)   -> a running named pool, with the model and arithmetic checked against the caller's
-The sequence runners (pool/runner.py) take the same args' engine keywords through LLM.from_args.
+The sequence runners (pool/runner.py) build their LLMs from the same args.llm_kwargs() (serve/launch.py
+open_runners passes them), over the pool's workers.
 """
 import os
 
-from .config.engine_args import EngineArgs
 from .errors import InvalidArgument, PoolError
-
-
-def engine_args(args=None, **keywords):
-    """EngineArgs from an EngineArgs (changed by keywords), or from keywords alone."""
-    if args is None:
-        return EngineArgs(**keywords)
-    if not isinstance(args, EngineArgs):
-        raise InvalidArgument(f"expected EngineArgs, got {type(args).__name__}", parameter="args")
-    return args.replace(**keywords) if keywords else args
 
 
 def open_llm(args, pool=None):

@@ -31,13 +31,12 @@ def flag_of(f):
     return spelled if isinstance(spelled, str) else "--" + f.name.replace("_", "-")
 
 
-def add_engine_flags(parser, names, defaults=None):
-    """One flag per EngineArgs field in `names` (in that order); defaults: {field: default} over the field's."""
+def add_engine_flags(parser, names):
+    """One flag per EngineArgs field in `names` (in that order), its default the field's."""
     fields = {f.name: f for f in dataclasses.fields(EngineArgs)}
-    defaults = defaults or {}
     for name in names:
         f = fields[name]
-        meta, default = f.metadata, defaults.get(name, f.default)
+        meta, default = f.metadata, f.default
         if meta.get("negate"):
             parser.add_argument(flag_of(f), dest=name, action="store_false", default=True, help=meta["help"])
         elif f.type in (bool, "bool"):

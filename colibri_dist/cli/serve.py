@@ -50,7 +50,7 @@ def register(subparsers):
     p.add_argument("--seed", type=int, default=0, help="base seed of requests without one")
     p.add_argument("--engine-in-process", dest="engine_process", action="store_false",
                    help="step the engine in this process's thread (default: a process of its own, so HTTP load "
-                        "cannot starve it)")
+                        "slows it less)")
     p.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
     r = p.add_argument_group("Ray Serve")
     r.add_argument("--ray-serve", action="store_true", help="run as a Ray Serve application (replicas)")
@@ -60,10 +60,9 @@ def register(subparsers):
     p.set_defaults(func=main)
 
 
-def api_key_of(args, environ=None):
+def api_key_of(args):
     """--api-key, else --api-key-file's first line, else $COLIBRI_API_KEY (vLLM reads VLLM_API_KEY), else None."""
     from ..errors import InvalidArgument
-    environ = os.environ if environ is None else environ
     if args.api_key is not None and args.api_key_file is not None:
         raise InvalidArgument("--api-key and --api-key-file exclude each other", parameter="api_key_file")
     if args.api_key_file is not None:
@@ -77,7 +76,7 @@ def api_key_of(args, environ=None):
             raise InvalidArgument(f"--api-key-file {args.api_key_file}: its first line is empty",
                                   parameter="api_key_file")
         return key
-    return args.api_key if args.api_key is not None else environ.get(API_KEY_ENV) or None
+    return args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
 
 
 def config_from_args(args):

@@ -3,8 +3,8 @@
 Role in the data flow: the one object every entry point builds before a model is opened: Python keywords
 (EngineArgs(model=..., workers=2)), CLI flags (cli/engine_flags.py generates the flags from these fields),
 serve options (ServeConfig.engine_args()), and YAML job/service configs (`of_job`, `of_service`: the one
-mapping of the `pool:` section). front.open_llm(args) opens it; LLM.from_args(args, moe=) is the one
-place its engine keywords reach cd.LLM; pool_kwargs() is the one place its pool settings reach a Pool.
+mapping of the `pool:` section). front.open_llm(args) opens it; llm_kwargs() is what reaches cd.LLM (through
+LLM.from_args, and the sequence runners' LLMs), pool_kwargs() what reaches a Pool.
 
     args = EngineArgs(model="m.colibri", workers=2, cache_bytes=1 << 30, offload_compression="zstd")
     args.llm_kwargs()    # cd.LLM keywords (the expert store's only when the experts run in process)
@@ -130,6 +130,15 @@ def of_service(cfg, **changes):
     return args.replace(**changes) if changes else args
 
 
+def job_placement(cfg):
+    """(workers, pool name) of a job config: (0, None) in process (job.executor engine or pool.workers 0),
+    (0, NAME) on the running pool pool.name, (N, None) on N workers the job starts."""
+    p = cfg.pool
+    if cfg.job.executor != "pool" or p.workers <= 0:
+        return 0, None
+    return (0, p.name) if p.name else (p.workers, None)
+
+
 def of_job(cfg):
     """A job config (JobConfig) -> the EngineArgs of its engine: job: the engine, pool: where and how its
     experts run (job.executor engine or pool.workers 0: in process; pool.name: that running pool)."""
@@ -139,12 +148,12 @@ def of_job(cfg):
         raise InvalidArgument(f"job.w8a8 is {w8a8} but pool.w8a8 is {p.w8a8}: a token's bits would depend on where "
                               f"its MoE layers ran; set one of them (or both alike)", parameter="pool.w8a8",
                               value=p.w8a8)
-    on_pool = job.executor == "pool" and p.workers > 0
+    workers, pool = job_placement(cfg)
     return EngineArgs(model=cfg.model, threads=job.threads or p.threads_per_worker, w8a8=w8a8, seed=job.seed,
                       max_num_seqs=job.max_num_seqs, max_num_batched_tokens=job.batch_tokens,
                       prefill_chunk=job.prefill_chunk, kv_cache_bytes=job.kv_cache_bytes,
                       kv_cache_dtype=job.kv_cache_dtype, max_seq_len=job.max_seq_len,
                       cache_bytes=p.cache_bytes, offload_dir=p.offload_dir,
                       offload_compression=p.offload_compression, policy=p.policy,
-                      workers=p.workers if on_pool and not p.name else 0, pool=p.name if on_pool else None,
+                      workers=workers, pool=pool,
                       ray_address=p.ray_address, pool_options=pool_section_options(p, cfg.routing.policy))

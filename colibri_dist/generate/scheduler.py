@@ -128,7 +128,7 @@ class Scheduler:
                 theirs.append(exc)
                 raise
         try:
-            return r.advance(n, logits, self.model, callback if on_token is not None else None)
+            return r.advance(n, logits, self.model, None if on_token is None else callback)
         except (NumericalError, InvalidArgument):
             raise
         except Exception as exc:

@@ -76,8 +76,8 @@ class LayerPlan:
 class Step:
     """A forward step's sequences (a SeqBatch), every token's position, its hidden states h [n, hidden] (updated
     in place by every layer) and the routing outputs of its MoE layers, as cb_step plus the pointers the
-    layers share. Checked once here, the validation boundary of the layer calls: layer_forward re-checks
-    nothing per layer."""
+    layers share. Checked once here, the validation boundary of the layer calls: layer_forward only compares
+    the plan's width and top_k with the step's (no Python call per array)."""
 
     def __init__(self, seqs, positions, h, top_k):
         if not isinstance(seqs, SeqBatch):

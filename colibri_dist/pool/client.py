@@ -65,7 +65,7 @@ class ExpertClient:
 
     # ------------------------------------------------------------------ table
     def experts(self):
-        return {l: ea.expert_ids(self.engine, l) for l in self.layers}
+        return self.engine.list_experts()
 
     def _manifest_stamp(self):
         from ..store.segments import segments_dir

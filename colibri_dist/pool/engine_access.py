@@ -18,11 +18,6 @@ def top_k(engine):
     return int(engine.model.config.top_k)
 
 
-def expert_ids(engine, layer):
-    """Routable expert ids of a layer now: base + hot-added - removed."""
-    return [int(e) for e in engine.table(layer).ids]
-
-
 def router_of(engine, layer):
     """(router float32[n_visible, h], bias | None, native.Gating, ids int32[n_visible]) as the Engine routes now.
 

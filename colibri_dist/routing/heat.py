@@ -10,8 +10,8 @@ import numpy as np
 
 
 class ExpertHeat:
-    def __init__(self, on=False):
-        self.on = on                  # counters check this before calling add: off costs no call per layer
+    def __init__(self):
+        self.on = False               # counters check this before calling add: off costs no call per layer
         self._counts, self._rows, self._lock = {}, {}, threading.Lock()
 
     def add(self, layer, idx):

@@ -19,15 +19,12 @@ ROLES = {"gate": ("gate", "gate_proj", "w1"), "up": ("up", "up_proj", "w3"), "do
 
 class ExpertAdmin:
     def __init__(self, llm, pool, backend):
-        self.llm, self.pool, self.backend = llm, pool, backend
-        self.target = pool if pool is not None else llm.engine
+        self.backend = backend
+        self.target = pool if pool is not None else llm.engine      # a Pool, a RemoteEngine or the Engine
         self.changes = 0
 
     def list(self):
-        if self.pool is not None:
-            return {int(k): list(v) for k, v in self.pool.list_experts().items()}
-        eng = self.llm.engine
-        return {int(layer): [int(i) for i in eng.table(layer).ids] for layer in eng.model.moe_layers}
+        return {int(k): list(v) for k, v in self.target.list_experts().items()}
 
     async def add(self, layer, weights, router_row, bias):
         new_id = await self.backend.exclusive(lambda: self.target.add_expert(layer, weights, router_row, bias))

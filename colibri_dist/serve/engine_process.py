@@ -1,4 +1,4 @@
-"""The server's generation engine in a process of its own (vLLM's engine-core split): HTTP load cannot starve it.
+"""The server's generation engine in a process of its own (vLLM's engine-core split): HTTP load slows it less.
 
 Role in the data flow: with ServeConfig.engine_process (the default of a server that opens its own model),
 launch.py starts a RemoteEngine: a spawned child process opens the model through front.open_llm (the
@@ -7,8 +7,8 @@ over a pipe. EngineBackend's engine thread drives a RemoteEngine exactly as it d
 (add_request / abort / step: the same admission, abort and drain rules), plus the model
 calls the server makes (stats, the pool's stats, expert admin). While the child steps, the HTTP process
 holds no lock the child needs and the child shares no GIL with the event loop. Outputs cross the pipe as
-the engine's deltas (RequestOutputKind.DELTA), pickled; a child that dies fails the calls in flight with
-an EngineDead error (every request then gets a 500, as with an engine error in process).
+the engine's deltas (RequestOutputKind.DELTA), pickled; a child that dies fails the call in flight with an
+EngineDead error, which the engine thread treats as any failed step, and makes /health and new requests 503.
 """
 import multiprocessing
 import pickle
@@ -114,7 +114,7 @@ def _serve(cfg, conn):
     ops = {"add_request": engine.add_request, "abort": engine.abort, "step": engine.step, "stats": llm.stats,
            "pool_stats": pool.stats if pool is not None else (lambda: None),
            "add_expert": target.add_expert, "remove_expert": target.remove_expert,
-           "list_experts": lambda: _experts(llm, pool)}
+           "list_experts": target.list_experts}
     conn.send(("ok", {"vocab_size": llm.vocab_size, "max_seq_len": llm.max_seq_len, "has_pool": pool is not None}))
     try:
         _answer(conn, ops)
@@ -135,13 +135,6 @@ def _answer(conn, ops):
         except BaseException as exc:
             reply = ("error", _portable(exc))
         conn.send(reply)
-
-
-def _experts(llm, pool):
-    if pool is not None:
-        return pool.list_experts()
-    eng = llm.engine
-    return {int(layer): [int(i) for i in eng.table(layer).ids] for layer in eng.model.moe_layers}
 
 
 def _portable(exc):

@@ -136,9 +136,9 @@ async def _collect(call, request):
             if not nxt.done():
                 nxt.cancel()
                 return None
-            tr, deltas = nxt.result()
-            for d in deltas:
-                got.setdefault(d.index, (tr, []))[1].append(d)
+            for tr, deltas in [nxt.result()] + [call.take(item) for item in call.ready()]:   # one wait a step
+                for d in deltas:
+                    got.setdefault(d.index, (tr, []))[1].append(d)
         return got
     finally:
         gone.cancel()

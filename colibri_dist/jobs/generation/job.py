@@ -200,7 +200,7 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
     progress = RequestProgress(total, sum(s.rows for s in shards if s not in pending),
                                mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=stream)
     cache = getattr(llm, "cache", None)
-    meter = GenerationMeter(moe=view_of(llm, cfg.job.threads, heat=cfg.report.expert_heat), heat=cfg.report.expert_heat,
+    meter = GenerationMeter(moe=view_of(llm, cfg.job.threads), heat=cfg.report.expert_heat,
                             kv_blocks=getattr(cache, "n_blocks", None), prefix=getattr(cache, "prefix", None))
 
     def this_report(n_written, elapsed_s, quiet=False):

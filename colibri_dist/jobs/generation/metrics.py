@@ -32,7 +32,9 @@ def percentiles(values):
 class GenerationMeter:
     def __init__(self, moe=None, kv_blocks=None, sample_every_s=0.25, prefix=None, heat=True):
         self.moe, self.kv_blocks, self.sample_every_s = moe, kv_blocks, sample_every_s
-        self.heat_enabled = heat                  # report.expert_heat
+        self.heat_enabled = heat and moe is not None   # report.expert_heat: counted where moe routes, from now
+        if self.heat_enabled:
+            moe.count_heat()
         self.prefix = prefix                      # the KV cache's PrefixIndex (prefix caching) or None
         self.prefix_first = prefix.stats() if prefix is not None else None
         self.first_stats = moe.stats() if moe is not None else None

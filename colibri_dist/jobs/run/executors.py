@@ -11,15 +11,17 @@ Engine or the pool client counted where it routed (routing/heat.py).
 """
 import os
 
+from ...config.engine_args import job_placement
+
 CACHE_KEYS = ("hits", "misses", "evictions", "bytes_loaded")
 
 
 def uses_pool(cfg):
-    return cfg.job.executor == "pool" and cfg.pool.workers > 0
+    return any(job_placement(cfg))
 
 
 def attaches_to_named_pool(cfg):
-    return uses_pool(cfg) and bool(cfg.pool.name)
+    return job_placement(cfg)[1] is not None
 
 
 def open_executor(cfg, model_path, offload_dir):
@@ -32,15 +34,12 @@ def open_executor(cfg, model_path, offload_dir):
     return EngineExecutor(experts, args.threads) if args.in_process else PoolExecutor(experts)
 
 
-def view_of(llm, threads=None, heat=True):
-    """The executor view (stats, heat) of where an opened LLM's MoE layers run, counting expert heat from now
-    on when `heat`; None for a stand-in LLM."""
+def view_of(llm, threads=None):
+    """The executor view (stats, heat) of where an opened LLM's MoE layers run; None for a stand-in LLM."""
     moe = getattr(llm, "moe", None)
-    view = PoolExecutor.wrap(moe) if moe is not None else (
-        EngineExecutor.wrap(llm.engine, threads) if getattr(llm, "engine", None) is not None else None)
-    if view is not None and heat:
-        view.count_heat()
-    return view
+    if moe is not None:
+        return PoolExecutor.wrap(moe)
+    return EngineExecutor.wrap(llm.engine, threads) if getattr(llm, "engine", None) is not None else None
 
 
 class EngineExecutor:
