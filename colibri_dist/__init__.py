@@ -7,7 +7,7 @@ never imports ray unless Pool is used.
 from .errors import (ColibriError, ConfigError, FormatError, IntegrityError, InvalidArgument,
                      NativeError, NumericalError, PoolError, ResourceError, StoreError)
 
-__all__ = ["convert", "open_model", "Engine", "Pool", "LLM", "SamplingParams", "TemplateLimits", "ColibriError",
+__all__ = ["convert", "open_model", "Engine", "Pool", "LLM", "SamplingParams", "StructuredOutputsParams", "TemplateLimits", "ColibriError",
            "FormatError", "ConfigError", "NativeError", "InvalidArgument", "StoreError", "PoolError",
            "IntegrityError", "ResourceError", "NumericalError"]
 __version__ = "0.1.0"
@@ -19,6 +19,7 @@ _LAZY = {
     "Pool": ("colibri_dist.pool", "Pool"),
     "LLM": ("colibri_dist.model", "LLM"),
     "SamplingParams": ("colibri_dist.generate.params", "SamplingParams"),
+    "StructuredOutputsParams": ("colibri_dist.generate.structured_params", "StructuredOutputsParams"),
     "TemplateLimits": ("colibri_dist.generate.safe_text", "TemplateLimits"),
 }
 

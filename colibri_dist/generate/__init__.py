@@ -10,6 +10,7 @@ from .outputs import (Completion, CompletionOutput, Logprob, RequestMetrics, Req
                       StreamEvent, TokenLogprobs)
 from .params import RequestOutputKind, SamplingParams
 from .scheduler import SchedulerConfig
+from .structured_params import StructuredOutputsParams
 
 __all__ = ["Completion", "CompletionOutput", "LLMEngine", "Logprob", "RequestMetrics", "RequestOutput", "RequestOutputKind",
-           "SamplingParams", "SchedulerConfig", "Score", "StepStats", "StreamEvent", "TokenLogprobs"]
+           "SamplingParams", "SchedulerConfig", "StructuredOutputsParams", "Score", "StepStats", "StreamEvent", "TokenLogprobs"]

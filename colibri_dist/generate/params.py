@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, fields
 
 from ..errors import InvalidArgument
+from .structured_params import StructuredOutputsParams
 
 # generation_config.json keys vLLM's generation_config="auto" reads, and their SamplingParams names
 GENERATION_CONFIG_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
@@ -53,6 +54,8 @@ class SamplingParams:
     prompt_logprobs: None = none; k >= 0 = per prompt token (after the first) its logprob and top k.
     skip_special_tokens: leave special tokens out of the text.
     output_kind: RequestOutputKind (or its name / value) of the engine's outputs for this request.
+    structured_outputs: StructuredOutputsParams (or a dict of its fields): the output must match a JSON
+    schema, regex, choice or grammar (tokens it does not allow are masked; generate/grammar.py).
     """
     n: int = 1
     max_tokens: int | None = 16
@@ -74,6 +77,7 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    structured_outputs: object = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -111,6 +115,7 @@ class SamplingParams:
             if getattr(self, name) is not None:
                 set_(self, name, _check_int(name, getattr(self, name), lo=0))
         set_(self, "output_kind", _check_output_kind(self.output_kind))
+        set_(self, "structured_outputs", StructuredOutputsParams.of(self.structured_outputs))
 
     @property
     def greedy(self):
@@ -145,6 +150,8 @@ class SamplingParams:
             out[name] = list(out[name])
         if out["allowed_token_ids"] is not None:
             out["allowed_token_ids"] = list(out["allowed_token_ids"])
+        if out["structured_outputs"] is not None:
+            out["structured_outputs"] = out["structured_outputs"].to_dict()
         return out
 
 
