@@ -28,6 +28,7 @@ from collections import deque
 
 from ..errors import InvalidArgument
 from .detok import Detokenizer, TokenTexts
+from .grammar import Grammars
 from .logits import Processors, bad_words_token_ids
 from .outputs import RequestOutput
 from .prompts import encode_prompt
@@ -79,6 +80,7 @@ class LLMEngine:
         self._aborted = []           # final outputs of aborted requests, for the next step()
         self._stepping = False
         self._counter = 0
+        self._grammars = None        # grammar.Grammars, made at the first structured-output request
 
     # ------------------------------------------------------------ requests (any thread)
     def add_request(self, request_id, prompt, params=None, arrival_time=None, *, kind="generate",
@@ -95,11 +97,12 @@ class LLMEngine:
             output_kind = params.output_kind if params is not None else RequestOutputKind.FINAL_ONLY
         group = _Group(request_id, kind, text, ids, params, [], RequestOutputKind(output_kind))
         bad = self._bad_words(request_id, params)
+        compiled = self._compile(request_id, params)
         with self._lock:
             if request_id in self._groups:
                 raise InvalidArgument(f"request {request_id!r}: a request with this id is already running")
             index, self._counter = self._counter, self._counter + 1
-            group.children = self._children(group, index, bad)
+            group.children = self._children(group, index, bad, compiled)
             if resume:
                 group.children[0].resume(*resume)
             if arrival_time is not None:
@@ -232,7 +235,20 @@ class LLMEngine:
             raise InvalidArgument(f"request {rid!r}: SamplingParams.bad_words needs the model's tokenizer")
         return bad_words_token_ids(params.bad_words, self.tokenizer)
 
-    def _children(self, group, index, bad):
+    def _compile(self, rid, params):
+        """The Future of a structured-output request's compiled constraint (None without one): compiled on
+        the grammar thread, so adding never waits for it (the scheduler admits the request when it is done)."""
+        if params is None or params.structured_outputs is None:
+            return None
+        try:
+            if self._grammars is None:
+                self._grammars = Grammars.of_tokenizer(self.tokenizer, self.model.vocab_size,
+                                                       getattr(self.model, "eos_token_ids", ()))
+            return self._grammars.submit(params.structured_outputs)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"request {rid!r}: {exc}", parameter=exc.parameter, value=exc.value) from None
+
+    def _children(self, group, index, bad, compiled=None):
         if group.kind == "score":
             req = Request(index, group.request_id, "score", list(group.prompt_ids))
             req.group = group
@@ -241,7 +257,8 @@ class LLMEngine:
         eos = tuple(getattr(self.model, "eos_token_ids", ()))
         out = []
         for i in range(p.n):
-            procs = Processors(p, group.prompt_ids, eos, bad)
+            slot = None if compiled is None else self._grammars.slot(compiled)
+            procs = Processors(p, group.prompt_ids, eos, bad, slot)
             detok = Detokenizer(self.tokenizer, p.skip_special_tokens, self._texts) if self.tokenizer is not None \
                 else None
             req = Request(index, group.request_id, "generate", list(group.prompt_ids), p,

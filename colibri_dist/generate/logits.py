@@ -4,7 +4,7 @@ presence penalties (vLLM's SamplingParams semantics, transformers' arithmetic).
 Role in the data flow: the Sampler (sampler.py) asks a request's Processors for the row it samples
 from (`apply(raw logits)`), after every sampled token the request reports it (`accept`). The raw
 row is never modified: logprobs are reported from it (vLLM's default raw_logprobs). The order is
-vLLM's: masks (allowed_token_ids, bad_words, min_tokens: eos and stop_token_ids at -inf until
+vLLM's: the structured-output mask (grammar.py), masks (allowed_token_ids, bad_words, min_tokens: eos and stop_token_ids at -inf until
 min_tokens are out), then repetition_penalty over the prompt's and the output's tokens (positive
 logits divided by it, others multiplied, in float32 as transformers' RepetitionPenaltyLogitsProcessor),
 then frequency_penalty x count and presence_penalty over the output's tokens. Every step is a
@@ -12,12 +12,14 @@ function of this request's tokens alone, so batching never changes a bit.
 """
 import numpy as np
 
+from .grammar import GrammarDeadEnd, apply_mask
 from .sampler_fast import LONG_ROW, workspace
 
 
 class Processors:
-    def __init__(self, params, prompt, eos_token_ids=(), bad_words_ids=()):
+    def __init__(self, params, prompt, eos_token_ids=(), bad_words_ids=(), grammar=None):
         self.p = params
+        self.grammar = grammar             # a GrammarSlot (grammar.py) of a structured-output request
         self.allowed = None if params.allowed_token_ids is None else np.asarray(params.allowed_token_ids, np.int64)
         self.bad = [list(b) for b in bad_words_ids]
         stops = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos_token_ids))
@@ -27,9 +29,12 @@ class Processors:
         self._seen_set = set(self.seen)
         self._seen_ids = None
         self.n_out = 0
-        self.active = (self.allowed is not None or bool(self.bad) or self.min_stop is not None or params.penalized)
+        self.active = (self.allowed is not None or bool(self.bad) or self.min_stop is not None or params.penalized
+                       or grammar is not None)
 
     def accept(self, token):
+        if self.grammar is not None:
+            self.grammar.accept(token)
         self.n_out += 1
         self.counts[token] = self.counts.get(token, 0) + 1
         if self.p.repetition_penalty != 1.0 and token not in self._seen_set:
@@ -42,6 +47,8 @@ class Processors:
         if not self.active:
             return logits
         x = _scratch_copy(logits)
+        if self.grammar is not None:
+            apply_mask(x, self.grammar.mask())
         if self.allowed is not None:
             keep = x[self.allowed]
             x[:] = -np.inf
@@ -50,6 +57,8 @@ class Processors:
             x[self._banned(output)] = -np.inf
         if self.min_stop is not None and self.n_out < self.p.min_tokens:
             x[self.min_stop] = -np.inf
+        if self.grammar is not None and x.max() == -np.inf:
+            raise GrammarDeadEnd("structured_outputs: the constraint and the request's other masks allow no token")
         return self._penalize(x)
 
     def _banned(self, output):

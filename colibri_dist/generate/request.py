@@ -11,6 +11,7 @@ import time
 
 from ..errors import InvalidArgument
 from .detok import NullDetokenizer
+from .grammar import DEAD_END, GrammarDeadEnd
 from .outputs import CompletionOutput, RequestMetrics, StreamEvent
 from .sampler import NonFiniteLogits, logsumexp, token_logprobs
 from .safe_text import DecodeFailed
@@ -100,7 +101,7 @@ class Request:
         elif isinstance(exc, NonFiniteLogits):
             error = NonFiniteLogits(f"request {self.request_id!r}: {exc}")
         else:
-            error = InvalidArgument(f"request {self.request_id!r}: {exc}")
+            error = InvalidArgument(f"request {self.request_id!r}: {exc}", parameter=getattr(exc, "parameter", None))
         self.finish(error=error)
         return True
 
@@ -121,6 +122,9 @@ class Request:
             token, lp = self.sampler.sample(logits[-1], self.procs, self.output)
         except NonFiniteLogits as exc:
             return self.fail(exc)
+        except GrammarDeadEnd:
+            self.finish(DEAD_END, None, self.detok.text[:self.streamed])
+            return True
         if self.t_first is None:
             self.t_first = time.perf_counter()
         self.output.append(token)
@@ -162,6 +166,9 @@ class Request:
             return "stop", None, None
         if token in p.stop_token_ids:
             return "stop", token, None
+        grammar = self.procs.grammar if self.procs is not None else None
+        if grammar is not None and grammar.stopped():
+            return "stop", None, None          # the structured output is complete: nothing more is allowed
         if delta and p.stop and len(self.output) > p.min_tokens:
             text = self.detok.text
             lo = len(text) - len(delta)

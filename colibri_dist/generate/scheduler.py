@@ -91,8 +91,12 @@ class Scheduler:
         self._failed_now = []
         sched = self._schedule()
         if not sched:
+            self._wait_for_grammar()
             return self._failed_now
+        masks = _start_masks(sched)              # structured outputs: computed while the model runs
         outs = self.model.forward([(r.seq, r.pending(n), r.want_all()) for r, n in sched])
+        if masks is not None:
+            masks.result()
         if len(outs) != len(sched):
             raise InvalidArgument(f"model.forward returned {len(outs)} results for {len(sched)} steps")
         prefill, decode = self._count(sched)
@@ -190,8 +194,12 @@ class Scheduler:
         i = 0
         while i < len(self.waiting) and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             r = self.waiting[i]
-            if self._waits_for_sibling(r) or (inflight and not inflight.isdisjoint(self._digests(r))):
+            if self._waits_for_sibling(r) or (inflight and not inflight.isdisjoint(self._digests(r))) \
+                    or not _grammar_ready(r):
                 i += 1
+                continue
+            if not self._start_grammar(r):
+                del self.waiting[i]
                 continue
             self._start(r)
             n = self._chunk(r, budget)
@@ -279,6 +287,28 @@ class Scheduler:
         if match is not None and r.prompt_k is None:
             r.computed = match(r.seq, r.prompt + r.output)
 
+    def _start_grammar(self, r):
+        """Start r's structured-output matcher (its compile is done); a constraint that did not compile fails
+        r alone, naming the field. -> False when r failed."""
+        slot = _slot(r)
+        if slot is None:
+            return True
+        try:
+            slot.start()
+            return True
+        except InvalidArgument as exc:
+            r.fail(exc)
+            self._failed_now.append(r)
+            self.stats["failed"] += 1
+            return False
+
+    def _wait_for_grammar(self):
+        """Nothing could be scheduled: when a request waits for its constraint's compile, wait for it a
+        little (instead of the caller's loop spinning)."""
+        slot = next((_slot(r) for r in self.waiting if not _grammar_ready(r)), None)
+        if slot is not None:
+            slot.wait(0.05)
+
     def _preempt(self, r):
         self.model.release(r.seq)
         r.reset_cache()
@@ -294,3 +324,21 @@ class Scheduler:
                                f"(the KV cache budget is too small for this request)"))
         self._failed_now.append(r)
         self.stats["failed"] += 1
+
+
+def _slot(r):
+    procs = r.procs
+    return None if procs is None else procs.grammar
+
+
+def _grammar_ready(r):
+    slot = _slot(r)
+    return slot is None or slot.ready()
+
+
+def _start_masks(sched):
+    """Start the batched next-token masks of the constrained sequences that sample in this step (their
+    last pending token is fed now); -> a Future, or None when none does."""
+    slots = [_slot(r) for r, n in sched if r.kind != "score" and r.computed + n >= r.num_tokens()]
+    slots = [s for s in slots if s is not None and s.matcher is not None]
+    return slots[0].grammars.start_fill(slots) if slots else None
