@@ -48,6 +48,9 @@ def register(subparsers):
     p.add_argument("--max-tokens-limit", type=int, default=None, metavar="N",
                    help="largest max_tokens accepted (default: the model's context)")
     p.add_argument("--seed", type=int, default=0, help="base seed of requests without one")
+    p.add_argument("--disable-any-whitespace", action="store_true",
+                   help="structured outputs: JSON without free whitespace between tokens (compact; vLLM's "
+                        "structured_outputs_config.disable_any_whitespace)")
     p.add_argument("--engine-in-process", dest="engine_process", action="store_false",
                    help="step the engine in this process's thread (default: a process of its own, so HTTP load "
                         "slows it less)")
@@ -91,6 +94,7 @@ def config_from_args(args):
                        allowed_origins=tuple(args.allowed_origins),
                        llm_kwargs={k: getattr(args, k) for k in ENGINE_FLAGS if k not in own},
                        log_level=args.log_level, engine_process=args.engine_process,
+                       disable_any_whitespace=args.disable_any_whitespace,
                        **{k: getattr(args, k) for k in own})
 
 

@@ -40,6 +40,8 @@ class ServeConfig:
     llm_kwargs: dict = field(default_factory=dict)   # any further EngineArgs field (kv_cache_bytes, cache_bytes, ...)
     pool_kwargs: dict = field(default_factory=dict)  # any further PoolConfig field of a pool started here (hooks, ...)
     log_level: str = "warning"
+    disable_any_whitespace: bool = False   # structured JSON outputs without free whitespace between tokens
+                                           # (vLLM's structured_outputs_config.disable_any_whitespace)
     engine_process: bool = True            # the engine steps in a process of its own (engine_process.py) when
                                            # the server opens the model itself and runs no --runners
 
@@ -48,6 +50,8 @@ class ServeConfig:
                          ("max_waiting", 0), ("max_body_bytes", 1), ("max_admin_body_bytes", 1), ("max_n", 1), ("max_prompts", 1),
                          ("seed", 0)):
             _check_int(name, getattr(self, name), lo)
+        if not isinstance(self.disable_any_whitespace, bool):
+            raise InvalidArgument(f"disable_any_whitespace must be True or False, got {self.disable_any_whitespace!r}")
         if not isinstance(self.w8a8, bool):
             raise InvalidArgument(f"w8a8 must be True or False, got {self.w8a8!r}")
         if self.port > 65535:

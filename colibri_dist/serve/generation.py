@@ -17,6 +17,7 @@ from . import sse
 from ..errors import InvalidArgument
 from .errors import APIError, bad_param
 from .params import parse_chat, parse_completion
+from .response_format import check_compiles
 
 
 
@@ -81,7 +82,7 @@ class Call:
 
 
 async def completions(state, request, body):
-    req = parse_completion(body, state.cfg.max_n)
+    req = parse_completion(body, state.cfg.max_n, state.cfg.disable_any_whitespace)
     if len(req.prompts) > state.cfg.max_prompts:
         raise bad_param("prompt", f"{len(req.prompts)} prompts in one request; the server takes at most "
                                   f"{state.cfg.max_prompts} (--max-prompts)")
@@ -91,6 +92,7 @@ async def completions(state, request, body):
 
 
 def _completion_prompts(state, req):
+    check_compiles(state.info, req.sampling.get("structured_outputs"))
     prompts = []
     for p in req.prompts:
         ids = state.info.encode(p, add_special_tokens=True)
@@ -100,13 +102,14 @@ def _completion_prompts(state, req):
 
 
 async def chat(state, request, body):
-    req = parse_chat(body, state.cfg.max_n)
+    req = parse_chat(body, state.cfg.max_n, state.cfg.disable_any_whitespace)
     call = Call(state, "chat", req, state.check_model(req.model))
     call.submit([await asyncio.to_thread(_chat_prompt, state, req)])        # the template and tokenizer: off it
     return await _respond(call, request)
 
 
 def _chat_prompt(state, req):
+    check_compiles(state.info, req.sampling.get("structured_outputs"))
     text = state.info.render_chat(req.messages, add_generation_prompt=req.add_generation_prompt)
     ids = state.info.encode(text, add_special_tokens=False, param="messages")
     return ids, text, state.max_tokens_for(req.max_tokens, len(ids))

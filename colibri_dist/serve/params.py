@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import APIError, bad_param
+from .response_format import structured_outputs_of
 
 INT64 = (1 << 63) - 1
 MAX_LOGPROBS = 20
@@ -94,13 +95,14 @@ COMMON = {
     "max_tokens": (_int(0, 1 << 30), None), "skip_special_tokens": (_bool, None),
     "user": (_ignored, None), "best_of": (_int(1, 1 << 20), None), "logit_bias": (_absent, None),
     "metadata": (_ignored, None), "store": (_ignored, None), "service_tier": (_ignored, None),
+    "response_format": (None, None), "structured_outputs": (None, None),
 }
 COMPLETION = dict(COMMON, prompt=(None, None), echo=(_bool, None), logprobs=(_int(0, MAX_LOGPROBS), None),
                   suffix=(_absent, None))
 CHAT = dict(COMMON, messages=(None, None), logprobs=(_bool, None), top_logprobs=(_int(0, MAX_LOGPROBS), None),
             max_completion_tokens=(_int(0, 1 << 30), None), add_generation_prompt=(_bool, None),
             tools=(_absent, None), tool_choice=(_absent, None), functions=(_absent, None),
-            response_format=(None, None), parallel_tool_calls=(_ignored, None))
+            parallel_tool_calls=(_ignored, None))
 
 
 @dataclass
@@ -131,7 +133,7 @@ class ChatRequest:
     extra: dict = field(default_factory=dict)
 
 
-def parse_completion(body, max_n):
+def parse_completion(body, max_n, disable_any_whitespace=False):
     got = _check_fields(body, COMPLETION, "completions")
     prompts = _prompts(body.get("prompt"))
     req = CompletionRequest(prompts, _sampling(got, COMPLETION), model=got.get("model"))
@@ -139,6 +141,7 @@ def parse_completion(body, max_n):
     req.max_tokens = got.get("max_tokens", 16)
     req.echo = got.get("echo") or False
     req.logprobs = got.get("logprobs")
+    _structured(req, body, disable_any_whitespace)
     if req.max_tokens == 0 and not req.echo:
         raise bad_param("max_tokens", "0 is only allowed with echo (prompt logprobs); ask for at least 1 token")
     if req.logprobs is not None:
@@ -148,7 +151,7 @@ def parse_completion(body, max_n):
     return req
 
 
-def parse_chat(body, max_n):
+def parse_chat(body, max_n, disable_any_whitespace=False):
     got = _check_fields(body, CHAT, "chat/completions")
     req = ChatRequest(_messages(body.get("messages")), _sampling(got, CHAT), model=got.get("model"))
     _common(req, got, max_n)
@@ -164,10 +167,14 @@ def parse_chat(body, max_n):
     if req.logprobs:
         req.sampling["logprobs"] = max(1, req.top_logprobs)
     req.add_generation_prompt = got.get("add_generation_prompt", True)
-    fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        raise bad_param("response_format", "only {\"type\": \"text\"} is supported")
+    _structured(req, body, disable_any_whitespace)
     return req
+
+
+def _structured(req, body, disable_any_whitespace):
+    so = structured_outputs_of(body, disable_any_whitespace)
+    if so is not None:
+        req.sampling["structured_outputs"] = so
 
 
 def _check_fields(body, table, where):

@@ -22,6 +22,15 @@ class ModelInfo:
         self.defaults = dict(defaults or {})          # the model's generation_config sampling defaults
         self.tokenizer = getattr(llm, "tokenizer", None)
         self.vocab_size, self.max_seq_len = llm.vocab_size, llm.max_seq_len
+        self._grammars = None
+
+    def grammars(self):
+        """The served tokenizer's compiled structured-output constraints (generate/grammar.py), made once."""
+        if self._grammars is None:
+            from ..generate.grammar import Grammars
+            self._grammars = Grammars.of_tokenizer(self.tokenizer, self.vocab_size,
+                                                   getattr(self.llm, "eos_token_ids", ()))
+        return self._grammars
 
     def chat_template(self):
         try:
