@@ -3,13 +3,14 @@ import importlib
 import sys
 
 NAMES = ["kernels", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer", "prefix", "levels",
-         "scale"]
+         "scale", "structured"]
 # NAME -> its module under colibri_dist.bench: one folder per family
 MODULES = {"kernels": "kernels.run", "levels": "kernels.levels", "model_ops": "kernels.ops",
            "model": "model.run", "peer": "model.peer", "scale": "scale.run",
            "store": "store.run", "convert": "format.convert", "integrity": "format.integrity",
            "pool": "pool.run", "numa": "numa.run",
-           "generate": "generation.generate", "prefix": "generation.prefix", "serve": "generation.serve"}
+           "generate": "generation.generate", "prefix": "generation.prefix", "serve": "generation.serve",
+           "structured": "generation.structured"}
 
 
 def main(argv=None):

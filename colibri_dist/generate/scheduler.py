@@ -96,7 +96,7 @@ class Scheduler:
         masks = _start_masks(sched)              # structured outputs: computed while the model runs
         outs = self.model.forward([(r.seq, r.pending(n), r.want_all()) for r, n in sched])
         if masks is not None:
-            masks.result()
+            masks.join()
         if len(outs) != len(sched):
             raise InvalidArgument(f"model.forward returned {len(outs)} results for {len(sched)} steps")
         prefill, decode = self._count(sched)

@@ -10,7 +10,7 @@ import pytest
 import colibri_dist as cd
 from colibri_dist.generate.grammar import DEAD_END
 from colibri_dist.testing import random_llm
-from structured_schemas import schemas
+from colibri_dist.testing.schemas import schemas
 
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("llguidance")

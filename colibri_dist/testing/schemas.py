@@ -1,4 +1,4 @@
-"""Random JSON schemas for the structured-output tests: nested objects, arrays, enums, bounded numbers,
+"""Random JSON schemas for the structured-output tests and benchmark: nested objects, arrays, enums, bounded numbers,
 strings with length bounds, optional properties. Bounded so a random-weight model can finish them: a
 number carries multipleOf (without one its decimals are unbounded, and a random model, unlike a trained
 one, has no reason to stop writing digits: "6.3333..." until max_tokens)."""
