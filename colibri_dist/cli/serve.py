@@ -15,6 +15,7 @@ ENGINE_FLAGS = ("workers", "pool", "threads", "max_num_seqs", "max_num_batched_t
 
 
 def register(subparsers):
+    from ..serve import reasoning, tools       # the parser tables (plain Python: no [serve] extra needed)
     p = subparsers.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API",
                               description="Serve MODEL on /v1/completions, /v1/chat/completions, /v1/models, "
                                           "/health, /metrics, /tokenize, /detokenize (vLLM's routes).")
@@ -54,6 +55,11 @@ def register(subparsers):
     p.add_argument("--engine-in-process", dest="engine_process", action="store_false",
                    help="step the engine in this process's thread (default: a process of its own, so HTTP load "
                         "slows it less)")
+    p.add_argument("--tool-call-parser", default=None, choices=sorted(tools.PARSERS),
+                   help="how the model writes tool calls (default: its family's: qwen3_moe/qwen2_moe hermes, "
+                        "deepseek_v3 deepseek_v3, glm4_moe glm45; others: tool_choice auto is refused)")
+    p.add_argument("--reasoning-parser", default=None, choices=sorted(reasoning.PARSERS),
+                   help="split <think>...</think> off as reasoning_content (default: none)")
     p.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
     r = p.add_argument_group("Ray Serve")
     r.add_argument("--ray-serve", action="store_true", help="run as a Ray Serve application (replicas)")
@@ -95,6 +101,7 @@ def config_from_args(args):
                        llm_kwargs={k: getattr(args, k) for k in ENGINE_FLAGS if k not in own},
                        log_level=args.log_level, engine_process=args.engine_process,
                        disable_any_whitespace=args.disable_any_whitespace,
+                       tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
                        **{k: getattr(args, k) for k in own})
 
 

@@ -9,7 +9,8 @@
 Rooms inside: config (flags + security rules), params (request field tables), state (model checks),
 backend (the engine thread and per-request queues), runner_backend (--runners M: the requests spread
 over M pool sequence runners), generation/responses/logprobs/sse (the OpenAI
-shapes), metrics (Prometheus text), security (key + body limits), admin (experts at run time),
+shapes), chat_output (a chat choice's reasoning_content / content / tool_calls: reasoning.py, then the
+tools/ parsers), metrics (Prometheus text), security (key + body limits), admin (experts at run time),
 app (routes), launch (open model, run uvicorn), ray_serve (the only module here that imports ray).
 Needs the `[serve]` extra: pip install 'colibri-dist[serve]'.
 """

@@ -126,10 +126,12 @@ def _routes(app, state):
 
 
 def _tokenize(state, body):
-    """vLLM's /tokenize: {"prompt", "add_special_tokens"=true} or {"messages", "add_generation_prompt"=true}."""
+    """vLLM's /tokenize: {"prompt", "add_special_tokens"=true} or {"messages", "add_generation_prompt"=true,
+    "tools"}."""
     from .params import _messages
+    from .tools.request import check_tools
     if not isinstance(body, dict) or set(body) - {"model", "prompt", "messages", "add_special_tokens",
-                                                   "add_generation_prompt"}:
+                                                   "add_generation_prompt", "tools"}:
         raise APIError(400, "expected {\"prompt\": str} or {\"messages\": [...]} (with optional model, "
                             "add_special_tokens, add_generation_prompt)", param="prompt")
     state.check_model(body.get("model"))
@@ -144,7 +146,8 @@ def _tokenize(state, body):
             raise APIError(400, "prompt: expected a string", param="prompt")
         ids = state.info.encode(body["prompt"], add_special_tokens=flags["add_special_tokens"])
     else:
-        text = state.info.render_chat(_messages(body["messages"]), add_generation_prompt=flags["add_generation_prompt"])
+        text = state.info.render_chat(_messages(body["messages"]), add_generation_prompt=flags["add_generation_prompt"],
+                                      tools=check_tools(body.get("tools")))
         ids = state.info.encode(text, add_special_tokens=False, param="messages")
     return {"count": len(ids), "max_model_len": state.info.max_seq_len, "tokens": ids}
 

@@ -9,7 +9,8 @@ it, the tool choice: "auto" parses calls (tools/stream.py), a named function tak
 its arguments, "required" reads the content as a JSON array of calls (tools/choice.py); "none" leaves it.
 """
 from . import reasoning as rsn
-from .errors import bad_param
+from .errors import APIError, bad_param
+from .response_format import check_compiles as check_schema
 from .tools import choice as tool_choice
 from .tools.stream import CallStream, new_call
 
@@ -19,6 +20,17 @@ def check(state, req):
     if req.tools is not None and req.tools.choice == "auto" and state.tool_parser is None:
         raise bad_param("tools", "\"auto\" tool choice needs a tool-call parser: this model's family has none "
                                  "known, so start the server with --tool-call-parser {hermes,deepseek_v3,glm45}")
+
+
+def check_compiles(state, req):
+    """The request's structured outputs compiled (response_format.check_compiles); when a tool choice set
+    them, what does not compile is a 400 naming tools, where the client wrote the schema."""
+    try:
+        check_schema(state.info, req.sampling.get("structured_outputs"))
+    except APIError as exc:
+        if req.tools is None or req.tools.choice not in ("required", "named"):
+            raise
+        raise bad_param("tools", f"the schema tool_choice {req.tools.choice!r} asks for: {exc.message}") from None
 
 
 def shaper_for(state, req):

@@ -7,6 +7,7 @@ here: the default host is loopback, and a host that is not loopback without an A
 import ipaddress
 from dataclasses import dataclass, field, fields
 
+from . import reasoning, tools
 from ..errors import InvalidArgument
 
 LOOPBACK_NAMES = ("localhost",)
@@ -42,6 +43,8 @@ class ServeConfig:
     log_level: str = "warning"
     disable_any_whitespace: bool = False   # structured JSON outputs without free whitespace between tokens
                                            # (vLLM's structured_outputs_config.disable_any_whitespace)
+    tool_call_parser: str | None = None    # tools.PARSERS row (hermes, deepseek_v3, glm45); None: the model family's
+    reasoning_parser: str | None = None    # reasoning.PARSERS row (deepseek_r1, qwen3); None: no reasoning split
     engine_process: bool = True            # the engine steps in a process of its own (engine_process.py) when
                                            # the server opens the model itself and runs no --runners
 
@@ -79,6 +82,8 @@ class ServeConfig:
                 raise InvalidArgument(f"--{name.replace('_', '-')} must be non-empty strings, got {v!r}",
                                       parameter=name, value=v)
             object.__setattr__(self, name, v)
+        _check_choice("tool_call_parser", self.tool_call_parser, tools.PARSERS)
+        _check_choice("reasoning_parser", self.reasoning_parser, reasoning.PARSERS)
         if not is_loopback(self.host) and self.api_key is None:
             raise InvalidArgument(f"--host {self.host} is not a loopback address: anyone who can reach it could use "
                                   f"the model; pass --api-key KEY, --api-key-file FILE or $COLIBRI_API_KEY (or bind 127.0.0.1)")
@@ -121,6 +126,12 @@ def is_loopback(host):
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _check_choice(name, v, table):
+    if v is not None and v not in table:
+        raise InvalidArgument(f"--{name.replace('_', '-')} must be one of {', '.join(sorted(table))}, got {v!r}",
+                              parameter=name, value=v)
 
 
 def _check_int(name, v, lo):

@@ -12,6 +12,7 @@ import uuid
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from . import chat_output
 from . import responses as rsp
 from . import sse
 from ..errors import InvalidArgument
@@ -31,6 +32,12 @@ class Call:
         self.queue = asyncio.Queue()
         self.trackers, self.rids, self.open = {}, [], set()
         self.tok = state.tok_text
+        self.shapers = {}                 # chat choice index -> its ChoiceShaper (None: text is the content)
+
+    def shaper(self, index):
+        if index not in self.shapers:
+            self.shapers[index] = chat_output.shaper_for(self.state, self.req)
+        return self.shapers[index]
 
     def submit(self, prompts):
         """prompts: [(token ids, prompt text, max_tokens)]; validated before anything is submitted."""
@@ -103,14 +110,16 @@ def _completion_prompts(state, req):
 
 async def chat(state, request, body):
     req = parse_chat(body, state.cfg.max_n, state.cfg.disable_any_whitespace)
+    chat_output.check(state, req)
     call = Call(state, "chat", req, state.check_model(req.model))
     call.submit([await asyncio.to_thread(_chat_prompt, state, req)])        # the template and tokenizer: off it
     return await _respond(call, request)
 
 
 def _chat_prompt(state, req):
-    check_compiles(state.info, req.sampling.get("structured_outputs"))
-    text = state.info.render_chat(req.messages, add_generation_prompt=req.add_generation_prompt)
+    chat_output.check_compiles(state, req)
+    text = state.info.render_chat(req.messages, add_generation_prompt=req.add_generation_prompt,
+                                  tools=req.tools.tools if req.tools is not None else None)
     ids = state.info.encode(text, add_special_tokens=False, param="messages")
     return ids, text, state.max_tokens_for(req.max_tokens, len(ids))
 
@@ -161,7 +170,9 @@ def _final(call, per_choice):
         if call.kind == "completion":
             choices.append(rsp.completion_choice(d, call.req, tr, call.tok))
         else:
-            choices.append(rsp.chat_choice(d, call.req, call.tok))
+            sh = call.shaper(index)
+            shaped = sh.message(d.text, d.finish_reason) if sh is not None else None
+            choices.append(rsp.chat_choice(d, call.req, call.tok, shaped=shaped))
     kind = "text_completion" if call.kind == "completion" else "chat.completion"
     return rsp.envelope(kind, call.id, call.created, call.model, choices, call.usage())
 
@@ -184,8 +195,9 @@ async def _stream(call):
                     out.append(sse.event(exc.body()))
                     failed = True
                     break
-                choices = [_chunk_choice(call, tr, d, started) for d in deltas
-                           if d.text or d.finish_reason or d.token_ids or d.index not in started]
+                choices = [c for c in (_chunk_choice(call, tr, d, started) for d in deltas
+                                       if d.text or d.finish_reason or d.token_ids or d.index not in started)
+                           if c is not None]
                 if choices:
                     out.append(chunks.event(choices))
             if out:
@@ -202,4 +214,13 @@ def _chunk_choice(call, tr, d, started):
     started.add(d.index)
     if call.kind == "completion":
         return rsp.completion_choice(d, call.req, tr, call.tok, first=first)
-    return rsp.chat_choice(d, call.req, call.tok, message=False)
+    sh = call.shaper(d.index)
+    if sh is None:
+        return rsp.chat_choice(d, call.req, call.tok, message=False)
+    fields, reason = sh.feed(d.text), d.finish_reason
+    if reason is not None:
+        rest, reason = sh.finish(reason)
+        fields = chat_output.join(fields, rest)
+    if not fields and reason is None and not (call.req.logprobs and d.token_ids):
+        return None                           # everything held back (a marker may be starting)
+    return rsp.chat_choice(d, call.req, call.tok, message=False, shaped=(fields, reason))

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from .errors import APIError, bad_param
 from .response_format import structured_outputs_of
+from .tools import choice as tool_choice
+from .tools import request as tool_request
 
 INT64 = (1 << 63) - 1
 MAX_LOGPROBS = 20
@@ -101,8 +103,8 @@ COMPLETION = dict(COMMON, prompt=(None, None), echo=(_bool, None), logprobs=(_in
                   suffix=(_absent, None))
 CHAT = dict(COMMON, messages=(None, None), logprobs=(_bool, None), top_logprobs=(_int(0, MAX_LOGPROBS), None),
             max_completion_tokens=(_int(0, 1 << 30), None), add_generation_prompt=(_bool, None),
-            tools=(_absent, None), tool_choice=(_absent, None), functions=(_absent, None),
-            parallel_tool_calls=(_ignored, None))
+            tools=(None, None), tool_choice=(None, None), functions=(_absent, None),
+            parallel_tool_calls=(_bool, None))
 
 
 @dataclass
@@ -131,6 +133,7 @@ class ChatRequest:
     add_generation_prompt: bool = True
     model: str | None = None
     extra: dict = field(default_factory=dict)
+    tools: object = None             # tools/request.py ToolRequest (None: no tools)
 
 
 def parse_completion(body, max_n, disable_any_whitespace=False):
@@ -168,6 +171,7 @@ def parse_chat(body, max_n, disable_any_whitespace=False):
         req.sampling["logprobs"] = max(1, req.top_logprobs)
     req.add_generation_prompt = got.get("add_generation_prompt", True)
     _structured(req, body, disable_any_whitespace)
+    _tools(req, body, disable_any_whitespace)          # after: a tool choice's schema wins (vLLM)
     return req
 
 
@@ -175,6 +179,15 @@ def _structured(req, body, disable_any_whitespace):
     so = structured_outputs_of(body, disable_any_whitespace)
     if so is not None:
         req.sampling["structured_outputs"] = so
+
+
+def _tools(req, body, disable_any_whitespace=False):
+    """tools / tool_choice / parallel_tool_calls -> req.tools; "required" and a named function constrain
+    the output to their JSON schema (structured outputs, as vLLM does)."""
+    req.tools = tool_request.of_body(body)
+    spec = tool_choice.schema(req.tools) if req.tools is not None else None
+    if spec is not None:
+        req.sampling["structured_outputs"] = {"json": spec, "disable_any_whitespace": disable_any_whitespace}
 
 
 def _check_fields(body, table, where):
@@ -251,7 +264,9 @@ def _messages(msgs):
             content = "".join(c["text"] for c in content)
         elif content is not None and not isinstance(content, str):
             raise bad_param("messages", f"entry {i}: content must be a string or a list of text parts")
-        extra = {k: v for k, v in m.items() if k in ("name",) and isinstance(v, str)}
+        extra = {k: v for k, v in m.items() if k in ("name", "tool_call_id", "reasoning_content") and isinstance(v, str)}
+        if m.get("tool_calls") is not None:
+            extra["tool_calls"] = tool_request.message_tool_calls(i, m["tool_calls"])
         out.append({"role": m["role"], "content": content if content is not None else "", **extra})
     return out
 

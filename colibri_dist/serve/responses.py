@@ -98,12 +98,14 @@ def _offsets(tokens):
     return out
 
 
-def chat_choice(d, req, tok, message=True):
+def chat_choice(d, req, tok, message=True, shaped=None):
+    """shaped: (message or delta fields, finish_reason) of chat_output.ChoiceShaper; None = the text is
+    the content and the engine's finish_reason stands."""
     lp = lpf.chat_logprobs(tok, d.token_ids, d.logprobs, req.top_logprobs) if req.logprobs else None
-    body = {"role": "assistant", "content": d.text} if message else {"content": d.text}
+    fields, reason = shaped if shaped is not None else ({"content": d.text}, d.finish_reason)
+    body = {"role": "assistant", **fields} if message else fields
     key = "message" if message else "delta"
-    return {"index": d.index, key: body, "logprobs": lp, "finish_reason": d.finish_reason,
-            "stop_reason": d.stop_reason}
+    return {"index": d.index, key: body, "logprobs": lp, "finish_reason": reason, "stop_reason": d.stop_reason}
 
 
 def merge_deltas(ds):

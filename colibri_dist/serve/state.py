@@ -11,6 +11,7 @@ import time
 
 from ..errors import InvalidArgument
 from ..generate.params import check_token_ids_in_vocab
+from . import reasoning, tools
 from .errors import APIError, bad_param
 
 
@@ -22,6 +23,7 @@ class ModelInfo:
         self.defaults = dict(defaults or {})          # the model's generation_config sampling defaults
         self.tokenizer = getattr(llm, "tokenizer", None)
         self.vocab_size, self.max_seq_len = llm.vocab_size, llm.max_seq_len
+        self.family = _family(llm)                    # the container's model_type (picks a tool-call parser)
         self._grammars = None
 
     def grammars(self):
@@ -39,12 +41,13 @@ class ModelInfo:
             raise APIError(400, f"this model has no chat template ({exc}); use /v1/completions",
                            param="messages", code="no_chat_template") from None
 
-    def render_chat(self, messages, add_generation_prompt=True):
-        """The chat template's text of messages; what the template rejects (its raise_exception, a bound, a
-        type it cannot render) is a 400 naming messages, on every route that renders (chat, /tokenize)."""
+    def render_chat(self, messages, add_generation_prompt=True, tools=None):
+        """The chat template's text of messages (and the function tools, as the template writes them); what
+        the template rejects (its raise_exception, a bound, a type it cannot render) is a 400 naming
+        messages, on every route that renders (chat, /tokenize)."""
         template = self.chat_template()
         try:
-            return template.render(messages, add_generation_prompt=add_generation_prompt)
+            return template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools)
         except APIError:
             raise
         except Exception as exc:
@@ -68,9 +71,18 @@ class ModelInfo:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True) if self.tokenizer else ""
 
 
+def _family(llm):
+    try:
+        return llm.engine.model.config.family
+    except AttributeError:
+        return None
+
+
 class ServerState:
     def __init__(self, cfg, backend, info, metrics, admin=None):
         self.cfg, self.backend, self.info, self.metrics, self.admin = cfg, backend, info, metrics, admin
+        self.tool_parser = tools.parser_for(getattr(cfg, "tool_call_parser", None), info.family)
+        self.reasoning = reasoning.PARSERS.get(getattr(cfg, "reasoning_parser", None))   # (start, end) markers
         self.names = cfg.model_names
         self.created = int(time.time())
         self.t_started = time.perf_counter()
