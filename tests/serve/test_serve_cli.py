@@ -19,12 +19,18 @@ def test_flags_become_the_config(demo_model):
     cfg = config_from_args(args)
     assert (cfg.model_names, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status) == (("a", "b"), 8, 3, 503)
     assert cfg.host == "10.1.2.3" and cfg.api_key == "k"
+    assert (cfg.tool_call_parser, cfg.reasoning_parser) == (None, None)
+    cfg = config_from_args(build_parser().parse_args(["serve", demo_model, "--tool-call-parser", "glm45",
+                                                      "--reasoning-parser", "deepseek_r1"]))
+    assert (cfg.tool_call_parser, cfg.reasoning_parser) == ("glm45", "deepseek_r1")
 
 
 @pytest.mark.parametrize("kw,match", [({"port": 70000}, "--port"), ({"max_num_seqs": 0}, "--max-num-seqs"),
                                       ({"overload_status": 500}, "--overload-status"), ({"api_key": " "}, "--api-key"),
                                       ({"workers": 2, "pool": "p"}, "exclude"), ({"runners": -1}, "--runners"),
-                                      ({"runners": 2}, "--runners: runners 2 needs the Ray pool")])
+                                      ({"runners": 2}, "--runners: runners 2 needs the Ray pool"),
+                                      ({"tool_call_parser": "mistral"}, "--tool-call-parser must be one of"),
+                                      ({"reasoning_parser": "r1"}, "--reasoning-parser must be one of")])
 def test_bad_config_values_are_named(kw, match):
     from colibri_dist.errors import InvalidArgument
     with pytest.raises(InvalidArgument, match=match):
