@@ -11,6 +11,7 @@ its arguments, "required" reads the content as a JSON array of calls (tools/choi
 from . import reasoning as rsn
 from .errors import APIError, bad_param
 from .response_format import check_compiles as check_schema
+from .tools import PARSERS
 from .tools import choice as tool_choice
 from .tools.stream import CallStream, new_call
 
@@ -19,7 +20,7 @@ def check(state, req):
     """400 (naming tools) when the request wants calls parsed and this server has no parser for them."""
     if req.tools is not None and req.tools.choice == "auto" and state.tool_parser is None:
         raise bad_param("tools", "\"auto\" tool choice needs a tool-call parser: this model's family has none "
-                                 "known, so start the server with --tool-call-parser {hermes,deepseek_v3,glm45}")
+                                 f"known, so start the server with --tool-call-parser {{{','.join(sorted(PARSERS))}}}")
 
 
 def check_compiles(state, req):

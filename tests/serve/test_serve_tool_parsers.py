@@ -249,3 +249,18 @@ def test_assistant_tool_call_arguments_become_objects_for_the_template():
     with pytest.raises(APIError) as e:
         tool_request.message_tool_calls(2, [{"function": {"name": "f", "arguments": "{bad"}}])
     assert e.value.param == "messages" and "entry 2" in e.value.message
+
+
+def test_json_nested_deeper_than_python_parses_stays_content():
+    deep = "[" * 5000 + "]" * 5000
+    text = "<tool_call>" + deep + "</tool_call>"
+    assert whole(PARSERS["hermes"], text) == (text, [])
+    assert choice.required_calls(deep, TOOLS) is None
+
+
+def test_a_schema_structured_outputs_refuses_is_a_400_naming_tools():
+    huge = {"type": "function", "function": {"name": "big", "parameters": {
+        "type": "object", "description": "x" * (1 << 20)}}}
+    with pytest.raises(APIError) as e:
+        choice.schema(tool_request.of_body({"tools": [huge], "tool_choice": "required"}))
+    assert e.value.status == 400 and e.value.param == "tools"

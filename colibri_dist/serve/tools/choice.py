@@ -7,16 +7,27 @@ sampling["structured_outputs"]; chat_output.py reads the output with `required_c
 """
 import json
 
+from ...errors import InvalidArgument
+from ...generate.structured_params import StructuredOutputsParams
+from ..errors import bad_param
+
 EMPTY = {"type": "object", "properties": {}}
 
 
 def schema(treq):
-    """The JSON schema the output must follow, or None (auto / none: free text)."""
+    """The JSON schema the output must follow, or None (auto / none: free text); one structured outputs
+    refuses (e.g. longer than its bound) is a 400 naming tools, the field the client wrote it in."""
     if treq.choice == "named":
-        return next(_parameters(t) for t in treq.tools if t["function"]["name"] == treq.name)
-    if treq.choice == "required":
-        return required_schema(treq.tools, treq.parallel)
-    return None
+        spec = next(_parameters(t) for t in treq.tools if t["function"]["name"] == treq.name)
+    elif treq.choice == "required":
+        spec = required_schema(treq.tools, treq.parallel)
+    else:
+        return None
+    try:
+        StructuredOutputsParams(json=spec)
+    except InvalidArgument as exc:
+        raise bad_param("tools", f"the schema tool_choice {treq.choice!r} asks for is refused ({exc})") from None
+    return spec
 
 
 def required_schema(tools, parallel=True):
@@ -42,7 +53,7 @@ def required_calls(text, tools):
     an array (the sampler did not constrain it: then it stays content)."""
     try:
         got = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     names = {t["function"]["name"] for t in tools}
     if not isinstance(got, list) or not got or not all(

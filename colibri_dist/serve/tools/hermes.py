@@ -17,7 +17,7 @@ def parse(region, tools):
         body = body[:-len(END)]
     try:
         obj = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):    # RecursionError: JSON nested deeper than Python parses
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
