@@ -264,3 +264,18 @@ def test_a_schema_structured_outputs_refuses_is_a_400_naming_tools():
     with pytest.raises(APIError) as e:
         choice.schema(tool_request.of_body({"tools": [huge], "tool_choice": "required"}))
     assert e.value.status == 400 and e.value.param == "tools"
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_any_split_of_marker_rich_text_says_what_the_whole_says(name):
+    import random
+    rng = random.Random(7)
+    p = PARSERS[name]
+    bits = [p.start, p.end, " ", "\n", "x", "<", "</", '{"name": "get_time", "arguments": {}}', "get_time\n",
+            "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>"]
+    for _ in range(200):
+        text = "".join(rng.choice(bits) for _ in range(rng.randint(1, 12)))
+        want_content, want_calls = whole(p, text)
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(0, 6)))) if len(text) > 1 else []
+        content, calls = pieces(p, text, cuts)
+        assert (content, named(calls)) == (want_content, named(want_calls)), (text, cuts)

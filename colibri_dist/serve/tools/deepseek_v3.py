@@ -8,11 +8,17 @@ The arguments are passed on as the model wrote them (vLLM does the same).
 import re
 
 START, END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
-CALL = re.compile(r"<｜tool▁call▁begin｜>(?P<type>.*?)<｜tool▁sep｜>(?P<name>.*?)\n```json\n(?P<args>.*?)\n```"
-                  r"<｜tool▁call▁end｜>", re.DOTALL)
+BEGIN, CALL_END = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"
+CALL = re.compile(r"(?P<type>[^\n]*?)<｜tool▁sep｜>(?P<name>[^\n]*)\n```json\n(?P<args>.*)\n```\s*", re.DOTALL)
 
 
 def parse(region, tools):
-    """-> [(name, arguments JSON text)] of the region's calls, or None when it holds none."""
-    calls = [(m["name"].strip(), m["args"].strip()) for m in CALL.finditer(region)]
-    return calls if calls and all(name for name, _ in calls) else None
+    """-> [(name, arguments JSON text)] of the region's calls, or None when it holds none. Each call is
+    the text between a call's begin and end markers (one pass over the region, whatever it holds)."""
+    calls = []
+    for piece in region.split(BEGIN)[1:]:
+        body, found, _ = piece.partition(CALL_END)
+        m = CALL.fullmatch(body) if found else None
+        if m and m["name"].strip():
+            calls.append((m["name"].strip(), m["args"].strip()))
+    return calls or None

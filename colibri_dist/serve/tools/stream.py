@@ -15,12 +15,18 @@ class CallStream:
         self.parser, self.tools, self.parallel = parser, tools, parallel
         self.buf, self.ws = "", ""        # text not yet placed; whitespace held until we know what follows
         self.in_call = False
+        self.parts, self.tail = [], ""    # an open call's pieces since buf, and its last len(END)-1 chars
         self.after_call = False
         self.count = 0                    # calls emitted (their OpenAI index)
 
     def feed(self, text):
         """-> (content text, [tool call dicts]) known after this piece."""
-        self.buf += text
+        if self.in_call and self.parser.end not in self.tail + text:      # still inside a call: keep it
+            self.parts.append(text)                                      # (joined once, when it ends)
+            self.tail = (self.tail + text)[1 - len(self.parser.end):]
+            return "", []
+        self.buf += "".join(self.parts) + text
+        self.parts, self.tail = [], ""
         content, calls = [], []
         while self._step(content, calls):
             pass
@@ -29,6 +35,8 @@ class CallStream:
     def finish(self):
         """-> (content, calls) of what was held back: an unclosed call region is parsed as it is."""
         content, calls = [], []
+        self.buf += "".join(self.parts)
+        self.parts, self.tail = [], ""
         if self.in_call:
             self._region(self.buf, content, calls)
         else:
@@ -52,6 +60,7 @@ class CallStream:
             self.buf, self.in_call = self.buf[i:], True
         j = self.buf.find(end, len(start))
         if j < 0:
+            self.tail = self.buf[1 - len(end):]
             return False
         region, self.buf = self.buf[:j + len(end)], self.buf[j + len(end):]
         self.in_call = False
