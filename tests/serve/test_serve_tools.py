@@ -4,7 +4,8 @@ parser of its own, so the server is started with --tool-call-parser hermes).
 
 The random model writes no tool calls of its own: the parsing path is driven by scripted text
 (scripted.py stands in for the model's words behind the backend); the real model checks what reaches the
-template, the 400s, auto without a call, and what required / a named function ask of the sampler.
+template, the 400s, auto without a call, and required / a named function, whose schemas the sampler
+enforces (structured outputs; compact JSON, --disable-any-whitespace, so the random model's output ends).
 """
 import json
 
@@ -23,6 +24,10 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
                                                            "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 TOOLS = [WEATHER, TIME]
+STRICT_TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {}, "additionalProperties": False}}}
+UNIT = {"type": "function", "function": {"name": "set_unit", "parameters": {
+    "type": "object", "properties": {"unit": {"enum": ["c", "f"]}}, "required": ["unit"], "additionalProperties": False}}}
 ASK = [{"role": "user", "content": "weather in Paris?"}]
 CALLS = ('I will look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
          '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
@@ -31,7 +36,7 @@ CALLS = ('I will look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     path = random_llm.build(tmp_path_factory.mktemp("tools") / "m.colibri")
-    s = start_server(path, served_model_name=("rnd",), tool_call_parser="hermes")
+    s = start_server(path, served_model_name=("rnd",), tool_call_parser="hermes", disable_any_whitespace=True)
     yield s
     s.stop()
 
@@ -128,23 +133,62 @@ def test_auto_and_none_ask_no_output_shape(server, client, monkeypatch):
 
 def test_required_asks_the_sampler_for_an_array_of_calls(server, client, monkeypatch):
     seen = recording(monkeypatch, server)
-    r = chat(client, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=4)
+    chat(client, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=1)
     schema = seen[0].structured_outputs.json
     assert schema["type"] == "array" and schema["minItems"] == 1 and schema["maxItems"] == 1
     assert [i["properties"]["name"]["enum"][0] for i in schema["items"]["anyOf"]] == ["get_weather", "get_time"]
     assert schema["items"]["anyOf"][0]["properties"]["parameters"] == WEATHER["function"]["parameters"]
-    # no masking in this branch yet: the random text is no array of calls, so it comes back as content
-    assert r.choices[0].message.tool_calls is None and isinstance(r.choices[0].message.content, str)
+    assert seen[0].structured_outputs.disable_any_whitespace is True       # the server's setting
 
 
-def test_a_named_function_asks_for_its_parameters(server, client, monkeypatch):
+def test_required_returns_the_calls_the_sampler_held_to_the_schema(client):
+    r = chat(client, tools=[STRICT_TIME, UNIT], tool_choice="required", parallel_tool_calls=False,
+             max_tokens=100, temperature=0)
+    call, = r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.content is None
+    args = json.loads(call.function.arguments)
+    assert (call.function.name, args) in (("get_time", {}), ("set_unit", {"unit": "c"}), ("set_unit", {"unit": "f"}))
+    assert call.id.startswith("call_") and call.type == "function"
+
+
+def test_required_streams_its_calls_when_the_array_is_complete(client):
+    calls, finish = [], None
+    for chunk in chat(client, tools=[STRICT_TIME, UNIT], tool_choice="required", parallel_tool_calls=False,
+                      max_tokens=100, temperature=0, stream=True):
+        if chunk.choices:
+            assert not chunk.choices[0].delta.content                 # the JSON array is never content
+            calls += chunk.choices[0].delta.tool_calls or []
+            finish = chunk.choices[0].finish_reason or finish
+    whole = chat(client, tools=[STRICT_TIME, UNIT], tool_choice="required", parallel_tool_calls=False,
+                 max_tokens=100, temperature=0).choices[0].message.tool_calls
+    assert finish == "tool_calls"
+    assert [(c.function.name, c.function.arguments) for c in calls] == [
+        (c.function.name, c.function.arguments) for c in whole]
+
+
+def test_required_cut_short_is_content_with_the_engines_finish(client):
+    r = chat(client, tools=TOOLS, tool_choice="required", max_tokens=3, temperature=0)
+    assert r.choices[0].finish_reason == "length" and r.choices[0].message.tool_calls is None
+    assert r.choices[0].message.content.startswith("[")                # the array the sampler began
+
+
+def test_a_named_function_asks_for_its_parameters_and_returns_that_call(server, client, monkeypatch):
     seen = recording(monkeypatch, server)
-    r = chat(client, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
-             max_tokens=4, temperature=0)
-    assert seen[0].structured_outputs.json == WEATHER["function"]["parameters"]
+    r = chat(client, tools=[WEATHER, UNIT], tool_choice={"type": "function", "function": {"name": "set_unit"}},
+             max_tokens=100, temperature=0)
+    assert seen[0].structured_outputs.json == UNIT["function"]["parameters"]
     call, = r.choices[0].message.tool_calls                   # the whole output is that call's arguments
-    assert call.function.name == "get_weather" and call.id.startswith("call_")
-    assert r.choices[0].finish_reason == "length"
+    assert call.function.name == "set_unit" and call.id.startswith("call_")
+    assert json.loads(call.function.arguments) in ({"unit": "c"}, {"unit": "f"})
+    assert r.choices[0].finish_reason == "stop" and r.choices[0].message.content is None   # OpenAI and vLLM
+
+
+def test_a_tool_schema_that_does_not_compile_is_a_400_naming_tools(server):
+    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "string", "pattern": "(unclosed"}}}}}
+    r = post(server, "/v1/chat/completions", {"model": "rnd", "messages": ASK, "tools": [bad], "max_tokens": 2,
+                                              "tool_choice": "required"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
 
 
 # ---------------------------------------------------------------- scripted model text through the server

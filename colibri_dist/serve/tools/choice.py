@@ -32,14 +32,16 @@ def schema(treq):
 
 def required_schema(tools, parallel=True):
     """vLLM's: an array (at least one item; at most one without parallel calls) of objects, each
-    {"name": one tool's name, "parameters": that tool's parameters}; the tools' $defs lifted to the top."""
+    {"name": one tool's name, "parameters": that tool's parameters}; the tools' $defs lifted to the top.
+    One difference: no other keys in an item (vLLM allows them and drops them when reading; allowed, a
+    weak model keeps writing keys and never closes the object)."""
     defs, items = {}, []
     for t in tools:
         params = dict(_parameters(t))
         defs.update(params.pop("$defs", None) or {})
         items.append({"properties": {"name": {"type": "string", "enum": [t["function"]["name"]]},
                                      "parameters": params},
-                      "required": ["name", "parameters"]})
+                      "required": ["name", "parameters"], "additionalProperties": False})
     out = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": items}}
     if not parallel:
         out["maxItems"] = 1
