@@ -36,9 +36,13 @@ def check_compiles(state, req):
 
 def shaper_for(state, req):
     """A new ChoiceShaper for one choice of req, or None when the text is simply the content."""
-    if state.reasoning is None and (req.tools is None or req.tools.choice == "none"):
+    choice = req.tools.choice if req.tools is not None else "none"
+    # TODO(issue 33): the sampler holds required / named output to the schema from the first token, so there
+    # is no thinking to split off; once structured outputs start after </think> (vLLM), split it here too
+    think = state.reasoning if choice not in ("required", "named") else None
+    if think is None and choice == "none":
         return None
-    return ChoiceShaper(state.reasoning, state.tool_parser, req.tools)
+    return ChoiceShaper(think, state.tool_parser, req.tools)
 
 
 class ChoiceShaper:

@@ -20,7 +20,8 @@ CALL = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     path = random_llm.build(tmp_path_factory.mktemp("reasoning") / "m.colibri")
-    s = start_server(path, served_model_name=("rnd",), reasoning_parser="qwen3", tool_call_parser="hermes")
+    s = start_server(path, served_model_name=("rnd",), reasoning_parser="qwen3", tool_call_parser="hermes",
+                     disable_any_whitespace=True)
     yield s
     s.stop()
 
@@ -83,3 +84,14 @@ def test_the_model_without_an_end_of_thinking_is_all_reasoning(client):
     assert m.content is None                                        # vLLM: the answer was cut
     reasoning, content, _, finish = streamed(client, temperature=0, seed=5, max_tokens=16)
     assert (reasoning, content, finish) == (m.reasoning_content, "", whole.choices[0].finish_reason)
+
+
+def test_a_named_function_is_its_call_not_reasoning(client):
+    """The sampler holds the output to the schema from the first token (no thinking phase yet), so the
+    reasoning split does not swallow it."""
+    unit = {"type": "function", "function": {"name": "set_unit", "parameters": {
+        "type": "object", "properties": {"unit": {"enum": ["c", "f"]}}, "required": ["unit"],
+        "additionalProperties": False}}}
+    r = chat(client, tools=[unit], tool_choice={"type": "function", "function": {"name": "set_unit"}}, temperature=0)
+    call, = r.choices[0].message.tool_calls
+    assert call.function.name == "set_unit" and json.loads(call.function.arguments) in ({"unit": "c"}, {"unit": "f"})
