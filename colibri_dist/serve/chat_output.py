@@ -37,9 +37,10 @@ def check_compiles(state, req):
 def shaper_for(state, req):
     """A new ChoiceShaper for one choice of req, or None when the text is simply the content."""
     choice = req.tools.choice if req.tools is not None else "none"
-    # TODO(issue 33): the sampler holds required / named output to the schema from the first token, so there
-    # is no thinking to split off; once structured outputs start after </think> (vLLM), split it here too
-    think = state.reasoning if choice not in ("required", "named") else None
+    # TODO(issue 33): the sampler holds a constrained output (required / named, response_format, ...) to
+    # its schema from the first token, so there is no thinking to split off; once structured outputs start
+    # after </think> (vLLM), split it here too
+    think = state.reasoning if not req.sampling.get("structured_outputs") else None
     if think is None and choice == "none":
         return None
     return ChoiceShaper(think, state.tool_parser, req.tools)

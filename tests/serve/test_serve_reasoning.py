@@ -95,3 +95,10 @@ def test_a_named_function_is_its_call_not_reasoning(client):
     r = chat(client, tools=[unit], tool_choice={"type": "function", "function": {"name": "set_unit"}}, temperature=0)
     call, = r.choices[0].message.tool_calls
     assert call.function.name == "set_unit" and json.loads(call.function.arguments) in ({"unit": "c"}, {"unit": "f"})
+
+
+def test_a_response_format_output_is_content_not_reasoning(client):
+    fmt = {"type": "json_schema", "json_schema": {"name": "u", "schema": {
+        "type": "object", "properties": {"u": {"enum": ["c", "f"]}}, "required": ["u"], "additionalProperties": False}}}
+    m = chat(client, response_format=fmt, temperature=0).choices[0].message
+    assert json.loads(m.content)["u"] in ("c", "f") and getattr(m, "reasoning_content", None) is None

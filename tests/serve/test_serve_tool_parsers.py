@@ -148,6 +148,8 @@ class State:
 class Req:
     def __init__(self, body):
         self.tools = tool_request.of_body(body)
+        spec = choice.schema(self.tools) if self.tools is not None else None
+        self.sampling = {"structured_outputs": {"json": spec}} if spec is not None else {}
 
 
 def shaped(state, body, text, cuts, reason="stop"):
