@@ -119,3 +119,15 @@ def test_compile_is_cached_per_constraint(models):
     before = grammars.compiles
     llm.generate(["c"] * 3, [_params({"json": sch, "disable_any_whitespace": True}, i) for i in range(3)])
     assert grammars.compiles == before
+
+
+@pytest.mark.parametrize("vocab", [8, 13, 380, 50257, 151936])
+def test_apply_mask_equals_a_boolean_index(vocab):
+    import numpy as np
+    from colibri_dist.generate.grammar import apply_mask
+    rng = np.random.default_rng(vocab)
+    words = rng.integers(-2**31, 2**31 - 1, (vocab + 31) // 32, dtype=np.int64).astype(np.int32)
+    x = rng.standard_normal(vocab).astype(np.float32)
+    want = x.copy()
+    want[~np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab].view(bool)] = -np.inf
+    assert np.array_equal(apply_mask(x, words), want)
