@@ -248,6 +248,14 @@ class LLMEngine:
         except InvalidArgument as exc:
             raise InvalidArgument(f"request {rid!r}: {exc}", parameter=exc.parameter, value=exc.value) from None
 
+    def _start_after(self, params):
+        """The token ids of params.structured_outputs.start_after (None without it)."""
+        text = params.structured_outputs.start_after
+        if text is None:
+            return None
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        return list(getattr(enc, "ids", enc))
+
     def _children(self, group, index, bad, compiled=None):
         if group.kind == "score":
             req = Request(index, group.request_id, "score", list(group.prompt_ids))
@@ -257,7 +265,7 @@ class LLMEngine:
         eos = tuple(getattr(self.model, "eos_token_ids", ()))
         out = []
         for i in range(p.n):
-            slot = None if compiled is None else self._grammars.slot(compiled)
+            slot = None if compiled is None else self._grammars.slot(compiled, self._start_after(p))
             procs = Processors(p, group.prompt_ids, eos, bad, slot)
             detok = Detokenizer(self.tokenizer, p.skip_special_tokens, self._texts) if self.tokenizer is not None \
                 else None

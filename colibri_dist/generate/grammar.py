@@ -132,13 +132,13 @@ class Grammars:
             return done
         return self._compiler.submit(self.compile, so)
 
-    def slot(self, future):
-        return GrammarSlot(self, future)
+    def slot(self, future, after=None):
+        return GrammarSlot(self, future, after)
 
     def start_fill(self, slots):
         """Compute the next-token masks of these started slots in one batched call, on the mask thread;
         -> a Future to join (None when there is nothing to fill)."""
-        slots = [s for s in slots if s.matcher is not None and not s.fresh]
+        slots = [s for s in slots if s.matcher is not None and s.after is None and not s.fresh]
         if not slots:
             return None
         return _Fill(self, self._masker.submit(self._fill, slots))
@@ -167,11 +167,14 @@ class _Fill:
 
 
 class GrammarSlot:
-    """One sequence's constraint: waits for its compile, then holds its matcher and its next mask."""
+    """One sequence's constraint: waits for its compile, then holds its matcher and its next mask. With
+    `after` (the token ids of StructuredOutputsParams.start_after) it holds nothing until the output ends
+    with those tokens; the constraint starts with the token after them."""
 
-    def __init__(self, grammars, future):
+    def __init__(self, grammars, future, after=None):
         self.grammars, self.future = grammars, future
         self.matcher, self.bits, self.fresh = None, None, False
+        self.after, self._tail = (list(after) if after else None), []
         self._early = []                   # tokens accepted before the compile finished (a resumed request)
 
     def ready(self):
@@ -192,7 +195,10 @@ class GrammarSlot:
         return self.matcher
 
     def mask(self):
-        """int32 words of the next-token mask (bit t of the row = token t allowed)."""
+        """int32 words of the next-token mask (bit t of the row = token t allowed); None while the
+        constraint has not started (start_after)."""
+        if self.after is not None:
+            return None
         if not self.fresh:
             self.start()
             bits = np.full(self.grammars.words, -1, dtype=np.int32)
@@ -203,15 +209,22 @@ class GrammarSlot:
         return self.bits
 
     def accept(self, token):
+        token = int(token)
+        if self.after is not None:         # not started: watch for start_after's tokens
+            self._tail = (self._tail + [token])[-len(self.after):]
+            if self._tail == self.after:
+                self.after = None
+            return
         if self.matcher is None:
-            self._early.append(int(token))
+            self._early.append(token)
             return
         self.fresh = False
-        self.matcher.consume_token(int(token))
+        self.matcher.consume_token(token)
 
     def stopped(self):
         """The constraint is complete and allows nothing more (the sequence ends with "stop")."""
-        return self.matcher is not None and self.matcher.is_stopped() and not self.matcher.is_error()
+        return (self.after is None and self.matcher is not None and self.matcher.is_stopped()
+                and not self.matcher.is_error())
 
 
 class GrammarDeadEnd(Exception):

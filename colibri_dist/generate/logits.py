@@ -47,8 +47,9 @@ class Processors:
         if not self.active:
             return logits
         x = _scratch_copy(logits)
-        if self.grammar is not None:
-            apply_mask(x, self.grammar.mask())
+        words = self.grammar.mask() if self.grammar is not None else None
+        if words is not None:
+            apply_mask(x, words)
         if self.allowed is not None:
             keep = x[self.allowed]
             x[:] = -np.inf
@@ -57,7 +58,7 @@ class Processors:
             x[self._banned(output)] = -np.inf
         if self.min_stop is not None and self.n_out < self.p.min_tokens:
             x[self.min_stop] = -np.inf
-        if self.grammar is not None and x.max() == -np.inf:
+        if words is not None and x.max() == -np.inf:
             raise GrammarDeadEnd("structured_outputs: the constraint and the request's other masks allow no token")
         return self._penalize(x)
 

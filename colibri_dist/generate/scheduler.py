@@ -340,5 +340,5 @@ def _start_masks(sched):
     """Start the batched next-token masks of the constrained sequences that sample in this step (their
     last pending token is fed now); -> a Future, or None when none does."""
     slots = [_slot(r) for r, n in sched if r.kind != "score" and r.computed + n >= r.num_tokens()]
-    slots = [s for s in slots if s is not None and s.matcher is not None]
+    slots = [s for s in slots if s is not None and s.matcher is not None and s.after is None]
     return slots[0].grammars.start_fill(slots) if slots else None

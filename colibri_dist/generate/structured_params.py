@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 
 KINDS = ("json", "regex", "choice", "grammar", "json_object")
+OPTIONS = ("disable_any_whitespace", "start_after")
 MAX_SPEC_CHARS = 1 << 20          # a schema / regex / grammar longer than 1 MiB is refused before compiling
 
 
@@ -22,13 +23,17 @@ class StructuredOutputsParams:
     """json: a JSON schema (dict, or its JSON text) the output must validate against; regex: a regular
     expression the whole output must match; choice: the output is one of these strings; grammar: a Lark
     (or GBNF) grammar; json_object: True = any JSON object. disable_any_whitespace: JSON without free
-    whitespace between tokens (compact output). At most one of json/regex/choice/grammar/json_object."""
+    whitespace between tokens (compact output). At most one of json/regex/choice/grammar/json_object.
+    start_after (colibri's): the constraint holds from the token after this text is generated (e.g.
+    "</think>": a reasoning model thinks freely first, as vLLM's reasoning parsers arrange); `colibri serve
+    --reasoning-parser` sets it."""
     json: object = None
     regex: str | None = None
     choice: object = None
     grammar: str | None = None
     json_object: bool | None = None
     disable_any_whitespace: bool = False
+    start_after: str | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -48,19 +53,22 @@ class StructuredOutputsParams:
             raise _bad("json_object", self.json_object, "must be a bool")
         if not isinstance(self.disable_any_whitespace, bool):
             raise _bad("disable_any_whitespace", self.disable_any_whitespace, "must be a bool")
+        if self.start_after is not None and (not isinstance(self.start_after, str) or not self.start_after):
+            raise _bad("start_after", self.start_after, "must be a non-empty string")
 
     @property
     def kind(self):
         return next(k for k in KINDS if getattr(self, k) not in (None, False))
 
     def key(self):
-        """A hashable, canonical name of the constraint (the compile cache's key)."""
+        """A hashable, canonical name of the compiled constraint (the compile cache's key; start_after is
+        not compiled)."""
         value = getattr(self, self.kind)
         text = json.dumps(value, sort_keys=True) if self.kind in ("json", "choice") else str(value)
         return self.kind, text, self.disable_any_whitespace
 
     def to_dict(self):
-        return {k: getattr(self, k) for k in KINDS + ("disable_any_whitespace",) if getattr(self, k) not in (None, False)}
+        return {k: getattr(self, k) for k in KINDS + OPTIONS if getattr(self, k) not in (None, False)}
 
     @classmethod
     def of(cls, value):
@@ -69,7 +77,7 @@ class StructuredOutputsParams:
             return value
         if not isinstance(value, dict):
             raise _bad("structured_outputs", value, "must be a mapping of json/regex/choice/grammar/json_object")
-        known = KINDS + ("disable_any_whitespace",)
+        known = KINDS + OPTIONS
         unknown = sorted(str(k) for k in value if k not in known)
         if unknown:
             raise _bad(unknown[0], value[unknown[0]], f"unknown structured_outputs field (known: {', '.join(known)})")

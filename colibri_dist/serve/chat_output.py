@@ -17,7 +17,12 @@ from .tools.stream import CallStream, new_call
 
 
 def check(state, req):
-    """400 (naming tools) when the request wants calls parsed and this server has no parser for them."""
+    """400 (naming tools) when the request wants calls parsed and this server has no parser for them. With a
+    reasoning parser, a constrained output starts after the end of thinking (vLLM's rule): the model thinks
+    freely, the schema holds the content (StructuredOutputsParams.start_after)."""
+    so = req.sampling.get("structured_outputs")
+    if so is not None and state.reasoning is not None:
+        so["start_after"] = state.reasoning[1]
     if req.tools is not None and req.tools.choice == "auto" and state.tool_parser is None:
         raise bad_param("tools", "\"auto\" tool choice needs a tool-call parser: this model's family has none "
                                  f"known, so start the server with --tool-call-parser {{{','.join(sorted(PARSERS))}}}")
@@ -37,10 +42,7 @@ def check_compiles(state, req):
 def shaper_for(state, req):
     """A new ChoiceShaper for one choice of req, or None when the text is simply the content."""
     choice = req.tools.choice if req.tools is not None else "none"
-    # TODO(issue 33): the sampler holds a constrained output (required / named, response_format, ...) to
-    # its schema from the first token, so there is no thinking to split off; once structured outputs start
-    # after </think> (vLLM), split it here too
-    think = state.reasoning if not req.sampling.get("structured_outputs") else None
+    think = state.reasoning                   # a constrained output's schema starts after it (check above)
     if think is None and choice == "none":
         return None
     return ChoiceShaper(think, state.tool_parser, req.tools)

@@ -131,3 +131,20 @@ def test_apply_mask_equals_a_boolean_index(vocab):
     want = x.copy()
     want[~np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab].view(bool)] = -np.inf
     assert np.array_equal(apply_mask(x, words), want)
+
+
+def test_start_after_leaves_the_output_free_until_its_text(models):
+    llm = models[0]
+    free = cd.SamplingParams(max_tokens=12, temperature=0.0)
+    first = llm.generate(["think"], free)[0].outputs[0].token_ids
+    tok = llm.tokenizer
+    k = next(i for i, t in enumerate(first) if tok.encode(tok.decode([t]), add_special_tokens=False).ids == [t])
+    marker = tok.decode([first[k]])                      # a token the free run writes, as start_after
+    so = {"choice": ["alpha", "beta"], "start_after": marker}
+    out = llm.generate(["think"], cd.SamplingParams(max_tokens=30, temperature=0.0, structured_outputs=so))[0]
+    ids = out.outputs[0].token_ids
+    assert ids[:k + 1] == first[:k + 1]                  # free (the same bits) up to and with the marker
+    assert tok.decode(ids[k + 1:]) in ("alpha", "beta") and out.outputs[0].finish_reason == "stop"
+    never = {"choice": ["alpha"], "start_after": "<tool_response>"}      # never written: never constrained
+    same = llm.generate(["think"], cd.SamplingParams(max_tokens=12, temperature=0.0, structured_outputs=never))[0]
+    assert same.outputs[0].token_ids == first

@@ -7,7 +7,7 @@ import pytest
 
 from colibri_dist.testing import random_llm
 
-from scripted import script
+from scripted import recording, script
 from serve_helpers import start_server
 
 openai = pytest.importorskip("openai")
@@ -86,19 +86,27 @@ def test_the_model_without_an_end_of_thinking_is_all_reasoning(client):
     assert (reasoning, content, finish) == (m.reasoning_content, "", whole.choices[0].finish_reason)
 
 
-def test_a_named_function_is_its_call_not_reasoning(client):
-    """The sampler holds the output to the schema from the first token (no thinking phase yet), so the
-    reasoning split does not swallow it."""
+def test_a_named_function_starts_after_the_thinking(server, client, monkeypatch):
+    """vLLM's rule: with a reasoning parser the schema holds the content after </think> (start_after); the
+    thinking before it is free. The random model never ends its thinking, so its output stays reasoning."""
     unit = {"type": "function", "function": {"name": "set_unit", "parameters": {
         "type": "object", "properties": {"unit": {"enum": ["c", "f"]}}, "required": ["unit"],
         "additionalProperties": False}}}
-    r = chat(client, tools=[unit], tool_choice={"type": "function", "function": {"name": "set_unit"}}, temperature=0)
-    call, = r.choices[0].message.tool_calls
-    assert call.function.name == "set_unit" and json.loads(call.function.arguments) in ({"unit": "c"}, {"unit": "f"})
+    seen = recording(monkeypatch, server)
+    r = chat(client, tools=[unit], tool_choice={"type": "function", "function": {"name": "set_unit"}},
+             temperature=0, max_tokens=16)
+    assert seen[0].structured_outputs.start_after == "</think>" and seen[0].structured_outputs.json is not None
+    m = r.choices[0].message                  # vLLM's shape: the named call is there, its arguments empty
+    assert m.reasoning_content and [c.function.arguments for c in m.tool_calls] == [""]
+    assert r.usage.completion_tokens == 16
 
 
-def test_a_response_format_output_is_content_not_reasoning(client):
+def test_a_response_format_holds_the_content_after_the_thinking(server, client, monkeypatch):
     fmt = {"type": "json_schema", "json_schema": {"name": "u", "schema": {
         "type": "object", "properties": {"u": {"enum": ["c", "f"]}}, "required": ["u"], "additionalProperties": False}}}
+    script(monkeypatch, server, pieces('<think>let me see</think>{"u": "f"}'))
     m = chat(client, response_format=fmt, temperature=0).choices[0].message
-    assert json.loads(m.content)["u"] in ("c", "f") and getattr(m, "reasoning_content", None) is None
+    assert m.reasoning_content == "let me see" and json.loads(m.content) == {"u": "f"}
+    seen = recording(monkeypatch, server)
+    chat(client, response_format=fmt, temperature=0, max_tokens=8)
+    assert seen[0].structured_outputs.start_after == "</think>"

@@ -283,11 +283,11 @@ def test_any_split_of_marker_rich_text_says_what_the_whole_says(name):
         assert (content, named(calls)) == (want_content, named(want_calls)), (text, cuts)
 
 
-def test_required_and_named_output_is_not_split_for_reasoning():
-    """The sampler holds it to the schema from the first token: no thinking to split off (yet)."""
-    text = json.dumps([{"name": "get_time", "parameters": {}}])
+def test_required_and_named_output_after_the_thinking():
+    """The schema holds the content after </think> (start_after): the thinking is split off first."""
+    text = "<think>hmm</think>" + json.dumps([{"name": "get_time", "parameters": {}}])
     (msg, reason), _, _ = shaped(State(think="qwen3"), {"tools": TOOLS, "tool_choice": "required"}, text, [3])
-    assert [c["function"]["name"] for c in msg["tool_calls"]] == ["get_time"] and "reasoning_content" not in msg
+    assert [c["function"]["name"] for c in msg["tool_calls"]] == ["get_time"] and msg["reasoning_content"] == "hmm"
     body = {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
-    (msg, _), _, _ = shaped(State(think="qwen3"), body, "{}", [])
-    assert msg["tool_calls"][0]["function"]["arguments"] == "{}"
+    (msg, _), _, _ = shaped(State(think="qwen3"), body, "<think>x</think>{}", [])
+    assert msg["tool_calls"][0]["function"]["arguments"] == "{}" and msg["reasoning_content"] == "x"
