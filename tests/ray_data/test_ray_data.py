@@ -209,3 +209,27 @@ def test_predictor_output_types_do_not_depend_on_the_batch():
     assert out.schema.field("generated_tokens").type == pa.list_(pa.int64())
     assert out.schema.field("num_generated_tokens").type == pa.int64()
     assert out.column("generated_text").to_pylist() == [None, None]
+
+
+def test_structured_outputs_for_the_whole_dataset(demo, tmp_path):
+    """Issue 33: one schema for the dataset (config.sampling_params): every row validates and equals the
+    in-process runner's, bit for bit."""
+    import ray.data
+
+    from colibri_dist.ray_data import ColibriProcessorConfig, build_processor
+    from colibri_dist.testing import random_llm
+    jsonschema = pytest.importorskip("jsonschema")
+    pytest.importorskip("llguidance")
+    model = random_llm.build(tmp_path / "rand.colibri")
+    schema = {"type": "object", "properties": {"k": {"enum": ["a", "b"]}, "n": {"type": "integer", "minimum": 0,
+                                                                                 "maximum": 9}},
+              "required": ["k", "n"], "additionalProperties": False}
+    sp = {"max_tokens": 40, "temperature": 1.0, "structured_outputs": {"json": schema, "disable_any_whitespace": True}}
+    items = [{"prompt": f"row {i}", "id": i} for i in range(8)]
+    got = build_processor(ColibriProcessorConfig(model_source=model, batch_size=3, sampling_params=sp))(
+        ray.data.from_items(items)).take_all()
+    want = {w["id"]: w for w in _expected(model, items, sampling_params=sp)}
+    assert len(got) == 8
+    for g in got:
+        assert g["generated_tokens"] == want[g["id"]]["generated_tokens"] and g["error"] is None
+        jsonschema.validate(json.loads(g["generated_text"]), schema)
