@@ -122,8 +122,8 @@ class Request:
             token, lp = self.sampler.sample(logits[-1], self.procs, self.output)
         except NonFiniteLogits as exc:
             return self.fail(exc)
-        except GrammarDeadEnd:
-            self.finish(DEAD_END, None, self.detok.text[:self.streamed])
+        except GrammarDeadEnd as exc:          # stop_reason says why (llguidance's error, or no token left)
+            self.finish(DEAD_END, str(exc), self.detok.text[:self.streamed])
             return True
         if self.t_first is None:
             self.t_first = time.perf_counter()

@@ -109,6 +109,7 @@ def test_no_allowed_token_ends_with_a_named_reason(models):
     llm = models[0]
     out = llm.generate(["x"], _params({"choice": ["yes"]}, 1, allowed_token_ids=[5, 6]))[0]
     assert out.error is None and out.outputs[0].finish_reason == DEAD_END
+    assert "allow no token" in out.outputs[0].stop_reason
 
 
 def test_compile_is_cached_per_constraint(models):

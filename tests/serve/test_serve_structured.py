@@ -98,3 +98,25 @@ def test_bad_constraints_are_400_naming_the_field(client, extra, param):
     with pytest.raises(openai.BadRequestError) as e:       # the same body streamed: refused before the stream
         client.chat.completions.create(model="rand", messages=_chat(0), max_tokens=5, extra_body=extra, stream=True)
     assert e.value.body["param"] == param
+
+
+def test_a_slow_compile_runs_off_the_event_loop(server, client):
+    """A 3,000-property schema takes seconds to compile: /health answers while it does (the compile runs on
+    a worker thread, the engine's on its compile thread), and the request then completes."""
+    import threading
+    import urllib.request
+    props = {f"p{i}": {"anyOf": [{"type": "string", "pattern": "[a-z]{1,50}x"}, {"type": "integer"}]}
+             for i in range(3000)}
+    fmt = {"type": "json_schema", "json_schema": {"name": "big", "schema": {"type": "object", "properties": props}}}
+    done, health = [], []
+    t = threading.Thread(target=lambda: done.append(client.chat.completions.create(
+        model="rand", messages=_chat(5), response_format=fmt, max_tokens=4, temperature=1.0, seed=1)))
+    t.start()
+    while t.is_alive():
+        with urllib.request.urlopen(server.url + "/health", timeout=30) as r:
+            health.append((r.status, bool(done)))
+    t.join()
+    # it may run out of llguidance's per-step fuel: then it ends with the named reason, never hangs
+    c = done[0].choices[0]
+    assert c.finish_reason in ("length", "stop") or (c.finish_reason == "grammar_dead_end" and "structured_outputs" in c.stop_reason)
+    assert (200, False) in health                      # answered while the big request was still compiling
