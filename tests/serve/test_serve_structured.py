@@ -18,6 +18,7 @@ pytest.importorskip("llguidance")
 
 
 class Person(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")     # additionalProperties false: a closed object
     name: str = pydantic.Field(max_length=8)
     age: int = pydantic.Field(ge=0, le=120)
     city: str = pydantic.Field(max_length=6)

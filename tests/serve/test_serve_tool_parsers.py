@@ -291,3 +291,23 @@ def test_required_and_named_output_after_the_thinking():
     body = {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
     (msg, _), _, _ = shaped(State(think="qwen3"), body, "<think>x</think>{}", [])
     assert msg["tool_calls"][0]["function"]["arguments"] == "{}" and msg["reasoning_content"] == "x"
+
+
+def test_hermes_parses_back_what_the_template_renders():
+    """Round trip: assistant tool_calls rendered by a Qwen3-style (Hermes) template, parsed back by the hermes
+    parser, are the same calls. (The families' own templates are not in this tree; the random test model's
+    template writes Qwen3's format.)"""
+    from colibri_dist.generate.chat import ChatTemplate
+    from colibri_dist.testing.random_llm import CHAT_TEMPLATE
+    calls = [{"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                                "arguments": {"city": "Paris", "days": 2}}},
+             {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": {}}}]
+    text = ChatTemplate.from_config({"chat_template": CHAT_TEMPLATE}).render(
+        [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "Let me check.", "tool_calls": calls}],
+        add_generation_prompt=False, tools=TOOLS)
+    said = text.split("<|im_start|>assistant\n", 1)[1].split("<|im_end|>", 1)[0]
+    content, got = whole(PARSERS["hermes"], said)
+    assert content == "Let me check."
+    assert named(got) == [(i, c["function"]["name"], c["function"]["arguments"]) for i, c in enumerate(calls)]
+    for cut in range(0, len(said), 7):                  # and streamed in pieces
+        assert named(pieces(PARSERS["hermes"], said, [cut])[1]) == named(got)
