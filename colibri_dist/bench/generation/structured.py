@@ -8,8 +8,9 @@ each, unconstrained and under a JSON schema (an extraction array too long to fin
 of it the step waited for (the fill runs beside the model call). Compile time per schema, cold and cached,
 for the bench schema and 200 random schemas, on that tokenizer and on Qwen2's (151,646 tokens, the Qwen3
 family's; masks per token there too). Then a --rows-row extraction job (`colibri run`, in-process) on the
-random-weight test model (testing/random_llm.py): rows that parse and validate, with the schema and
-without it (today's baseline). Prints ratios, writes JSON. No thresholds.
+random-weight test model (testing/random_llm.py): rows that parse and validate, with the schema (compact
+JSON, and vLLM's default free whitespace, which a random model may fill until max_tokens) and without it
+(today's baseline). Prints ratios, writes JSON. No thresholds.
 """
 import argparse
 import json
@@ -170,7 +171,9 @@ def extraction_job(rows, root):
         for i in range(rows):
             fh.write(json.dumps({"id": i, "prompt": f"Extract the item of order {i} as JSON."}) + "\n")
     out = {}
-    for name, so in (("with_schema", {"json": JOB_SCHEMA}), ("without", None)):
+    variants = (("schema_compact", {"json": JOB_SCHEMA, "disable_any_whitespace": True}),
+                ("schema_free_whitespace", {"json": JOB_SCHEMA}), ("without", None))
+    for name, so in variants:
         sp = {"max_tokens": 120, "temperature": 1.0, **({"structured_outputs": so} if so else {})}
         cfg = os.path.join(root, f"{name}.yaml")
         with open(cfg, "w") as fh:
