@@ -267,8 +267,8 @@ class LLMEngine:
         for i in range(p.n):
             slot = None if compiled is None else self._grammars.slot(compiled, self._start_after(p))
             procs = Processors(p, group.prompt_ids, eos, bad, slot)
-            detok = Detokenizer(self.tokenizer, p.skip_special_tokens, self._texts) if self.tokenizer is not None \
-                else None
+            detok = Detokenizer(self.tokenizer, p.skip_special_tokens, self._texts) \
+                if self.tokenizer is not None and p.detokenize else None
             req = Request(index, group.request_id, "generate", list(group.prompt_ids), p,
                           Sampler(p, base, group.request_id, i), detok, procs if procs.active else None, i)
             req.group = group

@@ -46,7 +46,7 @@ class SamplingParams:
     others multiplied (transformers' / vLLM's, 1 = off); presence_penalty / frequency_penalty:
     subtract p once / f x count for tokens already generated (OpenAI's, in [-2, 2]).
     seed: request RNG seed (int >= 0); None = derived from the engine's base seed and the request id.
-    stop: string or list of strings ending generation (not included in the text).
+    stop: string or list of strings ending generation (not in the text unless include_stop_str_in_output).
     stop_token_ids: token ids ending generation (kept in token_ids). ignore_eos: do not stop on eos.
     bad_words: words that may not be generated (each as its token sequences, vLLM's rule);
     allowed_token_ids: only these may be generated.
@@ -56,6 +56,8 @@ class SamplingParams:
     output_kind: RequestOutputKind (or its name / value) of the engine's outputs for this request.
     structured_outputs: StructuredOutputsParams (or a dict of its fields): the output must match a JSON
     schema, regex, choice or grammar (tokens it does not allow are masked; generate/grammar.py).
+    include_stop_str_in_output: the stop string that ended generation stays at the end of the text (vLLM's).
+    detokenize: False = token ids only: no text and no decoded_token in logprobs (vLLM's; no stop strings).
     """
     n: int = 1
     max_tokens: int | None = 16
@@ -78,6 +80,8 @@ class SamplingParams:
     skip_special_tokens: bool = True
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
     structured_outputs: object = None
+    include_stop_str_in_output: bool = False
+    detokenize: bool = True
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -116,6 +120,7 @@ class SamplingParams:
                 set_(self, name, _check_int(name, getattr(self, name), lo=0))
         set_(self, "output_kind", _check_output_kind(self.output_kind))
         set_(self, "structured_outputs", StructuredOutputsParams.of(self.structured_outputs))
+        _check_text_options(self)
 
     @property
     def greedy(self):
@@ -170,6 +175,16 @@ def generation_defaults(generation_config, where="generation_config.json"):
             raise InvalidArgument(f"{where}: {key}: {exc}", parameter=key, value=value) from None
         out[name] = value
     return out
+
+
+def _check_text_options(p):
+    for name in ("include_stop_str_in_output", "detokenize"):
+        if not isinstance(getattr(p, name), bool):
+            raise InvalidArgument(f"SamplingParams.{name} must be a bool, got {getattr(p, name)!r}",
+                                  parameter=name, value=getattr(p, name))
+    if p.stop and not p.detokenize:
+        raise InvalidArgument("SamplingParams.stop strings are matched in the text: they need detokenize=True "
+                              "(stop_token_ids work without it)", parameter="detokenize", value=False)
 
 
 def _check_output_kind(value):

@@ -30,7 +30,8 @@ class Request:
         self.prompt_k = 0 if kind == "score" else (params.prompt_logprobs if params is not None else None)
         self.seq, self.computed = None, 0
         self.streamed = 0                     # characters of text already streamed
-        self.holdback = max((len(s) for s in params.stop), default=1) - 1 if params else 0
+        self.holdback = max((len(s) for s in params.stop), default=1) - 1 \
+            if params and not params.include_stop_str_in_output else 0
         self.finished, self.finish_reason, self.stop_reason, self.error, self.final_text = False, None, None, None, None
         self.t_added, self.t_sched, self.t_first, self.t_done = time.perf_counter(), None, None, None
         self.preemptions = 0
@@ -178,7 +179,8 @@ class Request:
                 if i >= 0 and (best is None or i < best[0]):
                     best = (i, s)
             if best is not None:
-                return "stop", best[1], best[0]
+                cut = best[0] + len(best[1]) if p.include_stop_str_in_output else best[0]
+                return "stop", best[1], cut
         if (p.max_tokens is not None and len(self.output) >= p.max_tokens) or self.num_tokens() >= model.max_seq_len:
             return "length", None, None
         return None, None, None
