@@ -141,9 +141,9 @@ def _stream(args, params, llm, out, err, t_load):
     if args.chat:
         conv = ([{"role": "system", "content": args.system}] if args.system else []) + \
                [{"role": "user", "content": args.prompt}]
-        c = llm.chat([conv], params, on_token=on_token)[0]
+        c = llm.chat([conv], params, use_tqdm=False, on_token=on_token)[0]
     else:
-        c = llm.generate([args.prompt], params, on_token=on_token)[0]
+        c = llm.generate([args.prompt], params, use_tqdm=False, on_token=on_token)[0]
     t_end = time.perf_counter()
     if c.error is not None:
         raise c.error

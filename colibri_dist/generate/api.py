@@ -3,19 +3,26 @@
 Role in the data flow: normalize prompts (str | token ids | {"prompt"} | {"prompt_token_ids"} or a
 list of them) and sampling params (one for all, or one per prompt, SamplingParams or dict), add every
 request to an LLMEngine (engine.py: the LLM's persistent one, or a fresh one over a bare step model)
-and drive its step() loop until they are all finished; results in prompt order. A bad prompt or bad
-per-request params give that request an `error` and the others go on; a wrong call shape (a params
-list of the wrong length, repeated request ids) raises InvalidArgument. If anything raises
-mid-way (the model, a callback, Ctrl-C), this call's unfinished requests are aborted (their KV
-blocks freed) before it propagates.
+and drive its step() loop until they are all finished; results in prompt order. errors="raise"
+(vLLM's LLM.generate, what cd.LLM asks): a bad prompt or bad per-request params raise InvalidArgument
+(a ValueError) naming the request, and so does a request that fails while it runs (its tokenizer,
+non-finite logits: that error's class). errors="return" (the default here; the batch jobs'): that
+request gets an `error` and the others go on. A wrong call shape (a params list of the wrong length,
+repeated request ids) always raises InvalidArgument. If anything raises mid-way (a request's error,
+the model, a callback, Ctrl-C), this call's unfinished requests are aborted (their KV blocks freed)
+before it propagates. Default request ids are vLLM's: str(n) from the engine's counter, so no two
+calls on one persistent engine share one.
 """
 from dataclasses import replace
 
 from ..errors import ColibriError, InvalidArgument
+from .chat import renderer
 from .outputs import Score, failed_output
 from .params import RequestOutputKind, SamplingParams
+from .prompts import as_prompt_list
 
 FINAL_ONLY = RequestOutputKind.FINAL_ONLY       # what vLLM's LLM.generate asks of its engine
+ERRORS = ("raise", "return")                    # what a failed request does to the call
 
 
 def _engine(model, tokenizer, scheduler_config, engine):
@@ -23,54 +30,61 @@ def _engine(model, tokenizer, scheduler_config, engine):
         return engine
     from .engine import LLMEngine
     return LLMEngine(model, tokenizer, scheduler_config)
-from .prompts import as_prompt_list
 
 
 def generate(model, tokenizer, prompts, sampling_params=None, scheduler_config=None, on_token=None,
-             request_ids=None, on_step=None, engine=None, use_tqdm=False):
+             request_ids=None, on_step=None, engine=None, use_tqdm=False, errors="return"):
     """-> list[RequestOutput]; on_token(StreamEvent) is called for every generated token (its index
     is the prompt's position), on_step(StepStats) after every batched model call."""
     items = as_prompt_list(prompts)
     params = _params_list(sampling_params, len(items))
     eng = _engine(model, tokenizer, scheduler_config, engine)
+    rids = _rids(request_ids, len(items), eng)
     adds = [(lambda it=it, sp=sp, rid=rid: eng.add_request(rid, it, sp, output_kind=FINAL_ONLY))
-            for it, sp, rid in zip(items, params, _rids(request_ids, len(items)))]
-    return _drive(eng, adds, _rids(request_ids, len(items)), on_token, on_step, use_tqdm)
+            for it, sp, rid in zip(items, params, rids)]
+    return _drive(eng, adds, rids, on_token, on_step, use_tqdm, errors=errors)
 
 
 def chat(model, tokenizer, template, conversations, sampling_params=None, scheduler_config=None,
-         on_token=None, request_ids=None, on_step=None, engine=None, use_tqdm=False):
-    """Each conversation (a list of {"role", "content"}) rendered with `template` (a ChatTemplate) and
-    add_generation_prompt=True, encoded without added special tokens, then generated."""
+         on_token=None, request_ids=None, on_step=None, engine=None, use_tqdm=False, errors="return",
+         add_generation_prompt=True, continue_final_message=False, tools=None, chat_template_kwargs=None):
+    """Each conversation (a list of {"role", "content"}) rendered with `template` (a ChatTemplate),
+    encoded without added special tokens, then generated. add_generation_prompt, continue_final_message
+    (leave the last message open for the model to go on; excludes add_generation_prompt), tools and
+    chat_template_kwargs (more template variables): vLLM's LLM.chat."""
     convs = as_conversation_list(conversations)
     params = _params_list(sampling_params, len(convs))
+    render = renderer(template, add_generation_prompt, continue_final_message, tools, chat_template_kwargs)
     eng = _engine(model, tokenizer, scheduler_config, engine)
-    rids = _rids(request_ids, len(convs))
+    rids = _rids(request_ids, len(convs), eng)
 
     def add(conv, sp, rid):
         try:
-            text = template.render(conv, add_generation_prompt=True)
+            text = render(conv)
         except InvalidArgument as exc:
-            raise InvalidArgument(f"request {rid!r}: {exc}") from None
+            raise InvalidArgument(f"request {rid!r}: {exc}", parameter=exc.parameter, value=exc.value) from None
         eng.add_request(rid, text, sp, add_special_tokens=False, output_kind=FINAL_ONLY)
     adds = [(lambda c=c, sp=sp, rid=rid: add(c, sp, rid)) for c, sp, rid in zip(convs, params, rids)]
-    return _drive(eng, adds, rids, on_token, on_step, use_tqdm)
+    return _drive(eng, adds, rids, on_token, on_step, use_tqdm, errors=errors)
 
 
 def score(model, tokenizer, prompts, scheduler_config=None, request_ids=None, on_step=None, engine=None,
-          use_tqdm=False):
+          use_tqdm=False, errors="return"):
     """-> list[Score]: log-probability of every prompt token after the first (a score request is a
     prompt_logprobs=0 request that generates nothing)."""
     items = as_prompt_list(prompts)
     eng = _engine(model, tokenizer, scheduler_config, engine)
-    rids = _rids(request_ids, len(items))
+    rids = _rids(request_ids, len(items), eng)
     adds = [(lambda it=it, rid=rid: eng.add_request(rid, it, kind="score")) for it, rid in zip(items, rids)]
-    outs = _drive(eng, adds, rids, None, on_step, use_tqdm, kind="score")
+    outs = _drive(eng, adds, rids, None, on_step, use_tqdm, kind="score", errors=errors)
     return [o if isinstance(o, Score) or o is None else Score.from_output(o) for o in outs]
 
 
-def _drive(eng, adds, rids, on_token, on_step, use_tqdm, kind="generate"):
-    """Add the requests (a failed add becomes that request's error), step until all are finished."""
+def _drive(eng, adds, rids, on_token, on_step, use_tqdm, kind="generate", errors="return"):
+    """Add the requests, step until all are finished. A failed add or a request failing while it runs:
+    raised (errors="raise") or that request's error (errors="return")."""
+    if errors not in ERRORS:
+        raise InvalidArgument(f"errors must be one of {ERRORS}, got {errors!r}", parameter="errors", value=errors)
     if len(set(map(_hashable, rids))) != len(rids):
         raise InvalidArgument("request ids must be unique within a call")
     results, pos = [None] * len(rids), {}
@@ -81,6 +95,8 @@ def _drive(eng, adds, rids, on_token, on_step, use_tqdm, kind="generate"):
                 add()
                 pos[rid] = i
             except InvalidArgument as exc:
+                if errors == "raise":
+                    raise
                 results[i] = failed_output(rid, None, exc, kind)
         cb = None if on_token is None else (lambda ev: on_token(replace(ev, index=pos[ev.request_id]))
                                             if ev.request_id in pos else None)
@@ -90,6 +106,8 @@ def _drive(eng, adds, rids, on_token, on_step, use_tqdm, kind="generate"):
                 raise ColibriError(f"the engine finished without requests {sorted(map(str, todo))[:5]}")
             for out in eng.step(cb, on_step):
                 if out.finished and out.request_id in todo:
+                    if out.error is not None and errors == "raise":
+                        raise out.error
                     results[pos[out.request_id]] = out
                     todo.discard(out.request_id)
                     if bar is not None:
@@ -105,22 +123,23 @@ def _drive(eng, adds, rids, on_token, on_step, use_tqdm, kind="generate"):
 
 
 def _progress_bar(use_tqdm, total):
+    """vLLM's "Processed prompts" bar (on stderr); use_tqdm may be a tqdm-like class, as vLLM allows."""
     if not use_tqdm:
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc="Processed prompts", dynamic_ncols=True)
+    if callable(use_tqdm):
+        make = use_tqdm
+    else:
+        from tqdm import tqdm as make
+    return make(total=total, desc="Processed prompts", dynamic_ncols=True)
 
 
 def _hashable(x):
     return x if isinstance(x, (str, int, tuple)) else repr(x)
 
 
-def _rids(request_ids, n):
+def _rids(request_ids, n, eng):
     if request_ids is None:
-        return list(range(n))
+        return eng.new_request_ids(n)
     if len(request_ids) != n:
         raise InvalidArgument(f"got {len(request_ids)} request_ids for {n} prompts")
     return list(request_ids)

@@ -122,6 +122,41 @@ class ChatTemplate:
             raise InvalidArgument(f"{self.source}: chat template raised {describe(exc)}{_line(exc)}") from None
 
 
+def renderer(template, add_generation_prompt=True, continue_final_message=False, tools=None, template_kwargs=None):
+    """conversation -> prompt text, as vLLM's LLM.chat renders it (transformers' apply_chat_template):
+    continue_final_message renders without the generation prompt and cuts the text after the last message's
+    content, so the model goes on with it; it and add_generation_prompt exclude each other."""
+    for name, v in (("add_generation_prompt", add_generation_prompt), ("continue_final_message", continue_final_message)):
+        if not isinstance(v, bool):
+            raise InvalidArgument(f"{name} must be True or False, got {v!r}", parameter=name, value=v)
+    if add_generation_prompt and continue_final_message:
+        raise InvalidArgument("continue_final_message=True continues the last message; add_generation_prompt=True "
+                              "starts a new one: pass add_generation_prompt=False with it",
+                              parameter="continue_final_message", value=True)
+    if template_kwargs is not None and not isinstance(template_kwargs, dict):
+        raise InvalidArgument(f"chat_template_kwargs must be a dict, got {template_kwargs!r}",
+                              parameter="chat_template_kwargs", value=template_kwargs)
+
+    def render(conv):
+        kw = dict(template_kwargs or {}, add_generation_prompt=add_generation_prompt, tools=tools)
+        text = template.render(conv, **kw)
+        return _cut_after_final(text, conv) if continue_final_message else text
+    return render
+
+
+def _cut_after_final(text, conv):
+    last = conv[-1].get("content") if isinstance(conv[-1], dict) else None
+    if not isinstance(last, str) or not last:
+        raise InvalidArgument("continue_final_message needs a last message with text content",
+                              parameter="continue_final_message", value=True)
+    for final in (last, last.strip()):        # transformers' order: as given, then stripped (Llama 3 trims)
+        i = text.rfind(final) if final else -1
+        if i >= 0:
+            return text[:i + len(final)]
+    raise InvalidArgument("continue_final_message: the chat template does not write the last message's content "
+                          "verbatim, so it cannot be continued", parameter="continue_final_message", value=True)
+
+
 def _line(exc):
     """' (template line N)': the innermost frame of the compiled template in the traceback, mapped back."""
     tb, line = exc.__traceback__, None

@@ -15,6 +15,7 @@ Role in the data flow: LLM.generate/chat/score (api.py), the pool's SequenceRunn
                                              the final "abort" output of requests aborted since the
                                              last step
     has_unfinished(), stream()               stream() yields step() outputs until nothing is left
+    new_request_ids(n)                       ids "0", "1", ... never handed out twice (LLM.generate's)
 Requests join and leave the running batch at step boundaries; a request's tokens and logprobs are
 the same bits whatever else runs (see scheduler.py) or gets aborted beside it.
 
@@ -23,6 +24,7 @@ get_num_unfinished_requests may be called from any thread at any time. They take
 only for a few dict/deque operations: new requests wait in a queue that step() drains at its
 start; an abort while a step is in flight is applied when that step's model call returns.
 """
+import itertools
 import threading
 from collections import deque
 
@@ -81,6 +83,7 @@ class LLMEngine:
         self._stepping = False
         self._counter = 0
         self._grammars = None        # grammar.Grammars, made at the first structured-output request
+        self._ids = itertools.count()  # default request ids of generate/chat/score (vLLM's request_counter)
 
     # ------------------------------------------------------------ requests (any thread)
     def add_request(self, request_id, prompt, params=None, arrival_time=None, *, kind="generate",
@@ -111,6 +114,11 @@ class LLMEngine:
             self._groups[request_id] = group
             self._incoming.append(group)
         return request_id
+
+    def new_request_ids(self, n):
+        """n request ids this engine never handed out before: str(k), vLLM's (LLM.generate's defaults)."""
+        with self._lock:
+            return [str(next(self._ids)) for _ in range(n)]
 
     def abort(self, request_id):
         """Stop a request: its KV blocks are freed now (or, when a step is running in another thread,
@@ -203,13 +211,14 @@ class LLMEngine:
             raise err
         m = self.model
         if not ids:
-            raise InvalidArgument(f"request {rid!r}: empty prompt")
+            raise InvalidArgument(f"request {rid!r}: empty prompt", parameter="prompt", value=prompt)
         if len(ids) > m.max_seq_len:
             raise InvalidArgument(f"request {rid!r}: prompt has {len(ids)} tokens, longer than "
-                                  f"max_seq_len {m.max_seq_len}")
+                                  f"max_seq_len {m.max_seq_len}", parameter="prompt", value=len(ids))
         bad = next((t for t in ids if not 0 <= t < m.vocab_size), None)
         if bad is not None:
-            raise InvalidArgument(f"request {rid!r}: token id {bad} outside the vocabulary [0, {m.vocab_size})")
+            raise InvalidArgument(f"request {rid!r}: token id {bad} outside the vocabulary [0, {m.vocab_size})",
+                                  parameter="prompt", value=bad)
         text = prompt if isinstance(prompt, str) else prompt.get("prompt") if isinstance(prompt, dict) else None
         return text, ids
 

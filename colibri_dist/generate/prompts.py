@@ -15,7 +15,7 @@ def as_prompt_list(prompts):
         return [prompts]
     if not isinstance(prompts, (list, tuple)):
         raise InvalidArgument(f"prompts must be a string, a list of token ids, or a list of those; "
-                              f"got {type(prompts).__name__}")
+                              f"got {type(prompts).__name__}", parameter="prompts")
     if prompts and all(_is_token(t) for t in prompts):
         return [list(prompts)]
     return list(prompts)
@@ -29,17 +29,18 @@ def encode_prompt(tokenizer, item, rid, add_special_tokens=True):
         elif "prompt" in item:
             item = item["prompt"]
         else:
-            return None, InvalidArgument(f"request {rid!r}: a prompt dict needs 'prompt' or 'prompt_token_ids'")
+            return None, InvalidArgument(f"request {rid!r}: a prompt dict needs 'prompt' or 'prompt_token_ids'",
+                                         parameter="prompt")
     if hasattr(item, "tolist") and not isinstance(item, (list, tuple, str)):
         item = item.tolist()
     if isinstance(item, str):
         if tokenizer is None:
-            return None, InvalidArgument(f"request {rid!r}: a text prompt needs a tokenizer")
+            return None, InvalidArgument(f"request {rid!r}: a text prompt needs a tokenizer", parameter="prompt")
         return encode_or_error(tokenizer, item, f"request {rid!r}", add_special_tokens)
     if isinstance(item, (list, tuple)) and all(_is_token(t) for t in item):
         return [int(t) for t in item], None
     return None, InvalidArgument(f"request {rid!r}: a prompt must be a string or a list of token ids, "
-                                 f"got {type(item).__name__}")
+                                 f"got {type(item).__name__}", parameter="prompt")
 
 
 def _is_token(t):

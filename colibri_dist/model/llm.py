@@ -244,36 +244,55 @@ class LLM:
             eng = self._llm_engine = self.new_engine()
         return eng
 
-    def generate(self, prompts, sampling_params=None, use_tqdm=False, on_token=None, request_ids=None, on_step=None):
+    def generate(self, prompts, sampling_params=None, use_tqdm=True, on_token=None, request_ids=None, on_step=None,
+                 errors="raise"):
         """prompts: str | token ids | {"prompt"} | {"prompt_token_ids"} | a list of those -> list[RequestOutput]
         in prompt order (`outs[0].outputs[0].text`). sampling_params None = the model's defaults.
-        use_tqdm: a progress bar (off by default: the CLI and the jobs have their own progress).
-        on_token(StreamEvent) per generated token, on_step(StepStats) after every model step.
+        use_tqdm: vLLM's "Processed prompts" bar on stderr (or a tqdm-like class); False for none.
+        errors="raise" (vLLM's): an invalid request raises InvalidArgument (a ValueError) naming it before
+        anything runs, and a request that fails while running raises its error; this call's other requests
+        are aborted. errors="return": that request's RequestOutput carries `.error` (and no outputs), the
+        others go on (the batch jobs' per-row errors). Default request ids are "0", "1", ... never reused by
+        this LLM's engine. on_token(StreamEvent) per generated token, on_step(StepStats) after every model step.
         It drives llm_engine until these requests finish, in the calling thread: one thread at a time
         may step this LLM's engines (model calls are not concurrent; the pool runner's lanes take turns
         under a lock), so a server that drives llm_engine itself must not call generate meanwhile."""
         from ..generate.api import generate
         self._check_open()
         return generate(self, self.tokenizer, prompts, sampling_params, self.scheduler_config, on_token, request_ids,
-                        on_step, engine=self.llm_engine, use_tqdm=use_tqdm)
+                        on_step, engine=self.llm_engine, use_tqdm=use_tqdm, errors=errors)
 
-    def chat(self, messages, sampling_params=None, use_tqdm=False, on_token=None, request_ids=None, on_step=None):
-        """Conversations of {"role", "content"} rendered with the container's chat template."""
+    def chat(self, messages, sampling_params=None, use_tqdm=True, on_token=None, request_ids=None, on_step=None,
+             errors="raise", *, chat_template=None, add_generation_prompt=True, continue_final_message=False,
+             tools=None, chat_template_kwargs=None):
+        """A conversation of {"role", "content"} (or a list of them) rendered with the container's chat
+        template, or `chat_template` (a Jinja string) when given, then generated as generate() does.
+        add_generation_prompt, continue_final_message, tools, chat_template_kwargs: vLLM's LLM.chat."""
         from ..generate.api import chat
         self._check_open()
-        return chat(self, self.tokenizer, self.chat_template, messages, sampling_params,
-                    self.scheduler_config, on_token, request_ids, on_step, engine=self.llm_engine, use_tqdm=use_tqdm)
+        template = self.chat_template if chat_template is None else self._custom_template(chat_template)
+        return chat(self, self.tokenizer, template, messages, sampling_params, self.scheduler_config, on_token,
+                    request_ids, on_step, engine=self.llm_engine, use_tqdm=use_tqdm, errors=errors,
+                    add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
+                    tools=tools, chat_template_kwargs=chat_template_kwargs)
 
-    def score(self, prompts, request_ids=None, on_step=None, use_tqdm=False):
+    def _custom_template(self, text):
+        from ..generate.chat import ChatTemplate, special_tokens_from_config
+        if not isinstance(text, str) or not text:
+            raise InvalidArgument(f"chat_template must be a non-empty Jinja string, got {text!r}",
+                                  parameter="chat_template", value=text)
+        return ChatTemplate(text, special_tokens_from_config(self.tokenizer_config), source="chat_template")
+
+    def score(self, prompts, request_ids=None, on_step=None, use_tqdm=False, errors="raise"):
         """-> list[Score]: the log-probability of each prompt token after the first under this model (a
-        language-model log-likelihood). vLLM's `LLM.score` is different: a cross-encoder's relevance
-        score of (query, document) pairs; the vLLM way to get these numbers is
+        language-model log-likelihood; errors= as generate's). vLLM's `LLM.score` is different: a
+        cross-encoder's relevance score of (query, document) pairs; the vLLM way to get these numbers is
         generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0)).prompt_logprobs, which
         gives the same values here."""
         from ..generate.api import score
         self._check_open()
         return score(self, self.tokenizer, prompts, self.scheduler_config, request_ids, on_step,
-                     engine=self.llm_engine, use_tqdm=use_tqdm)
+                     engine=self.llm_engine, use_tqdm=use_tqdm, errors=errors)
 
     # -- lifecycle ---------------------------------------------------------------
     def stats(self):

@@ -244,4 +244,4 @@ def _plain(p):
 
 
 def _rid(request_ids, i):
-    return i if request_ids is None else request_ids[i]
+    return str(i) if request_ids is None else request_ids[i]

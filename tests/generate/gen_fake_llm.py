@@ -35,20 +35,20 @@ class FakeLLM:
         if self.fail_on_call == self.calls:
             raise RuntimeError("killed")
 
-    def generate(self, prompts, sampling_params=None, on_token=None, on_step=None):
+    def generate(self, prompts, sampling_params=None, use_tqdm=True, on_token=None, on_step=None, errors="raise"):
         self._tick()
         return generate(self._model(), self.tokenizer, prompts, sampling_params,
                         SchedulerConfig(max_num_batched_tokens=16, prefill_chunk_size=5), on_token=on_token,
-                        on_step=on_step)
+                        on_step=on_step, errors=errors)
 
-    def chat(self, conversations, sampling_params=None, on_token=None):
+    def chat(self, conversations, sampling_params=None, use_tqdm=True, on_token=None, errors="raise"):
         self._tick()
         return chat(self._model(), self.tokenizer, self.chat_template, conversations, sampling_params,
-                    SchedulerConfig(max_num_batched_tokens=16), on_token=on_token)
+                    SchedulerConfig(max_num_batched_tokens=16), on_token=on_token, errors=errors)
 
     def close(self):
         self.closed = True
 
-    def score(self, prompts):
+    def score(self, prompts, errors="raise"):
         self._tick()
-        return score(self._model(), self.tokenizer, prompts, SchedulerConfig(max_num_batched_tokens=16))
+        return score(self._model(), self.tokenizer, prompts, SchedulerConfig(max_num_batched_tokens=16), errors=errors)

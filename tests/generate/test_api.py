@@ -46,11 +46,11 @@ def test_params_one_list_or_dicts():
         generate(model, None, prompts, "greedy")
 
 
-def test_default_request_ids_are_positions_and_seed_derivation_uses_them():
+def test_default_request_ids_are_vllm_strings_and_seed_derivation_uses_them():
     model = FakeStepModel()
     sp = SamplingParams(max_tokens=8, temperature=1.0)
     a = generate(model, None, [[1, 2], [1, 2]], sp)
-    assert [c.request_id for c in a] == [0, 1] and a[0].token_ids != a[1].token_ids
+    assert [c.request_id for c in a] == ["0", "1"] and a[0].token_ids != a[1].token_ids
     b = generate(model, None, [[1, 2], [3]], sp, request_ids=["x", "y"])
     c = generate(model, None, [[1, 2]], sp, request_ids=["x"])
     assert b[0].token_ids == c[0].token_ids != a[0].token_ids

@@ -83,7 +83,7 @@ def test_memory_error_and_arbitrary_exceptions_from_values_are_request_errors():
         pass
     for exc in (MemoryError(), Custom("mine"), RuntimeError("r"), AssertionError(), StopIteration()):
         out = _chat(t, [OK, [{"role": "user", "content": _Raises(exc)}], OK])
-        assert type(exc).__name__ in str(out[1].error) and "request 1" in str(out[1].error)
+        assert type(exc).__name__ in str(out[1].error) and "request '1'" in str(out[1].error)
         assert out[0].error is None and out[2].error is None
 
 
@@ -116,7 +116,7 @@ def test_nested_loops_hit_the_time_bound():
     t = ChatTemplate("{% if messages[0].content == 'boom' %}" + SPIN + "{% endif %}x", source="m.colibri",
                      limits=TemplateLimits(timeout_s=0.05))
     out = _chat(t, [OK, BOOM, OK])
-    assert "request 1: m.colibri: chat template: rendering took longer than 0.05 s" in str(out[1].error)
+    assert "request '1': m.colibri: chat template: rendering took longer than 0.05 s" in str(out[1].error)
     assert out[0].error is None and out[2].error is None
 
 
@@ -245,7 +245,7 @@ def test_size_overrun_names_the_request_and_the_others_go_on():
     t = ChatTemplate("{% if messages[0].content == 'boom' %}" + GROW["out-loops"] + "{% endif %}x",
                      source="m.colibri", limits=LIMITS)
     out = _chat(t, [OK, BOOM])
-    assert "request 1: m.colibri: chat template: " in str(out[1].error) and out[0].error is None
+    assert "request '1': m.colibri: chat template: " in str(out[1].error) and out[0].error is None
 
 
 def test_output_at_the_bound_is_fine_and_one_over_is_not():

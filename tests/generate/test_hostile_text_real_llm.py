@@ -69,13 +69,13 @@ def test_llm_generate_and_chat_keep_the_good_requests(model):
     with cd.LLM(path) as llm:
         sp = cd.SamplingParams(max_tokens=3, temperature=0)
         ref = llm.generate(["count: seven eight"], sp)[0]
-        out = llm.generate(["count: seven eight", "\udcff", "week: 🙂", "count: seven eight"], sp)
+        out = llm.generate(["count: seven eight", "\udcff", "week: 🙂", "count: seven eight"], sp, errors="return")
         assert out[0].token_ids == ref.token_ids == out[3].token_ids and out[0].text == "nine ten eleven"
-        assert "request 1: lone surrogate U+DCFF" in str(out[1].error)
-        assert "request 2: the tokenizer panicked" in str(out[2].error)
+        assert f"request {out[1].request_id!r}: lone surrogate U+DCFF" in str(out[1].error)
+        assert f"request {out[2].request_id!r}: the tokenizer panicked" in str(out[2].error)
         llm.chat_template.limits = TemplateLimits(timeout_s=0.5, max_chars=10000)
         convs = [[{"role": "user", "content": c}] for c in ("count: seven eight", "div", "spin", "big", "日本")]
-        c = llm.chat(convs, sp)
+        c = llm.chat(convs, sp, errors="return")
         assert c[0].token_ids == ref.token_ids
         assert "ZeroDivisionError" in str(c[1].error) and "took longer than 0.5 s" in str(c[2].error)
         assert "more than 10000 characters" in str(c[3].error) and "panicked" in str(c[4].error)
@@ -91,4 +91,4 @@ def test_cli_generate_with_a_non_utf8_argument(model):
     proc = subprocess.run([sys.executable, "-m", "colibri_dist", "generate", path, "count: 日本"],
                           capture_output=True, timeout=120, env=env)
     assert proc.returncode == 2 and "PanicException" not in proc.stderr.decode()
-    assert proc.stderr.decode().splitlines()[-1].startswith("colibri: error: request 0: the tokenizer panicked")
+    assert proc.stderr.decode().splitlines()[-1].startswith("colibri: error: request '0': the tokenizer panicked")

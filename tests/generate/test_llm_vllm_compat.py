@@ -1,5 +1,6 @@
-"""vLLM code runs unchanged on cd.LLM (issue 31, the newcomer's path): include_stop_str_in_output /
-detokenize. On the demo LLM."""
+"""vLLM code runs unchanged on cd.LLM (issue 31, the newcomer's path): invalid requests raise ValueError,
+LLM.chat's keywords, include_stop_str_in_output / detokenize, request ids unique across calls, the
+"Processed prompts" bar. On the demo LLM."""
 import pytest
 
 import colibri_dist as cd
@@ -21,7 +22,50 @@ def llm(tmp_path_factory):
 
 
 def _gen(llm, prompts, params=GREEDY, **kw):
-    return llm.generate(prompts, params, **kw)
+    return llm.generate(prompts, params, use_tqdm=False, **kw)
+
+
+# ------------------------------------------------------------------ 1. invalid requests raise (vLLM: ValueError)
+def test_an_invalid_request_raises_a_value_error_naming_it(llm):
+    with pytest.raises(ValueError, match="empty prompt") as info:
+        _gen(llm, [PROMPT, ""])
+    assert isinstance(info.value, InvalidArgument) and info.value.parameter == "prompt"
+    with pytest.raises(ValueError, match="top_p") as info:
+        _gen(llm, PROMPT, {"top_p": 2.0})
+    assert info.value.parameter == "top_p"
+    with pytest.raises(ValueError, match="roles must alternate|conversation"):
+        llm.chat([[]], GREEDY, use_tqdm=False)
+    assert _gen(llm, PROMPT)[0].outputs[0].text == "nine ten eleven twelve"     # the LLM goes on
+
+
+def test_errors_return_keeps_the_per_request_errors_the_jobs_use(llm):
+    out = _gen(llm, [PROMPT, ""], errors="return")
+    assert out[0].outputs[0].text == "nine ten eleven twelve" and out[1].outputs == []
+    assert "empty prompt" in str(out[1].error)
+    with pytest.raises(InvalidArgument, match="errors must be one of") as info:
+        _gen(llm, PROMPT, errors="ignore")
+    assert info.value.parameter == "errors"
+
+
+# ------------------------------------------------------------------ 3. LLM.chat's keywords
+TEMPLATE = ("{% for m in messages %}{{ m.content }} .{% endfor %}"
+            "{% if add_generation_prompt %} count:{% endif %}")
+
+
+def test_chat_takes_vllms_template_keywords(llm):
+    conv = [{"role": "user", "content": PROMPT}]
+    def chat(**kw):
+        return llm.chat(conv, GREEDY, use_tqdm=False, chat_template=TEMPLATE, **kw)[0]
+    assert chat().prompt == PROMPT + " . count:"
+    assert chat(add_generation_prompt=False).prompt == PROMPT + " ."
+    out = chat(add_generation_prompt=False, continue_final_message=True)
+    assert out.prompt == PROMPT and out.outputs[0].text == "nine ten eleven twelve"
+    with pytest.raises(ValueError, match="add_generation_prompt=False") as info:
+        chat(continue_final_message=True)
+    assert info.value.parameter == "continue_final_message"
+    assert llm.chat(conv, GREEDY, use_tqdm=False)[0].prompt == PROMPT                 # the container's template
+    kw = chat(chat_template_kwargs={"add_generation_prompt": True}, add_generation_prompt=False)
+    assert kw.prompt == PROMPT + " ."                                                 # the keyword wins
 
 
 # ------------------------------------------------------------------ 4. include_stop_str_in_output, detokenize
@@ -46,3 +90,23 @@ def test_detokenize_false_gives_token_ids_only(llm):
     for name in ("detokenize", "include_stop_str_in_output"):
         with pytest.raises(InvalidArgument, match=name):
             cd.SamplingParams(**{name: "yes"})
+
+
+# ------------------------------------------------------------------ 5. request ids unique across calls
+def test_default_request_ids_are_strings_never_reused(llm):
+    a = _gen(llm, [PROMPT, PROMPT])
+    b = _gen(llm, [PROMPT])
+    c = llm.chat([{"role": "user", "content": PROMPT}], GREEDY, use_tqdm=False)
+    ids = [o.request_id for o in a + b + c]
+    assert all(isinstance(i, str) for i in ids) and len(set(ids)) == 4
+
+
+# ------------------------------------------------------------------ 6. the "Processed prompts" bar
+def test_generate_shows_vllms_progress_bar_by_default(llm, capsys):
+    llm.generate([PROMPT, PROMPT], GREEDY)
+    llm.chat([{"role": "user", "content": PROMPT}], GREEDY)
+    err = capsys.readouterr().err
+    assert err.count("Processed prompts") >= 2 and "2/2" in err and "1/1" in err
+    _gen(llm, [PROMPT])
+    llm.chat([{"role": "user", "content": PROMPT}], GREEDY, use_tqdm=False)
+    assert capsys.readouterr() == ("", "")

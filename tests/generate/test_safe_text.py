@@ -42,10 +42,10 @@ def test_lone_surrogate_is_that_requests_error(bad, shown):
     assert "not valid Unicode" in msg and out[1].token_ids == []
     assert [o.token_ids for o in (out[0], out[2])] == [o.token_ids for o in alone]
     s = score(_model(BPE), BPE, [good[0], bad])
-    assert s[0].error is None and shown in str(s[1].error) and "request 1" in str(s[1].error)
+    assert s[0].error is None and shown in str(s[1].error) and "request '1'" in str(s[1].error)
     t = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
     c = chat(_model(BPE), BPE, t, [[{"role": "user", "content": good[0]}], [{"role": "user", "content": bad}]], SP)
-    assert c[0].error is None and shown in str(c[1].error) and "request 1" in str(c[1].error)
+    assert c[0].error is None and shown in str(c[1].error) and "request '1'" in str(c[1].error)
 
 
 def test_surrogate_escaped_bytes_are_named_as_bytes():
@@ -77,12 +77,12 @@ def test_a_panicking_tokenizer_fails_only_that_request():
     out = generate(_model(tok), tok, ["one two", "one ☠ two", "three"], SP)
     assert out[0].error is None and out[2].error is None and len(out[2].token_ids) == 3
     msg = str(out[1].error)
-    assert msg.startswith("request 1: the tokenizer panicked") and "index out of bounds" in msg, msg
+    assert msg.startswith("request '1': the tokenizer panicked") and "index out of bounds" in msg, msg
     s = score(_model(tok), tok, ["日本", "one two"])
     assert "panicked" in str(s[0].error) and s[1].error is None
     t = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
     c = chat(_model(tok), tok, t, [[{"role": "user", "content": "🙂"}], [{"role": "user", "content": "one"}]], SP)
-    assert "request 0: the tokenizer panicked" in str(c[0].error) and c[1].error is None
+    assert "request '0': the tokenizer panicked" in str(c[0].error) and c[1].error is None
     assert tok.encode("one two").ids == [2, 3]                # still usable after the panic
 
 
@@ -100,7 +100,7 @@ def test_any_tokenizer_failure_is_that_requests_error(make, name):
     tok = RaisingTokenizer(BPE, make)
     out = generate(_model(tok), tok, ["one", "x boom y", "two"], SP)
     assert out[0].error is None and out[2].error is None
-    assert "request 1: " in str(out[1].error) and name in str(out[1].error)
+    assert "request '1': " in str(out[1].error) and name in str(out[1].error)
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
@@ -119,7 +119,7 @@ def test_a_decoder_failure_is_that_requests_error():
     tok = RaisingTokenizer(BPE, _panic, marker=None, bad_id=bad)
     out = generate(_model(BPE), tok, ["one two", "the quick"], long)
     cut = ref[0].token_ids.index(bad) + 1
-    assert "request 0: the tokenizer panicked" in str(out[0].error) and out[0].token_ids == ref[0].token_ids[:cut]
+    assert "request '0': the tokenizer panicked" in str(out[0].error) and out[0].token_ids == ref[0].token_ids[:cut]
     if bad not in ref[1].token_ids:
         assert out[1].error is None and out[1].token_ids == ref[1].token_ids and out[1].text == ref[1].text
 

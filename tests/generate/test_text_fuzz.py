@@ -165,7 +165,7 @@ def test_every_builtin_exception_class_is_a_request_error(cls):
         if use == "{{ m.content[0] }}" and issubclass(cls, (TypeError, LookupError)):
             assert err is None            # jinja's getitem turns these into Undefined by design
             continue
-        assert isinstance(err, InvalidArgument) and str(err).startswith("request 1: m.colibri: chat template"), \
+        assert isinstance(err, InvalidArgument) and str(err).startswith("request '1': m.colibri: chat template"), \
             (use, err)
 
 
@@ -192,9 +192,9 @@ def test_request_text_is_ids_or_that_requests_error(name, texts):
     out = generate(model, tok, texts, SamplingParams(max_tokens=2, temperature=0))
     for i, (text, c) in enumerate(zip(texts, out)):
         if _has_surrogate(text):
-            assert "not valid Unicode" in str(c.error) and str(c.error).startswith(f"request {i}: ")
+            assert "not valid Unicode" in str(c.error) and str(c.error).startswith(f"request '{i}': ")
         elif c.error is not None:
-            assert str(c.error).startswith(f"request {i}: ") and isinstance(c.error, InvalidArgument)
+            assert str(c.error).startswith(f"request '{i}': ") and isinstance(c.error, InvalidArgument)
             assert "empty prompt" in str(c.error) or "panicked" in str(c.error), str(c.error)[:200]
         else:
             assert c.prompt_token_ids == safe_encode(tok, text, f"request {i}")

@@ -135,5 +135,5 @@ def test_n_prompt_logprobs_and_vllm_shapes_on_a_real_model(whole_model):
     for c in four.outputs:
         assert c.cumulative_logprob == sum(lp.logprob for lp in c.logprobs) and c.finish_reason == "length"
         assert c.stop_reason is None and c.text == "" and len(c.token_ids) == 6
-    assert four.finished and four.request_id == 0 and four.prompt is None and four.prompt_token_ids == p
+    assert four.finished and four.request_id == "1" and four.prompt is None and four.prompt_token_ids == p
     assert four.metrics.first_token_time >= four.metrics.arrival_time

@@ -49,7 +49,8 @@ def run(path, rows, caching, threads, w8a8, step_tokens=2048):
              max_num_batched_tokens=step_tokens) as llm:
         steps = []
         t = time.perf_counter()
-        outs = llm.generate(rows, SamplingParams(max_tokens=1, logprobs=1, ignore_eos=True), on_step=steps.append)
+        outs = llm.generate(rows, SamplingParams(max_tokens=1, logprobs=1, ignore_eos=True), on_step=steps.append,
+                            use_tqdm=False, errors="return")
         wall = time.perf_counter() - t
         pc = llm.stats()["prefix_cache"]
     bad = [o.error for o in outs if o.error is not None]

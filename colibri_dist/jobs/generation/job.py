@@ -9,6 +9,7 @@ The LLM object (the whole-model engine's `LLM`, a fake in tests) provides:
     llm.tokenizer       tokenizers.Tokenizer or None        llm.chat_template  ChatTemplate or None
     llm.generate(list of token-id lists, list of SamplingParams[, on_token=callable]) -> [Completion]
     llm.score(list of token-id lists) -> [Score]
+    (each asked errors="return", use_tqdm=False when it takes them: a row's error stays in its output row)
 Output rows:
     generate: id, generated_text, generated_tokens, num_input_tokens, num_generated_tokens, finish_reason
               (+ logprobs: [{token_id, logprob, rank, top: [[id, logprob], ...]}] when asked)
@@ -33,6 +34,7 @@ from ..reports.report import without_limit
 from .plan import identity_of, plan_generation
 
 DEFAULT_OUT = "colibri-out"
+PER_ROW = dict(errors="return", use_tqdm=False)    # a bad row is that row's error; the job has its own progress
 EXAMPLES_PER_SHARD = 5
 
 
@@ -109,7 +111,7 @@ class GenerateKind(_GenerationKind):
     kind = "generate"
 
     def _run(self, rows, progress, meter):
-        kwargs = _callbacks(self.llm.generate, on_token=progress.on_token, on_step=meter and meter.on_step)
+        kwargs = _callbacks(self.llm.generate, on_token=progress.on_token, on_step=meter and meter.on_step, **PER_ROW)
         return self.llm.generate([r.prompt_ids for r in rows], [r.params for r in rows], **kwargs)
 
     def _out_row(self, row, c):
@@ -134,7 +136,7 @@ class ScoreKind(_GenerationKind):
     kind = "score"
 
     def _run(self, rows, progress, meter):
-        kwargs = _callbacks(self.llm.score, on_step=meter and meter.on_step)
+        kwargs = _callbacks(self.llm.score, on_step=meter and meter.on_step, **PER_ROW)
         return self.llm.score([r.prompt_ids for r in rows], **kwargs)
 
     def _out_row(self, row, s):
@@ -165,7 +167,7 @@ def content_key(obj):
 
 
 def _callbacks(method, **callbacks):
-    """The callbacks `method` accepts (an LLM may not take on_step or on_token)."""
+    """The callbacks and options `method` accepts (an LLM may not take on_step, on_token, errors or use_tqdm)."""
     params = inspect.signature(method).parameters
     return {k: v for k, v in callbacks.items() if v is not None and k in params}
 

@@ -96,7 +96,7 @@ def check_sampling_defaults(job):
     return data
 
 
-_REQUEST_PREFIX = re.compile(r"^request [0-9]+: ")
+_REQUEST_PREFIX = re.compile(r"^request '?[0-9]+'?: ")       # LLM.generate's default ids: '0', '1', ...
 
 
 def row_error_text(exc):

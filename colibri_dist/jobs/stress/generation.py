@@ -103,12 +103,12 @@ class GenerationStress:
         ids, prompts, params = self._wave(n)
         self.waves += 1
         try:
-            got = self.llm.generate(prompts, params, request_ids=ids)
+            got = self.llm.generate(prompts, params, request_ids=ids, use_tqdm=False, errors="return")
         except Exception as exc:                    # the pool gave up mid-wave: every request of it is lost
             self.lost += [(i, f"{type(exc).__name__}: {exc}") for i in ids]
             self.log(f"stress: wave {self.waves} failed: {type(exc).__name__}: {exc}")
             return
-        want = self.ref.generate(prompts, params, request_ids=ids)
+        want = self.ref.generate(prompts, params, request_ids=ids, use_tqdm=False, errors="return")
         self._check(ids, got, want)
 
     def _check(self, ids, got, want):
