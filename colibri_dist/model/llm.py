@@ -26,6 +26,7 @@ from .decoder import Decoder
 from .kv_budget import check_max_seq_len, default_budget, warn_limits
 from .kv_cache import KVCache, block_bytes
 from .tokenizer import eos_token_ids, generation_config, load_tokenizer, tokenizer_config
+from .vllm_options import check_vllm_options
 from .weights import check_ids, load_weights
 
 
@@ -34,18 +35,22 @@ class LLM:
                  max_seq_len=None, kv_cache_dtype="f32", block_size=16, policy="lru", prefetch_workers=2,
                  max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=True, max_model_len=None,
                  enable_prefix_caching=None, allow_long_context=False, checksums=True, prefill_chunk_size=None,
-                 offload_compression=None):
+                 offload_compression=None, dtype="auto", tensor_parallel_size=1, gpu_memory_utilization=None,
+                 trust_remote_code=False, enforce_eager=False):
         """model: the .colibri path (vLLM's name), or a .gguf file imported once into a cached container
         (format/gguf_cache.py); max_model_len: vLLM's name of max_seq_len (at most the
         model's max_position_embeddings unless allow_long_context=True); seed: the base seed of requests
         without their own (vLLM's); enable_prefix_caching: vLLM's switch (None: on when the KV bits'
         dependencies are visible); checksums=False skips the container's first-use view checks;
         prefill_chunk_size: most prompt tokens of one sequence per step; offload_compression: None | "zstd"
-        (the spilled experts under offload_dir)."""
+        (the spilled experts under offload_dir). dtype, tensor_parallel_size, gpu_memory_utilization,
+        trust_remote_code, enforce_eager: vLLM's, with their CPU meaning or refused (vllm_options.py)."""
         from ..engine import Engine
         from ..generate import SchedulerConfig
         if model is None:
             raise InvalidArgument("LLM: model (the .colibri path) is required", parameter="model", value=model)
+        seed = check_vllm_options(dtype, tensor_parallel_size, gpu_memory_utilization, trust_remote_code,
+                                  enforce_eager, seed)
         if max_model_len is not None:
             if max_seq_len is not None and max_seq_len != max_model_len:
                 raise InvalidArgument(f"LLM: max_model_len {max_model_len!r} and max_seq_len {max_seq_len!r} disagree",

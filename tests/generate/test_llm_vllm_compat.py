@@ -1,6 +1,8 @@
 """vLLM code runs unchanged on cd.LLM (issue 31, the newcomer's path): invalid requests raise ValueError,
-LLM.chat's keywords, include_stop_str_in_output / detokenize, request ids unique across calls, the
-"Processed prompts" bar. On the demo LLM."""
+vLLM's LLM(...) keywords, LLM.chat's keywords, include_stop_str_in_output / detokenize, request ids unique
+across calls, the "Processed prompts" bar. On the demo LLM."""
+import warnings
+
 import pytest
 
 import colibri_dist as cd
@@ -45,6 +47,35 @@ def test_errors_return_keeps_the_per_request_errors_the_jobs_use(llm):
     with pytest.raises(InvalidArgument, match="errors must be one of") as info:
         _gen(llm, PROMPT, errors="ignore")
     assert info.value.parameter == "errors"
+
+
+# ------------------------------------------------------------------ 2. vLLM's LLM(...) keywords
+def test_vllm_constructor_keywords_have_their_cpu_meaning(llm):
+    kw = dict(threads=1, tensor_parallel_size=1, gpu_memory_utilization=0.9, trust_remote_code=True,
+              enforce_eager=True, seed=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with cd.LLM(llm.path, dtype="auto", **kw) as a:
+            assert a.scheduler_config.base_seed == 7
+        with cd.LLM(llm.path, dtype="float32", seed=None, threads=1) as a:
+            assert a.scheduler_config.base_seed == 0
+    with pytest.warns(UserWarning, match="float32 on the CPU"):
+        cd.LLM(llm.path, dtype="bfloat16", threads=1).close()
+
+
+@pytest.mark.parametrize("kw, name, text", [
+    (dict(tensor_parallel_size=2), "tensor_parallel_size", "workers="),
+    (dict(tensor_parallel_size=0), "tensor_parallel_size", "positive integer"),
+    (dict(dtype="int3"), "dtype", "float32"),
+    (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization", "kv_cache_bytes"),
+    (dict(trust_remote_code="yes"), "trust_remote_code", "True or False"),
+    (dict(enforce_eager=1), "enforce_eager", "True or False"),
+    (dict(seed=-1), "seed", "base seed"),
+])
+def test_vllm_constructor_keywords_refused_say_why(llm, kw, name, text):
+    with pytest.raises(InvalidArgument, match=text) as info:
+        cd.LLM(llm.path, threads=1, **kw)
+    assert info.value.parameter == name and name in str(info.value)
 
 
 # ------------------------------------------------------------------ 3. LLM.chat's keywords
