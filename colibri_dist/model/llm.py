@@ -25,7 +25,7 @@ from .arch import architecture, kv_row_dims
 from .decoder import Decoder
 from .kv_budget import check_max_seq_len, default_budget, warn_limits
 from .kv_cache import KVCache, block_bytes
-from .tokenizer import eos_token_ids, generation_config, load_tokenizer, tokenizer_config
+from .tokenizer import eos_token_ids, generation_config, hf_tokenizer, load_tokenizer, tokenizer_config
 from .vllm_options import check_vllm_options
 from .weights import check_ids, load_weights
 
@@ -100,6 +100,7 @@ class LLM:
         self.tokenizer_config = tokenizer_config(files, self.path)
         self._template_text = files.get("chat_template.jinja")
         self._chat_template = None
+        self._hf_tokenizer = None
         self.eos_token_ids = eos_token_ids(files, self.tokenizer, self.path)
         from ..generate.params import generation_defaults
         self.generation_defaults = generation_defaults(generation_config(files, self.path),
@@ -227,8 +228,13 @@ class LLM:
         return self._chat_template
 
     def get_tokenizer(self):
-        """The container's tokenizers.Tokenizer (None when it carries none)."""
-        return self.tokenizer
+        """vLLM's: a transformers PreTrainedTokenizerFast of the container's tokenizer files (special tokens,
+        chat template, model_max_length = max_seq_len) when transformers is installed; else the
+        tokenizers.Tokenizer generation uses (`.tokenizer`); None when the container carries none."""
+        if self._hf_tokenizer is None:
+            self._hf_tokenizer = hf_tokenizer(self.tokenizer, self.tokenizer_config, self._template_text,
+                                              self.max_seq_len) or self.tokenizer
+        return self._hf_tokenizer
 
     def get_default_sampling_params(self):
         """vLLM's: SamplingParams from the model's generation_config.json over SamplingParams' defaults."""

@@ -2,8 +2,9 @@
 
 Role in the data flow: LLM builds a `tokenizers.Tokenizer` from the copied tokenizer.json, reads
 tokenizer_config.json (the chat template is generate/chat.py's) and the eos ids from
-generation_config.json (falling back to tokenizer_config's eos_token). Damaged files are a
-FormatError naming the container and the file.
+generation_config.json (falling back to tokenizer_config's eos_token); hf_tokenizer wraps them in
+transformers' PreTrainedTokenizerFast for LLM.get_tokenizer(). Damaged files are a FormatError naming
+the container and the file.
 """
 import json
 
@@ -29,6 +30,26 @@ def load_tokenizer(files, where):
     from tokenizers import Tokenizer
     return tokenizer_call(Tokenizer.from_str, files["tokenizer.json"], fail=lambda why: FormatError(
         f"{where}: tokenizer.json inside the container cannot be loaded ({why})"))
+
+
+def hf_tokenizer(tokenizer, config, template_text, max_len):
+    """transformers' PreTrainedTokenizerFast over the container's tokenizer.json and tokenizer_config.json
+    (special tokens, chat template, max length): what vLLM's LLM.get_tokenizer() returns. None when
+    transformers is not installed (or there is no tokenizer)."""
+    if tokenizer is None:
+        return None
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        return None
+    from ..generate.chat import special_tokens_from_config
+    kw = special_tokens_from_config(config)
+    template = template_text if template_text is not None else config.get("chat_template")
+    if isinstance(template, str) and template:
+        kw["chat_template"] = template
+    if isinstance(config.get("clean_up_tokenization_spaces"), bool):
+        kw["clean_up_tokenization_spaces"] = config["clean_up_tokenization_spaces"]
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=max_len, **kw)
 
 
 def tokenizer_config(files, where):

@@ -1,6 +1,7 @@
 """vLLM code runs unchanged on cd.LLM (issue 31, the newcomer's path): invalid requests raise ValueError,
 vLLM's LLM(...) keywords, LLM.chat's keywords, include_stop_str_in_output / detokenize, request ids unique
-across calls, the "Processed prompts" bar. On the demo LLM."""
+across calls, the "Processed prompts" bar, get_tokenizer() -> a transformers tokenizer. On the demo LLM."""
+import sys
 import warnings
 
 import pytest
@@ -141,3 +142,20 @@ def test_generate_shows_vllms_progress_bar_by_default(llm, capsys):
     _gen(llm, [PROMPT])
     llm.chat([{"role": "user", "content": PROMPT}], GREEDY, use_tqdm=False)
     assert capsys.readouterr() == ("", "")
+
+
+# ------------------------------------------------------------------ 7. get_tokenizer
+def test_get_tokenizer_is_a_transformers_tokenizer(llm):
+    transformers = pytest.importorskip("transformers")
+    tok = llm.get_tokenizer()
+    assert isinstance(tok, transformers.PreTrainedTokenizerFast)
+    assert tok.encode(PROMPT, add_special_tokens=False) == llm.tokenizer.encode(PROMPT, add_special_tokens=False).ids
+    assert tok.eos_token_id in llm.eos_token_ids and tok.model_max_length == llm.max_seq_len
+    assert tok.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False) == PROMPT
+
+
+def test_get_tokenizer_without_transformers_is_the_tokenizers_one(llm, monkeypatch):
+    monkeypatch.setattr(llm, "_hf_tokenizer", None)
+    monkeypatch.setitem(sys.modules, "transformers", None)        # import transformers -> ImportError
+    assert llm.get_tokenizer() is llm.tokenizer
+    monkeypatch.setattr(llm, "_hf_tokenizer", None)
