@@ -98,9 +98,9 @@ def _routes(app, state):
         return await generation.chat(state, request, await read_json(request))
 
     @app.get("/v1/models")
-    async def models():
+    async def models():          # root: vLLM's base model; the served name here, never a server path
         return {"object": "list", "data": [
-            {"id": n, "object": "model", "created": state.created, "owned_by": "colibri", "root": state.cfg.model,
+            {"id": n, "object": "model", "created": state.created, "owned_by": "colibri", "root": state.names[0],
              "max_model_len": state.info.max_seq_len} for n in state.names]}
 
     @app.get("/health")

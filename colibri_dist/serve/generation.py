@@ -70,14 +70,15 @@ class Call:
         return items
 
     def take(self, item):
+        public = self.state.info.public
         if isinstance(item, InvalidArgument):           # the engine refused the request when it was added
-            raise APIError(400, str(item), param=item.parameter, code="invalid_value")
+            raise APIError(400, public(item), param=item.parameter, code="invalid_value")
         if isinstance(item, BaseException):
             raise item
         err = getattr(item, "error", None)
         if err is not None:
             self.open.discard(item.request_id)
-            raise APIError(400, str(err), code="invalid_request")
+            raise APIError(400, public(err), code="invalid_request")
         tr = self.trackers[item.request_id]
         deltas = tr.deltas(item)
         if item.finished or tr.done:

@@ -71,7 +71,8 @@ def build_state(cfg, llm, pool=None, runner_set=None, remote=None):
     else:
         backend = EngineBackend(make_engine(llm), metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status,
                                 stats_fn=llm.stats, pool_stats_fn=pool.stats if pool is not None else None).start()
-    info = ModelInfo(llm, SamplingParams, encode_prompt, getattr(llm, "generation_defaults", {}))
+    info = ModelInfo(llm, SamplingParams, encode_prompt, getattr(llm, "generation_defaults", {}),
+                     public_name=cfg.model_names[0])
     if remote is not None:
         info.max_seq_len = remote.facts["max_seq_len"]      # the engine's KV budget decides, not this LLM's
     state = ServerState(cfg, backend, info, metrics,

@@ -6,6 +6,7 @@ app.py's routes call its methods. Tokenization matches LLM.generate/chat exactly
 encode_prompt: special tokens added to completion prompts; chat prompts rendered by the model's template
 and encoded without them), so a request's tokens are the ones LLM.generate would see.
 """
+import os
 import re
 import time
 
@@ -18,13 +19,18 @@ from .errors import APIError, bad_param
 class ModelInfo:
     """Model facts the server needs, from a cd.LLM (or anything with the same attributes)."""
 
-    def __init__(self, llm, params_cls, encode_prompt, defaults=None):
+    def __init__(self, llm, params_cls, encode_prompt, defaults=None, public_name="the model"):
+        """public_name: what error texts say instead of the model's filesystem path (the served name)."""
         self.llm, self.params_cls, self._encode = llm, params_cls, encode_prompt
         self.defaults = dict(defaults or {})          # the model's generation_config sampling defaults
         self.tokenizer = getattr(llm, "tokenizer", None)
         self.vocab_size, self.max_seq_len = llm.vocab_size, llm.max_seq_len
         self.family = _family(llm)                    # the container's model_type (picks a tool-call parser)
         self._grammars = None
+        self.public_name = public_name
+        path = getattr(llm, "path", None)
+        hidden = {path, os.path.abspath(path), os.path.realpath(path)} if isinstance(path, str) and path else set()
+        self._hidden = sorted(hidden, key=len, reverse=True)
 
     def grammars(self):
         """The served tokenizer's compiled structured-output constraints (generate/grammar.py), made once."""
@@ -34,11 +40,19 @@ class ModelInfo:
                                                    getattr(self.llm, "eos_token_ids", ()))
         return self._grammars
 
+    def public(self, text):
+        """text with the model's filesystem path replaced by its served name: a client never learns where
+        the server keeps its files (every model-dependent 400 goes through here)."""
+        text = str(text)
+        for p in self._hidden:
+            text = text.replace(p, self.public_name)
+        return text
+
     def chat_template(self):
         try:
             return self.llm.chat_template
         except InvalidArgument as exc:
-            raise APIError(400, f"this model has no chat template ({exc}); use /v1/completions",
+            raise APIError(400, f"this model has no chat template ({self.public(exc)}); use /v1/completions",
                            param="messages", code="no_chat_template") from None
 
     def render_chat(self, messages, add_generation_prompt=True, tools=None):
@@ -51,7 +65,8 @@ class ModelInfo:
         except APIError:
             raise
         except Exception as exc:
-            raise APIError(400, f"messages: the chat template rejected them ({exc})", param="messages") from None
+            raise APIError(400, f"messages: the chat template rejected them ({self.public(exc)})",
+                           param="messages") from None
 
     def encode(self, prompt, add_special_tokens, param="prompt"):
         try:
@@ -59,7 +74,7 @@ class ModelInfo:
         except Exception as exc:         # the Rust tokenizer on odd text (lone surrogates, ...)
             raise bad_param(param, f"cannot be tokenized ({type(exc).__name__})") from None
         if err is not None:
-            raise bad_param(param, str(err).replace("request 0: ", ""))
+            raise bad_param(param, self.public(err).replace("request 0: ", ""))
         if not ids:
             raise bad_param(param, "is empty after tokenization")
         bad = next((t for t in ids if t >= self.vocab_size), None)
@@ -116,7 +131,7 @@ class ServerState:
             return check_token_ids_in_vocab(self.info.params_cls.from_dict(fields, self.info.defaults),
                                             self.info.vocab_size)
         except InvalidArgument as exc:
-            raise bad_param(exc.parameter or "sampling", str(exc)) from None
+            raise bad_param(exc.parameter or "sampling", self.info.public(exc)) from None
         except TypeError as exc:
             m = re.search(r"'(\w+)'", str(exc))
             name = m.group(1) if m else "sampling"

@@ -1,6 +1,7 @@
 """Messages the chat template rejects (its raise_exception, as Qwen's and Llama's templates do for roles
 they do not take) are a 400 naming messages on every route that renders them: /v1/chat/completions and
-/tokenize (issue 31, defect 12: /tokenize answered 500 with two tracebacks)."""
+/tokenize (issue 31, defect 12: /tokenize answered 500 with two tracebacks), naming the model by its served
+name, never by the server's path to it (issue 31 B8)."""
 import httpx
 import pytest
 
@@ -30,6 +31,8 @@ def test_a_message_the_template_rejects_is_a_400_naming_messages(server, route, 
         assert r.status_code == 400, r.text
         err = r.json()["error"]
         assert err["param"] == "messages" and "system messages are not supported" in err["message"]
+        assert "m.colibri" not in err["message"] and "/" not in err["message"], err   # no server path in a 400
+        assert "(m: chat template: " in err["message"]                                 # the served name instead
         ok = c.post(route, json={"messages": bad[1:], **extra})
         assert ok.status_code == 200, ok.text
     assert "Traceback" not in capfd.readouterr().err
