@@ -105,7 +105,8 @@ def _completion_prompts(state, req):
     for p in req.prompts:
         ids = state.info.encode(p, add_special_tokens=True)
         text = p if isinstance(p, str) else state.info.decode(ids)
-        prompts.append((ids, text, state.max_tokens_for(max(req.max_tokens, 1), len(ids))))
+        asked = None if req.max_tokens is None else max(req.max_tokens, 1)
+        prompts.append((ids, text, state.max_tokens_for(asked, len(ids))))
     return prompts
 
 

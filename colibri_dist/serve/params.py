@@ -112,7 +112,7 @@ class CompletionRequest:
     prompts: list                    # each a str or a list of token ids
     sampling: dict                   # SamplingParams fields the client set
     n: int = 1
-    max_tokens: int | None = 16
+    max_tokens: int | None = 16      # None: up to the context (max_seq_len - prompt), as vLLM
     stream: bool = False
     include_usage: bool = False
     echo: bool = False
@@ -141,7 +141,8 @@ def parse_completion(body, max_n, disable_any_whitespace=False):
     prompts = _prompts(body.get("prompt"))
     req = CompletionRequest(prompts, _sampling(got, COMPLETION), model=got.get("model"))
     _common(req, got, max_n)
-    req.max_tokens = got.get("max_tokens", 16)
+    # absent: 16 (OpenAI's, vLLM's); an explicit null: None, the rest of the context (vLLM's)
+    req.max_tokens = None if "max_tokens" in body and body["max_tokens"] is None else got.get("max_tokens", 16)
     req.echo = got.get("echo") or False
     req.logprobs = got.get("logprobs")
     _structured(req, body, disable_any_whitespace)
