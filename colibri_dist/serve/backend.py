@@ -25,8 +25,9 @@ log = logging.getLogger("colibri.serve")
 class RequestStream:
     """What the HTTP side holds for one engine request: its queue of RequestOutput (or an Exception)."""
 
-    def __init__(self, request_id, prompt_len, loop, queue=None):
+    def __init__(self, request_id, prompt_len, loop, queue=None, n=1):
         self.request_id, self.prompt_len, self.loop = request_id, prompt_len, loop
+        self.n = n                               # its samples: the sequences it takes in the batch
         self.queue = queue if queue is not None else asyncio.Queue()
         self.t_arrival = time.perf_counter()
         self.t_first = None
@@ -75,7 +76,7 @@ class EngineBackend:
             raise APIError(self.overload_status, f"the server is at capacity: {running} requests running and "
                            f"{waiting} waiting (bound --max-waiting {self.max_waiting}); retry later",
                            code="queue_full")
-        stream = RequestStream(request_id, prompt_len, asyncio.get_running_loop(), queue)
+        stream = RequestStream(request_id, prompt_len, asyncio.get_running_loop(), queue, n=_samples(params))
         self._inbox.append((stream, prompt, params))
         self._wake.set()
         return stream
@@ -92,17 +93,11 @@ class EngineBackend:
         return await fut
 
     def load(self):
-        """(running, waiting): requests in the engine with a batch slot, and the rest (engine queue + inbox)."""
-        total = len(self._active) + len(self._inbox)
-        counts = getattr(self.engine, "num_requests", None)
-        if callable(counts):
-            try:
-                running = min(int(counts()[0]), total)
-                return running, total - running
-            except Exception:
-                pass
-        running = min(total, self.max_num_seqs)
-        return running, total - running
+        """(running, waiting) requests: oldest first, those whose samples fit the batch's max_num_seqs
+        sequences (a request of n samples counts once and takes n), and the rest (engine queue + inbox)."""
+        ns = [s.n for s in list(self._active.values())] + [item[0].n for item in list(self._inbox)]
+        running = requests_fitting(ns, self.max_num_seqs)
+        return running, len(ns) - running
 
     def model_stats(self):
         """LLM.stats() (and the pool's) read between two engine steps."""
@@ -248,6 +243,22 @@ class EngineBackend:
 def _put_all(items):
     for queue, item in items:
         queue.put_nowait(item)
+
+
+def requests_fitting(sample_counts, max_num_seqs):
+    """How many of these requests (their sample counts, oldest first) the scheduler's FIFO admission runs at
+    once: each takes n of the max_num_seqs sequences; the first always runs."""
+    used = count = 0
+    for n in sample_counts:
+        if count and used + n > max_num_seqs:
+            break
+        used, count = used + n, count + 1
+    return count
+
+
+def _samples(params):
+    n = params.get("n", 1) if isinstance(params, dict) else getattr(params, "n", 1)
+    return n if isinstance(n, int) and n >= 1 else 1
 
 
 def _resolve(fut, result, exc):

@@ -16,7 +16,7 @@ LLM.generate's whichever runner it lands on and whatever runs beside it (tests/s
 import logging
 import time
 
-from .backend import EngineBackend
+from .backend import EngineBackend, requests_fitting
 from .errors import APIError
 
 log = logging.getLogger("colibri.serve")
@@ -37,9 +37,12 @@ class RunnerBackend(EngineBackend):
 
     # ------------------------------------------------------------ HTTP side
     def load(self):
-        total = len(self._active) + len(self._inbox)
-        running = min(total, sum(min(k, self.max_num_seqs) for k in self.in_flight))
-        return running, total - running
+        """(running, waiting) requests: on each runner, those whose samples fit its max_num_seqs (backend.py)."""
+        by_runner = {}
+        for rid, stream in list(self._active.items()):
+            by_runner.setdefault(self._owner.get(rid), []).append(stream.n)
+        running = sum(requests_fitting(ns, self.max_num_seqs) for ns in by_runner.values())
+        return running, len(self._active) + len(self._inbox) - running
 
     def model_stats(self):
         """(LLM.stats()-shaped sums over the runners + "runners": per-runner figures, the pool's stats)."""

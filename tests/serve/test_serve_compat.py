@@ -3,6 +3,9 @@ max_tokens fills the context (vLLM's), colibri_requests_running counts requests 
 import httpx
 import pytest
 
+from colibri_dist.serve.backend import EngineBackend, RequestStream
+from colibri_dist.serve.metrics import Metrics
+
 from serve_helpers import start_server
 
 
@@ -33,3 +36,15 @@ def test_null_max_tokens_fills_the_context(http):
     assert usage["completion_tokens"] == ctx - usage["prompt_tokens"]
     r = http.post("/v1/completions", json={"prompt": "count: one", "temperature": 0, "ignore_eos": True})
     assert r.json()["usage"]["completion_tokens"] == 16                    # absent: OpenAI's 16
+
+
+def test_running_requests_count_a_request_of_n_samples_once():
+    backend = EngineBackend(engine=None, metrics=Metrics(), max_num_seqs=4, max_waiting=8)
+    for rid, n in (("a", 2), ("b", 2), ("c", 1)):          # as submit() makes them from params.n
+        backend._active[rid] = stream = RequestStream(rid, 3, None)
+        stream.n = n
+    assert backend.load() == (2, 1)            # a and b fill the 4 sequences; c waits
+    backend._active["a"].n = 4
+    assert backend.load() == (1, 2)
+    del backend._active["a"]
+    assert backend.load() == (2, 0)
