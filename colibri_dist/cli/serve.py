@@ -38,6 +38,8 @@ def register(subparsers):
     p.add_argument("--overload-status", type=int, choices=(429, 503), default=429,
                    help="status of a refused request when the queue is full (429)")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20, metavar="N")
+    p.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="answer 408 when a request's body has not all arrived this long after its headers (30)")
     p.add_argument("--allowed-hosts", nargs="+", default=(), metavar="NAME",
                    help="a loopback bind also answers these Host names (default: loopback names only, against "
                         "DNS rebinding)")
@@ -95,7 +97,8 @@ def config_from_args(args):
     return ServeConfig(model=args.model, host=args.host, port=args.port,
                        served_model_name=tuple(args.served_model_name or ()), api_key=api_key_of(args),
                        runners=args.runners, max_waiting=args.max_waiting, overload_status=args.overload_status,
-                       max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit,
+                       max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout,
+                       max_tokens_limit=args.max_tokens_limit,
                        max_prompts=args.max_prompts, seed=args.seed, allowed_hosts=tuple(args.allowed_hosts),
                        allowed_origins=tuple(args.allowed_origins),
                        llm_kwargs={k: getattr(args, k) for k in ENGINE_FLAGS if k not in own},

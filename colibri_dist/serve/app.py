@@ -36,7 +36,7 @@ def build_app(state):
     admin.routes(app, state)
     cfg = state.cfg
     origins = OriginGuard(cfg.allowed_hosts, cfg.allowed_origins) if is_loopback(cfg.host) else None
-    return Guard(app, cfg.api_key, cfg.max_body_bytes, cfg.max_admin_body_bytes, origins)
+    return Guard(app, cfg.api_key, cfg.max_body_bytes, cfg.max_admin_body_bytes, origins, cfg.body_timeout_s)
 
 
 async def read_json(request):

@@ -31,6 +31,7 @@ class ServeConfig:
     overload_status: int = 429             # 429 (Too Many Requests) or 503 (Service Unavailable)
     max_body_bytes: int = 4 << 20          # request bodies above this are refused with 413
     max_admin_body_bytes: int = 256 << 20  # expert uploads to /admin/experts
+    body_timeout_s: float = 30.0           # a request body not all there this long after its headers: 408
     max_tokens_limit: int | None = None    # largest max_tokens accepted (None = the model's context)
     max_n: int = 16                        # largest `n` (samples per prompt) accepted
     max_prompts: int = 2048                # most prompts in one /v1/completions request (OpenAI's batch bound)
@@ -55,6 +56,10 @@ class ServeConfig:
             _check_int(name, getattr(self, name), lo)
         if not isinstance(self.disable_any_whitespace, bool):
             raise InvalidArgument(f"disable_any_whitespace must be True or False, got {self.disable_any_whitespace!r}")
+        t = self.body_timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
+            raise InvalidArgument(f"--body-timeout must be a positive number of seconds, got {t!r}",
+                                  parameter="body_timeout_s", value=t)
         if not isinstance(self.w8a8, bool):
             raise InvalidArgument(f"w8a8 must be True or False, got {self.w8a8!r}")
         if self.port > 65535:

@@ -1,11 +1,13 @@
 """The server's guard: body size limits and the API key, as one ASGI middleware in front of the app.
 
 Role in the data flow: every HTTP request passes here first. Its body is read (at most the limit: 413
-beyond it, by Content-Length or by counting) and replayed to the app; when the server has a key every
+beyond it, by Content-Length or by counting; all of it within body_timeout seconds of the headers: 408
+otherwise, so a half-sent body does not hold a connection and its task forever) and replayed to the app; when the server has a key every
 route but /health and /metrics (open, as in vLLM) needs `Authorization: Bearer KEY` (401 otherwise,
 compared in constant time), judged on the path the router matches (root_path removed); /admin/* is
 refused (403) on a server started without a key. No route reads or writes a file named by a request.
 """
+import asyncio
 import hmac
 import json
 
@@ -27,10 +29,10 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class Guard:
-    def __init__(self, app, api_key, max_body, max_admin_body, origin_guard=None):
-        """origin_guard: an OriginGuard for a loopback bind (DNS rebinding), or None."""
+    def __init__(self, app, api_key, max_body, max_admin_body, origin_guard=None, body_timeout=30.0):
+        """origin_guard: an OriginGuard for a loopback bind (DNS rebinding), or None; body_timeout: seconds."""
         self.app, self.api_key, self.origin_guard = app, api_key, origin_guard
-        self.max_body, self.max_admin_body = max_body, max_admin_body
+        self.max_body, self.max_admin_body, self.body_timeout = max_body, max_admin_body, body_timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -45,16 +47,16 @@ class Guard:
         if length is not None and (not length.isdigit() or int(length) > limit):
             return await _reply(send, 413, f"the request body is larger than the server's limit of {limit} bytes",
                                 "payload_too_large")
-        body, more = bytearray(), True
-        while more:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            body += msg.get("body", b"")
-            more = msg.get("more_body", False)
-            if len(body) > limit:
-                return await _reply(send, 413, f"the request body is larger than the server's limit of "
-                                    f"{limit} bytes", "payload_too_large")
+        try:
+            body = await asyncio.wait_for(_read_body(receive, limit), self.body_timeout)
+        except asyncio.TimeoutError:
+            return await _reply(send, 408, f"the request body did not all arrive within {self.body_timeout:g} s "
+                                f"(the server's --body-timeout)", "request_timeout")
+        if body is None:                 # the client went away
+            return
+        if len(body) > limit:
+            return await _reply(send, 413, f"the request body is larger than the server's limit of {limit} bytes",
+                                "payload_too_large")
         return await self.app(scope, _replay(bytes(body), receive), send)
 
     def _auth(self, path, header):
@@ -115,6 +117,18 @@ def _header(scope, name):
     return None
 
 
+async def _read_body(receive, limit):
+    """The body's bytes (stopping once past limit), or None when the client disconnects."""
+    body, more = bytearray(), True
+    while more and len(body) <= limit:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return None
+        body += msg.get("body", b"")
+        more = msg.get("more_body", False)
+    return body
+
+
 def _replay(body, receive):
     sent = False
 
@@ -132,5 +146,7 @@ async def _reply(send, status, message, code):
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
+    if status == 408:                    # the rest of the body may still come: this connection is done
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

@@ -1,5 +1,9 @@
 """Issue 31's smaller server items, on one loopback server: /v1/models' root is the served name, a null
-max_tokens fills the context (vLLM's), colibri_requests_running counts requests (n > 1 once)."""
+max_tokens fills the context (vLLM's), colibri_requests_running counts requests (n > 1 once), and a
+half-sent body gets a 408 after --body-timeout instead of holding its connection forever."""
+import socket
+from urllib.parse import urlparse
+
 import httpx
 import pytest
 
@@ -8,10 +12,12 @@ from colibri_dist.serve.metrics import Metrics
 
 from serve_helpers import start_server
 
+BODY_TIMEOUT_S = 0.5
+
 
 @pytest.fixture(scope="module")
 def server(demo_model):
-    s = start_server(demo_model)
+    s = start_server(demo_model, body_timeout_s=BODY_TIMEOUT_S)
     yield s
     s.stop()
 
@@ -48,3 +54,27 @@ def test_running_requests_count_a_request_of_n_samples_once():
     assert backend.load() == (1, 2)
     del backend._active["a"]
     assert backend.load() == (2, 0)
+
+
+def test_a_half_sent_body_is_answered_408(server):
+    url = urlparse(server.url)
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: {url.hostname}:{url.port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n").encode()
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:   # 30 s: the test's own bound
+        sock.sendall(head + b'{"prompt":')
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+
+
+def test_body_timeout_must_be_a_positive_number():
+    from colibri_dist.errors import InvalidArgument
+    from colibri_dist.serve import ServeConfig
+    for bad in (0, -1, float("inf"), "30"):
+        with pytest.raises(InvalidArgument, match="--body-timeout") as info:
+            ServeConfig(model="m.colibri", body_timeout_s=bad)
+        assert info.value.parameter == "body_timeout_s"
