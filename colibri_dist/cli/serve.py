@@ -11,7 +11,7 @@ API_KEY_ENV = "COLIBRI_API_KEY"
 
 ENGINE_FLAGS = ("workers", "pool", "threads", "max_num_seqs", "max_num_batched_tokens", "prefill_chunk", "w8a8",
                 "kv_cache_bytes", "kv_cache_dtype", "max_seq_len", "cache_bytes", "offload_dir", "offload_compression",
-                "policy")
+                "policy", "max_logprobs")
 
 
 def register(subparsers):

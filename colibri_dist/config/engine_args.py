@@ -41,6 +41,8 @@ class EngineArgs:
     max_seq_len: Optional[int] = _f(None, "longest sequence (default: the model's context)", metavar="N")
     enable_prefix_caching: Optional[bool] = _f(None, "automatic prefix caching (default: on when safe)",
                                                flag=False)
+    max_logprobs: int = _f(20, "most logprobs / prompt_logprobs a request may ask (vLLM's; default 20)",
+                           metavar="N")
     # ---- the expert store: in this process, or each worker's
     cache_bytes: Optional[int] = _f(None, "RAM budget of the experts (in process, or each worker's; default: "
                                           "serve them from the mmap'd file)", metavar="SIZE", group="store",
@@ -92,7 +94,8 @@ class EngineArgs:
         kw = dict(threads=self.threads, w8a8=self.w8a8, seed=self.seed, max_num_seqs=self.max_num_seqs,
                   max_num_batched_tokens=self.max_num_batched_tokens, prefill_chunk_size=self.prefill_chunk,
                   kv_cache_bytes=self.kv_cache_bytes, kv_cache_dtype=self.kv_cache_dtype,
-                  max_seq_len=self.max_seq_len, enable_prefix_caching=self.enable_prefix_caching)
+                  max_seq_len=self.max_seq_len, enable_prefix_caching=self.enable_prefix_caching,
+                  max_logprobs=self.max_logprobs)
         if self.in_process:
             kw.update(cache_bytes=self.cache_bytes, offload_dir=self.offload_dir, policy=self.policy,
                       offload_compression=self.offload_compression)

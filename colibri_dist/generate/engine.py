@@ -5,7 +5,8 @@ Role in the data flow: LLM.generate/chat/score (api.py), the pool's SequenceRunn
     add_request(request_id, prompt, params)  prompt: str | token ids | {"prompt"} | {"prompt_token_ids"};
                                              params: SamplingParams | dict | None (the model's
                                              generation_config defaults apply to dict/None);
-                                             kind="score" (or params.prompt_logprobs) for logprobs
+                                             kind="score" (or params.prompt_logprobs) for logprobs;
+                                             (prompt_)logprobs above max_logprobs are refused
     abort(request_id)                        frees its KV blocks at once (after the in-flight model
                                              call when another thread is stepping)
     step() -> list[RequestOutput]            one batched model call (scheduler.py); an output for
@@ -34,7 +35,7 @@ from .grammar import Grammars
 from .logits import Processors, bad_words_token_ids
 from .outputs import RequestOutput
 from .prompts import encode_prompt
-from .params import RequestOutputKind, SamplingParams, check_token_ids_in_vocab
+from .params import RequestOutputKind, SamplingParams, check_logprobs, check_token_ids_in_vocab
 from .request import Request
 from .sampler import Sampler
 from .scheduler import Scheduler, SchedulerConfig
@@ -233,7 +234,8 @@ class LLMEngine:
         if not isinstance(p, SamplingParams):
             raise InvalidArgument(f"request {rid!r}: sampling params must be SamplingParams, got {params!r}")
         try:
-            return check_token_ids_in_vocab(p, self.model.vocab_size)
+            return check_logprobs(check_token_ids_in_vocab(p, self.model.vocab_size),
+                                  self.scheduler_config.max_logprobs)
         except InvalidArgument as exc:
             raise InvalidArgument(f"request {rid!r}: {exc}", parameter=exc.parameter, value=exc.value) from None
 

@@ -256,3 +256,18 @@ def check_token_ids_in_vocab(params, vocab_size):
             raise InvalidArgument(f"SamplingParams.{name}: {bad} is outside the vocabulary [0, {vocab_size})",
                                   parameter=name, value=bad)
     return params
+
+
+MAX_LOGPROBS = 20          # vLLM's default max_logprobs: the most logprobs / prompt_logprobs one request may ask
+
+
+def check_logprobs(params, max_logprobs):
+    """logprobs and prompt_logprobs of params at most the engine's max_logprobs (vLLM's rule, checked at the
+    request boundary: LLMEngine.add_request; the server checks its fields against the same number)."""
+    for name in ("logprobs", "prompt_logprobs"):
+        k = getattr(params, name)
+        if k is not None and k > max_logprobs:
+            raise InvalidArgument(f"SamplingParams.{name}: {k} is more than this engine's max_logprobs "
+                                  f"{max_logprobs} (vLLM's limit; raise it with max_logprobs=, --max-logprobs)",
+                                  parameter=name, value=k)
+    return params

@@ -38,6 +38,7 @@ class SchedulerConfig:
     max_num_seqs: int = 64               # sequences holding a KV cache at once
     prefill_chunk_size: int | None = None  # most prompt tokens of one sequence per step (None = budget)
     base_seed: int = 0                   # seeds of requests without one derive from this and their id
+    max_logprobs: int = 20               # the most logprobs / prompt_logprobs a request may ask (vLLM's)
 
     def __post_init__(self):
         for name in ("max_num_batched_tokens", "max_num_seqs"):
@@ -49,6 +50,9 @@ class SchedulerConfig:
             raise InvalidArgument(f"SchedulerConfig.prefill_chunk_size must be None or an integer >= 1, got {c!r}")
         if not isinstance(self.base_seed, int) or isinstance(self.base_seed, bool):
             raise InvalidArgument(f"SchedulerConfig.base_seed must be an integer, got {self.base_seed!r}")
+        m = self.max_logprobs
+        if not isinstance(m, int) or isinstance(m, bool) or m < 0:
+            raise InvalidArgument(f"max_logprobs must be an integer >= 0, got {m!r}", parameter="max_logprobs", value=m)
 
 
 class Scheduler:

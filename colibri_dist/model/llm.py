@@ -36,7 +36,7 @@ class LLM:
                  max_num_batched_tokens=2048, max_num_seqs=64, seed=0, moe=None, w8a8=True, max_model_len=None,
                  enable_prefix_caching=None, allow_long_context=False, checksums=True, prefill_chunk_size=None,
                  offload_compression=None, dtype="auto", tensor_parallel_size=1, gpu_memory_utilization=None,
-                 trust_remote_code=False, enforce_eager=False):
+                 trust_remote_code=False, enforce_eager=False, max_logprobs=20):
         """model: the .colibri path (vLLM's name), or a .gguf file imported once into a cached container
         (format/gguf_cache.py); max_model_len: vLLM's name of max_seq_len (at most the
         model's max_position_embeddings unless allow_long_context=True); seed: the base seed of requests
@@ -44,7 +44,8 @@ class LLM:
         dependencies are visible); checksums=False skips the container's first-use view checks;
         prefill_chunk_size: most prompt tokens of one sequence per step; offload_compression: None | "zstd"
         (the spilled experts under offload_dir). dtype, tensor_parallel_size, gpu_memory_utilization,
-        trust_remote_code, enforce_eager: vLLM's, with their CPU meaning or refused (vllm_options.py)."""
+        trust_remote_code, enforce_eager: vLLM's, with their CPU meaning or refused (vllm_options.py);
+        max_logprobs: vLLM's, the most logprobs / prompt_logprobs a request may ask (more: InvalidArgument)."""
         from ..engine import Engine
         from ..generate import SchedulerConfig
         if model is None:
@@ -60,7 +61,7 @@ class LLM:
         self.path = str(path)
         self.scheduler_config = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
                                                 max_num_seqs=max_num_seqs, base_seed=seed,
-                                                prefill_chunk_size=prefill_chunk_size)
+                                                prefill_chunk_size=prefill_chunk_size, max_logprobs=max_logprobs)
         self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
                              policy=policy, prefetch_workers=prefetch_workers, w8a8=w8a8, checksums=checksums,
                              compression=offload_compression)

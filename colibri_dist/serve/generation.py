@@ -90,7 +90,7 @@ class Call:
 
 
 async def completions(state, request, body):
-    req = parse_completion(body, state.cfg.max_n, state.cfg.disable_any_whitespace)
+    req = parse_completion(body, state.cfg.max_n, state.cfg.disable_any_whitespace, state.max_logprobs)
     if len(req.prompts) > state.cfg.max_prompts:
         raise bad_param("prompt", f"{len(req.prompts)} prompts in one request; the server takes at most "
                                   f"{state.cfg.max_prompts} (--max-prompts)")
@@ -111,7 +111,7 @@ def _completion_prompts(state, req):
 
 
 async def chat(state, request, body):
-    req = parse_chat(body, state.cfg.max_n, state.cfg.disable_any_whitespace)
+    req = parse_chat(body, state.cfg.max_n, state.cfg.disable_any_whitespace, state.max_logprobs)
     chat_output.check(state, req)
     call = Call(state, "chat", req, state.check_model(req.model))
     call.submit([await asyncio.to_thread(_chat_prompt, state, req)])        # the template and tokenizer: off it

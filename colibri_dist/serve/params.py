@@ -9,13 +9,13 @@ client set (so the engine's defaults, e.g. the model's generation_config, apply 
 import math
 from dataclasses import dataclass, field
 
+from ..generate.params import MAX_LOGPROBS
 from .errors import APIError, bad_param
 from .response_format import structured_outputs_of
 from .tools import choice as tool_choice
 from .tools import request as tool_request
 
 INT64 = (1 << 63) - 1
-MAX_LOGPROBS = 20
 
 
 # ------------------------------------------------------------------ checkers (value -> value or raise)
@@ -99,9 +99,9 @@ COMMON = {
     "metadata": (_ignored, None), "store": (_ignored, None), "service_tier": (_ignored, None),
     "response_format": (None, None), "structured_outputs": (None, None),
 }
-COMPLETION = dict(COMMON, prompt=(None, None), echo=(_bool, None), logprobs=(_int(0, MAX_LOGPROBS), None),
+COMPLETION = dict(COMMON, prompt=(None, None), echo=(_bool, None), logprobs=(_int(0, 1 << 30), None),
                   suffix=(_absent, None))
-CHAT = dict(COMMON, messages=(None, None), logprobs=(_bool, None), top_logprobs=(_int(0, MAX_LOGPROBS), None),
+CHAT = dict(COMMON, messages=(None, None), logprobs=(_bool, None), top_logprobs=(_int(0, 1 << 30), None),
             max_completion_tokens=(_int(0, 1 << 30), None), add_generation_prompt=(_bool, None),
             tools=(None, None), tool_choice=(None, None), functions=(_absent, None),
             parallel_tool_calls=(_bool, None))
@@ -136,8 +136,10 @@ class ChatRequest:
     tools: object = None             # tools/request.py ToolRequest (None: no tools)
 
 
-def parse_completion(body, max_n, disable_any_whitespace=False):
+def parse_completion(body, max_n, disable_any_whitespace=False, max_logprobs=MAX_LOGPROBS):
+    """max_logprobs: the engine's (EngineArgs.max_logprobs), the one limit of logprobs."""
     got = _check_fields(body, COMPLETION, "completions")
+    _check_logprobs("logprobs", got, max_logprobs)
     prompts = _prompts(body.get("prompt"))
     req = CompletionRequest(prompts, _sampling(got, COMPLETION), model=got.get("model"))
     _common(req, got, max_n)
@@ -155,8 +157,9 @@ def parse_completion(body, max_n, disable_any_whitespace=False):
     return req
 
 
-def parse_chat(body, max_n, disable_any_whitespace=False):
+def parse_chat(body, max_n, disable_any_whitespace=False, max_logprobs=MAX_LOGPROBS):
     got = _check_fields(body, CHAT, "chat/completions")
+    _check_logprobs("top_logprobs", got, max_logprobs)
     req = ChatRequest(_messages(body.get("messages")), _sampling(got, CHAT), model=got.get("model"))
     _common(req, got, max_n)
     if "max_tokens" in got and "max_completion_tokens" in got and got["max_tokens"] != got["max_completion_tokens"]:
@@ -189,6 +192,12 @@ def _tools(req, body, disable_any_whitespace=False):
     spec = tool_choice.schema(req.tools) if req.tools is not None else None
     if spec is not None:
         req.sampling["structured_outputs"] = {"json": spec, "disable_any_whitespace": disable_any_whitespace}
+
+
+def _check_logprobs(name, got, max_logprobs):
+    if got.get(name, 0) > max_logprobs:
+        raise bad_param(name, f"must be <= {max_logprobs} (the engine's max_logprobs, vLLM's; --max-logprobs), "
+                              f"got {got[name]}")
 
 
 def _check_fields(body, table, where):

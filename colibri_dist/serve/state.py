@@ -99,6 +99,7 @@ class ServerState:
         self.tool_parser = tools.parser_for(getattr(cfg, "tool_call_parser", None), info.family)
         self.reasoning = reasoning.PARSERS.get(getattr(cfg, "reasoning_parser", None))   # (start, end) markers
         self.names = cfg.model_names
+        self.max_logprobs = cfg.engine_args().max_logprobs      # the engine's limit, checked on the fields
         self.created = int(time.time())
         self.t_started = time.perf_counter()
 

@@ -1,5 +1,5 @@
 """vLLM code runs unchanged on cd.LLM (issue 31, the newcomer's path): invalid requests raise ValueError,
-vLLM's LLM(...) keywords, LLM.chat's keywords, include_stop_str_in_output / detokenize, request ids unique
+vLLM's LLM(...) keywords and max_logprobs, LLM.chat's keywords, include_stop_str_in_output / detokenize, request ids unique
 across calls, the "Processed prompts" bar, get_tokenizer() -> a transformers tokenizer. On the demo LLM."""
 import sys
 import warnings
@@ -77,6 +77,21 @@ def test_vllm_constructor_keywords_refused_say_why(llm, kw, name, text):
     with pytest.raises(InvalidArgument, match=text) as info:
         cd.LLM(llm.path, threads=1, **kw)
     assert info.value.parameter == name and name in str(info.value)
+
+
+def test_logprobs_above_max_logprobs_are_refused_naming_them(llm):
+    for name in ("logprobs", "prompt_logprobs"):
+        with pytest.raises(ValueError, match=f"{name}: 21 is more than this engine's max_logprobs 20") as info:
+            _gen(llm, PROMPT, cd.SamplingParams(max_tokens=1, **{name: 21}))
+        assert info.value.parameter == name
+        out = _gen(llm, PROMPT, cd.SamplingParams(max_tokens=1, **{name: 21}), errors="return")[0]
+        assert name in str(out.error)                          # the jobs' rows: that row's error
+    with cd.LLM(llm.path, threads=1, max_logprobs=21) as wide:
+        out = _gen(wide, PROMPT, cd.SamplingParams(max_tokens=1, logprobs=21))[0]
+        assert len(out.outputs[0].logprobs[0].top) == 21
+    with pytest.raises(InvalidArgument, match="max_logprobs") as info:
+        cd.LLM(llm.path, threads=1, max_logprobs=-1)
+    assert info.value.parameter == "max_logprobs"
 
 
 # ------------------------------------------------------------------ 3. LLM.chat's keywords

@@ -1,5 +1,6 @@
 """Issue 31's smaller server items, on one loopback server: /v1/models' root is the served name, a null
-max_tokens fills the context (vLLM's), colibri_requests_running counts requests (n > 1 once), and a
+max_tokens fills the context (vLLM's), colibri_requests_running counts requests (n > 1 once), logprobs
+are capped by the engine's max_logprobs (--max-logprobs), and a
 half-sent body gets a 408 after --body-timeout instead of holding its connection forever."""
 import socket
 from urllib.parse import urlparse
@@ -13,11 +14,12 @@ from colibri_dist.serve.metrics import Metrics
 from serve_helpers import start_server
 
 BODY_TIMEOUT_S = 0.5
+MAX_LOGPROBS = 5
 
 
 @pytest.fixture(scope="module")
 def server(demo_model):
-    s = start_server(demo_model, body_timeout_s=BODY_TIMEOUT_S)
+    s = start_server(demo_model, body_timeout_s=BODY_TIMEOUT_S, llm_kwargs={"max_logprobs": MAX_LOGPROBS})
     yield s
     s.stop()
 
@@ -42,6 +44,19 @@ def test_null_max_tokens_fills_the_context(http):
     assert usage["completion_tokens"] == ctx - usage["prompt_tokens"]
     r = http.post("/v1/completions", json={"prompt": "count: one", "temperature": 0, "ignore_eos": True})
     assert r.json()["usage"]["completion_tokens"] == 16                    # absent: OpenAI's 16
+
+
+@pytest.mark.parametrize("route, field, extra", [
+    ("/v1/completions", "logprobs", {"prompt": "count: one"}),
+    ("/v1/chat/completions", "top_logprobs", {"messages": [{"role": "user", "content": "count: one"}],
+                                              "logprobs": True}),
+])
+def test_logprobs_are_capped_by_the_engines_max_logprobs(http, route, field, extra):
+    body = dict(extra, max_tokens=2, temperature=0)
+    r = http.post(route, json={**body, field: MAX_LOGPROBS + 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+    assert f"<= {MAX_LOGPROBS}" in r.json()["error"]["message"] and "max_logprobs" in r.json()["error"]["message"]
+    assert http.post(route, json={**body, field: MAX_LOGPROBS}).status_code == 200
 
 
 def test_running_requests_count_a_request_of_n_samples_once():
