@@ -11,7 +11,8 @@ request gets an `error` and the others go on. A wrong call shape (a params list 
 repeated request ids) always raises InvalidArgument. If anything raises mid-way (a request's error,
 the model, a callback, Ctrl-C), this call's unfinished requests are aborted (their KV blocks freed)
 before it propagates. Default request ids are vLLM's: str(n) from the engine's counter, so no two
-calls on one persistent engine share one.
+calls on one persistent engine share one; unseeded samples still derive their seeds from the prompt's
+position in the call (as before the ids were fresh), so repeating a call repeats its results.
 """
 from dataclasses import replace
 
@@ -39,9 +40,9 @@ def generate(model, tokenizer, prompts, sampling_params=None, scheduler_config=N
     items = as_prompt_list(prompts)
     params = _params_list(sampling_params, len(items))
     eng = _engine(model, tokenizer, scheduler_config, engine)
-    rids = _rids(request_ids, len(items), eng)
-    adds = [(lambda it=it, sp=sp, rid=rid: eng.add_request(rid, it, sp, output_kind=FINAL_ONLY))
-            for it, sp, rid in zip(items, params, rids)]
+    rids, keys = _rids(request_ids, len(items), eng), _seed_keys(request_ids, len(items))
+    adds = [(lambda it=it, sp=sp, rid=rid, k=k: eng.add_request(rid, it, sp, output_kind=FINAL_ONLY, seed_key=k))
+            for it, sp, rid, k in zip(items, params, rids, keys)]
     return _drive(eng, adds, rids, on_token, on_step, use_tqdm, errors=errors)
 
 
@@ -56,15 +57,15 @@ def chat(model, tokenizer, template, conversations, sampling_params=None, schedu
     params = _params_list(sampling_params, len(convs))
     render = renderer(template, add_generation_prompt, continue_final_message, tools, chat_template_kwargs)
     eng = _engine(model, tokenizer, scheduler_config, engine)
-    rids = _rids(request_ids, len(convs), eng)
+    rids, keys = _rids(request_ids, len(convs), eng), _seed_keys(request_ids, len(convs))
 
-    def add(conv, sp, rid):
+    def add(conv, sp, rid, key):
         try:
             text = render(conv)
         except InvalidArgument as exc:
             raise InvalidArgument(f"request {rid!r}: {exc}", parameter=exc.parameter, value=exc.value) from None
-        eng.add_request(rid, text, sp, add_special_tokens=False, output_kind=FINAL_ONLY)
-    adds = [(lambda c=c, sp=sp, rid=rid: add(c, sp, rid)) for c, sp, rid in zip(convs, params, rids)]
+        eng.add_request(rid, text, sp, add_special_tokens=False, output_kind=FINAL_ONLY, seed_key=key)
+    adds = [(lambda c=c, sp=sp, rid=rid, k=k: add(c, sp, rid, k)) for c, sp, rid, k in zip(convs, params, rids, keys)]
     return _drive(eng, adds, rids, on_token, on_step, use_tqdm, errors=errors)
 
 
@@ -131,6 +132,12 @@ def _progress_bar(use_tqdm, total):
     else:
         from tqdm import tqdm as make
     return make(total=total, desc="Processed prompts", dynamic_ncols=True)
+
+
+def _seed_keys(request_ids, n):
+    """What unseeded samples derive their seeds from: the caller's ids, else the prompt's position in the call
+    (so a call's results never depend on the calls before it, whatever fresh ids it got)."""
+    return [None] * n if request_ids is not None else list(range(n))
 
 
 def _hashable(x):

@@ -50,6 +50,7 @@ class _Group:
         self.request_id, self.kind, self.prompt_text, self.prompt_ids = request_id, kind, prompt_text, prompt_ids
         self.params, self.children, self.output_kind = params, children, output_kind
         self.sent_prompt = False
+        self.seed_key = request_id               # what unseeded samples derive their seed from
 
     def finished(self):
         return all(c.finished for c in self.children)
@@ -88,11 +89,13 @@ class LLMEngine:
 
     # ------------------------------------------------------------ requests (any thread)
     def add_request(self, request_id, prompt, params=None, arrival_time=None, *, kind="generate",
-                    add_special_tokens=True, resume=None, output_kind=None):
+                    add_special_tokens=True, resume=None, output_kind=None, seed_key=None):
         """Queue a request; it joins the batch at the next step. Raises InvalidArgument naming the
         request for a bad prompt, bad params, a prompt the model cannot take, or an id in use.
         resume=(token ids, logprobs or None): continue from tokens generated elsewhere (n=1).
-        output_kind: overrides params.output_kind (LLM.generate asks FINAL_ONLY, as vLLM's LLM does)."""
+        output_kind: overrides params.output_kind (LLM.generate asks FINAL_ONLY, as vLLM's LLM does).
+        seed_key: what a sample without its own seed derives one from (default: request_id); LLM.generate
+        gives the prompt's position in its call with default ids, so the fresh ids never change a result."""
         if kind not in KINDS:
             raise InvalidArgument(f"request {request_id!r}: kind must be one of {KINDS}, got {kind!r}")
         text, ids = self._encode(request_id, prompt, add_special_tokens)
@@ -100,6 +103,8 @@ class LLMEngine:
         if output_kind is None:
             output_kind = params.output_kind if params is not None else RequestOutputKind.FINAL_ONLY
         group = _Group(request_id, kind, text, ids, params, [], RequestOutputKind(output_kind))
+        if seed_key is not None:
+            group.seed_key = seed_key
         bad = self._bad_words(request_id, params)
         compiled = self._compile(request_id, params)
         with self._lock:
@@ -281,7 +286,7 @@ class LLMEngine:
             detok = Detokenizer(self.tokenizer, p.skip_special_tokens, self._texts) \
                 if self.tokenizer is not None and p.detokenize else None
             req = Request(index, group.request_id, "generate", list(group.prompt_ids), p,
-                          Sampler(p, base, group.request_id, i), detok, procs if procs.active else None, i)
+                          Sampler(p, base, group.seed_key, i), detok, procs if procs.active else None, i)
             req.group = group
             if i > 0:
                 req.prompt_k = None              # prompt logprobs come from sample 0 only

@@ -146,6 +146,10 @@ def test_default_request_ids_are_strings_never_reused(llm):
     c = llm.chat([{"role": "user", "content": PROMPT}], GREEDY, use_tqdm=False)
     ids = [o.request_id for o in a + b + c]
     assert all(isinstance(i, str) for i in ids) and len(set(ids)) == 4
+    sampled = cd.SamplingParams(max_tokens=6, temperature=1.0, ignore_eos=True)      # no seed of its own
+    first, again = _gen(llm, ["count: one", "week: friday"], sampled), _gen(llm, ["count: one", "week: friday"], sampled)
+    assert [o.request_id for o in first] != [o.request_id for o in again]
+    assert [o.outputs[0].token_ids for o in first] == [o.outputs[0].token_ids for o in again]   # seeds: positions
 
 
 # ------------------------------------------------------------------ 6. the "Processed prompts" bar
