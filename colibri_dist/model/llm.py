@@ -26,7 +26,7 @@ from .decoder import Decoder
 from .kv_budget import check_max_seq_len, default_budget, warn_limits
 from .kv_cache import KVCache, block_bytes
 from .tokenizer import eos_token_ids, generation_config, hf_tokenizer, load_tokenizer, tokenizer_config
-from .vllm_options import check_vllm_options
+from .vllm_options import check_request_options, check_vllm_options
 from .weights import check_ids, load_weights
 
 
@@ -257,7 +257,7 @@ class LLM:
         return eng
 
     def generate(self, prompts, sampling_params=None, use_tqdm=True, on_token=None, request_ids=None, on_step=None,
-                 errors="raise"):
+                 errors="raise", *, lora_request=None):
         """prompts: str | token ids | {"prompt"} | {"prompt_token_ids"} | a list of those -> list[RequestOutput]
         in prompt order (`outs[0].outputs[0].text`). sampling_params None = the model's defaults.
         use_tqdm: vLLM's "Processed prompts" bar on stderr (or a tqdm-like class); False for none.
@@ -268,20 +268,24 @@ class LLM:
         this LLM's engine. on_token(StreamEvent) per generated token, on_step(StepStats) after every model step.
         It drives llm_engine until these requests finish, in the calling thread: one thread at a time
         may step this LLM's engines (model calls are not concurrent; the pool runner's lanes take turns
-        under a lock), so a server that drives llm_engine itself must not call generate meanwhile."""
+        under a lock), so a server that drives llm_engine itself must not call generate meanwhile.
+        lora_request: vLLM's; None only (no adapters here)."""
         from ..generate.api import generate
         self._check_open()
+        check_request_options(lora_request)
         return generate(self, self.tokenizer, prompts, sampling_params, self.scheduler_config, on_token, request_ids,
                         on_step, engine=self.llm_engine, use_tqdm=use_tqdm, errors=errors)
 
     def chat(self, messages, sampling_params=None, use_tqdm=True, on_token=None, request_ids=None, on_step=None,
              errors="raise", *, chat_template=None, add_generation_prompt=True, continue_final_message=False,
-             tools=None, chat_template_kwargs=None):
+             tools=None, chat_template_kwargs=None, lora_request=None, chat_template_content_format="auto"):
         """A conversation of {"role", "content"} (or a list of them) rendered with the container's chat
         template, or `chat_template` (a Jinja string) when given, then generated as generate() does.
-        add_generation_prompt, continue_final_message, tools, chat_template_kwargs: vLLM's LLM.chat."""
+        add_generation_prompt, continue_final_message, tools, chat_template_kwargs: vLLM's LLM.chat;
+        lora_request None only; chat_template_content_format "auto" or "string" (contents go as given)."""
         from ..generate.api import chat
         self._check_open()
+        check_request_options(lora_request, chat_template_content_format)
         template = self.chat_template if chat_template is None else self._custom_template(chat_template)
         return chat(self, self.tokenizer, template, messages, sampling_params, self.scheduler_config, on_token,
                     request_ids, on_step, engine=self.llm_engine, use_tqdm=use_tqdm, errors=errors,

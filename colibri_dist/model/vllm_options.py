@@ -14,7 +14,9 @@ seed=..., enforce_eager=...)` runs unchanged:
     enforce_eager           accepted, no effect: there are no CUDA graphs; every step runs eagerly.
     seed                    the scheduler's base seed (requests without their own derive theirs from it and
                             their id); None is 0, so runs stay reproducible.
-Every other value raises InvalidArgument naming the keyword.
+Every other value raises InvalidArgument naming the keyword. LLM.generate/chat's lora_request (None only:
+no adapters) and chat's chat_template_content_format ("auto" / "string": contents reach the template as
+given) are checked here too (check_request_options).
 """
 import warnings
 
@@ -51,6 +53,16 @@ def check_vllm_options(dtype="auto", tensor_parallel_size=1, gpu_memory_utilizat
         raise InvalidArgument(f"seed must be an integer >= 0 (the base seed of requests without one), got {seed!r}",
                               parameter="seed", value=seed)
     return seed
+
+
+def check_request_options(lora_request=None, chat_template_content_format="auto"):
+    if lora_request is not None:
+        raise InvalidArgument("lora_request: colibri serves no LoRA adapters (merge one into the checkpoint "
+                              "before `colibri convert`)", parameter="lora_request", value=lora_request)
+    if chat_template_content_format not in ("auto", "string"):
+        raise InvalidArgument(f"chat_template_content_format must be 'auto' or 'string' (message contents reach the "
+                              f"template as given), got {chat_template_content_format!r}",
+                              parameter="chat_template_content_format", value=chat_template_content_format)
 
 
 def _check_dtype(dtype):

@@ -113,6 +113,13 @@ def test_chat_takes_vllms_template_keywords(llm):
     assert llm.chat(conv, GREEDY, use_tqdm=False)[0].prompt == PROMPT                 # the container's template
     kw = chat(chat_template_kwargs={"add_generation_prompt": True}, add_generation_prompt=False)
     assert kw.prompt == PROMPT + " ."                                                 # the keyword wins
+    assert chat(lora_request=None, chat_template_content_format="string").prompt == PROMPT + " . count:"
+    with pytest.raises(InvalidArgument, match="LoRA") as info:
+        _gen(llm, PROMPT, lora_request=object())
+    assert info.value.parameter == "lora_request"
+    with pytest.raises(InvalidArgument, match="'auto' or 'string'") as info:
+        chat(chat_template_content_format="openai")
+    assert info.value.parameter == "chat_template_content_format"
 
 
 # ------------------------------------------------------------------ 4. include_stop_str_in_output, detokenize
