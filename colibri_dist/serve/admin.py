@@ -81,7 +81,7 @@ def routes(app, state):
         try:
             new_id = await admin.add(layer, weights, row, bias)
         except ColibriError as exc:
-            raise APIError(400, str(exc), param="layer") from None
+            raise APIError(400, state.info.public(exc), param="layer") from None
         return {"layer": layer, "expert": new_id, "applies_to": "requests admitted after this change"}
 
     @app.delete("/admin/experts/{layer}/{expert}")
@@ -90,5 +90,5 @@ def routes(app, state):
         try:
             await admin.remove(layer, expert)
         except ColibriError as exc:
-            raise APIError(400, str(exc), param="expert") from None
+            raise APIError(400, state.info.public(exc), param="expert") from None
         return {"layer": layer, "removed": expert, "applies_to": "requests admitted after this change"}
