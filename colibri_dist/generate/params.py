@@ -268,6 +268,6 @@ def check_logprobs(params, max_logprobs):
         k = getattr(params, name)
         if k is not None and k > max_logprobs:
             raise InvalidArgument(f"SamplingParams.{name}: {k} is more than this engine's max_logprobs "
-                                  f"{max_logprobs} (vLLM's limit; raise it with max_logprobs=, --max-logprobs)",
+                                  f"{max_logprobs} (vLLM's limit: LLM(max_logprobs=N), colibri serve --max-logprobs N)",
                                   parameter=name, value=k)
     return params
