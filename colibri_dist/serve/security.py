@@ -2,10 +2,11 @@
 
 Role in the data flow: every HTTP request passes here first. Its body is read (at most the limit: 413
 beyond it, by Content-Length or by counting; all of it within body_timeout seconds of the headers: 408
-otherwise, so a half-sent body does not hold a connection and its task forever) and replayed to the app; when the server has a key every
-route but /health and /metrics (open, as in vLLM) needs `Authorization: Bearer KEY` (401 otherwise,
-compared in constant time), judged on the path the router matches (root_path removed); /admin/* is
-refused (403) on a server started without a key. No route reads or writes a file named by a request.
+otherwise, so a half-sent body does not hold a connection and its task forever) and replayed to the app;
+when the server has a key every route but /health and /metrics (open, as in vLLM) needs `Authorization:
+Bearer KEY` (401 otherwise, compared in constant time), judged on the path the router matches (root_path
+removed); /admin/* is refused (403) on a server started without a key. No route reads or writes a file
+named by a request.
 """
 import asyncio
 import hmac
