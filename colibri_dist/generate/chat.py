@@ -126,7 +126,8 @@ def renderer(template, add_generation_prompt=True, continue_final_message=False,
     """conversation -> prompt text, as vLLM's LLM.chat renders it (transformers' apply_chat_template):
     continue_final_message renders without the generation prompt and cuts the text after the last message's
     content, so the model goes on with it; it and add_generation_prompt exclude each other."""
-    for name, v in (("add_generation_prompt", add_generation_prompt), ("continue_final_message", continue_final_message)):
+    flags = (("add_generation_prompt", add_generation_prompt), ("continue_final_message", continue_final_message))
+    for name, v in flags:
         if not isinstance(v, bool):
             raise InvalidArgument(f"{name} must be True or False, got {v!r}", parameter=name, value=v)
     if add_generation_prompt and continue_final_message:

@@ -1,6 +1,7 @@
 """vLLM code runs unchanged on cd.LLM (issue 31, the newcomer's path): invalid requests raise ValueError,
-vLLM's LLM(...) keywords and max_logprobs, LLM.chat's keywords, include_stop_str_in_output / detokenize, request ids unique
-across calls, the "Processed prompts" bar, get_tokenizer() -> a transformers tokenizer. On the demo LLM."""
+vLLM's LLM(...) keywords and max_logprobs, LLM.chat's keywords, include_stop_str_in_output / detokenize,
+request ids unique across calls, the "Processed prompts" bar, get_tokenizer() -> a transformers tokenizer.
+On the demo LLM."""
 import sys
 import warnings
 
@@ -154,7 +155,8 @@ def test_default_request_ids_are_strings_never_reused(llm):
     ids = [o.request_id for o in a + b + c]
     assert all(isinstance(i, str) for i in ids) and len(set(ids)) == 4
     sampled = cd.SamplingParams(max_tokens=6, temperature=1.0, ignore_eos=True)      # no seed of its own
-    first, again = _gen(llm, ["count: one", "week: friday"], sampled), _gen(llm, ["count: one", "week: friday"], sampled)
+    two = ["count: one", "week: friday"]
+    first, again = _gen(llm, two, sampled), _gen(llm, two, sampled)
     assert [o.request_id for o in first] != [o.request_id for o in again]
     assert [o.outputs[0].token_ids for o in first] == [o.outputs[0].token_ids for o in again]   # seeds: positions
 
