@@ -44,6 +44,10 @@ def test_null_max_tokens_fills_the_context(http):
     assert usage["completion_tokens"] == ctx - usage["prompt_tokens"]
     r = http.post("/v1/completions", json={"prompt": "count: one", "temperature": 0, "ignore_eos": True})
     assert r.json()["usage"]["completion_tokens"] == 16                    # absent: OpenAI's 16
+    r = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "count: one"}],
+                                                "max_tokens": None, "ignore_eos": True, "temperature": 0})
+    usage = r.json()["usage"]
+    assert usage["completion_tokens"] == ctx - usage["prompt_tokens"]      # chat: null is absent, the same
 
 
 @pytest.mark.parametrize("route, field, extra", [
