@@ -88,7 +88,11 @@ def test_n_samples_each_valid_and_sample0_is_n1(models):
                                        ({"grammar": "start: undefined_rule"}, "structured_outputs.grammar")])
 def test_bad_constraint_fails_its_request_only(models, so, field):
     llm = models[0]
-    outs = llm.generate(["bad", "good"], [_params(so, 1), cd.SamplingParams(max_tokens=4, temperature=0.0)])
+    both = (["bad", "good"], [_params(so, 1), cd.SamplingParams(max_tokens=4, temperature=0.0)])
+    with pytest.raises(ValueError) as e:                    # vLLM's LLM: an invalid request raises
+        llm.generate(*both)
+    assert e.value.parameter == field and field in str(e.value)
+    outs = llm.generate(*both, errors="return")             # the jobs' way: the error is that request's
     assert outs[0].error is not None and outs[0].error.parameter == field and field in str(outs[0].error)
     assert outs[1].error is None and len(outs[1].outputs[0].token_ids) == 4
 
