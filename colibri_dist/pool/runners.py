@@ -25,7 +25,7 @@ from .runner import SequenceRunner
 RunnerActor = ray.remote(SequenceRunner)
 LLM_KEYS = ("threads", "kv_cache_bytes", "max_seq_len", "kv_cache_dtype", "block_size", "max_num_batched_tokens",
             "max_num_seqs", "seed", "max_model_len", "enable_prefix_caching", "allow_long_context", "checksums",
-            "w8a8")
+            "w8a8", "max_logprobs")
 
 
 class RunnerPool:
