@@ -5,9 +5,10 @@ Role in the data flow (the Ray side; colibri_dist/ray_data.py is the public entr
     batch_format="pyarrow") -> [postprocess] -> ds
 The row functions run as map_batches tasks over `batch_size` rows (Ray Data bundles small blocks into
 one task, so 40 one-row blocks do not start 40 worker processes), at most as many at once as there
-are actors, on their own resources (*_map_kwargs; default num_cpus=0). If the actors and one task of
-each row function do not fit the cluster's CPUs (a pipeline that would wait forever), the actors'
-default reservation shrinks to fit, and an explicit num_cpus that cannot fit is an InvalidArgument.
+are actors, on their own resources (*_map_kwargs; default num_cpus=0). If the actors, one task of
+each row function and of each stage feeding them (a read_json task) do not fit the cluster's CPUs (a
+pipeline that would wait forever), the actors' default reservation shrinks to fit, and an explicit
+num_cpus that cannot fit is an InvalidArgument (ray_data_cpus.py).
 A row the runner fails raises by default (ray.data.llm's should_continue_on_error=False); with
 should_continue_on_error=True it gets an `error` column and the pipeline goes on.
 Each actor takes a NUMA slot from a small counter actor, pins itself with the numa room's plan
@@ -26,6 +27,7 @@ import ray
 import ray.data
 
 from ..errors import InvalidArgument
+from .ray_data_cpus import actor_cpus, upstream_cpus
 
 
 @dataclass
@@ -173,27 +175,19 @@ class Processor:
             kw["compute"] = ray.data.TaskPoolStrategy(size=self.config.max_actors)
         return ds.map_batches(RowFn(fn), batch_size=self.config.batch_size, batch_format="pyarrow", **kw)
 
-    def actor_cpus(self):
-        """CPUs each actor reserves: num_cpus, or 1 shrunk so that the actors and one task of each row
-        function fit the cluster (else the row tasks wait forever for the CPUs the actors hold)."""
-        c = self.config
+    def actor_cpus(self, ds=None):
+        """CPUs each actor reserves: num_cpus, or 1 shrunk so that the actors, one task of each row
+        function and the stages feeding `ds` (a read_json task) fit the cluster (ray_data_cpus.py)."""
         row_cpus = sum(float(kw.get("num_cpus") or 0) for fn, kw in ((self.preprocess, self.pre_kwargs),
                                                                      (self.postprocess, self.post_kwargs)) if fn)
-        total = float(ray.cluster_resources().get("CPU", 0))
-        want = 1.0 if c.num_cpus is None else float(c.num_cpus)
-        if c.max_actors * want + row_cpus <= total:
-            return want
-        if c.num_cpus is not None or row_cpus >= total:
-            raise InvalidArgument(f"ColibriProcessorConfig: {c.max_actors} actors x num_cpus={want:g} plus "
-                                  f"{row_cpus:g} CPUs for the pre/postprocess tasks need more than the "
-                                  f"cluster's {total:g} CPUs: the pipeline would wait forever (lower "
-                                  f"num_cpus, concurrency or the row functions' num_cpus)")
-        return int((total - row_cpus) / c.max_actors * 100) / 100
+        upstream = upstream_cpus(ds) if ds is not None else 0.0
+        return actor_cpus(self.config, row_cpus, upstream, float(ray.cluster_resources().get("CPU", 0)))
 
     def __call__(self, ds):
         from .ray_setup import connect
         connect(self.config.ray_address)
         c = self.config
+        cpus = self.actor_cpus(ds)          # from the stages before ours, so before ours are added
         if self.preprocess is not None:
             ds = self._row_stage(ds, self.preprocess, self.pre_kwargs)
         slots = _Slots.remote()
@@ -201,7 +195,7 @@ class Processor:
             ray.data.ActorPoolStrategy(min_size=c.concurrency[0], max_size=c.concurrency[1])
         ds = ds.map_batches(ColibriPredictor, fn_constructor_kwargs={"config": c, "runner_factory": self.runner_factory,
                                                                      "slots": slots},
-                            batch_size=c.batch_size, batch_format="pyarrow", compute=pool, num_cpus=self.actor_cpus())
+                            batch_size=c.batch_size, batch_format="pyarrow", compute=pool, num_cpus=cpus)
         if self.postprocess is not None:
             ds = self._row_stage(ds, self.postprocess, self.post_kwargs)
         return ds

@@ -143,6 +143,46 @@ def test_many_small_blocks_and_half_cpu_row_functions_on_two_cpus(demo):
     assert len({r["pre_pid"] for r in out}) <= 2 and len({r["post_pid"] for r in out}) <= 2
 
 
+def test_read_json_input_with_as_many_actors_as_cpus_finishes(demo, tmp_path):
+    """A read_json task asks 1 CPU: 2 actors on a 2-CPU Ray leave room for it (0.5 CPU each) instead of
+    holding both CPUs while the read waits forever."""
+    import ray.data
+
+    from colibri_dist.ray_data import ColibriProcessorConfig, build_processor
+    model, rows = demo
+    assert ray.cluster_resources()["CPU"] == os.cpu_count() == 2
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
+    processor = build_processor(ColibriProcessorConfig(model_source=model, concurrency=2, batch_size=3))
+    ds = ray.data.read_json(str(src))
+    assert processor.actor_cpus(ds) == 0.5
+    done = {}
+    worker = threading.Thread(target=lambda: done.update(out=processor(ds).take_all()), daemon=True)
+    worker.start()
+    worker.join(timeout=240)
+    assert "out" in done, "the read_json pipeline did not finish in 240 s (deadlocked?)"
+    assert sorted(r["id"] for r in done["out"]) == sorted(r["id"] for r in rows[:6])
+
+
+def test_stages_before_the_actors_count(demo, tmp_path, monkeypatch):
+    """An explicit num_cpus that leaves no CPU for the read task fails at once, naming what to change."""
+    import ray.data
+
+    from colibri_dist.errors import InvalidArgument
+    from colibri_dist.ray_data import ColibriProcessorConfig, build_processor
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"prompt": "a"}\n')
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    fixed = build_processor(ColibriProcessorConfig(model_source="m", concurrency=2, num_cpus=1))
+    with pytest.raises(InvalidArgument, match=r"2 actors x num_cpus=1 plus 0 CPUs .* plus 1 for the stages "
+                                              r"before them .* ask 3 CPUs, more than the cluster's 2 CPUs.*"
+                                              r"num_cpus or concurrency.*read_json\(..., num_cpus=0\)"):
+        fixed.actor_cpus(ray.data.read_json(str(src)))
+    free_read = ray.data.read_json(str(src), num_cpus=0)
+    assert fixed.actor_cpus(free_read) == 1.0
+    assert fixed.actor_cpus(ray.data.from_items([{"prompt": "a"}])) == 1.0
+
+
 def test_config_is_checked(monkeypatch):
     from colibri_dist.errors import InvalidArgument
     from colibri_dist.ray_data import ColibriProcessorConfig, build_processor
