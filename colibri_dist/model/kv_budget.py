@@ -2,16 +2,19 @@
 
 Role in the data flow: LLM asks check_max_seq_len(...) and default_budget(...) before it builds the
 KVCache, and warn_limits(...) after: the default budget holds max_num_seqs sequences of max_seq_len
-tokens, capped by RAM_FRACTION of the RAM free at load; when the budget holds less (or clamps one
-sequence's length) a warning names the numbers, so a preempting or truncating run is never silent.
+tokens, capped by RAM_FRACTION of the RAM free at load. Its pages are touched only as the cache fills
+(RSS stays small), so a big budget is said only when it matters, once per process, as one log line
+(logger colibri.kv_cache): a warning when it clamps a sequence's length or an explicit budget exceeds
+the free RAM; an info line when the default holds fewer than max_num_seqs full sequences.
 """
+import logging
 import os
-import warnings
 
 from ..errors import InvalidArgument
 
 RAM_FRACTION = 0.25          # of MemAvailable at load, at most, for a default KV budget
 FALLBACK_RAM = 4 << 30       # when the free RAM cannot be read
+log = logging.getLogger("colibri.kv_cache")
 
 
 def available_ram():
@@ -53,17 +56,33 @@ def default_budget(block_bytes, block_size, max_num_seqs, max_seq_len, available
     return max(block_bytes, min(want, cap)), want, cap
 
 
-def warn_limits(cache, max_seq_len, max_num_seqs, default, cap=None):
-    """Warn when the budget clamps one sequence's length, or (default budget) holds fewer than
-    max_num_seqs full-length sequences."""
-    held = cache.n_blocks * cache.block_size
+def warn_limits(cache, max_seq_len, max_num_seqs, default, cap=None, available=None):
+    """Say what the KV budget means for this load, each distinct line once per process (say_once):
+    a warning when it clamps one sequence's length or an explicit budget is more than the free RAM
+    (the pages are reserved lazily: it bites only when the cache fills); an info line (hidden unless
+    logging shows INFO) when the default budget, capped by the RAM, holds fewer than max_num_seqs
+    full-length sequences (long batches preempt, nothing is lost)."""
+    held, nbytes = cache.n_blocks * cache.block_size, cache.n_blocks * cache.block_bytes
     if cache.max_seq_len < max_seq_len:
-        warnings.warn(f"colibri KV cache: the budget of {cache.n_blocks * cache.block_bytes:,} bytes holds "
-                      f"{held:,} positions, so max_seq_len is capped from {max_seq_len:,} to {cache.max_seq_len:,} "
-                      f"(raise kv_cache_bytes or lower max_seq_len)", stacklevel=5)
+        say_once(logging.WARNING, f"colibri KV cache: {nbytes:,} bytes hold {held:,} positions, so max_seq_len is "
+                                  f"capped from {max_seq_len:,} to {cache.max_seq_len:,} (raise kv_cache_bytes or "
+                                  f"lower max_seq_len)")
     elif default and held < max_num_seqs * max_seq_len:
-        warnings.warn(f"colibri KV cache: the default budget is capped at {cache.n_blocks * cache.block_bytes:,} "
-                      f"bytes ({RAM_FRACTION:.0%} of the free RAM, cap {cap:,}); it holds {held:,} positions, fewer "
-                      f"than max_num_seqs={max_num_seqs} x max_seq_len={max_seq_len:,} = "
-                      f"{max_num_seqs * max_seq_len:,}: long batches will be preempted (set kv_cache_bytes, "
-                      f"max_num_seqs or max_seq_len)", stacklevel=5)
+        say_once(logging.INFO, f"colibri KV cache: the default budget is {nbytes:,} bytes ({RAM_FRACTION:.0%} of the "
+                               f"free RAM at most, cap {cap:,}; reserved lazily): {held:,} positions, fewer than "
+                               f"max_num_seqs={max_num_seqs} x max_seq_len={max_seq_len:,}, so long batches preempt")
+    ram = available_ram() if available is None else available
+    if not default and ram and nbytes > ram:
+        say_once(logging.WARNING, f"colibri KV cache: kv_cache_bytes={nbytes:,} is more than the {ram:,} bytes of "
+                                  f"free RAM; reserved lazily, it swaps or is killed when it fills (lower "
+                                  f"kv_cache_bytes)")
+
+
+_SAID = set()
+
+
+def say_once(level, text):
+    """Log `text` on the colibri.kv_cache logger, once per process (a model loaded again says nothing)."""
+    if text not in _SAID:
+        _SAID.add(text)
+        log.log(level, text)

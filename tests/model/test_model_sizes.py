@@ -1,5 +1,7 @@
 """LLM sizes: max_seq_len against max_position_embeddings, the default KV budget (max_num_seqs x max_seq_len,
-capped by free RAM, with a warning naming the numbers), logits of the last positions only, checksums."""
+capped by free RAM; said once per process as a log line, a warning only when it
+clamps a length or exceeds the free RAM), logits of the last positions only, checksums."""
+import re
 import warnings
 
 import numpy as np
@@ -39,17 +41,44 @@ def test_default_budget_holds_max_num_seqs_full_sequences(path):
             assert llm.stats()["kv_cache"]["max_seq_len"] == 128
 
 
-def test_a_budget_capped_by_free_ram_says_so(path, monkeypatch):
+def _said(caplog):
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "colibri.kv_cache"]
+
+
+def test_a_lazy_default_budget_capped_by_free_ram_is_an_info_line_once(path, monkeypatch, caplog):
+    """The default budget capped by the RAM is reserved lazily: no UserWarning, one INFO line per process."""
     with cd.LLM(path, max_num_seqs=1) as llm:
         block = llm.cache.block_bytes
+    monkeypatch.setattr(kv_budget, "_SAID", set())
     monkeypatch.setattr(kv_budget, "available_ram", lambda: int(20 * block / kv_budget.RAM_FRACTION))
-    with pytest.warns(UserWarning, match=r"default budget is capped .* holds 320 positions, fewer than "
-                                         r"max_num_seqs=4 x max_seq_len=128 = 512"):
-        with cd.LLM(path, max_num_seqs=4) as llm:
-            assert llm.cache.n_blocks == 20
-    with pytest.warns(UserWarning, match=r"holds 80 positions, so max_seq_len is capped from 128 to 80"):
+    caplog.set_level("INFO", logger="colibri.kv_cache")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                              # no raw UserWarning
+        for _ in range(2):                                          # loaded twice: said once
+            with cd.LLM(path, max_num_seqs=4) as llm:
+                assert llm.cache.n_blocks == 20
+    said = _said(caplog)
+    assert len(said) == 1 and said[0][0] == "INFO"
+    assert re.search(r"default budget is .* reserved lazily\): 320 positions, fewer than max_num_seqs=4 x "
+                     r"max_seq_len=128, so long batches preempt", said[0][1])
+
+
+def test_a_clamped_length_or_a_budget_beyond_the_free_ram_is_a_warning_once(path, monkeypatch, caplog):
+    with cd.LLM(path, max_num_seqs=1) as llm:
+        block = llm.cache.block_bytes
+    monkeypatch.setattr(kv_budget, "_SAID", set())
+    for _ in range(2):
         with cd.LLM(path, kv_cache_bytes=5 * block) as llm:
             assert llm.max_seq_len == 80
+    assert [s for s in _said(caplog) if "so max_seq_len is capped from 128 to 80" in s[1]] == \
+        [("WARNING", _said(caplog)[0][1])]
+    caplog.clear()
+    monkeypatch.setattr(kv_budget, "available_ram", lambda: 10 * block)
+    with cd.LLM(path, kv_cache_bytes=40 * block):
+        pass
+    assert _said(caplog) == [("WARNING", f"colibri KV cache: kv_cache_bytes={40 * block:,} is more than the "
+                                         f"{10 * block:,} bytes of free RAM; reserved lazily, it swaps or is killed "
+                                         f"when it fills (lower kv_cache_bytes)")]
 
 
 def test_default_budget_arithmetic():
