@@ -44,6 +44,7 @@ def build_parser():
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse exits 2 on usage errors
+    args.argv = list(sys.argv[1:] if argv is None else argv)   # `colibri run` says how to resume
     restore = streams.install()
     try:
         return int(args.func(args) or 0)

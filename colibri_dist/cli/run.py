@@ -2,7 +2,8 @@
 
 Role in the data flow: argv -> config.load_config (ConfigError -> exit 2) ->
 command-line overrides -> jobs.runner.run_job -> outputs, report.json,
-report.html and a summary table; exit 0, 1 (incomplete), 3 (rows errored, see exit_code).
+report.html and a summary table; exit 0, 1 (incomplete), 3 (rows errored, see exit_code); on Ctrl-C,
+what was kept and the command that resumes (resume_hint; exit 130).
 A no-CONFIG job (--model --input) runs in-process unless the model exceeds the available RAM or
 --workers/--executor ask for a pool. With no CONFIG it runs the packaged demo, a `generate` job on the
 constructed demo LLM (colibri_dist/configs/demo.yaml; the repo's configs/demo.yaml is the same file).
@@ -11,6 +12,8 @@ demo) runs that one.
 """
 import json
 import os
+import shlex
+import sys
 
 from . import EXIT_ROW_ERRORS
 from .common import add_progress, warn_workers
@@ -169,9 +172,24 @@ def main(args):
         warn_workers(cfg.pool.workers, "--workers" if args.workers is not None else "pool.workers")
     try:
         report = run_job(cfg, out_dir=args.out, restart=args.restart)
+    except KeyboardInterrupt:
+        print(resume_hint(args, cfg), file=sys.stderr, flush=True)
+        raise
     except OSError as exc:       # disk full, permissions, --out is a file, ...: a runtime failure, exit 1
         raise ColibriError(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}") from exc
     return exit_code(report, cfg.job.on_error)
+
+
+def resume_hint(args, cfg):
+    """What an interrupted run kept, and the command that resumes it (the same one, without --restart)."""
+    from ..jobs.generation.partial import kept_count
+    from ..jobs.runner import DEFAULT_OUT
+    out = os.path.abspath(args.out or cfg.job.output or DEFAULT_OUT)
+    argv = [a for a in getattr(args, "argv", None) or ["run"] if a != "--restart"]
+    kept = kept_count(out)
+    rows = f" and {kept} finished row(s) of the shards in flight" if kept else ""
+    return (f"colibri run: interrupted; the shards written{rows} are kept in {out}; resume with: "
+            f"colibri {shlex.join(argv)}")
 
 
 def exit_code(report, on_error=None):

@@ -31,6 +31,8 @@ from .rows import RowReader, check_sampling_defaults, row_error_text
 from ..run.executors import view_of
 from ..run.progress import RequestProgress
 from ..reports.report import without_limit
+from .each import generate_each
+from .partial import PartialRows
 from .plan import identity_of, plan_generation
 
 DEFAULT_OUT = "colibri-out"
@@ -47,14 +49,17 @@ class _GenerationKind:
                                 lambda: getattr(llm, "chat_template", None),
                                 model_defaults=getattr(llm, "generation_defaults", None))
 
-    def run_group(self, shards, progress, out_dir, meter=None):
+    def run_group(self, shards, progress, out_dir, meter=None, partial=None):
         """Generate for the rows of several shards in ONE llm call (the scheduler keeps its batch full
-        across shard boundaries), then write each shard atomically; -> [(shard, output name, info)]."""
+        across shard boundaries), then write each shard atomically; -> [(shard, output name, info)].
+        partial: PartialRows (partial.py): rows an interrupted run finished are taken from it, not run
+        again, and each row finishing now is added to it."""
         per_shard = [self.reader.read(s) for s in shards]
+        kept = _restore(shards, per_shard, partial)
         for rows in per_shard:
             self._fail_fast(rows)
-        good = [r for rows in per_shard for r in rows if r.error is None]
-        results = self._run(good, progress, meter) if good else []
+        good = [r for rows in per_shard for r in rows if r.error is None and id(r) not in kept]
+        results = self._run(good, progress, meter, self._keeper(good, shards, per_shard, partial)) if good else []
         if meter is not None:
             meter.add_results(results)
         result_of = {}
@@ -64,7 +69,24 @@ class _GenerationKind:
             result_of[id(r)] = res
         for rows in per_shard:
             self._fail_fast(rows)
-        return [self._write(shard, rows, result_of, out_dir) for shard, rows in zip(shards, per_shard)]
+        return [self._write(shard, rows, result_of, out_dir, kept) for shard, rows in zip(shards, per_shard)]
+
+    def _keeper(self, good, shards, per_shard, partial):
+        """on_done(i, result) adding good[i]'s output line to the partial file of its shard (None: no file)."""
+        if partial is None:
+            return None
+        shard_of = {id(r): s.name for s, rows in zip(shards, per_shard) for r in rows}
+
+        def on_done(i, res):
+            r = good[i]
+            partial.add(shard_of[id(r)], r.index, self._line(r, res), isinstance(res.error, NumericalError))
+        return on_done
+
+    def _line(self, row, res):
+        """The output row's JSON text, as _write writes it."""
+        if res is not None and res.error is not None:
+            return json.dumps({"id": row.id, "error": row_error_text(res.error)}, default=str)
+        return json.dumps(self._out_row(row, res), default=str)
 
     def run_objects(self, objs, where="row"):
         """Rows given as dicts (a Ray Data batch) -> output dicts with exactly the job's output columns.
@@ -87,12 +109,13 @@ class _GenerationKind:
             result_of[id(r)] = res
         return [self._out_row(r, result_of.get(id(r))) for r in rows]
 
-    def _write(self, shard, rows, result_of, out_dir):
+    def _write(self, shard, rows, result_of, out_dir, kept=None):
         name = f"{shard.name}.jsonl"
-        lines = [json.dumps(self._out_row(r, result_of.get(id(r))), default=str) for r in rows]
+        kept = kept or {}
+        lines = [kept[id(r)] if id(r) in kept else self._line(r, result_of.get(id(r))) for r in rows]
         data = ("\n".join(lines) + ("\n" if lines else "")).encode()
         atomic_write(os.path.join(out_dir, name), [data])
-        ok = [result_of[id(r)] for r in rows if r.error is None]
+        ok = [json.loads(line) for r, line in zip(rows, lines) if r.error is None]
         bad = [r for r in rows if r.error is not None]
         examples = [{"id": r.id, "where": r.where, "error": r.error} for r in bad[:EXAMPLES_PER_SHARD]]
         return shard, name, dict(self._summary(ok), rows=len(rows), errors=len(bad), bytes=len(data),
@@ -110,9 +133,9 @@ class _GenerationKind:
 class GenerateKind(_GenerationKind):
     kind = "generate"
 
-    def _run(self, rows, progress, meter):
-        kwargs = _callbacks(self.llm.generate, on_token=progress.on_token, on_step=meter and meter.on_step, **PER_ROW)
-        return self.llm.generate([r.prompt_ids for r in rows], [r.params for r in rows], **kwargs)
+    def _run(self, rows, progress, meter, on_done=None):
+        return generate_each(self.llm, [r.prompt_ids for r in rows], [r.params for r in rows], on_done,
+                             on_token=progress.on_token, on_step=meter and meter.on_step)
 
     def _out_row(self, row, c):
         if row.error is not None:
@@ -125,17 +148,19 @@ class GenerateKind(_GenerationKind):
         return out
 
     def _summary(self, ok):
+        """ok: the output rows (dicts) of the good rows."""
         reasons = {}
-        for c in ok:
-            reasons[c.finish_reason] = reasons.get(c.finish_reason, 0) + 1
-        return {"tokens": sum(len(c.token_ids) for c in ok), "input_tokens": sum(len(c.prompt_token_ids) for c in ok),
-                "finish_reasons": reasons}
+        for o in ok:
+            reasons[o["finish_reason"]] = reasons.get(o["finish_reason"], 0) + 1
+        return {"tokens": sum(o["num_generated_tokens"] for o in ok),
+                "input_tokens": sum(o["num_input_tokens"] for o in ok), "finish_reasons": reasons}
 
 
 class ScoreKind(_GenerationKind):
     kind = "score"
 
-    def _run(self, rows, progress, meter):
+    def _run(self, rows, progress, meter, on_done=None):
+        """on_done: not used (a score row is one prefill; its shard is written whole)."""
         kwargs = _callbacks(self.llm.score, on_step=meter and meter.on_step, **PER_ROW)
         return self.llm.score([r.prompt_ids for r in rows], **kwargs)
 
@@ -146,7 +171,7 @@ class ScoreKind(_GenerationKind):
                 "num_tokens": s.num_tokens}
 
     def _summary(self, ok):
-        return {"tokens": 0, "input_tokens": sum(s.num_tokens for s in ok), "finish_reasons": {}}
+        return {"tokens": 0, "input_tokens": sum(o["num_tokens"] for o in ok), "finish_reasons": {}}
 
 
 KINDS = {"generate": GenerateKind, "score": ScoreKind}
@@ -157,6 +182,23 @@ class _NoProgress:
 
 
 _NO_PROGRESS = _NoProgress()
+
+
+def _restore(shards, per_shard, partial):
+    """{id(row): output line} of the rows the partial files kept; a kept error row gets its error back."""
+    kept = {}
+    if partial is None:
+        return kept
+    for shard, rows in zip(shards, per_shard):
+        saved = partial.load(shard.name)
+        for r in rows:
+            if r.error is None and r.index in saved:
+                line, numerical = saved[r.index]
+                kept[id(r)] = line
+                error = json.loads(line).get("error")
+                if error is not None:
+                    r.error, r.fault = error, NumericalError(error) if numerical else None
+    return kept
 
 
 def content_key(obj):
@@ -213,16 +255,22 @@ def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None, model
         without_limit(report["this_run"].get("cache"), cfg)
         return finish_report(cfg, plan, report, meter, io.StringIO() if quiet else stream, extra)
     t0, written = time.perf_counter(), []
+    partial = PartialRows(out_dir, manifest.signature) if cfg.job.kind == "generate" else None
     try:
         for group in _groups(pending, cfg.job):
-            for shard, name, info in kind.run_group(group, progress, out_dir, meter):
+            for shard, name, info in kind.run_group(group, progress, out_dir, meter, partial):
                 manifest.mark_done(shard.name, dict(info, output=name))
+                if partial is not None:
+                    partial.drop(shard.name)
                 written.append(shard.name)
                 progress.rows_done(info["rows"], finished=info["rows"] - info["errors"])
     except Exception:                   # a failed run still reports what it wrote (complete: false); resume merges
         progress.close()
         _report_quietly(lambda: this_report(len(written), time.perf_counter() - t0, quiet=True))
         raise
+    finally:                            # Ctrl-C too: the finished rows of the shards in flight reach the disk
+        if partial is not None:
+            partial.close()
     progress.close()
     return this_report(len(written), time.perf_counter() - t0)
 

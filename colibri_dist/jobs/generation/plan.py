@@ -2,11 +2,13 @@
 
 Role in the data flow: the runner plans the job here BEFORE it opens the model or starts a pool, so a
 resume refused for a changed setting, or a job already finished, costs no model load and no Ray start.
-`plan_generation(cfg, out_dir, ...)` -> Plan(paths, shards, manifest, pending, resumed).
+`plan_generation(cfg, out_dir, ...)` -> Plan(paths, shards, manifest, pending, resumed); the partial rows
+(partial.py) of the pending shards stay for the run to take, the others (and all on --restart) go.
 """
 import os
 from dataclasses import dataclass
 
+from . import partial
 from .rows import INPUT_EXTS, count_rows
 from ..run.shards import MANIFEST, Manifest, clean_temp_files, discover_inputs, plan_shards
 from ..run.signature import generation_signature, model_identity
@@ -43,4 +45,5 @@ def plan_generation(cfg, out_dir, restart=False, model_signature=None, keep=()):
     manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
     clean_temp_files(out_dir, keep=keep)
     pending = [s for s in shards if not manifest.is_done(s.name)]
+    partial.remove_all(out_dir, keep=() if restart else [s.name for s in pending])
     return Plan(out_dir, paths, shards, manifest, pending, resumed)
