@@ -1,7 +1,8 @@
 """`colibri serve MODEL.colibri`: the OpenAI-compatible HTTP server (colibri_dist.serve), like `vllm serve`.
 
 Role: argv -> ServeConfig (every check, including the non-loopback-without-key refusal, is there) ->
-serve.launch.serve (blocks until Ctrl-C), or with --ray-serve serve.ray_serve.run (Ray Serve replicas).
+serve.launch.Server (blocks until Ctrl-C or SIGTERM: both drain and exit 0, serve/signals.py; a busy --port is
+one line before the model loads), or with --ray-serve serve.ray_serve.run (Ray Serve replicas).
 """
 import os
 
@@ -117,16 +118,23 @@ def main(args):
     cfg = config_from_args(args)
     if not os.path.exists(cfg.model):
         raise InvalidArgument(f"{cfg.model}: no such model file")
+    from ..serve.signals import check_port, stop_on_sigterm
+    check_port(cfg.host, cfg.port)
+    stop_on_sigterm()                          # SIGTERM during the model load stops too
     if args.ray_serve:
         from ..serve.ray_serve import run
         return run(cfg, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
                    ray_address=args.ray_address)
     from ..serve.launch import Server
-    server = Server(cfg)
+    try:
+        server = Server(cfg)
+    except KeyboardInterrupt:
+        return 0
     try:
         server.start()
+        stop_on_sigterm()                      # again: ray.init (--workers in process, --runners) set its own
         print(f"colibri serve: {cfg.model} as {', '.join(cfg.model_names)} on {server.url}/v1 "
-              f"(model load {server.load_s:.2f} s); Ctrl-C stops", flush=True)
+              f"(model load {server.load_s:.2f} s); Ctrl-C or SIGTERM stops", flush=True)
         server.wait()
     except KeyboardInterrupt:
         pass

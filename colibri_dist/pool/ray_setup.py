@@ -4,9 +4,12 @@ Role: the first step of every Pool. `ray_address=None` starts a local Ray bound
 to 127.0.0.1 with token auth (auth.py; no dashboard, quiet logs); "auto" or "host:port" joins a running
 cluster (e.g. one started with cluster/start-head.sh or `ray start --head`).
 """
+import contextlib
 import logging
 import os
 import re
+import signal
+import threading
 
 import ray
 
@@ -24,20 +27,34 @@ def connect(ray_address=None, num_cpus=None):
         return False
     common = dict(include_dashboard=False, logging_level=logging.WARNING, namespace=NAMESPACE,
                   configure_logging=True)
-    if ray_address is None:
-        ensure_token_auth()              # a local Ray is never open to tokenless processes
-        ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=num_cpus or os.cpu_count(),
-                 **common)
-        _start_reaper()
-        return True
-    _match_token_auth()
-    try:
-        ray.init(address=ray_address, **common)
-    except ConnectionError as exc:       # e.g. a token-auth head joined without the token: one clear line
-        raise PoolError(f"cannot join the Ray cluster at {ray_address!r}: {str(exc).strip()[:300]} "
-                        f"(if the head uses token auth, set RAY_AUTH_TOKEN or ~/.ray/auth_token as on the "
-                        f"head)") from None
+    with _sigterm_kept():
+        if ray_address is None:
+            ensure_token_auth()              # a local Ray is never open to tokenless processes
+            ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=num_cpus or os.cpu_count(),
+                     **common)
+            _start_reaper()
+            return True
+        _match_token_auth()
+        try:
+            ray.init(address=ray_address, **common)
+        except ConnectionError as exc:       # e.g. a token-auth head joined without the token: one clear line
+            raise PoolError(f"cannot join the Ray cluster at {ray_address!r}: {str(exc).strip()[:300]} "
+                            f"(if the head uses token auth, set RAY_AUTH_TOKEN or ~/.ray/auth_token as on the "
+                            f"head)") from None
     return True
+
+
+@contextlib.contextmanager
+def _sigterm_kept():
+    """A SIGTERM handler this process set in Python (`colibri serve`'s drain) stays after ray.init, which
+    replaces it with its own (exit 15, with a C++ stack dump from the core worker's failure handler)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(previous):
+            signal.signal(signal.SIGTERM, previous)
 
 
 _REAPERS = []

@@ -103,6 +103,8 @@ class RemoteEngine:
 
 def _serve(cfg, conn):
     """The child: open the model, then answer calls until "close" or the parent goes away."""
+    from .signals import ignore_stop_signals
+    ignore_stop_signals()                     # the parent drains and closes it (serve/signals.py)
     try:
         from ..front import open_llm
         llm = open_llm(cfg.engine_args())

@@ -128,7 +128,9 @@ class Server:
         deadline = time.time() + timeout
         while not self._server.started:
             if not self._thread.is_alive() or time.time() > deadline:
-                raise RuntimeError(f"the HTTP server did not start on {self.cfg.host}:{self.cfg.port}")
+                from ..errors import ColibriError
+                raise ColibriError(f"the HTTP server did not start on {self.cfg.host}:{self.cfg.port} (see the "
+                                   f"line above; a port taken since `colibri serve` checked it?)")
             time.sleep(0.01)
         return self
 

@@ -69,33 +69,50 @@ def deployment(model_or_cfg, min_replicas=1, max_replicas=1, num_cpus=0, **optio
 
 def start(cfg, min_replicas=1, max_replicas=1, ray_address=None, blocking=False):
     """Connect Ray (loopback by default), start one shared expert pool if cfg.workers, run the app on
-    cfg.host:cfg.port. Returns the url (and, with blocking=True, serves until Ctrl-C)."""
-    from ..pool.ray_setup import connect
-    connect(ray_address)
-    pool = None
-    if cfg.workers:
-        from ..front import open_pool
-        name = f"serve-{os.getpid()}"
-        args = cfg.engine_args()
-        pool = open_pool(args.replace(pool_options=dict(args.pool_options, name=name)))
-        cfg = dataclasses.replace(cfg, workers=0, pool=name)
+    cfg.host:cfg.port. Returns the url (and, with blocking=True, serves until Ctrl-C or SIGTERM, then
+    stops Serve, the pool and the Ray it started, and returns (url, None))."""
+    from ..pool.ray_setup import connect, disconnect
+    from .signals import stop_on_sigterm
+    if blocking:
+        stop_on_sigterm()                     # kept over ray.init (pool/ray_setup.py)
+    connected, pool, url = connect(ray_address), None, None
+    try:
+        pool, cfg = _shared_pool(cfg)
+        url = _run_app(cfg, min_replicas, max_replicas)
+        if not blocking:
+            return url, pool
+        print(f"colibri serve (Ray Serve, {min_replicas}-{max_replicas} replicas): {cfg.model} on {url}/v1; "
+              f"Ctrl-C or SIGTERM stops", flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        if not blocking:
+            raise
+    finally:
+        if blocking:
+            stop(pool)
+            if connected:
+                disconnect()
+    return url, None
+
+
+def _shared_pool(cfg):
+    """With cfg.workers: one named pool every replica attaches to -> (pool, cfg naming it); else (None, cfg)."""
+    if not cfg.workers:
+        return None, cfg
+    from ..front import open_pool
+    name = f"serve-{os.getpid()}"
+    args = cfg.engine_args()
+    pool = open_pool(args.replace(pool_options=dict(args.pool_options, name=name)))
+    return pool, dataclasses.replace(cfg, workers=0, pool=name)
+
+
+def _run_app(cfg, min_replicas, max_replicas):
     if is_loopback(cfg.host):
         print(REPLICA_GRPC_NOTE, file=sys.stderr, flush=True)
     ray_serve.start(http_options={"host": cfg.host, "port": cfg.port})
     ray_serve.run(deployment(cfg, min_replicas, max_replicas), name=APP_NAME, route_prefix="/")
-    url = f"http://{cfg.host}:{cfg.port}"
-    if not blocking:
-        return url, pool
-    print(f"colibri serve (Ray Serve, {min_replicas}-{max_replicas} replicas): {cfg.model} on {url}/v1; "
-          f"Ctrl-C stops", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stop(pool)
-    return url, None
+    return f"http://{cfg.host}:{cfg.port}"
 
 
 def stop(pool=None):
