@@ -1,9 +1,12 @@
-"""Shared test set-up: keep every Ray on loopback and offline."""
+"""Shared test set-up: keep every Ray on loopback and offline; a dead Ray fails only its module."""
 import os
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# a Ray that dies fails its module with a message, never the session (and start-ups are retried)
+pytest_plugins = ["colibri_dist.testing.pytest_ray"]
 
 
 def pytest_report_header(config):

@@ -60,6 +60,14 @@ def _sigterm_kept():
 _REAPERS = []
 
 
+def load_factor():
+    """>= 1: how much longer than on an idle machine a Ray start-up may take (1-minute load per core)."""
+    try:
+        return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    except OSError:
+        return 1.0
+
+
 def _start_reaper():
     """A watchdog that ends this Ray's processes when this driver dies, even by SIGKILL (reaper.py)."""
     from . import reaper

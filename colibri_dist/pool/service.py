@@ -98,8 +98,11 @@ def _numa_resources():
     return dict({f"numa_{i}": 1 for i in ids}, **{f"runner_numa_{i}": 1 for i in ids})  # cluster/numa-resources.sh
 
 
-def start_local_head(name, num_cpus=None, timeout=90.0):
-    """Start a loopback Ray head for pool `name`; returns (address, pid)."""
+def start_local_head(name, num_cpus=None, timeout=None):
+    """Start a loopback Ray head for pool `name`; returns (address, pid). timeout None: 90 s times the
+    machine's load per core (a loaded 2-core box took longer than 90 s)."""
+    from .ray_setup import load_factor
+    timeout = 90.0 * load_factor() if timeout is None else timeout
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     if ray_bin is None:
         raise PoolError("cannot start a local Ray head: the `ray` command is not installed next to this Python")

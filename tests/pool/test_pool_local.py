@@ -15,6 +15,7 @@ import ray
 import colibri_dist as cd
 from colibri_dist.errors import FormatError, InvalidArgument, PoolError
 from colibri_dist.pool import Pool
+from colibri_dist.testing.pytest_ray import init_local
 
 FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3")
 
@@ -23,8 +24,7 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def ray_address():
-    ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=4, include_dashboard=False,
-             logging_level="WARNING", namespace="colibri")
+    init_local(num_cpus=4)                  # retried under load (colibri_dist/testing/pytest_ray.py)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 

@@ -14,6 +14,7 @@ import colibri_dist as cd
 from colibri_dist.errors import InvalidArgument
 from colibri_dist.generate import SamplingParams
 from colibri_dist.pool.runners import RunnerPool
+from colibri_dist.testing.pytest_ray import init_local
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "model"))
 pytestmark = pytest.mark.ray
@@ -22,8 +23,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def ray_address():
-    ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=4, include_dashboard=False,
-             logging_level="WARNING", namespace="colibri")
+    init_local(num_cpus=4)                  # retried under load (colibri_dist/testing/pytest_ray.py)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
