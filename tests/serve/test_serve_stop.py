@@ -61,15 +61,31 @@ def _serve(model, *flags):
     proc = subprocess.Popen([sys.executable, "-m", "colibri_dist", "serve", model, "--port", str(port), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
     line = proc.stdout.readline()                  # the "colibri serve: ... on http://..." line, or EOF
-    assert line.startswith("colibri serve"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    if not line.startswith("colibri serve"):
+        _kill_all(proc)
+        pytest.fail(f"the server did not start: {line!r}")
     return proc
+
+
+def _kill_all(proc):
+    """A failed test leaves no server behind: SIGKILL it and everything below it."""
+    for pid in [proc.pid] + _descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.wait()
 
 
 def _sigterm_and_check(proc):
     below = _descendants(proc.pid)
-    assert below, "the server should have an engine process"
-    proc.send_signal(signal.SIGTERM)
-    rc = proc.wait(timeout=GONE_WITHIN_S)
+    try:
+        assert below, "the server should have an engine process"
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=GONE_WITHIN_S)
+    finally:
+        if proc.poll() is None:
+            _kill_all(proc)
     err = proc.stderr.read()
     assert rc == 0, err
     for bad in ("Traceback", "Aborted", "SIGTERM received", "*** ", "Error"):
