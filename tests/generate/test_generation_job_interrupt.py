@@ -108,3 +108,16 @@ def test_colibri_run_says_how_to_resume(demo, monkeypatch, capsys):
 def _interrupting_open(after):
     real = job_llm.open_job_llm
     return lambda cfg, offload_dir=None, log=None: _wrap(real(cfg, offload_dir, log), after)
+
+
+def test_partial_rows_of_another_job_are_ignored_and_replaced(tmp_path):
+    from colibri_dist.jobs.generation.partial import PartialRows
+    old = PartialRows(str(tmp_path), {"job.seed": 1})
+    old.add("s", 0, '{"id": "a"}')
+    old.close()
+    new = PartialRows(str(tmp_path), {"job.seed": 2})
+    assert new.load("s") == {}
+    new.add("s", 1, '{"id": "b"}')
+    new.close()
+    assert PartialRows(str(tmp_path), {"job.seed": 2}).load("s") == {1: ('{"id": "b"}', False)}
+    assert old.load("s") == {}

@@ -33,6 +33,13 @@ class PartialRows:
     def path(self, shard_name):
         return os.path.join(self.out_dir, f".{shard_name}{SUFFIX}")
 
+    def _header(self, shard_name):
+        try:
+            with open(self.path(shard_name), encoding="utf-8") as fh:
+                return _json(fh.readline()).get("signature")
+        except OSError:
+            return None
+
     def load(self, shard_name):
         """{row index: (output line, numerical)} kept for this shard ({} when none or another job's)."""
         try:
@@ -51,10 +58,10 @@ class PartialRows:
 
     def add(self, shard_name, index, line, numerical=False):
         fh = self.files.get(shard_name)
-        if fh is None:
-            fresh = not os.path.exists(self.path(shard_name))
-            fh = self.files[shard_name] = open(self.path(shard_name), "a", encoding="utf-8")
-            if fresh:
+        if fh is None:                      # another job's file (its header differs) is started afresh
+            ours = self._header(shard_name) == self.digest
+            fh = self.files[shard_name] = open(self.path(shard_name), "a" if ours else "w", encoding="utf-8")
+            if not ours:
                 fh.write(json.dumps({"signature": self.digest}) + "\n")
         fh.write(json.dumps({"index": index, "line": line, "numerical": numerical}) + "\n")
         fh.flush()
