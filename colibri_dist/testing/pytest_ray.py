@@ -9,7 +9,8 @@ Role: tests/conftest.py loads it (`pytest_plugins`); any pytest run can with `-p
   * Before each test, when this process is connected to a local Ray whose GCS process has exited, the
     test fails with a message naming the GCS pid and its log (`dead_ray_text`), instead of hanging on it;
     the module's other tests fail the same way and the next module starts its own Ray.
-  * `init_local(...)`: ray.init on loopback with start-up retried (ATTEMPTS) under a load-scaled wait.
+  * `init_local(...)` / `connect_local(...)`: ray.init on loopback / ray_setup.connect(None), start-up retried
+    (ATTEMPTS) with a load-scaled pause; the module fixtures start their Ray through them.
 """
 import os
 import time
@@ -23,21 +24,34 @@ import pytest  # noqa: E402
 
 
 def init_local(num_cpus=None, **kwargs):
-    """ray.init on 127.0.0.1 (colibri's namespace, no dashboard), retried ATTEMPTS times with a pause that
-    grows with the load; the last failure says how often it was tried."""
+    """ray.init on 127.0.0.1 (colibri's namespace, no dashboard), start-up retried (`retried`)."""
     import ray                                  # here, so a session without Ray never imports it
-    from ..pool.ray_setup import NAMESPACE, load_factor
+    from ..pool.ray_setup import NAMESPACE
     kwargs = dict(dict(include_dashboard=False, logging_level="WARNING", namespace=NAMESPACE), **kwargs)
+    return retried(lambda: ray.init(address="local", _node_ip_address="127.0.0.1",
+                                    num_cpus=num_cpus or os.cpu_count(), **kwargs))
+
+
+def connect_local(num_cpus=None):
+    """pool.ray_setup.connect(None) (token auth, the reaper), start-up retried (`retried`)."""
+    from ..pool.ray_setup import connect
+    return retried(lambda: connect(None, num_cpus=num_cpus))
+
+
+def retried(start, pause=time.sleep):
+    """start() up to ATTEMPTS times, with ray.shutdown() and a pause growing with the load between; the
+    last failure says how often it was tried."""
+    import ray
+    from ..pool.ray_setup import load_factor
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            return ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=num_cpus or os.cpu_count(),
-                            **kwargs)
+            return start()
         except Exception as exc:
             ray.shutdown()
             if attempt == ATTEMPTS:
                 raise RuntimeError(f"a local Ray did not start in {ATTEMPTS} attempts (load factor "
                                    f"{load_factor():.1f}): {exc}") from exc
-            time.sleep(5 * attempt * load_factor())
+            pause(5 * attempt * load_factor())
 
 
 def gcs_process():

@@ -21,9 +21,9 @@ pytestmark = [pytest.mark.ray,
 def local_ray():
     """One loopback Ray for the module, started as colibri starts its own (127.0.0.1, token auth)."""
     import ray
-    from colibri_dist.pool.ray_setup import connect
+    from colibri_dist.testing.pytest_ray import connect_local
     try:
-        connect(None)
+        connect_local()                 # retried under load
     except Exception as exc:
         pytest.fail(f"could not start the module's loopback Ray: {type(exc).__name__}: {exc}")
     yield ray

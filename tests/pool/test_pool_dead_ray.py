@@ -1,4 +1,5 @@
-"""A module whose Ray loses its GCS fails its remaining tests with a message; the pytest session goes on.
+"""A module whose Ray loses its GCS fails its remaining tests with a message; the pytest session goes on;
+and a Ray start-up is retried under a load-scaled pause.
 
 Run in a subprocess pytest (so this session is safe) over two small modules: the first starts a loopback
 Ray and SIGKILLs its GCS, then its later tests would run a task and ask the GCS for the nodes (which, left
@@ -60,3 +61,20 @@ def test_a_dead_gcs_fails_its_module_not_the_session(tmp_path):
     assert "2 passed, 2 errors" in out, out                          # the summary: the session ended normally
     assert out.count("this module's Ray is gone: its GCS server (pid") == 2, out
     assert "test_b_no_ray.py" not in out.split("short test summary")[-1], out
+
+
+def test_a_ray_start_up_is_retried_with_a_growing_pause():
+    from colibri_dist.pool.ray_setup import load_factor
+    from colibri_dist.testing.pytest_ray import ATTEMPTS, retried
+    calls, pauses = [], []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < ATTEMPTS:
+            raise TimeoutError("the GCS did not come up")
+        return "up"
+    assert retried(flaky, pause=pauses.append) == "up" and len(calls) == ATTEMPTS
+    assert len(pauses) == ATTEMPTS - 1 and pauses[0] >= 5 and pauses[1] > pauses[0]
+    with pytest.raises(RuntimeError, match=f"did not start in {ATTEMPTS} attempts .*the GCS did not come up"):
+        retried(lambda: (_ for _ in ()).throw(TimeoutError("the GCS did not come up")), pause=pauses.append)
+    assert load_factor() >= 1

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def ray_address():
-    from colibri_dist.pool.ray_setup import connect
-    connect(None, num_cpus=2)
+    from colibri_dist.testing.pytest_ray import connect_local
+    connect_local(num_cpus=2)           # retried under load
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 

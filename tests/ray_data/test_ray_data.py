@@ -26,8 +26,8 @@ def demo(tmp_path_factory):
     demo_llm.write_checkpoint(str(root / "hf"), layers=2, n_experts=4)
     model = cd.convert(str(root / "hf"), str(root / "m.colibri"), progress=False)
     rows = demo_llm.prompts(12, max_tokens=5)
-    from colibri_dist.pool.ray_setup import connect
-    connect(None)                      # a local Ray on loopback for the whole module
+    from colibri_dist.testing.pytest_ray import connect_local
+    connect_local()                    # a local Ray on loopback for the whole module (retried under load)
     yield model, rows
     ray.shutdown()
 

@@ -27,8 +27,8 @@ def _port():
 def local_ray():
     """One loopback Ray for the module: the 2-worker pool server and the Ray Serve deployment share it."""
     import ray
-    from colibri_dist.pool.ray_setup import connect
-    connect(None)
+    from colibri_dist.testing.pytest_ray import connect_local
+    connect_local()                     # retried under load
     yield
     ray.shutdown()
 
