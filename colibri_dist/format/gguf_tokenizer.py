@@ -95,3 +95,16 @@ def _add_bos(tok, bos, bos_id):
     from tokenizers import processors
     tok.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=False), processors.TemplateProcessing(
         single=f"{bos} $A", pair=f"{bos} $A {bos} $B:1", special_tokens=[(bos, bos_id)])])
+
+
+class VocabFile:
+    """A vocab-only GGUF (llama.cpp's models/ggml-vocab-*.gguf, no tensors to import): the metadata
+    tokenizer_files reads, for tests and benchmarks that want a real tokenizer."""
+
+    def __init__(self, path):
+        from .gguf_source import gguf_package
+        self.path, self._reader = path, gguf_package(path).GGUFReader(path)
+
+    def field(self, key, default=None):
+        f = self._reader.get_field(key)
+        return default if f is None else f.contents()

@@ -10,21 +10,10 @@ import pytest
 gguf = pytest.importorskip("gguf")
 from tokenizers import Tokenizer  # noqa: E402
 
-from colibri_dist.format.gguf_tokenizer import tokenizer_files  # noqa: E402
+from colibri_dist.format.gguf_tokenizer import VocabFile, tokenizer_files  # noqa: E402
 
 MODELS = os.environ.get("COLIBRI_LLAMA_CPP_MODELS",
                         "/work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp/models")
-
-
-class Metadata:
-    """The part of GgufSource tokenizer_files reads (a vocab-only file has no model to import)."""
-
-    def __init__(self, path):
-        self.path, self._reader = path, gguf.GGUFReader(path)
-
-    def field(self, key, default=None):
-        f = self._reader.get_field(key)
-        return default if f is None else f.contents()
 
 
 @pytest.mark.slow
@@ -34,7 +23,7 @@ def test_token_ids_equal_llama_cpps_test_vectors(vocab):
     path = os.path.join(MODELS, f"ggml-vocab-{vocab}.gguf")
     if not os.path.exists(path + ".out"):
         pytest.skip(f"llama.cpp's vocab test files are not at {MODELS} (set COLIBRI_LLAMA_CPP_MODELS)")
-    tok = Tokenizer.from_str(tokenizer_files(Metadata(path))["tokenizer.json"])
+    tok = Tokenizer.from_str(tokenizer_files(VocabFile(path))["tokenizer.json"])
     texts = open(path + ".inp", encoding="utf-8").read().split("\n__ggml_vocab_test__\n")
     want = open(path + ".out", encoding="utf-8").read().split("\n")
     assert len(texts) >= 40

@@ -49,21 +49,9 @@ def _args(argv):
     return ap.parse_args(argv)
 
 
-class _Meta:
-    """The tokenizer metadata of a vocab-only GGUF (no model to import): what gguf_tokenizer reads."""
-
-    def __init__(self, path):
-        import gguf
-        self.path, self._reader = path, gguf.GGUFReader(path)
-
-    def field(self, key, default=None):
-        f = self._reader.get_field(key)
-        return default if f is None else f.contents()
-
-
 def tokenizer_files(vocabs, name):
-    from ...format.gguf_tokenizer import tokenizer_files as files
-    return files(_Meta(os.path.join(vocabs, f"ggml-vocab-{name}.gguf")))
+    from ...format.gguf_tokenizer import VocabFile, tokenizer_files as files
+    return files(VocabFile(os.path.join(vocabs, f"ggml-vocab-{name}.gguf")))
 
 
 def bench_model(args):
