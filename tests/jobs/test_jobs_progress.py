@@ -42,3 +42,11 @@ def test_none_mode_is_silent():
     p.message("hello")
     p.close()
     assert out.getvalue() == ""
+
+
+def test_a_log_line_before_any_progress_says_eta_unknown_not_nan():
+    import io
+    out = io.StringIO()
+    p = JobProgress(300, done_tokens=0, mode="auto", log_every_s=3600, stream=out)
+    p.log_line()
+    assert "ETA ?" in out.getvalue() and "nan" not in out.getvalue()

@@ -58,7 +58,7 @@ class JobProgress:
         hit = "n/a" if hit_rate is None else f"{hit_rate:.1%}"
         pct = 100.0 * self.done / self.total if self.total else 100.0
         print(f"[{time.strftime('%H:%M:%S')}] {self.done}/{self.total} tokens ({pct:.0f}%), "
-              f"{rate:,.0f} tok/s, ETA {eta:.0f}s, cache hit {hit}", file=self.stream, flush=True)
+              f"{rate:,.0f} tok/s, ETA {_eta(eta)}, cache hit {hit}", file=self.stream, flush=True)
 
     def message(self, text):
         if self.mode == "none":
@@ -128,9 +128,14 @@ class RequestProgress:
         rows_rate = (done - self.start_done) / (now - self.t0) if now > self.t0 else 0.0
         eta = (self.total - done) / rows_rate if rows_rate > 0 else float("nan")
         print(f"[{time.strftime('%H:%M:%S')}] {done}/{self.total} requests, {self.tokens} tokens generated, "
-              f"{self._rate(now):,.0f} tok/s, ETA {eta:.0f}s", file=self.stream, flush=True)
+              f"{self._rate(now):,.0f} tok/s, ETA {_eta(eta)}", file=self.stream, flush=True)
 
     def close(self):
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def _eta(seconds):
+    """'12s', or '?' before anything finished (no rate yet: it printed 'ETA nans')."""
+    return f"{seconds:.0f}s" if seconds == seconds and seconds != float("inf") else "?"
