@@ -149,10 +149,12 @@ def mask_cost(g, schema, n=32, steps=64, seed=0):
 
 
 def extraction_job(rows, root):
-    """--rows rows through `colibri run` (in-process) with the schema and without it: rows that validate."""
+    """--rows rows through the job runner (`colibri run`'s, in-process) with the schema and without it: rows
+    that validate."""
     import jsonschema
 
-    from ...cli import main
+    from ...config import load_config
+    from ...jobs.runner import run_job
     from ...testing import random_llm
     model = random_llm.build(os.path.join(root, "m.colibri"))
     with open(os.path.join(root, "in.jsonl"), "w") as fh:
@@ -169,7 +171,7 @@ def extraction_job(rows, root):
                                "sampling_params": sp}, "model": model, "pool": {"workers": 0},
                        "report": {"html": False, "progress": "none"}}, fh)
         t0 = time.perf_counter()
-        main(["run", cfg, "--out", os.path.join(root, name), "--restart"])
+        run_job(load_config(cfg), out_dir=os.path.join(root, name), restart=True)
         seconds = time.perf_counter() - t0
         ok = 0
         with open(os.path.join(root, name, "in.jsonl")) as fh:
