@@ -55,6 +55,19 @@ class SchedulerConfig:
             raise InvalidArgument(f"max_logprobs must be an integer >= 0, got {m!r}", parameter="max_logprobs", value=m)
 
 
+@dataclass
+class StepPlan:
+    """What schedule() decided for one model call (update() applies its logits)."""
+    batch: list                          # [(request, n_tokens)] in the model call's order
+    failed: list                         # requests failed while scheduling (too big for the KV cache, ...)
+    t0: float                            # when scheduling began (StepStats.t_start)
+    preempted: int                       # the preemption count before it
+
+    def model_inputs(self):
+        """The model.forward argument: [(seq, token ids, want every position's logits)]."""
+        return [(r.seq, r.pending(n), r.want_all()) for r, n in self.batch]
+
+
 class Scheduler:
     """The batch of one engine: a FIFO waiting queue and the running list (oldest first). Only the
     engine's driving thread calls it (the engine's lock serializes adds and aborts into it)."""
@@ -90,21 +103,34 @@ class Scheduler:
 
     def step(self, on_token=None, on_step=None):
         """One batched model call; -> the requests that produced a token or finished in it (requests
-        failed while scheduling included). on_step(StepStats) after it."""
-        t0, preempted = time.perf_counter(), self.stats["preemptions"]
-        self._failed_now = []
-        sched = self._schedule()
-        if not sched:
+        failed while scheduling included). on_step(StepStats) after it. = schedule(), the model call on
+        its batch, update() (vLLM's split: whoever runs the model between them may be elsewhere)."""
+        plan = self.schedule()
+        if not plan.batch:
             self._wait_for_grammar()
-            return self._failed_now
-        masks = _start_masks(sched)              # structured outputs: computed while the model runs
-        outs = self.model.forward([(r.seq, r.pending(n), r.want_all()) for r, n in sched])
+            return plan.failed
+        masks = _start_masks(plan.batch)         # structured outputs: computed while the model runs
+        outs = self.model.forward(plan.model_inputs())
         if masks is not None:
             masks.join()
+        return self.update(plan, outs, on_token, on_step)
+
+    def schedule(self):
+        """-> StepPlan: the requests of the next model call and their token counts (running sequences first,
+        then admissions, under the token and KV budgets), and the requests that failed while scheduling."""
+        t0, preempted = time.perf_counter(), self.stats["preemptions"]
+        self._failed_now = []
+        batch = self._schedule()
+        return StepPlan(batch, list(self._failed_now), t0, preempted)
+
+    def update(self, plan, outs, on_token=None, on_step=None):
+        """Apply the model's logits of plan's batch: sample, check stops, free finished sequences; -> the
+        requests that progressed (the plan's failed ones first). on_step(StepStats) after it."""
+        sched = plan.batch
         if len(outs) != len(sched):
             raise InvalidArgument(f"model.forward returned {len(outs)} results for {len(sched)} steps")
         prefill, decode = self._count(sched)
-        progressed = list(self._failed_now)
+        progressed = list(plan.failed)
         for (r, n), logits in zip(sched, outs):
             before = len(r.output)
             done = self._advance(r, n, logits, on_token)
@@ -119,8 +145,8 @@ class Scheduler:
                 progressed.append(r)
         if on_step is not None:
             done = sum(r.finished for r in progressed)
-            on_step(StepStats(t0, time.perf_counter(), prefill, decode, len(self.running), len(self.waiting),
-                              self.model.free_blocks(), done, self.stats["preemptions"] - preempted))
+            on_step(StepStats(plan.t0, time.perf_counter(), prefill, decode, len(self.running), len(self.waiting),
+                              self.model.free_blocks(), done, self.stats["preemptions"] - plan.preempted))
         return progressed
 
     def _advance(self, r, n, logits, on_token):

@@ -291,3 +291,28 @@ def test_long_vocabulary_sampling_is_batch_invariant():
     together, _ = _run(prompts, params, ids, vocab_size=vocab)
     assert [_key(c) for c in together] == [_key(c) for c in alone]
     assert len({t for c in alone for t in c.token_ids}) > 12            # it sampled, not argmax alone
+
+
+def test_schedule_then_update_is_step():
+    """The split step (issue 30): schedule() -> the model call on plan.model_inputs() -> update() gives the
+    same outputs, bit for bit, as step(), with the plan's batch under the budgets."""
+    from colibri_dist.generate.request import Request
+    from colibri_dist.generate.sampler import Sampler
+    from colibri_dist.generate.scheduler import Scheduler
+
+    def run(split):
+        model = FakeStepModel(vocab_size=VOCAB)
+        sch = Scheduler(model, SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=3))
+        prompts, params = _mixed_requests(7, seed=4)
+        reqs = [Request(i, i, "generate", p, q, Sampler(q, 0, i)) for i, (p, q) in enumerate(zip(prompts, params))]
+        for r in reqs:
+            sch.add(r)
+        while sch.has_work():
+            if split:
+                plan = sch.schedule()
+                assert sum(n for _, n in plan.batch) <= 16 and len(plan.batch) <= 3
+                sch.update(plan, model.forward(plan.model_inputs()) if plan.batch else [])
+            else:
+                sch.step()
+        return [(r.output, r.finish_reason) for r in reqs]
+    assert run(True) == run(False)
