@@ -45,16 +45,16 @@ def test_regex_choice_grammar_and_flexible_json(models):
              ({"grammar": 'root ::= "x" [0-9] [0-9]? "y"'}, lambda t: re.fullmatch(r"x[0-9][0-9]?y", t)),
              ({"grammar": 'start: "a" ("," "b")*'}, lambda t: re.fullmatch(r"a(,b)*", t))]
     for so, ok in cases:
-        outs = llm.generate([f"q{i}" for i in range(6)], [_params(so, i) for i in range(6)])
+        outs = llm.generate([f"q{i}" for i in range(4)], [_params(so, i, max_tokens=120) for i in range(4)])
         for o in outs:
             assert o.error is None and ok(o.outputs[0].text), (so, o.outputs[0].text)
     # json_object (any keys, unbounded strings) and vLLM's default free whitespace between JSON tokens: a
     # random model may write until max_tokens; every output that stops is valid, and most stop
     sch = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": False}
     for so, schema in (({"json_object": True, "disable_any_whitespace": True}, {"type": "object"}), ({"json": sch}, sch)):
-        outs = [o.outputs[0] for o in llm.generate(["w"] * 8, [_params(so, i, max_tokens=200) for i in range(8)])]
+        outs = [o.outputs[0] for o in llm.generate(["w"] * 6, [_params(so, i, max_tokens=120) for i in range(6)])]
         stopped = [c for c in outs if c.finish_reason == "stop"]
-        assert len(stopped) >= 4, [c.text for c in outs]
+        assert len(stopped) >= 3, [c.text for c in outs]
         for c in stopped:
             jsonschema.validate(json.loads(c.text), schema)
 
@@ -119,10 +119,11 @@ def test_no_allowed_token_ends_with_a_named_reason(models):
 def test_compile_is_cached_per_constraint(models):
     llm = models[1]
     sch = {"type": "object", "properties": {"k": {"enum": ["a", "b"]}}, "required": ["k"]}
-    llm.generate(["c"], _params({"json": sch, "disable_any_whitespace": True}, 1))
+    llm.generate(["c"], _params({"json": sch, "disable_any_whitespace": True}, 1, max_tokens=40))
     grammars = llm.llm_engine._grammars
     before = grammars.compiles
-    llm.generate(["c"] * 3, [_params({"json": sch, "disable_any_whitespace": True}, i) for i in range(3)])
+    llm.generate(["c"] * 3, [_params({"json": sch, "disable_any_whitespace": True}, i, max_tokens=40)
+                             for i in range(3)])
     assert grammars.compiles == before
 
 
