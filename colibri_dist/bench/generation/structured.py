@@ -84,7 +84,7 @@ def decode_round(llm, args, constrained, rng_seed=0):
     steps = []
     grammars = llm.llm_engine._grammars
     before = dict(grammars.timing) if grammars is not None else None
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params,
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False,
                         on_step=lambda s: steps.append(s) if s.decode_tokens == args.seqs and not s.prefill_tokens else None)
     timing = None
     if constrained:
