@@ -50,3 +50,16 @@ def test_a_log_line_before_any_progress_says_eta_unknown_not_nan():
     p = JobProgress(300, done_tokens=0, mode="auto", log_every_s=3600, stream=out)
     p.log_line()
     assert "ETA ?" in out.getvalue() and "nan" not in out.getvalue()
+
+
+def test_shards_written_together_at_the_end_log_one_line_not_one_each():
+    import io
+    from types import SimpleNamespace
+    from colibri_dist.jobs.run.progress import RequestProgress
+    out = io.StringIO()
+    p = RequestProgress(8, mode="log", log_every_s=3600, stream=out)
+    for _ in range(8):
+        p.on_token(SimpleNamespace(finish_reason="stop"))
+    for _ in range(4):                       # four shards of 2 rows written in the same instant
+        p.rows_done(2, finished=2)
+    assert out.getvalue().count("8/8 requests") == 1

@@ -117,8 +117,13 @@ class RequestProgress:
                 self.bar.set_postfix_str(f"{self.tokens:,} tok, {self._rate(now):,.0f} tok/s", refresh=False)
                 self.bar.refresh()
         elif self.mode == "log" and (force or now - self.last_log >= self.log_every_s):
-            self.last_log = now
-            self.log_line(now)
+            line = self._line_state()
+            if line != getattr(self, "_last_state", None):   # the shards written at the end: one line, not four
+                self.last_log, self._last_state = now, line
+                self.log_line(now)
+
+    def _line_state(self):
+        return self.finished(), self.tokens
 
     def _rate(self, now):
         return self.tokens / (now - self.t0) if now > self.t0 else 0.0
