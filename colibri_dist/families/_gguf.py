@@ -37,6 +37,15 @@ SHARED_EXPERT = {"ffn_gate_shexp.weight": "mlp.shared_expert.gate_proj.weight",
                  "ffn_down_shexp.weight": "mlp.shared_expert.down_proj.weight",
                  "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight"}
 
+# GLM-4.5 / DeepSeek-V3 style: a dense SwiGLU MLP in the first layers, shared experts, the correction bias
+# (convert_hf_to_gguf.py renames e_score_correction_bias to e_score_correction.bias before mapping it).
+DENSE_MLP = {"ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+             "ffn_down.weight": "mlp.down_proj.weight"}
+SHARED_EXPERTS = {"ffn_gate_shexp.weight": "mlp.shared_experts.gate_proj.weight",
+                  "ffn_up_shexp.weight": "mlp.shared_experts.up_proj.weight",
+                  "ffn_down_shexp.weight": "mlp.shared_experts.down_proj.weight"}
+CORRECTION_BIAS = {"exp_probs_b.bias": "mlp.gate.e_score_correction_bias"}
+
 # Per-layer vectors GGUF stores as [h] where the Hugging Face checkpoint holds [1, h].
 ROW_VECTORS = ("ffn_gate_inp_shexp.weight",)
 
@@ -55,6 +64,15 @@ COMMON_CONFIG = (
     ("expert_used_count", "num_experts_per_tok", REQUIRED),
     ("expert_feed_forward_length", "moe_intermediate_size", REQUIRED),
 )
+HEAD_DIM = (("attention.key_length", "head_dim", None),)
+
+
+def config_rows(*drop, rename=None, add=()):
+    """COMMON_CONFIG without the metadata keys `drop`, config keys renamed by {metadata key: config key},
+    plus the rows `add`."""
+    rename = rename or {}
+    return tuple((k, rename.get(k, c), d) for k, c, d in COMMON_CONFIG if k not in drop) + tuple(add)
+
 
 
 @dataclass(frozen=True)
@@ -64,6 +82,13 @@ class GgufArch:
     config: tuple = COMMON_CONFIG
     fixed: dict = field(default_factory=dict)       # config values llama.cpp's graph code fixes for the arch
     layer_tensors: dict = field(default_factory=dict)   # per-layer names beyond LAYER_TENSORS
+    flags: dict = field(default_factory=dict)    # config key -> per-layer GGUF tensor whose presence sets it True
+    checks: dict = field(default_factory=dict)   # metadata key -> the value(s) colibri runs (others: named error)
+    positive: tuple = ()        # metadata keys that must be > 0 (llama without experts is a dense model)
+    extra_layers: str = ""      # metadata key: trailing blocks past the decoder's (GLM-4.5's NextN/MTP layer)
+    rope_permuted: bool = False     # attn_q/attn_k rows in llama.cpp's interleaved-rope order (LlamaModel.permute)
+    partial_rotary: bool = False    # rope.dimension_count / head_dim -> partial_rotary_factor
+    expert_parts: tuple = ("gate_proj", "up_proj", "down_proj")   # the family's per-expert stems of the stacks
 
     def layer_names(self):
         return dict(LAYER_TENSORS, **self.layer_tensors)

@@ -8,6 +8,8 @@ Role: the family table entry (format/families.py, model/arch.py, model/weights.p
 it) and its tiny test configs. Added through the family seam (issue 22 item 2): no other file names it.
 """
 from ._base import Attention, Family, Names
+from ._gguf import (CORRECTION_BIAS, DENSE_MLP, HEAD_DIM, QK_NORM, QKV_BIAS, REQUIRED, SHARED_EXPERTS, GgufArch,
+                    config_rows)
 from ._rules import grouped_sigmoid_moe
 
 DEFAULTS = dict(experts=128, top_k=8, inter=1408, n_group=1, topk_group=1, scaling=1.0, first_dense=1)
@@ -24,6 +26,20 @@ def attention(hf, n_layers, where):
 
 FAMILY = Family(
     "glm4_moe", moe, attention,
+    # convert_hf_to_gguf.py Glm4MoeModel: block_count counts the NextN layer(s); sigmoid gating (func 2)
+    gguf=GgufArch("glm4moe", "Glm4MoeForCausalLM", extra_layers="nextn_predict_layers", partial_rotary=True,
+                  checks={"expert_gating_func": (2,)},
+                  flags={"attention_bias": "attn_q.bias", "use_qk_norm": "attn_q_norm.weight"},
+                  layer_tensors=dict(QK_NORM, **QKV_BIAS, **DENSE_MLP, **SHARED_EXPERTS, **CORRECTION_BIAS,
+                                     **{"post_attention_norm.weight": "post_attention_layernorm.weight"}),
+                  config=config_rows(rename={"expert_count": "n_routed_experts"}, add=HEAD_DIM + (
+                      ("feed_forward_length", "intermediate_size", REQUIRED),
+                      ("expert_shared_count", "n_shared_experts", 0),
+                      ("leading_dense_block_count", "first_k_dense_replace", 0),
+                      ("expert_weights_scale", "routed_scaling_factor", 1.0),
+                      ("expert_weights_norm", "norm_topk_prob", False),
+                      ("expert_group_count", "n_group", 1),
+                      ("expert_group_used_count", "topk_group", 1)))),
     names=Names(shared="shared_experts", correction_bias="gate.e_score_correction_bias"),
     values={"use_qk_norm": "bool?"},
     drop_extra_layers=True,    # the checkpoints' model.layers.{num_hidden_layers} MTP module

@@ -4,6 +4,7 @@ Role: the family table entry (format/families.py, model/arch.py, model/weights.p
 it) and its tiny test configs. Hub expert tensors: block_sparse_moe.experts.{e}.w1/w3/w2.
 """
 from ._base import Attention, Family, Moe, Names
+from ._gguf import HEAD_DIM, REQUIRED, GgufArch, config_rows
 from ._values import need
 
 
@@ -21,6 +22,12 @@ def attention(hf, n_layers, where):
 
 FAMILY = Family(
     "mixtral", moe, attention,
+    # llama.cpp writes Mixtral as arch llama with expert_count > 0 (without experts it is a dense llama) and
+    # its q/k rows permuted for interleaved rope (convert_hf_to_gguf.py LlamaModel.permute)
+    gguf=GgufArch("llama", "MixtralForCausalLM", positive=("expert_count",), rope_permuted=True,
+                  expert_parts=("w1", "w3", "w2"),
+                  config=config_rows("expert_feed_forward_length", rename={"expert_count": "num_local_experts"},
+                                     add=(("feed_forward_length", "intermediate_size", REQUIRED),) + HEAD_DIM)),
     names=Names(moe_prefixes=("block_sparse_moe", "mlp"), expert_parts=("w1", "w3", "w2")),
     tiny=("MixtralConfig", dict(intermediate_size=16, num_local_experts=8, num_experts_per_tok=2)),
     cases={"mixtral": ("MixtralConfig", dict(hidden_size=36, num_attention_heads=6, num_key_value_heads=2,

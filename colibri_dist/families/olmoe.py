@@ -4,6 +4,7 @@ Role: the family table entry (format/families.py, model/arch.py, model/weights.p
 it) and its tiny test configs. Every layer MoE, no shared expert.
 """
 from ._base import Attention, Family, Moe
+from ._gguf import QK_NORM, REQUIRED, GgufArch, config_rows
 from ._rules import N_EXPERTS
 from ._values import need, softmax_kind
 
@@ -22,6 +23,11 @@ def attention(hf, n_layers, where):
 
 FAMILY = Family(
     "olmoe", moe, attention,
+    # llama.cpp's olmoe graph never renormalises the top-k weights; its q/k norms span the whole projection
+    gguf=GgufArch("olmoe", "OlmoeForCausalLM", fixed={"norm_topk_prob": False}, layer_tensors=QK_NORM,
+                  config=config_rows("expert_feed_forward_length",
+                                     add=(("feed_forward_length", "intermediate_size", REQUIRED),
+                                          ("attention.clamp_kqv", "clip_qkv", None)))),
     tiny=("OlmoeConfig", dict(intermediate_size=16, num_experts=8, eos_token_id=1, num_experts_per_tok=2)),
     cases={"olmoe": ("OlmoeConfig", dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4,
                                          intermediate_size=18, num_experts=8, num_experts_per_tok=2, clip_qkv=1.5,

@@ -24,6 +24,9 @@ FLOAT_TYPES = ("F32", "F16", "BF16")          # imported as the same float encod
 BLOCK_TYPES = {"Q8_0": "q8_0"}                # GGML type -> the colibri encoding that keeps its blocks
 INSTALL_HINT = "pip install 'colibri-dist[gguf]'"
 _LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
+MAX_INT = 2 ** 31        # metadata integers past this are refused by name (context_length 2^40 is no model's)
+# llama arch: q/k rows permuted for interleaved rope, by the head count of the metadata key
+ROPE_PERMUTED = {"attn_q.weight": "attention.head_count", "attn_k.weight": "attention.head_count_kv"}
 
 
 def gguf_package(path):
@@ -65,9 +68,14 @@ class GgufSource:
             raise FormatError(f"{self.path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from exc
         self.model_type, self.arch = self._arch()
         self._tensors = {t.name: t for t in self._reader.tensors}
+        self.n_layers = self._main_layers()
+        self._stacks = dict(zip(EXPERT_STACKS, self.arch.expert_parts))
+        self._order = {}        # GGUF tensor -> its rows' order in the Hugging Face matrix (rope-permuted q/k)
         self.refs = {}
         for t in self._reader.tensors:
             for ref in self._refs_of(t):
+                if ref.name in self.refs:
+                    raise FormatError(f"{self.path}: tensor {ref.tensor!r} appears twice (as {ref.name!r})")
                 self.refs[ref.name] = ref
 
     # ---- metadata -------------------------------------------------------------------------------------
@@ -90,10 +98,22 @@ class GgufSource:
 
     def _arch(self):
         name = self.field("general.architecture")
-        if name not in ARCHES:
+        if not isinstance(name, str) or name not in ARCHES:
             raise FormatError(f"{self.path}: GGUF architecture {name!r} is not supported; "
                               f"supported: {', '.join(sorted(ARCHES))}")
         return ARCHES[name]
+
+    def _main_layers(self):
+        """The decoder's layer count: block_count less the row's trailing extra (NextN) layers."""
+        a = self.arch
+        n = _scalar(self.path, f"{a.arch}.block_count", self.field(f"{a.arch}.block_count"))
+        extra = _scalar(self.path, f"{a.arch}.{a.extra_layers}", self.field(f"{a.arch}.{a.extra_layers}", 0)) \
+            if a.extra_layers else 0
+        if not isinstance(n, int) or not isinstance(extra, int) or n - extra <= 0:
+            raise FormatError(f"{self.path}: GGUF metadata {a.arch}.block_count = {n!r}"
+                              + (f" less {a.arch}.{a.extra_layers} = {extra!r}" if extra else "")
+                              + " leaves no decoder layer")
+        return n - extra
 
     def hf_config(self):
         """The config.json this file's metadata stands for (the family's keys, llama.cpp's fixed values)."""
@@ -103,6 +123,21 @@ class GgufSource:
             value = self.field(f"{a.arch}.{key}", default)
             if value is not None:
                 hf[hf_key] = _scalar(self.path, f"{a.arch}.{key}", value)
+                if key in a.positive and not hf[hf_key] > 0:
+                    raise FormatError(f"{self.path}: GGUF metadata {a.arch}.{key} = {value!r}: must be > 0 "
+                                      f"(a {a.arch} file without it is a dense model; colibri imports MoE models)")
+        for key, allowed in a.checks.items():
+            value = self.field(f"{a.arch}.{key}", None)
+            if value is not None and value not in allowed:
+                raise FormatError(f"{self.path}: GGUF metadata {a.arch}.{key} = {value!r} is not imported "
+                                  f"(colibri's {self.model_type} runs "
+                                  f"{' or '.join(map(repr, allowed))})")
+        hf["num_hidden_layers"] = self.n_layers
+        for hf_key, tensor in a.flags.items():
+            hf[hf_key] = any(f"blk.{i}.{tensor}" in self._tensors for i in range(self.n_layers))
+        if a.partial_rotary:
+            hf["partial_rotary_factor"] = self._rotary_factor(hf)
+        self._check_experts(hf)
         scaling = self.field(f"{a.arch}.rope.scaling.type", None)
         if scaling not in (None, "none"):
             raise FormatError(f"{self.path}: GGUF metadata {a.arch}.rope.scaling.type = {scaling!r}: "
@@ -112,6 +147,26 @@ class GgufSource:
         hf["tie_word_embeddings"] = "lm_head.weight" not in self.refs
         return hf
 
+    def _rotary_factor(self, hf):
+        a = self.arch
+        key = f"{a.arch}.rope.dimension_count"
+        head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
+        dims = _scalar(self.path, key, self.field(key))
+        if not isinstance(dims, int) or not 0 < dims <= head_dim or dims % 2:
+            raise FormatError(f"{self.path}: GGUF metadata {key} = {dims!r}: must be even, in 1..{head_dim} (head_dim)")
+        return dims / head_dim
+
+    def _check_experts(self, hf):
+        """The expert stacks hold expert_count experts (a named error before anything is read)."""
+        a = self.arch
+        n = next((hf.get(c) for key, c, _ in a.config if key == "expert_count"), None)
+        for t in self._tensors.values():
+            m = _LAYER.match(t.name)
+            if m and m.group(2) in EXPERT_STACKS and int(m.group(1)) < self.n_layers:
+                if int(t.shape[-1]) != n:
+                    raise FormatError(f"{self.path}: tensor {t.name!r} holds {int(t.shape[-1])} experts but GGUF "
+                                      f"metadata {a.arch}.expert_count is {n!r}")
+
     # ---- tensor names and types -----------------------------------------------------------------------
     def _refs_of(self, t):
         name, gtype = t.name, t.tensor_type.name
@@ -119,23 +174,39 @@ class GgufSource:
             raise FormatError(f"{self.path}: tensor {name!r} is {gtype}: not supported yet (supported: "
                               f"{', '.join(FLOAT_TYPES + tuple(BLOCK_TYPES))}); nothing was written")
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        if any(d <= 0 for d in shape) or int(t.n_bytes) <= 0:
+            raise FormatError(f"{self.path}: tensor {name!r} has shape {list(shape)}: an empty tensor")
         m = _LAYER.match(name)
+        if m and int(m.group(1)) >= self.n_layers:     # a trailing extra (NextN) layer: named, never converted
+            return [GgufRef(f"model.layers.{int(m.group(1))}.{m.group(2)}", self.path, gtype, shape,
+                            int(t.n_bytes), name)]
         if m and m.group(2) in EXPERT_STACKS:
             if len(shape) != 3:
                 raise FormatError(f"{self.path}: tensor {name!r} has shape {list(shape)}, expected [experts, rows, cols]")
-            layer, part = m.group(1), EXPERT_STACKS[m.group(2)]
+            layer, part = int(m.group(1)), self._stacks[m.group(2)]
             per = int(t.n_bytes) // shape[0]
             return [GgufRef(f"model.layers.{layer}.mlp.experts.{e}.{part}.weight", self.path, gtype, shape[1:], per,
                             name, e) for e in range(shape[0])]
         layer_names = self.arch.layer_names()
         hf = GLOBAL_TENSORS.get(name) if not m else (
-            None if m.group(2) not in layer_names else f"model.layers.{m.group(1)}.{layer_names[m.group(2)]}")
+            None if m.group(2) not in layer_names else f"model.layers.{int(m.group(1))}.{layer_names[m.group(2)]}")
+        if hf is not None and m and self.arch.rope_permuted and m.group(2) in ROPE_PERMUTED:
+            self._order[name] = self._rope_order(name, shape, ROPE_PERMUTED[m.group(2)])
         if hf is None:
             raise FormatError(f"{self.path}: tensor {name!r} has no place in a {self.arch.arch} model "
                               f"(its family's gguf row, families/_gguf.py); nothing was written")
         if m and m.group(2) in ROW_VECTORS and len(shape) == 1:
             shape = (1,) + shape
         return [GgufRef(hf, self.path, gtype, shape, int(t.n_bytes), name)]
+
+    def _rope_order(self, name, shape, heads_key):
+        """The rows of llama.cpp's permuted q/k (per head [d/2, 2]) in Hugging Face's order (per head [2, d/2])."""
+        key = f"{self.arch.arch}.{heads_key}"
+        heads = _scalar(self.path, key, self.field(key))
+        if not isinstance(heads, int) or heads <= 0 or shape[0] % (2 * heads):
+            raise FormatError(f"{self.path}: tensor {name!r} has {shape[0]} rows: not {key} = {heads!r} heads of an "
+                              f"even width")
+        return np.arange(shape[0]).reshape(heads, shape[0] // heads // 2, 2).swapaxes(1, 2).reshape(-1)
 
     def __contains__(self, name):
         return name in self.refs
@@ -156,6 +227,9 @@ class GgufSource:
     def _raw(self, ref):
         """The tensor's (or stack slice's) bytes as a uint8 view of the mapped file."""
         raw = self._tensors[ref.tensor].data.reshape(-1).view(np.uint8)
+        order = self._order.get(ref.tensor)
+        if order is not None:
+            raw = raw.reshape(len(order), -1)[order].reshape(-1)
         return raw if ref.index is None else raw[ref.index * ref.nbytes:(ref.index + 1) * ref.nbytes]
 
     def _decode(self, ref, raw, rows):
@@ -208,6 +282,12 @@ class GgufSource:
 def _scalar(path, key, value):
     """One metadata number; a float32 one as the shortest decimal that is that float32 (the config.json value
     llama.cpp's converter stored: 1e-06, not 9.999999974752427e-07)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, (int, float)):
         raise FormatError(f"{path}: GGUF metadata {key!r} = {value!r}: expected one number")
+    if isinstance(value, int) and not 0 <= value < MAX_INT:
+        raise FormatError(f"{path}: GGUF metadata {key!r} = {value}: out of range (0 .. 2^31-1)")
+    if isinstance(value, float) and not np.isfinite(value):
+        raise FormatError(f"{path}: GGUF metadata {key!r} = {value}: not a finite number")
     return float(str(np.float32(value))) if isinstance(value, float) else value

@@ -10,7 +10,8 @@ import numpy as np
 
 gguf = __import__("pytest").importorskip("gguf")
 
-ARCHES = {"qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe"}      # transformers model_type -> llama.cpp arch
+ARCHES = {"qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama",
+          "glm4_moe": "glm4moe"}      # transformers model_type -> llama.cpp arch
 F32_ONLY = ("ffn_gate_inp",)       # llama.cpp keeps the router in F32
 
 
@@ -31,16 +32,18 @@ def hf_tensors(model):
 
 
 def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_tensors=None, raw_tensors=None,
-               arch=None):
+               arch=None, values=None):
     """Write `model` (a transformers Qwen3MoeForCausalLM) as a GGUF file; returns {gguf name: stored array}.
     extra_tensors: more F32 tensors; raw_tensors: {name: (uint8 bytes, GGML type name)} stored in place of or
-    beside the model's tensor of that name; arch: general.architecture (the metadata keys follow it)."""
+    beside the model's tensor of that name; arch: general.architecture (the metadata keys follow it); values:
+    metadata values written in place of the model's ({key: value})."""
     c = model.config
     name = ARCHES[c.model_type]
     w = gguf.GGUFWriter(str(path), arch or name)
+    nextn = getattr(c, "num_nextn_predict_layers", 0) if name == "glm4moe" else 0
     meta = {"context_length": (w.add_context_length, c.max_position_embeddings),
             "embedding_length": (w.add_embedding_length, c.hidden_size),
-            "block_count": (w.add_block_count, c.num_hidden_layers),
+            "block_count": (w.add_block_count, c.num_hidden_layers + nextn),
             "feed_forward_length": (w.add_feed_forward_length, c.intermediate_size),
             "attention.head_count": (w.add_head_count, c.num_attention_heads),
             "attention.head_count_kv": (w.add_head_count_kv, c.num_key_value_heads),
@@ -50,19 +53,39 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
                                                   getattr(c, "shared_expert_intermediate_size", None)),
             "rope.freq_base": (w.add_rope_freq_base, c.rope_parameters["rope_theta"]),
             "attention.layer_norm_rms_epsilon": (w.add_layer_norm_rms_eps, c.rms_norm_eps),
-            "expert_count": (w.add_expert_count, c.num_experts),
+            "expert_count": (w.add_expert_count, next(getattr(c, k) for k in ("num_experts", "num_local_experts",
+                                                                              "n_routed_experts") if hasattr(c, k))),
             "expert_used_count": (w.add_expert_used_count, c.num_experts_per_tok),
-            "expert_feed_forward_length": (w.add_expert_feed_forward_length, c.moe_intermediate_size)}
+            "expert_feed_forward_length": (w.add_expert_feed_forward_length, getattr(c, "moe_intermediate_size", None)),
+            "attention.clamp_kqv": (w.add_clamp_kqv, getattr(c, "clip_qkv", None))}
+    if name == "glm4moe":      # convert_hf_to_gguf.py Glm4MoeModel.set_gguf_parameters
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        meta.update({
+            "rope.dimension_count": (w.add_rope_dimension_count,
+                                     int(head_dim * c.rope_parameters.get("partial_rotary_factor", 0.5))),
+            "expert_shared_count": (w.add_expert_shared_count, c.n_shared_experts),
+            "leading_dense_block_count": (w.add_leading_dense_block_count, c.first_k_dense_replace),
+            "expert_gating_func": (w.add_expert_gating_func, gguf.ExpertGatingFuncType.SIGMOID),
+            "expert_weights_scale": (w.add_expert_weights_scale, c.routed_scaling_factor),
+            "expert_weights_norm": (w.add_expert_weights_norm, c.norm_topk_prob),
+            "expert_group_count": (w.add_expert_group_count, c.n_group),
+            "expert_group_used_count": (w.add_expert_group_used_count, c.topk_group),
+            "nextn_predict_layers": (w.add_nextn_predict_layers, nextn)})
     for key, (add, value) in meta.items():
+        value = (values or {}).get(key, value)
         if key not in drop_keys and value is not None:
             add(value)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype == "Q8_0" else gguf.LlamaFileType.ALL_F32)
     if tokenizer:
         tokenizer(w)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[name.upper()], c.num_hidden_layers)
+    names = gguf.get_tensor_name_map(model_arch(name), c.num_hidden_layers + nextn)
     stored = {}
     raw_tensors = dict(raw_tensors or {})
+    llama = name == "llama"
     for hf_name, v in hf_tensors(model).items():
+        if llama and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+            v = permute(v, c.num_attention_heads if "q_proj" in hf_name else c.num_key_value_heads)
+        hf_name = hf_name.replace("e_score_correction_bias", "e_score_correction.bias")   # as the converter does
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         assert name is not None, hf_name
         if name not in raw_tensors:
@@ -77,6 +100,16 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
     w.write_tensors_to_file()
     w.close()
     return stored
+
+
+def model_arch(name):
+    """gguf.MODEL_ARCH of a llama.cpp architecture name (glm4moe is MODEL_ARCH.GLM4_MOE)."""
+    return next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == name)
+
+
+def permute(v, heads):
+    """convert_hf_to_gguf.py LlamaModel.permute: each head's rows [2, d/2] -> [d/2, 2] (interleaved rope)."""
+    return v.reshape(heads, 2, v.shape[0] // heads // 2, *v.shape[1:]).swapaxes(1, 2).reshape(v.shape)
 
 
 def _store(w, name, v, qtype):

@@ -211,7 +211,8 @@ def test_unknown_tensor_and_architecture_are_named(f32, tmp_path):
     refused(tmp_path / "m.gguf", tmp_path, r"tensor 'blk\.0\.ffn_gate_inp_shexp\.weight' has no place in a qwen3moe")
     os.remove(tmp_path / "m.gguf")
     write_gguf(f32[3], tmp_path / "m.gguf", arch="grok")
-    refused(tmp_path / "m.gguf", tmp_path, r"GGUF architecture 'grok' is not supported; supported: qwen2moe, qwen3moe")
+    refused(tmp_path / "m.gguf", tmp_path, r"GGUF architecture 'grok' is not supported; supported: glm4moe, llama, olmoe, qwen2moe, "
+                                           r"qwen3moe")
 
 
 def test_without_the_gguf_package_the_extra_is_named(f32, tmp_path, monkeypatch):
@@ -242,3 +243,40 @@ def test_a_truncated_file_is_named(f32, tmp_path):
     data = open(f32[1], "rb").read()
     (tmp_path / "m.gguf").write_bytes(data[:len(data) // 2])
     refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: not a readable GGUF file")
+
+
+# ---- the other architectures: llama.cpp's olmoe, llama (Mixtral), glm4moe -------------------------------
+
+NEXTN = {"blk.2.nextn.eh_proj.weight": np.ones((32, 64), np.float32), "blk.2.attn_norm.weight": np.ones(32, np.float32),
+         "blk.2.nextn.enorm.weight": np.ones(32, np.float32)}
+
+
+@pytest.mark.parametrize("family", ["olmoe", "mixtral", "glm4_moe"])
+def test_more_architectures_import_bit_for_bit(tmp_path_factory, family):
+    """OLMoE (q/k norms over the whole projection), Mixtral (arch llama, q/k rows permuted for interleaved rope),
+    GLM-4.5 (shared experts, correction bias, a dense first layer, partial rotary, routed scaling, its NextN
+    layer left out): logits equal the safetensors conversion's bit for bit and transformers' within 1e-4."""
+    from colibri_dist.format.tiny import write_tiny
+    d = tmp_path_factory.mktemp(f"gguf-{family}")
+    model = write_tiny(family, d / "hf")
+    write_gguf(model, d / "m.gguf", extra_tensors=NEXTN if family == "glm4_moe" else None)
+    convert(d / "hf", d / "hf.colibri", experts="f32", progress=False)
+    convert(d / "m.gguf", d / "g.colibri", progress=False)
+    ids = np.random.default_rng(3).integers(0, 64, 40)
+    got = logits(d / "g.colibri", ids)
+    assert np.array_equal(got, logits(d / "hf.colibri", ids))
+    assert rel_err(got, reference(model, ids)) <= 1e-4
+    with cd.open_model(d / "g.colibri") as m, cd.open_model(d / "hf.colibri") as h:
+        assert m.config == h.config and m.config.scheme == "f32"
+        assert len(m.tensor_names()) == len(h.tensor_names())      # the NextN layer's tensors are not converted
+        assert not any(n.startswith("model.layers.2.") for n in m.tensor_names())
+
+
+def test_a_dense_llama_and_an_unknown_gating_are_named(tmp_path):
+    from colibri_dist.format.tiny import tiny_model
+    write_gguf(tiny_model("mixtral"), tmp_path / "m.gguf", values={"expert_count": 0})
+    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: GGUF metadata llama\.expert_count = 0: must be > 0 \(a llama "
+                                           r"file without it is a dense model")
+    os.remove(tmp_path / "m.gguf")
+    write_gguf(tiny_model("glm4_moe"), tmp_path / "m.gguf", values={"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX})
+    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: GGUF metadata glm4moe\.expert_gating_func = 1 is not imported")
