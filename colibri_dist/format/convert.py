@@ -52,9 +52,14 @@ def convert(src_dir, dst, experts=None, progress=True, dense=None, force=False, 
         else:
             config_path = os.path.join(src_dir, "config.json")
             hf = _read_config(config_path)
-        family = detect(hf, config_path)
-        check_config(hf, config_path)
-        cfg = model_config(family, hf, schemes[0])
+        try:
+            family = detect(hf, config_path)
+            check_config(hf, config_path)
+            cfg = model_config(family, hf, schemes[0])
+        except FormatError as exc:
+            if gguf:                # named by the GGUF file and its metadata keys, not a config.json
+                raise source.config_error(exc) from exc
+            raise
         source = source or SafetensorsSource(src_dir)
         tok_files = tokenizer_files(src_dir) if tok_files is None else tok_files
         _write(dst, src_dir, source, hf, family, cfg, schemes, tok_files, replaced, progress)
@@ -155,11 +160,11 @@ def write_layer(writer, cfg, source, lp, pbar):
         _small(writer, source, lp.shared_gate, (cfg.hidden,), spec.KIND_SHARED_GATE, L, pbar, (1, cfg.hidden))
     if lp.shared:
         mats = _read_expert(source, lp.shared, cfg.shared_inter, cfg.hidden, cfg.scheme)
-        _blob(writer, f"{p}.shared_expert", mats, cfg.scheme, spec.KIND_SHARED, L, -1)
+        _blob(writer, source, f"{p}.shared_expert", mats, cfg.scheme, spec.KIND_SHARED, L, -1)
         pbar.update(sum(source.ref(n).nbytes for n in lp.shared))
     for e, (mats, src_bytes) in enumerate(read_ahead(_expert_reader(source, cfg, lp, e)
                                                      for e in range(cfg.n_experts))):
-        _blob(writer, f"{p}.experts.{e}", mats, cfg.scheme, spec.KIND_EXPERT, L, e)
+        _blob(writer, source, f"{p}.experts.{e}", mats, cfg.scheme, spec.KIND_EXPERT, L, e)
         pbar.update(src_bytes)
 
 
@@ -191,7 +196,7 @@ def read_ahead(thunks):
 
 
 def _small(writer, source, name, shape, kind, layer, pbar, src_shape=None):
-    data = check_values(writer.path, f"{name} (layer {layer})", source.read_f32(name, src_shape or shape).reshape(shape))
+    data = check_values(source.ref(name).file, f"{name} (layer {layer})", source.read_f32(name, src_shape or shape).reshape(shape))
     writer.add_tensor(name, data, spec.DTYPE_CODES["float32"], shape, kind, layer)
     pbar.update(source.ref(name).nbytes)
 
@@ -207,11 +212,11 @@ def _read_fused(source, fused, e, inter, hidden):
     return [gate_up[:inter], gate_up[inter:], down]
 
 
-def _blob(writer, name, mats, scheme, kind, layer, expert):
+def _blob(writer, source, name, mats, scheme, kind, layer, expert):
     try:
         blob, layout = pack(mats[0], mats[1], mats[2], scheme)
-    except InvalidArgument as exc:      # e.g. non-finite weights
-        raise FormatError(f"{writer.path}: {name} (layer {layer}): cannot encode as {scheme}: {exc}") from exc
+    except InvalidArgument as exc:      # e.g. non-finite weights: the source's values
+        raise FormatError(f"{source.dir}: {name} (layer {layer}): cannot encode as {scheme}: {exc}") from exc
     writer.add_blob(name, blob, layout, kind, layer, expert)
 
 
@@ -225,7 +230,7 @@ def copy_dense(writer, source, name, pbar):
     if len(ref.shape) > spec.MAX_NDIM:
         raise FormatError(f"{ref.file}: tensor {name!r} has {len(ref.shape)} dims; "
                           f".colibri stores at most {spec.MAX_NDIM}")
-    writer.add_tensor_stream(name, checked_chunks(writer.path, name, dtype, source.chunks(ref)), dtype, ref.shape)
+    writer.add_tensor_stream(name, checked_chunks(ref.file, name, dtype, source.chunks(ref)), dtype, ref.shape)
     pbar.update(ref.nbytes)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import families
 from ..errors import FormatError
 from .gguf_families import ARCHES, EXPERT_STACKS, GLOBAL_TENSORS, REQUIRED, ROW_VECTORS
 from .hf_source import to_f32
@@ -113,6 +114,10 @@ class GgufSource:
             raise FormatError(f"{self.path}: GGUF metadata {a.arch}.block_count = {n!r}"
                               + (f" less {a.arch}.{a.extra_layers} = {extra!r}" if extra else "")
                               + " leaves no decoder layer")
+        blocks = 1 + max((int(m.group(1)) for m in map(_LAYER.match, self._tensors) if m), default=-1)
+        if n != blocks:
+            raise FormatError(f"{self.path}: GGUF metadata {a.arch}.block_count = {n} but the file's tensors are of "
+                              f"{blocks} blocks (blk.0 .. blk.{blocks - 1})")
         return n - extra
 
     def hf_config(self):
@@ -145,7 +150,24 @@ class GgufSource:
         hf.update(a.fixed)
         hf["vocab_size"] = int(self.ref("model.embed_tokens.weight").shape[0])
         hf["tie_word_embeddings"] = "lm_head.weight" not in self.refs
+        self._check_family(hf)
         return hf
+
+    def _check_family(self, hf):
+        """The family's own checks of the config (need(), ...) once here, named by file and metadata key."""
+        family = families.FAMILIES[self.model_type]
+        try:
+            family.moe(hf)
+            family.attention(hf, hf["num_hidden_layers"], self.path)
+        except FormatError as exc:
+            raise self.config_error(exc) from exc
+
+    def config_error(self, exc):
+        """A config check's FormatError ("config.json: 'moe_intermediate_size' ...") as this file's, naming the
+        metadata keys behind the config keys it names."""
+        text = str(exc).removeprefix("config.json: ").removeprefix(f"{self.path}: ")
+        keys = [f"{self.arch.arch}.{k}" for k, c, _ in self.arch.config if c in text]
+        return FormatError(f"{self.path}: GGUF metadata {', '.join(keys) or '(as a whole)'}: {text}")
 
     def _rotary_factor(self, hf):
         a = self.arch

@@ -278,5 +278,6 @@ def test_a_dense_llama_and_an_unknown_gating_are_named(tmp_path):
     refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: GGUF metadata llama\.expert_count = 0: must be > 0 \(a llama "
                                            r"file without it is a dense model")
     os.remove(tmp_path / "m.gguf")
-    write_gguf(tiny_model("glm4_moe"), tmp_path / "m.gguf", values={"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX})
+    write_gguf(tiny_model("glm4_moe"), tmp_path / "m.gguf", extra_tensors=NEXTN,
+               values={"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX})
     refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: GGUF metadata glm4moe\.expert_gating_func = 1 is not imported")
