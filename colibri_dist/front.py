@@ -7,10 +7,15 @@ Data actors, stress) builds one config.EngineArgs and calls here:
                            shuts what was started for it
     open_experts(args)  -> the MoE executor alone (the in-process Engine or that pool): moe-layer jobs
     open_pool(args)     -> the pool of args (None in process)
+    container(model)    -> the .colibri to open for `model`: itself, or a .gguf's cached import
+                           (format/gguf_cache.py: converted once, reused while the file is unchanged); the
+                           three above open args.model through it, so `colibri generate -m x.gguf`, the
+                           server (serve/launch.py Server) and LLM("x.gguf") share one import
     attach(name, ...)   -> a running named pool, with the model and arithmetic checked against the caller's
 The sequence runners (pool/runner.py) build their LLMs from the same args.llm_kwargs() (serve/launch.py
 open_runners passes them), over the pool's workers.
 """
+import dataclasses
 import os
 
 from .errors import InvalidArgument, PoolError
@@ -19,7 +24,7 @@ from .errors import InvalidArgument, PoolError
 def open_llm(args, pool=None):
     """cd.LLM of args. pool: a running Pool to put its experts on instead (the caller keeps it open)."""
     from .model import LLM
-    _check_model(args)
+    args = _check_model(args)
     owned = pool is None
     if owned:
         pool = open_pool(args)
@@ -33,7 +38,7 @@ def open_llm(args, pool=None):
 
 def open_experts(args):
     """The MoE executor of args: this process's Engine (its expert store) or the pool (close()/shutdown())."""
-    _check_model(args)
+    args = _check_model(args)
     pool = open_pool(args)
     if pool is not None:
         return pool
@@ -48,6 +53,7 @@ def open_pool(args):
         return attach(args.pool, model=args.model, w8a8=args.w8a8, ray_address=args.ray_address)
     if not args.workers:
         return None
+    args = _check_model(args)
     from .pool import Pool
     return Pool(args.model, ray_address=args.ray_address, **args.pool_kwargs())
 
@@ -84,3 +90,11 @@ def _check_model(args):
         raise InvalidArgument("model (a .colibri file) is required", parameter="model", value=args.model)
     if not os.path.exists(args.model):
         raise InvalidArgument(f"model: {args.model}: no such file", parameter="model", value=args.model)
+    path = container(args.model)
+    return args if path == args.model else dataclasses.replace(args, model=path)
+
+
+def container(model):
+    """The .colibri path to open for `model`: `model` itself, or for a GGUF file its cached import."""
+    from .format.gguf_cache import container_for
+    return container_for(model)

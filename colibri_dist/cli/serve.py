@@ -121,6 +121,8 @@ def main(args):
     from ..serve.signals import check_port, stop_on_sigterm
     check_port(cfg.host, cfg.port)
     stop_on_sigterm()                          # SIGTERM during the model load stops too
+    from ..serve.launch import imported
+    cfg = imported(cfg)                        # a .gguf: imported once here, before any replica opens it
     if args.ray_serve:
         from ..serve.ray_serve import run
         return run(cfg, min_replicas=args.min_replicas, max_replicas=args.max_replicas,

@@ -6,7 +6,9 @@ EngineBackend thread (its engine in a child process of its own by default: engin
 --runners M, M sequence runners over that pool driven by a RunnerBackend thread) -> ServerState -> build_app -> uvicorn on cfg.host:cfg.port. `Server` is the
 in-Python handle (start in a thread, url, stop) the tests and the benchmark use.
 """
+import dataclasses
 import logging
+import os
 import threading
 import time
 
@@ -82,13 +84,23 @@ def build_state(cfg, llm, pool=None, runner_set=None, remote=None):
     return state
 
 
+def imported(cfg):
+    """cfg with a .gguf model imported once into its cached container (front.container) before any engine
+    process, runner or worker opens it; the served name stays the .gguf file's stem."""
+    from ..front import container
+    path = container(cfg.model) if os.path.isfile(cfg.model) else cfg.model
+    if path == cfg.model:
+        return cfg
+    return dataclasses.replace(cfg, model=path, served_model_name=cfg.model_names)
+
+
 class Server:
     """A running server in this process: Server(cfg).start() serves in a thread until stop()."""
 
     def __init__(self, cfg, llm=None, pool=None):
         """llm / pool: an opened model / a running Pool to serve with (the caller closes them); else
         Server opens what cfg names and closes it in stop()."""
-        self.cfg = cfg if isinstance(cfg, ServeConfig) else ServeConfig(**cfg)
+        self.cfg = imported(cfg if isinstance(cfg, ServeConfig) else ServeConfig(**cfg))
         self._owns = llm is None          # an LLM opened here also shuts the pool started for it
         t0 = time.perf_counter()
         self.remote = None
