@@ -5,6 +5,7 @@ Role: the family table entry (format/families.py, model/arch.py, model/weights.p
 it) and its tiny test configs. model/arch.py reads the MLA dims (q_lora_rank, kv_lora_rank, ...).
 """
 from ._base import Attention, Family, Names
+from ._gguf import CORRECTION_BIAS, DENSE_MLP, MLA, REQUIRED, SHARED_EXPERTS, GgufArch, config_rows
 from ._rules import grouped_sigmoid_moe
 
 DEFAULTS = dict(experts=256, top_k=8, inter=2048, n_group=8, topk_group=4, scaling=2.5, first_dense=3)
@@ -23,6 +24,23 @@ _YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_ma
          "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}
 FAMILY = Family(
     "deepseek_v3", moe, attention,
+    # convert_hf_to_gguf.py DeepseekV2Model: head_count_kv is 1 in newer files (MLA as MQA), so the KV heads are
+    # the attention heads; the MLA dims come from rope.dimension_count and key/value_length(_mla) (gguf_source)
+    gguf=GgufArch("deepseek2", "DeepseekV3ForCausalLM", mla=True, checks={"expert_gating_func": (2,)},
+                  fixed={"rope_interleave": True},        # llama.cpp's deepseek2 rope: adjacent pairs
+                  layer_tensors=dict(MLA, **DENSE_MLP, **SHARED_EXPERTS, **CORRECTION_BIAS),
+                  config=config_rows("attention.head_count_kv", rename={"expert_count": "n_routed_experts"}, add=(
+                      ("attention.head_count", "num_key_value_heads", REQUIRED),
+                      ("feed_forward_length", "intermediate_size", REQUIRED),
+                      ("attention.q_lora_rank", "q_lora_rank", None),
+                      ("attention.kv_lora_rank", "kv_lora_rank", REQUIRED),
+                      ("rope.dimension_count", "qk_rope_head_dim", REQUIRED),
+                      ("expert_shared_count", "n_shared_experts", 0),
+                      ("leading_dense_block_count", "first_k_dense_replace", 0),
+                      ("expert_weights_scale", "routed_scaling_factor", 1.0),
+                      ("expert_weights_norm", "norm_topk_prob", False),
+                      ("expert_group_count", "n_group", 1),
+                      ("expert_group_used_count", "topk_group", 1)))),
     names=Names(shared="shared_experts", correction_bias="gate.e_score_correction_bias"),
     tiny=("DeepseekV3Config", dict(num_key_value_heads=4, intermediate_size=48, moe_intermediate_size=16,
                                    n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import families
 from ..errors import FormatError
+from ..families._gguf import MLA_SPLIT
 from .gguf_families import ARCHES, EXPERT_STACKS, GLOBAL_TENSORS, REQUIRED, ROW_VECTORS
 from .hf_source import to_f32
 from .quantize import Encoded
@@ -73,8 +74,9 @@ class GgufSource:
         self._stacks = dict(zip(EXPERT_STACKS, self.arch.expert_parts))
         self._order = {}        # GGUF tensor -> its rows' order in the Hugging Face matrix (rope-permuted q/k)
         self.refs = {}
+        self._joined = {}       # kv_b_proj name -> (attn_k_b, attn_v_b) GGUF tensors (MLA split form)
         for t in self._reader.tensors:
-            for ref in self._refs_of(t):
+            for ref in self._refs_of(t) + self._join_of(t):
                 if ref.name in self.refs:
                     raise FormatError(f"{self.path}: tensor {ref.tensor!r} appears twice (as {ref.name!r})")
                 self.refs[ref.name] = ref
@@ -142,6 +144,8 @@ class GgufSource:
             hf[hf_key] = any(f"blk.{i}.{tensor}" in self._tensors for i in range(self.n_layers))
         if a.partial_rotary:
             hf["partial_rotary_factor"] = self._rotary_factor(hf)
+        if a.mla:
+            hf.update(self._mla_dims(hf))
         self._check_experts(hf)
         scaling = self.field(f"{a.arch}.rope.scaling.type", None)
         if scaling not in (None, "none"):
@@ -178,6 +182,22 @@ class GgufSource:
             raise FormatError(f"{self.path}: GGUF metadata {key} = {dims!r}: must be even, in 1..{head_dim} (head_dim)")
         return dims / head_dim
 
+    def _mla_dims(self, hf):
+        """qk_nope_head_dim / v_head_dim: key_length_mla / value_length_mla (newer files, whose key_length and
+        value_length are the MQA form's kv_lora_rank + rope and kv_lora_rank), else key_length / value_length."""
+        a = self.arch.arch
+        k = self.field(f"{a}.attention.key_length_mla", None)
+        pair = ("key_length_mla", "value_length_mla") if k is not None else ("key_length", "value_length")
+        k, v = (_scalar(self.path, f"{a}.attention.{p}", self.field(f"{a}.attention.{p}")) for p in pair)
+        rope = hf["qk_rope_head_dim"]
+        if not isinstance(k, int) or not isinstance(v, int) or k <= rope or v <= 0:
+            raise FormatError(f"{self.path}: GGUF metadata {a}.attention.{pair[0]} = {k!r} must exceed "
+                              f"{a}.rope.dimension_count = {rope!r}, {a}.attention.{pair[1]} = {v!r} be > 0")
+        out = {"qk_nope_head_dim": k - rope, "v_head_dim": v}
+        if not hf.get("q_lora_rank"):
+            out["q_lora_rank"] = None          # 0 / absent: a plain q_proj (attn_q)
+        return out
+
     def _check_experts(self, hf):
         """The expert stacks hold expert_count experts (a named error before anything is read)."""
         a = self.arch
@@ -190,6 +210,36 @@ class GgufSource:
                                       f"metadata {a.arch}.expert_count is {n!r}")
 
     # ---- tensor names and types -----------------------------------------------------------------------
+    def _join_of(self, t):
+        """The MLA split form: attn_k_b (with its layer's attn_v_b) as kv_b_proj; [] for any other tensor."""
+        m = _LAYER.match(t.name)
+        if not (self.arch.mla and m and m.group(2) == MLA_SPLIT[0] and int(m.group(1)) < self.n_layers):
+            return []
+        v = self._tensors.get(f"blk.{m.group(1)}.{MLA_SPLIT[1]}")
+        kshape, vshape = (None if x is None else tuple(int(d) for d in reversed(x.shape.tolist())) for x in (t, v))
+        if v is None or len(kshape) != 3 or len(vshape) != 3 or kshape[0] != vshape[0] or kshape[1] != vshape[2]:
+            raise FormatError(f"{self.path}: tensor {t.name!r} {list(kshape)} needs blk.{m.group(1)}.{MLA_SPLIT[1]} "
+                              f"as [heads, v_head_dim, kv_lora_rank] (found {vshape and list(vshape)})")
+        if t.tensor_type.name != v.tensor_type.name:
+            raise FormatError(f"{self.path}: tensors {t.name!r} and {v.name!r} differ in type "
+                              f"({t.tensor_type.name}, {v.tensor_type.name})")
+        heads, rank, nope = kshape
+        name = f"model.layers.{int(m.group(1))}.self_attn.kv_b_proj.weight"
+        self._joined[name] = (t.name, v.name)
+        return [GgufRef(name, self.path, t.tensor_type.name, (heads * (nope + vshape[1]), rank),
+                        int(t.n_bytes) + int(v.n_bytes), t.name)]
+
+    def _read_joined(self, ref):
+        """kv_b_proj of the split form: per head attn_k_b transposed [qk_nope, rank] over attn_v_b [v, rank]."""
+        k, v = (self._tensors[n] for n in self._joined[ref.name])
+        kk, vv = (self._decode_tensor(x) for x in (k, v))
+        return np.concatenate([kk.transpose(0, 2, 1), vv], axis=1).reshape(ref.shape)
+
+    def _decode_tensor(self, t):
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        ref = GgufRef(t.name, self.path, t.tensor_type.name, shape, int(t.n_bytes), t.name)
+        return self._decode(ref, self._raw(ref), int(np.prod(shape[:-1]))).reshape(shape)
+
     def _refs_of(self, t):
         name, gtype = t.name, t.tensor_type.name
         if gtype not in FLOAT_TYPES and gtype not in BLOCK_TYPES:
@@ -199,6 +249,8 @@ class GgufSource:
         if any(d <= 0 for d in shape) or int(t.n_bytes) <= 0:
             raise FormatError(f"{self.path}: tensor {name!r} has shape {list(shape)}: an empty tensor")
         m = _LAYER.match(name)
+        if self.arch.mla and m and m.group(2) in MLA_SPLIT and int(m.group(1)) < self.n_layers:
+            return []           # joined into kv_b_proj (_join_of)
         if m and int(m.group(1)) >= self.n_layers:     # a trailing extra (NextN) layer: named, never converted
             return [GgufRef(f"model.layers.{int(m.group(1))}.{m.group(2)}", self.path, gtype, shape,
                             int(t.n_bytes), name)]
@@ -272,17 +324,21 @@ class GgufSource:
             raise FormatError(f"{self.path}: {name!r}: a GGUF source has no fused expert tensors")
         want = tuple(shape)
         self._check(ref, want)
+        if ref.name in self._joined:
+            return self._read_joined(ref).reshape(want)
         rows = int(np.prod(ref.shape[:-1])) if len(ref.shape) > 1 else 1
         return np.array(self._decode(ref, self._raw(ref), rows)).reshape(want)
 
     def read_rows_f32(self, name, r0, r1):
         ref = self.ref(name)
+        if name in self._joined:
+            return self._read_joined(ref)[r0:r1]
         rb = ref.nbytes // ref.shape[0]
         return np.array(self._decode(ref, self._raw(ref)[r0 * rb:r1 * rb], r1 - r0))
 
     def stored_scheme(self, name):
         """The colibri encoding that keeps tensor `name`'s blocks as they are (None: a float or other type)."""
-        return BLOCK_TYPES.get(self.ref(name).dtype)
+        return None if name in self._joined else BLOCK_TYPES.get(self.ref(name).dtype)
 
     def read_encoded(self, name, shape):
         """A block-quantized matrix's bytes as they are in the file: Encoded(scheme, rows, cols, data)."""

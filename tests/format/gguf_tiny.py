@@ -11,7 +11,7 @@ import numpy as np
 gguf = __import__("pytest").importorskip("gguf")
 
 ARCHES = {"qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama",
-          "glm4_moe": "glm4moe"}      # transformers model_type -> llama.cpp arch
+          "glm4_moe": "glm4moe", "deepseek_v3": "deepseek2"}      # transformers model_type -> llama.cpp arch
 F32_ONLY = ("ffn_gate_inp",)       # llama.cpp keeps the router in F32
 
 
@@ -32,11 +32,12 @@ def hf_tensors(model):
 
 
 def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_tensors=None, raw_tensors=None,
-               arch=None, values=None):
+               arch=None, values=None, split_kv_b=True):
     """Write `model` (a transformers Qwen3MoeForCausalLM) as a GGUF file; returns {gguf name: stored array}.
     extra_tensors: more F32 tensors; raw_tensors: {name: (uint8 bytes, GGML type name)} stored in place of or
     beside the model's tensor of that name; arch: general.architecture (the metadata keys follow it); values:
-    metadata values written in place of the model's ({key: value})."""
+    metadata values written in place of the model's ({key: value}). split_kv_b (deepseek2): kv_b_proj written as
+    newer llama.cpp writes it, attn_k_b (transposed) + attn_v_b with the MQA-form key/value lengths; False: attn_kv_b."""
     c = model.config
     name = ARCHES[c.model_type]
     w = gguf.GGUFWriter(str(path), arch or name)
@@ -58,18 +59,31 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
             "expert_used_count": (w.add_expert_used_count, c.num_experts_per_tok),
             "expert_feed_forward_length": (w.add_expert_feed_forward_length, getattr(c, "moe_intermediate_size", None)),
             "attention.clamp_kqv": (w.add_clamp_kqv, getattr(c, "clip_qkv", None))}
-    if name == "glm4moe":      # convert_hf_to_gguf.py Glm4MoeModel.set_gguf_parameters
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    if name == "deepseek2":    # convert_hf_to_gguf.py DeepseekV2Model.set_gguf_parameters
+        nope, rope, v, rank = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank
         meta.update({
-            "rope.dimension_count": (w.add_rope_dimension_count,
-                                     int(head_dim * c.rope_parameters.get("partial_rotary_factor", 0.5))),
+            "attention.head_count_kv": (w.add_head_count_kv, 1 if split_kv_b else c.num_key_value_heads),
+            "attention.key_length": (w.add_key_length, rank + rope if split_kv_b else nope + rope),
+            "attention.value_length": (w.add_value_length, rank if split_kv_b else v),
+            "attention.key_length_mla": (w.add_key_length_mla, nope + rope if split_kv_b else None),
+            "attention.value_length_mla": (w.add_value_length_mla, v if split_kv_b else None),
+            "attention.q_lora_rank": (w.add_q_lora_rank, c.q_lora_rank),
+            "attention.kv_lora_rank": (w.add_kv_lora_rank, rank),
+            "rope.dimension_count": (w.add_rope_dimension_count, rope)})
+    if name in ("glm4moe", "deepseek2"):
+        meta.update({
             "expert_shared_count": (w.add_expert_shared_count, c.n_shared_experts),
             "leading_dense_block_count": (w.add_leading_dense_block_count, c.first_k_dense_replace),
             "expert_gating_func": (w.add_expert_gating_func, gguf.ExpertGatingFuncType.SIGMOID),
             "expert_weights_scale": (w.add_expert_weights_scale, c.routed_scaling_factor),
             "expert_weights_norm": (w.add_expert_weights_norm, c.norm_topk_prob),
             "expert_group_count": (w.add_expert_group_count, c.n_group),
-            "expert_group_used_count": (w.add_expert_group_used_count, c.topk_group),
+            "expert_group_used_count": (w.add_expert_group_used_count, c.topk_group)})
+    if name == "glm4moe":      # convert_hf_to_gguf.py Glm4MoeModel.set_gguf_parameters
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        meta.update({
+            "rope.dimension_count": (w.add_rope_dimension_count,
+                                     int(head_dim * c.rope_parameters.get("partial_rotary_factor", 0.5))),
             "nextn_predict_layers": (w.add_nextn_predict_layers, nextn)})
     for key, (add, value) in meta.items():
         value = (values or {}).get(key, value)
@@ -82,7 +96,10 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
     stored = {}
     raw_tensors = dict(raw_tensors or {})
     llama = name == "llama"
-    for hf_name, v in hf_tensors(model).items():
+    tensors = hf_tensors(model)
+    if name == "deepseek2" and split_kv_b:
+        tensors = split_kv(tensors, c)
+    for hf_name, v in tensors.items():
         if llama and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
             v = permute(v, c.num_attention_heads if "q_proj" in hf_name else c.num_key_value_heads)
         hf_name = hf_name.replace("e_score_correction_bias", "e_score_correction.bias")   # as the converter does
@@ -100,6 +117,20 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
     w.write_tensors_to_file()
     w.close()
     return stored
+
+
+def split_kv(tensors, c):
+    """convert_hf_to_gguf.py DeepseekV2Model: kv_b_proj [heads * (nope + v), rank] -> k_b_proj [heads, rank, nope]
+    (transposed) and v_b_proj [heads, v, rank]."""
+    out = {}
+    for name, v in tensors.items():
+        if name.endswith("kv_b_proj.weight"):
+            kv = v.reshape(c.num_key_value_heads, c.qk_nope_head_dim + c.v_head_dim, v.shape[-1])
+            out[name.replace("kv_b_proj", "k_b_proj")] = np.ascontiguousarray(kv[:, :c.qk_nope_head_dim].transpose(0, 2, 1))
+            out[name.replace("kv_b_proj", "v_b_proj")] = np.ascontiguousarray(kv[:, c.qk_nope_head_dim:])
+        else:
+            out[name] = v
+    return out
 
 
 def model_arch(name):

@@ -211,8 +211,8 @@ def test_unknown_tensor_and_architecture_are_named(f32, tmp_path):
     refused(tmp_path / "m.gguf", tmp_path, r"tensor 'blk\.0\.ffn_gate_inp_shexp\.weight' has no place in a qwen3moe")
     os.remove(tmp_path / "m.gguf")
     write_gguf(f32[3], tmp_path / "m.gguf", arch="grok")
-    refused(tmp_path / "m.gguf", tmp_path, r"GGUF architecture 'grok' is not supported; supported: glm4moe, llama, olmoe, qwen2moe, "
-                                           r"qwen3moe")
+    refused(tmp_path / "m.gguf", tmp_path, r"GGUF architecture 'grok' is not supported; supported: deepseek2, glm4moe, llama, olmoe, "
+                                           r"qwen2moe, qwen3moe")
 
 
 def test_without_the_gguf_package_the_extra_is_named(f32, tmp_path, monkeypatch):
@@ -251,15 +251,18 @@ NEXTN = {"blk.2.nextn.eh_proj.weight": np.ones((32, 64), np.float32), "blk.2.att
          "blk.2.nextn.enorm.weight": np.ones(32, np.float32)}
 
 
-@pytest.mark.parametrize("family", ["olmoe", "mixtral", "glm4_moe"])
+@pytest.mark.parametrize("family", ["olmoe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v3/kv_b"])
 def test_more_architectures_import_bit_for_bit(tmp_path_factory, family):
     """OLMoE (q/k norms over the whole projection), Mixtral (arch llama, q/k rows permuted for interleaved rope),
     GLM-4.5 (shared experts, correction bias, a dense first layer, partial rotary, routed scaling, its NextN
-    layer left out): logits equal the safetensors conversion's bit for bit and transformers' within 1e-4."""
+    layer left out), DeepSeek-V3 (MLA, as newer llama.cpp writes it: attn_k_b/attn_v_b; /kv_b: attn_kv_b as the
+    gguf package's TensorNameMap alone maps it): logits equal the safetensors conversion's bit for bit and
+    transformers' within 1e-4."""
     from colibri_dist.format.tiny import write_tiny
+    family, _, form = family.partition("/")
     d = tmp_path_factory.mktemp(f"gguf-{family}")
     model = write_tiny(family, d / "hf")
-    write_gguf(model, d / "m.gguf", extra_tensors=NEXTN if family == "glm4_moe" else None)
+    write_gguf(model, d / "m.gguf", extra_tensors=NEXTN if family == "glm4_moe" else None, split_kv_b=form != "kv_b")
     convert(d / "hf", d / "hf.colibri", experts="f32", progress=False)
     convert(d / "m.gguf", d / "g.colibri", progress=False)
     ids = np.random.default_rng(3).integers(0, 64, 40)
