@@ -90,14 +90,14 @@ class GgufSource:
                 raise FormatError(f"{self.path}: GGUF metadata key {key!r} is missing "
                                   f"(needed for architecture {self._arch_name()!r})")
             return default
-        return f.contents()
+        return _contents(self.path, key, f)
 
     def has_field(self, key):
         return self._reader.get_field(key) is not None
 
     def _arch_name(self):
         f = self._reader.get_field("general.architecture")
-        return None if f is None else f.contents()
+        return None if f is None else _contents(self.path, "general.architecture", f)
 
     def _arch(self):
         name = self.field("general.architecture")
@@ -176,6 +176,9 @@ class GgufSource:
     def _rotary_factor(self, hf):
         a = self.arch
         key = f"{a.arch}.rope.dimension_count"
+        if not hf["num_attention_heads"] > 0:
+            raise FormatError(f"{self.path}: GGUF metadata {a.arch}.attention.head_count = "
+                              f"{hf['num_attention_heads']!r}: must be > 0")
         head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
         dims = _scalar(self.path, key, self.field(key))
         if not isinstance(dims, int) or not 0 < dims <= head_dim or dims % 2:
@@ -355,6 +358,14 @@ class GgufSource:
         raw = self._raw(ref)
         for start in range(0, ref.nbytes, chunk_bytes):
             yield raw[start:start + chunk_bytes].tobytes()
+
+
+def _contents(path, key, f):
+    """A metadata field's value; a value the reader cannot decode (bad UTF-8, ...) is a FormatError naming the key."""
+    try:
+        return f.contents()
+    except (ValueError, IndexError, TypeError, KeyError) as exc:
+        raise FormatError(f"{path}: GGUF metadata {key!r} cannot be read ({type(exc).__name__}: {exc})") from exc
 
 
 def _scalar(path, key, value):

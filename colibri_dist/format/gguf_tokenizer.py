@@ -33,7 +33,19 @@ _PREFIX = "tokenizer.ggml."
 
 
 def tokenizer_files(source):
-    """{file name: text} for the container's metadata ({} when the file has no tokenizer)."""
+    """{file name: text} for the container's metadata ({} when the file has no tokenizer). Metadata the
+    tokenizers library cannot build a tokenizer of (a merge of tokens not in the vocabulary, token types
+    shorter than the tokens, a value of the wrong type) is a FormatError naming the file."""
+    try:
+        return _tokenizer_files(source)
+    except FormatError:
+        raise
+    except Exception as exc:        # noqa: BLE001  (the tokenizers library raises plain Exception)
+        raise FormatError(f"{source.path}: GGUF tokenizer metadata ({_PREFIX}*) cannot be imported "
+                          f"({type(exc).__name__}: {exc})") from exc
+
+
+def _tokenizer_files(source):
     model = source.field(_PREFIX + "model", None)
     if model is None:
         return {}

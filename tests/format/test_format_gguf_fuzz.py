@@ -6,7 +6,9 @@ its `.partial` exists. The mutations: truncation at a random offset, byte flips 
 tensor-info region, a tensor's data offset past the end, wrong dims, wrong types (block counts), a tensor
 name duplicated, absurd metadata values (expert_count 0 / 1e9, block_count 0, ...), an unknown architecture;
 plus a few files written with absurd values of other types (context_length 2^40 as uint64, a string count).
-The base file is written once and mutated in memory.
+The base file is written once and mutated in memory; 100 more mutations of it with a tokenizer (whose
+metadata is then most of the header; slower to parse, so fewer) and 200 of a tiny DeepSeek-V3 in newer
+llama.cpp's MLA form (attn_k_b + attn_v_b joined on import).
 """
 import os
 
@@ -19,6 +21,7 @@ from colibri_dist.errors import FormatError, InvalidArgument
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
 from gguf_tiny import write_gguf  # noqa: E402  (needs gguf)
+from test_format_gguf import tokenizer_and_writer  # noqa: E402
 
 N_MUTATIONS = 500
 ARCH = "qwen3moe"
@@ -51,6 +54,7 @@ class Base:
                      if len(f.parts) == 4 and f.parts[3].dtype.kind in "ui"]
         self.tensors = [t.field for t in r.tensors]
         self.arch_at = part_offset(r.fields["general.architecture"], 4)
+        self.arch = r.fields["general.architecture"].contents()
 
 
 def mutate(base, rng):
@@ -94,7 +98,7 @@ def mutate(base, rng):
         value = int(rng.choice([0, 1, 10 ** 9, 2 ** (8 * size) - 1]))
         data[at:at + size] = value.to_bytes(size, "little")
         return bytes(data), f"{key} = {value}"
-    at = base.arch_at + int(rng.integers(0, len(ARCH)))        # an unknown architecture
+    at = base.arch_at + int(rng.integers(0, len(base.arch)))   # an unknown architecture
     data[at] = ord(rng.choice(list("xyz0")))
     return bytes(data), "architecture renamed"
 
@@ -124,16 +128,30 @@ def base(tmp_path_factory):
 
 
 def test_500_mutations_import_or_fail_by_name(base, tmp_path):
-    _, path, b = base
-    rng = np.random.default_rng(32)
+    fuzz(base[1], base[2], tmp_path, N_MUTATIONS, seed=32)
+
+
+def test_tokenizer_metadata_mutations_import_or_fail_by_name(base, tmp_path):
+    write_gguf(base[0], tmp_path / "base.gguf", tokenizer=tokenizer_and_writer()[1])
+    fuzz(tmp_path / "base.gguf", Base(str(tmp_path / "base.gguf")), tmp_path, 100, seed=34)
+
+
+def test_mla_split_form_mutations_import_or_fail_by_name(tmp_path):
+    from colibri_dist.format.tiny import tiny_model as family_model
+    write_gguf(family_model("deepseek_v3"), tmp_path / "base.gguf")
+    fuzz(tmp_path / "base.gguf", Base(str(tmp_path / "base.gguf")), tmp_path, 200, seed=33)
+
+
+def fuzz(path, b, tmp_path, n, seed):
+    rng = np.random.default_rng(seed)
     outcomes = []
-    for i in range(N_MUTATIONS):
+    for i in range(n):
         data, what = mutate(b, rng)
         src = tmp_path / f"m{i}.gguf"
         src.write_bytes(data)
         outcomes.append(check_import(src, tmp_path / f"m{i}.colibri", f"mutation {i} ({what})"))
         os.remove(src)
-    assert 0 < sum(outcomes) < N_MUTATIONS      # some variants still import, most do not
+    assert 0 < sum(outcomes) < n                # some variants still import, most do not
     assert check_import(path, tmp_path / "base.colibri", "the base file")
 
 
