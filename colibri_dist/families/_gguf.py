@@ -96,6 +96,7 @@ class GgufArch:
     extra_layers: str = ""      # metadata key: trailing blocks past the decoder's (GLM-4.5's NextN/MTP layer)
     rope_permuted: bool = False     # attn_q/attn_k rows in llama.cpp's interleaved-rope order (LlamaModel.permute)
     partial_rotary: bool = False    # rope.dimension_count / head_dim -> partial_rotary_factor
+    yarn: bool = False          # rope.scaling.type yarn imported (DeepSeek-V3's reading of its keys)
     mla: bool = False           # MLA dims from key_length(_mla)/value_length(_mla); attn_k_b + attn_v_b joined
     expert_parts: tuple = ("gate_proj", "up_proj", "down_proj")   # the family's per-expert stems of the stacks
 

@@ -26,7 +26,7 @@ FAMILY = Family(
     "deepseek_v3", moe, attention,
     # convert_hf_to_gguf.py DeepseekV2Model: head_count_kv is 1 in newer files (MLA as MQA), so the KV heads are
     # the attention heads; the MLA dims come from rope.dimension_count and key/value_length(_mla) (gguf_source)
-    gguf=GgufArch("deepseek2", "DeepseekV3ForCausalLM", mla=True, checks={"expert_gating_func": (2,)},
+    gguf=GgufArch("deepseek2", "DeepseekV3ForCausalLM", mla=True, yarn=True, checks={"expert_gating_func": (2,)},
                   fixed={"rope_interleave": True},        # llama.cpp's deepseek2 rope: adjacent pairs
                   layer_tensors=dict(MLA, **DENSE_MLP, **SHARED_EXPERTS, **CORRECTION_BIAS),
                   config=config_rows("attention.head_count_kv", rename={"expert_count": "n_routed_experts"}, add=(

@@ -148,7 +148,9 @@ class GgufSource:
             hf.update(self._mla_dims(hf))
         self._check_experts(hf)
         scaling = self.field(f"{a.arch}.rope.scaling.type", None)
-        if scaling not in (None, "none"):
+        if scaling == "yarn" and a.yarn:
+            hf["rope_parameters"] = self._yarn(hf)
+        elif scaling not in (None, "none"):
             raise FormatError(f"{self.path}: GGUF metadata {a.arch}.rope.scaling.type = {scaling!r}: "
                               f"rope scaling is not imported yet")
         hf.update(a.fixed)
@@ -184,6 +186,22 @@ class GgufSource:
         if not isinstance(dims, int) or not 0 < dims <= head_dim or dims % 2:
             raise FormatError(f"{self.path}: GGUF metadata {key} = {dims!r}: must be even, in 1..{head_dim} (head_dim)")
         return dims / head_dim
+
+    def _yarn(self, hf):
+        """DeepSeek-V3's yarn rope_parameters of llama.cpp's keys: yarn_log_multiplier is 0.1 * mscale_all_dim
+        (convert_hf_to_gguf.py); the file has no separate mscale, and llama.cpp's deepseek2 graph runs it equal
+        to mscale_all_dim (as DeepSeek-V3's config has them), so both are that value."""
+        key = f"{self.arch.arch}.rope.scaling."
+        value = {k: _scalar(self.path, key + k, self.field(key + k, d)) for k, d in (
+            ("factor", REQUIRED), ("original_context_length", REQUIRED), ("yarn_log_multiplier", 0.0),
+            ("yarn_beta_fast", 32.0), ("yarn_beta_slow", 1.0))}
+        if not value["factor"] > 1 or not value["original_context_length"] > 0:
+            raise FormatError(f"{self.path}: GGUF metadata {key}factor = {value['factor']!r} must be > 1 and "
+                              f"{key}original_context_length = {value['original_context_length']!r} > 0")
+        mscale = round(value["yarn_log_multiplier"] / 0.1, 6)
+        return {"rope_type": "yarn", "rope_theta": hf.get("rope_theta", 10000.0), "factor": value["factor"],
+                "original_max_position_embeddings": value["original_context_length"], "mscale": mscale,
+                "mscale_all_dim": mscale, "beta_fast": value["yarn_beta_fast"], "beta_slow": value["yarn_beta_slow"]}
 
     def _mla_dims(self, hf):
         """qk_nope_head_dim / v_head_dim: key_length_mla / value_length_mla (newer files, whose key_length and

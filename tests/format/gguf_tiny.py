@@ -70,6 +70,14 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
             "attention.q_lora_rank": (w.add_q_lora_rank, c.q_lora_rank),
             "attention.kv_lora_rank": (w.add_kv_lora_rank, rank),
             "rope.dimension_count": (w.add_rope_dimension_count, rope)})
+        yarn = c.rope_parameters if c.rope_parameters.get("rope_type") == "yarn" else None
+        if yarn:
+            meta.update({"rope.scaling.type": (w.add_rope_scaling_type, gguf.RopeScalingType.YARN),
+                         "rope.scaling.factor": (w.add_rope_scaling_factor, yarn["factor"]),
+                         "rope.scaling.original_context_length": (w.add_rope_scaling_orig_ctx_len,
+                                                                  yarn["original_max_position_embeddings"]),
+                         "rope.scaling.yarn_log_multiplier": (w.add_rope_scaling_yarn_log_mul,
+                                                              0.1 * yarn["mscale_all_dim"])})
     if name in ("glm4moe", "deepseek2"):
         meta.update({
             "expert_shared_count": (w.add_expert_shared_count, c.n_shared_experts),

@@ -275,6 +275,28 @@ def test_more_architectures_import_bit_for_bit(tmp_path_factory, family):
         assert not any(n.startswith("model.layers.2.") for n in m.tensor_names())
 
 
+def test_deepseek_v3_with_yarn_rope_imports_bit_for_bit(tmp_path):
+    """DeepSeek-V3's yarn rope (rope.scaling.* as convert_hf_to_gguf.py writes it) imported as its rope_parameters."""
+    import transformers
+    from colibri_dist.format.tiny import tiny_config
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+            "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}
+    torch.manual_seed(4)
+    cfg = tiny_config("deepseek_v3")
+    cfg.rope_parameters = yarn
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    model.save_pretrained(tmp_path / "hf")
+    write_gguf(model, tmp_path / "m.gguf")
+    convert(tmp_path / "hf", tmp_path / "hf.colibri", experts="f32", progress=False)
+    convert(tmp_path / "m.gguf", tmp_path / "g.colibri", progress=False)
+    ids = np.random.default_rng(3).integers(0, 64, 40)
+    got = logits(tmp_path / "g.colibri", ids)
+    assert np.array_equal(got, logits(tmp_path / "hf.colibri", ids))
+    assert rel_err(got, reference(model, ids)) <= 1e-4
+    with cd.open_model(tmp_path / "g.colibri") as m:
+        assert m.meta["source_config"]["rope_parameters"] == yarn
+
+
 def test_a_dense_llama_and_an_unknown_gating_are_named(tmp_path):
     from colibri_dist.format.tiny import tiny_model
     write_gguf(tiny_model("mixtral"), tmp_path / "m.gguf", values={"expert_count": 0})
