@@ -32,11 +32,11 @@ def hf_tensors(model):
 
 
 def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_tensors=None, raw_tensors=None,
-               arch=None, values=None, split_kv_b=True):
+               arch=None, values=None, split_kv_b=True, drop_tensors=()):
     """Write `model` (a transformers Qwen3MoeForCausalLM) as a GGUF file; returns {gguf name: stored array}.
     extra_tensors: more F32 tensors; raw_tensors: {name: (uint8 bytes, GGML type name)} stored in place of or
     beside the model's tensor of that name; arch: general.architecture (the metadata keys follow it); values:
-    metadata values written in place of the model's ({key: value}). split_kv_b (deepseek2): kv_b_proj written as
+    metadata values written in place of the model's ({key: value}). drop_tensors: GGUF names not written. split_kv_b (deepseek2): kv_b_proj written as
     newer llama.cpp writes it, attn_k_b (transposed) + attn_v_b with the MQA-form key/value lengths; False: attn_kv_b."""
     c = model.config
     name = ARCHES[c.model_type]
@@ -113,7 +113,7 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
         hf_name = hf_name.replace("e_score_correction_bias", "e_score_correction.bias")   # as the converter does
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         assert name is not None, hf_name
-        if name not in raw_tensors:
+        if name not in raw_tensors and name not in drop_tensors:
             stored[name] = _store(w, name, v, qtype)
     for name, (raw, gtype) in raw_tensors.items():
         w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType[gtype])

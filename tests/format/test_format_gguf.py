@@ -297,6 +297,13 @@ def test_deepseek_v3_with_yarn_rope_imports_bit_for_bit(tmp_path):
         assert m.meta["source_config"]["rope_parameters"] == yarn
 
 
+def test_a_split_kv_b_without_its_v_half_is_named(tmp_path):
+    from colibri_dist.format.tiny import tiny_model
+    write_gguf(tiny_model("deepseek_v3"), tmp_path / "m.gguf", drop_tensors=("blk.1.attn_v_b.weight",))
+    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: tensor 'blk\.1\.attn_k_b\.weight' \[4, 16, 8\] needs "
+                                           r"blk\.1\.attn_v_b\.weight as \[heads, v_head_dim, kv_lora_rank\]")
+
+
 def test_a_dense_llama_and_an_unknown_gating_are_named(tmp_path):
     from colibri_dist.format.tiny import tiny_model
     write_gguf(tiny_model("mixtral"), tmp_path / "m.gguf", values={"expert_count": 0})
