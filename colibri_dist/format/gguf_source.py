@@ -277,7 +277,8 @@ class GgufSource:
                             int(t.n_bytes), name)]
         if m and m.group(2) in EXPERT_STACKS:
             if len(shape) != 3:
-                raise FormatError(f"{self.path}: tensor {name!r} has shape {list(shape)}, expected [experts, rows, cols]")
+                raise FormatError(f"{self.path}: tensor {name!r} has shape {list(shape)}, "
+                                  f"expected [experts, rows, cols]")
             layer, part = int(m.group(1)), self._stacks[m.group(2)]
             per = int(t.n_bytes) // shape[0]
             return [GgufRef(f"model.layers.{layer}.mlp.experts.{e}.{part}.weight", self.path, gtype, shape[1:], per,

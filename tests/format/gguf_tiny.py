@@ -36,8 +36,9 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
     """Write `model` (a transformers Qwen3MoeForCausalLM) as a GGUF file; returns {gguf name: stored array}.
     extra_tensors: more F32 tensors; raw_tensors: {name: (uint8 bytes, GGML type name)} stored in place of or
     beside the model's tensor of that name; arch: general.architecture (the metadata keys follow it); values:
-    metadata values written in place of the model's ({key: value}). drop_tensors: GGUF names not written. split_kv_b (deepseek2): kv_b_proj written as
-    newer llama.cpp writes it, attn_k_b (transposed) + attn_v_b with the MQA-form key/value lengths; False: attn_kv_b."""
+    metadata values written in place of the model's ({key: value}). drop_tensors: GGUF names not written.
+    split_kv_b (deepseek2): kv_b_proj written as newer llama.cpp writes it, attn_k_b (transposed) + attn_v_b with
+    the MQA-form key/value lengths; False: attn_kv_b."""
     c = model.config
     name = ARCHES[c.model_type]
     w = gguf.GGUFWriter(str(path), arch or name)
@@ -134,7 +135,8 @@ def split_kv(tensors, c):
     for name, v in tensors.items():
         if name.endswith("kv_b_proj.weight"):
             kv = v.reshape(c.num_key_value_heads, c.qk_nope_head_dim + c.v_head_dim, v.shape[-1])
-            out[name.replace("kv_b_proj", "k_b_proj")] = np.ascontiguousarray(kv[:, :c.qk_nope_head_dim].transpose(0, 2, 1))
+            k_b = kv[:, :c.qk_nope_head_dim].transpose(0, 2, 1)
+            out[name.replace("kv_b_proj", "k_b_proj")] = np.ascontiguousarray(k_b)
             out[name.replace("kv_b_proj", "v_b_proj")] = np.ascontiguousarray(kv[:, c.qk_nope_head_dim:])
         else:
             out[name] = v

@@ -211,8 +211,8 @@ def test_unknown_tensor_and_architecture_are_named(f32, tmp_path):
     refused(tmp_path / "m.gguf", tmp_path, r"tensor 'blk\.0\.ffn_gate_inp_shexp\.weight' has no place in a qwen3moe")
     os.remove(tmp_path / "m.gguf")
     write_gguf(f32[3], tmp_path / "m.gguf", arch="grok")
-    refused(tmp_path / "m.gguf", tmp_path, r"GGUF architecture 'grok' is not supported; supported: deepseek2, glm4moe, llama, olmoe, "
-                                           r"qwen2moe, qwen3moe")
+    refused(tmp_path / "m.gguf", tmp_path, r"GGUF architecture 'grok' is not supported; supported: deepseek2, "
+                                           r"glm4moe, llama, olmoe, qwen2moe, qwen3moe")
 
 
 def test_without_the_gguf_package_the_extra_is_named(f32, tmp_path, monkeypatch):
