@@ -91,7 +91,7 @@ class GgufArch:
     fixed: dict = field(default_factory=dict)       # config values llama.cpp's graph code fixes for the arch
     layer_tensors: dict = field(default_factory=dict)   # per-layer names beyond LAYER_TENSORS
     flags: dict = field(default_factory=dict)    # config key -> per-layer GGUF tensor whose presence sets it True
-    checks: dict = field(default_factory=dict)   # metadata key -> the value(s) colibri runs (others: named error)
+    checks: dict = field(default_factory=dict)   # metadata key -> the value(s) colibri runs (others, absent: named)
     positive: tuple = ()        # metadata keys that must be > 0 (llama without experts is a dense model)
     extra_layers: str = ""      # metadata key: trailing blocks past the decoder's (GLM-4.5's NextN/MTP layer)
     rope_permuted: bool = False     # attn_q/attn_k rows in llama.cpp's interleaved-rope order (LlamaModel.permute)

@@ -133,9 +133,9 @@ class GgufSource:
                 if key in a.positive and not hf[hf_key] > 0:
                     raise FormatError(f"{self.path}: GGUF metadata {a.arch}.{key} = {value!r}: must be > 0 "
                                       f"(a {a.arch} file without it is a dense model; colibri imports MoE models)")
-        for key, allowed in a.checks.items():
-            value = self.field(f"{a.arch}.{key}", None)
-            if value is not None and value not in allowed:
+        for key, allowed in a.checks.items():     # required: absent, llama.cpp may run another default
+            value = self.field(f"{a.arch}.{key}")    # (deepseek2 without expert_gating_func: V2's softmax)
+            if value not in allowed:
                 raise FormatError(f"{self.path}: GGUF metadata {a.arch}.{key} = {value!r} is not imported "
                                   f"(colibri's {self.model_type} runs "
                                   f"{' or '.join(map(repr, allowed))})")

@@ -313,3 +313,6 @@ def test_a_dense_llama_and_an_unknown_gating_are_named(tmp_path):
     write_gguf(tiny_model("glm4_moe"), tmp_path / "m.gguf", extra_tensors=NEXTN,
                values={"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX})
     refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: GGUF metadata glm4moe\.expert_gating_func = 1 is not imported")
+    os.remove(tmp_path / "m.gguf")        # deepseek2 without the key: llama.cpp runs DeepSeek-V2's softmax
+    write_gguf(tiny_model("deepseek_v3"), tmp_path / "m.gguf", drop_keys=("expert_gating_func",))
+    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: GGUF metadata key 'deepseek2\.expert_gating_func' is missing")
