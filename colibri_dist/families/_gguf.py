@@ -73,6 +73,14 @@ COMMON_CONFIG = (
     ("expert_feed_forward_length", "moe_intermediate_size", REQUIRED),
 )
 HEAD_DIM = (("attention.key_length", "head_dim", None),)
+# The grouped sigmoid router with shared experts and dense first layers (DeepSeek-V3, GLM-4.5): its config rows
+GROUPED_SIGMOID_MOE = (
+    ("expert_shared_count", "n_shared_experts", 0),
+    ("leading_dense_block_count", "first_k_dense_replace", 0),
+    ("expert_weights_scale", "routed_scaling_factor", 1.0),
+    ("expert_weights_norm", "norm_topk_prob", False),
+    ("expert_group_count", "n_group", 1),
+    ("expert_group_used_count", "topk_group", 1))
 
 
 def config_rows(*drop, rename=None, add=()):

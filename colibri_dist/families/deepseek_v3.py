@@ -5,7 +5,8 @@ Role: the family table entry (format/families.py, model/arch.py, model/weights.p
 it) and its tiny test configs. model/arch.py reads the MLA dims (q_lora_rank, kv_lora_rank, ...).
 """
 from ._base import Attention, Family, Names
-from ._gguf import CORRECTION_BIAS, DENSE_MLP, MLA, REQUIRED, SHARED_EXPERTS, GgufArch, config_rows
+from ._gguf import (CORRECTION_BIAS, DENSE_MLP, GROUPED_SIGMOID_MOE, MLA, REQUIRED, SHARED_EXPERTS, GgufArch,
+                    config_rows)
 from ._rules import grouped_sigmoid_moe
 
 DEFAULTS = dict(experts=256, top_k=8, inter=2048, n_group=8, topk_group=4, scaling=2.5, first_dense=3)
@@ -35,12 +36,7 @@ FAMILY = Family(
                       ("attention.q_lora_rank", "q_lora_rank", None),
                       ("attention.kv_lora_rank", "kv_lora_rank", REQUIRED),
                       ("rope.dimension_count", "qk_rope_head_dim", REQUIRED),
-                      ("expert_shared_count", "n_shared_experts", 0),
-                      ("leading_dense_block_count", "first_k_dense_replace", 0),
-                      ("expert_weights_scale", "routed_scaling_factor", 1.0),
-                      ("expert_weights_norm", "norm_topk_prob", False),
-                      ("expert_group_count", "n_group", 1),
-                      ("expert_group_used_count", "topk_group", 1)))),
+                  ) + GROUPED_SIGMOID_MOE)),
     names=Names(shared="shared_experts", correction_bias="gate.e_score_correction_bias"),
     tiny=("DeepseekV3Config", dict(num_key_value_heads=4, intermediate_size=48, moe_intermediate_size=16,
                                    n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,

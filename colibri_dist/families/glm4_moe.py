@@ -8,7 +8,7 @@ Role: the family table entry (format/families.py, model/arch.py, model/weights.p
 it) and its tiny test configs. Added through the family seam (issue 22 item 2): no other file names it.
 """
 from ._base import Attention, Family, Names
-from ._gguf import (CORRECTION_BIAS, DENSE_MLP, HEAD_DIM, QK_NORM, QKV_BIAS, REQUIRED, SHARED_EXPERTS, GgufArch,
+from ._gguf import (CORRECTION_BIAS, DENSE_MLP, GROUPED_SIGMOID_MOE, HEAD_DIM, QK_NORM, QKV_BIAS, REQUIRED, SHARED_EXPERTS, GgufArch,
                     config_rows)
 from ._rules import grouped_sigmoid_moe
 
@@ -34,12 +34,7 @@ FAMILY = Family(
                                      **{"post_attention_norm.weight": "post_attention_layernorm.weight"}),
                   config=config_rows(rename={"expert_count": "n_routed_experts"}, add=HEAD_DIM + (
                       ("feed_forward_length", "intermediate_size", REQUIRED),
-                      ("expert_shared_count", "n_shared_experts", 0),
-                      ("leading_dense_block_count", "first_k_dense_replace", 0),
-                      ("expert_weights_scale", "routed_scaling_factor", 1.0),
-                      ("expert_weights_norm", "norm_topk_prob", False),
-                      ("expert_group_count", "n_group", 1),
-                      ("expert_group_used_count", "topk_group", 1)))),
+                  ) + GROUPED_SIGMOID_MOE)),
     names=Names(shared="shared_experts", correction_bias="gate.e_score_correction_bias"),
     values={"use_qk_norm": "bool?"},
     drop_extra_layers=True,    # the checkpoints' model.layers.{num_hidden_layers} MTP module

@@ -87,7 +87,7 @@ class RequestProgress:
         self.in_flight_done = 0              # requests finished whose shard is not written yet
         self.tokens, self.log_every_s = 0, log_every_s
         self.t0 = self.last_log = self.last_bar = time.perf_counter()
-        self.bar = None
+        self.bar, self._last_state = None, None
         if self.mode == "bar":
             from tqdm import tqdm
             self.bar = tqdm(total=total_rows, initial=done_rows, unit="req", file=self.stream,
@@ -118,7 +118,7 @@ class RequestProgress:
                 self.bar.refresh()
         elif self.mode == "log" and (force or now - self.last_log >= self.log_every_s):
             line = self._line_state()
-            if line != getattr(self, "_last_state", None):   # the shards written at the end: one line, not four
+            if line != self._last_state:   # the shards written at the end: one line, not four
                 self.last_log, self._last_state = now, line
                 self.log_line(now)
 
