@@ -9,8 +9,7 @@ a new encoding is one row in the C table and one row here, or that test fails.
 """
 from dataclasses import dataclass
 
-SCALE_NONE, SCALE_ROW, SCALE_GROUP, SCALE_MATRIX, SCALE_BLOCK = 0, 1, 2, 3, 4    # cb_scale_kind
-BLOCK_SCALE_BYTES = 2   # SCALE_BLOCK: the float16 scale in front of each block's codes (llama.cpp's Q8_0 layout)
+SCALE_NONE, SCALE_ROW, SCALE_GROUP, SCALE_MATRIX, SCALE_BLOCK, SCALE_SUPER = 0, 1, 2, 3, 4, 5    # cb_scale_kind
 
 
 @dataclass(frozen=True)
@@ -20,13 +19,18 @@ class Encoding:
     bits: int            # bits per stored element
     is_int: bool         # integer codes q with scales (else float words)
     scale_kind: int      # SCALE_*
-    group: int           # SCALE_GROUP / SCALE_BLOCK: group (block) size along cols, else 0
+    group: int           # SCALE_GROUP / SCALE_BLOCK / SCALE_SUPER: group (block) size along cols, else 0
     zero_point: bool     # one int32 zero point per matrix
     qmax: int            # integer kinds: |q| <= qmax (minmax: -qmax-1 <= q <= qmax)
+    block_bytes: int     # SCALE_BLOCK / SCALE_SUPER: bytes of one block of `group` elements (scales inside), else 0
 
     def row_bytes(self, cols):
-        if self.scale_kind == SCALE_BLOCK:      # blocks of `group` codes, each after its f16 scale
-            return -(-cols // self.group) * (BLOCK_SCALE_BYTES + self.group * self.bits // 8)
+        if self.scale_kind == SCALE_BLOCK:      # blocks of `group` codes, the last one may be short
+            return -(-cols // self.group) * self.block_bytes
+        if self.scale_kind == SCALE_SUPER:      # llama.cpp k-quant super-blocks: whole blocks only
+            if cols % self.group:
+                raise ValueError(f"{self.name} needs cols a multiple of {self.group} (whole super-blocks), got {cols}")
+            return cols // self.group * self.block_bytes
         return (cols * self.bits + 7) // 8
 
     @property
@@ -42,20 +46,20 @@ class Encoding:
                 SCALE_MATRIX: 1}.get(self.scale_kind, 0)
 
 
-# (name, dtype, bits, is_int, scale_kind, group, zero_point, qmax): cb_encoding rows, by cb_dtype code
+# (name, dtype, bits, is_int, scale_kind, group, zero_point, qmax, block_bytes): cb_encoding rows, by cb_dtype code
 _TABLE = (
-    ("f32", 0, 32, False, SCALE_NONE, 0, False, 0),
-    ("f16", 1, 16, False, SCALE_NONE, 0, False, 0),
-    ("bf16", 2, 16, False, SCALE_NONE, 0, False, 0),
-    ("int8", 3, 8, True, SCALE_ROW, 0, False, 127),
-    ("int8-g32", 4, 8, True, SCALE_GROUP, 32, False, 127),
-    ("int8-g64", 5, 8, True, SCALE_GROUP, 64, False, 127),
-    ("int8-g128", 6, 8, True, SCALE_GROUP, 128, False, 127),
-    ("int8-minmax", 7, 8, True, SCALE_MATRIX, 0, True, 127),
-    ("int4-g32", 8, 4, True, SCALE_GROUP, 32, False, 7),
-    ("int4-g64", 9, 4, True, SCALE_GROUP, 64, False, 7),
-    ("int6-g64", 10, 6, True, SCALE_GROUP, 64, False, 31),
-    ("q8_0", 11, 8, True, SCALE_BLOCK, 32, False, 127),
+    ("f32", 0, 32, False, SCALE_NONE, 0, False, 0, 0),
+    ("f16", 1, 16, False, SCALE_NONE, 0, False, 0, 0),
+    ("bf16", 2, 16, False, SCALE_NONE, 0, False, 0, 0),
+    ("int8", 3, 8, True, SCALE_ROW, 0, False, 127, 0),
+    ("int8-g32", 4, 8, True, SCALE_GROUP, 32, False, 127, 0),
+    ("int8-g64", 5, 8, True, SCALE_GROUP, 64, False, 127, 0),
+    ("int8-g128", 6, 8, True, SCALE_GROUP, 128, False, 127, 0),
+    ("int8-minmax", 7, 8, True, SCALE_MATRIX, 0, True, 127, 0),
+    ("int4-g32", 8, 4, True, SCALE_GROUP, 32, False, 7, 0),
+    ("int4-g64", 9, 4, True, SCALE_GROUP, 64, False, 7, 0),
+    ("int6-g64", 10, 6, True, SCALE_GROUP, 64, False, 31, 0),
+    ("q8_0", 11, 8, True, SCALE_BLOCK, 32, False, 127, 34),
 )
 
 

@@ -12,5 +12,6 @@ def encoding_table():
     for code in range(lib.CB_DTYPE_COUNT):
         e = lib.cb_encoding_of(code)
         out.append(Encoding(ffi.string(e.name).decode(), int(e.dtype), int(e.bits), bool(e.is_int),
-                            int(e.scale_kind), int(e.group), bool(e.zero_point), int(e.qmax)))
+                            int(e.scale_kind), int(e.group), bool(e.zero_point), int(e.qmax),
+                            int(e.block_bytes)))
     return tuple(out)

@@ -50,23 +50,24 @@ extern "C" {
  * cb_dtype enum below and the cb_encoding table of encodings.c (cb_encoding_of: the
  * facts Python's colibri_dist/encodings.py copies, checked by a test); each kernel level
  * has a table indexed by these codes (native/src/kernels.h). Columns, as cb_encoding:
- *   X(ID -> CB_<ID>, code, name, bits, is_int, scale kind -> CB_SCALE_<kind>, group, zero_point, qmax)
+ *   X(ID -> CB_<ID>, code, name, bits, is_int, scale kind -> CB_SCALE_<kind>, group, zero_point, qmax,
+ *     block_bytes)
  * cffi's cdef runs no preprocessor, so this list and the enum sit outside the CFFI block:
  * native/build_ffi.py reads the IDs from the rows and declares the enum to cffi with the
  * values left to the C compiler (cffi's "...": the codes cannot drift between the two). */
-#define CB_ENCODING_LIST(X)                                       \
-    X(F32,       0, "f32",         32, 0, NONE,   0,   0, 0)     \
-    X(F16,       1, "f16",         16, 0, NONE,   0,   0, 0)     \
-    X(BF16,      2, "bf16",        16, 0, NONE,   0,   0, 0)     \
-    X(I8_ROW,    3, "int8",         8, 1, ROW,    0,   0, 127)   \
-    X(I8_G32,    4, "int8-g32",     8, 1, GROUP,  32,  0, 127)   \
-    X(I8_G64,    5, "int8-g64",     8, 1, GROUP,  64,  0, 127)   \
-    X(I8_G128,   6, "int8-g128",    8, 1, GROUP,  128, 0, 127)   \
-    X(I8_MINMAX, 7, "int8-minmax",  8, 1, MATRIX, 0,   1, 127)   \
-    X(I4_G32,    8, "int4-g32",     4, 1, GROUP,  32,  0, 7)     \
-    X(I4_G64,    9, "int4-g64",     4, 1, GROUP,  64,  0, 7)     \
-    X(I6_G64,   10, "int6-g64",     6, 1, GROUP,  64,  0, 31)    \
-    X(Q8_0,     11, "q8_0",         8, 1, BLOCK,  32,  0, 127)
+#define CB_ENCODING_LIST(X)                                            \
+    X(F32,       0, "f32",         32, 0, NONE,   0,   0, 0,   0)     \
+    X(F16,       1, "f16",         16, 0, NONE,   0,   0, 0,   0)     \
+    X(BF16,      2, "bf16",        16, 0, NONE,   0,   0, 0,   0)     \
+    X(I8_ROW,    3, "int8",         8, 1, ROW,    0,   0, 127, 0)     \
+    X(I8_G32,    4, "int8-g32",     8, 1, GROUP,  32,  0, 127, 0)     \
+    X(I8_G64,    5, "int8-g64",     8, 1, GROUP,  64,  0, 127, 0)     \
+    X(I8_G128,   6, "int8-g128",    8, 1, GROUP,  128, 0, 127, 0)     \
+    X(I8_MINMAX, 7, "int8-minmax",  8, 1, MATRIX, 0,   1, 127, 0)     \
+    X(I4_G32,    8, "int4-g32",     4, 1, GROUP,  32,  0, 7,   0)     \
+    X(I4_G64,    9, "int4-g64",     4, 1, GROUP,  64,  0, 7,   0)     \
+    X(I6_G64,   10, "int6-g64",     6, 1, GROUP,  64,  0, 31,  0)     \
+    X(Q8_0,     11, "q8_0",         8, 1, BLOCK,  32,  0, 127, 34)
 
 #define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
 typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;
@@ -89,8 +90,11 @@ typedef enum {
     CB_SCALE_ROW = 1,     /* one f32 scale per row, applied after the dot */
     CB_SCALE_GROUP = 2,   /* one f32 scale per (row, group of `group` cols), applied per element */
     CB_SCALE_MATRIX = 3,  /* one f32 scale per matrix, applied after the dot */
-    CB_SCALE_BLOCK = 4    /* an f16 scale in front of each block of `group` codes, inside the data (no scales
-                             array): a row is ceil(cols/group) blocks of 2 + group*bits/8 bytes */
+    CB_SCALE_BLOCK = 4,   /* the scale inside each block of `group` codes (no scales array): a row is
+                             ceil(cols/group) blocks of block_bytes (Q8_0: an f16 d then the codes) */
+    CB_SCALE_SUPER = 5    /* llama.cpp k-quant super-blocks: each block of `group` codes carries its own
+                             scales (and mins) inside the data (no scales array); a row is cols/group
+                             blocks of block_bytes, and cols must be a multiple of group */
 } cb_scale_kind;
 
 typedef struct {
@@ -99,9 +103,10 @@ typedef struct {
     int32_t bits;         /* bits per stored element: 32, 16, 8, 6, 4 */
     int32_t is_int;       /* 1: integer codes q (scales apply), 0: float words */
     int32_t scale_kind;   /* cb_scale_kind */
-    int32_t group;        /* CB_SCALE_GROUP / CB_SCALE_BLOCK: group (block) size along cols, else 0 */
+    int32_t group;        /* CB_SCALE_GROUP / _BLOCK / _SUPER: group (block) size along cols, else 0 */
     int32_t zero_point;   /* 1: one int32 zero point per matrix */
     int32_t qmax;         /* integer kinds: |q| <= qmax (minmax: q in [-qmax-1, qmax]); 0 for floats */
+    int32_t block_bytes;  /* CB_SCALE_BLOCK / CB_SCALE_SUPER: bytes of one block of `group` elements, else 0 */
 } cb_encoding;
 
 /* The encoding of a cb_dtype code; NULL when the code is unknown. */

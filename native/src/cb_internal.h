@@ -36,8 +36,8 @@ cb_status cb_engine_fail(cb_engine *e, cb_status s);
 static inline size_t cb_arena_need(size_t bytes) { return (bytes + 63u) & ~(size_t)63u; }
 
 /* ---- encodings (encodings.c) ---- */
-int64_t cb_row_bytes(int32_t dtype, int32_t cols);    /* bytes of one stored row; -1 bad dtype */
-#define CB_BLOCK_SCALE_BYTES 2   /* CB_SCALE_BLOCK: the f16 scale in front of each block's codes */
+int64_t cb_row_bytes(int32_t dtype, int32_t cols);    /* bytes of one stored row; -1 bad dtype, or cols not
+                                                         a whole number of a CB_SCALE_SUPER encoding's blocks */
 int cb_has_scale_array(const cb_encoding *e);          /* 1: scale kind ROW / GROUP / MATRIX (a scales array) */
 
 /* ---- validation (kernels.c) ---- */

@@ -9,8 +9,8 @@
 #include "cb_internal.h"
 
 /* One entry per row of CB_ENCODING_LIST (colibri.h), at its code. */
-#define ENCODING_ROW(ID, CODE, NAME, BITS, IS_INT, SCALE, GROUP, ZERO, QMAX) \
-    [CB_##ID] = {NAME, CB_##ID, BITS, IS_INT, CB_SCALE_##SCALE, GROUP, ZERO, QMAX},
+#define ENCODING_ROW(ID, CODE, NAME, BITS, IS_INT, SCALE, GROUP, ZERO, QMAX, BLOCK_BYTES) \
+    [CB_##ID] = {NAME, CB_##ID, BITS, IS_INT, CB_SCALE_##SCALE, GROUP, ZERO, QMAX, BLOCK_BYTES},
 static const cb_encoding TABLE[CB_DTYPE_COUNT] = {CB_ENCODING_LIST(ENCODING_ROW)};
 
 /* The codes are the rows' positions: 0 .. CB_DTYPE_COUNT-1, none skipped or repeated
@@ -28,8 +28,10 @@ const cb_encoding *cb_encoding_of(int32_t dtype) {
 int64_t cb_row_bytes(int32_t dtype, int32_t cols) {
     const cb_encoding *e = cb_encoding_of(dtype);
     if (!e || cols < 0) return -1;
-    if (e->scale_kind == CB_SCALE_BLOCK)     /* blocks of `group` codes, each after its f16 scale */
-        return ((int64_t)cols + e->group - 1) / e->group * (CB_BLOCK_SCALE_BYTES + (int64_t)e->group * e->bits / 8);
+    if (e->scale_kind == CB_SCALE_BLOCK)     /* blocks of `group` codes, the last one may be short */
+        return ((int64_t)cols + e->group - 1) / e->group * e->block_bytes;
+    if (e->scale_kind == CB_SCALE_SUPER)     /* whole super-blocks only (llama.cpp never writes a short one) */
+        return cols % e->group ? -1 : (int64_t)cols / e->group * e->block_bytes;
     return ((int64_t)cols * e->bits + 7) / 8;
 }
 
