@@ -60,6 +60,8 @@ _TABLE = (
     ("int4-g64", 9, 4, True, SCALE_GROUP, 64, False, 7, 0),
     ("int6-g64", 10, 6, True, SCALE_GROUP, 64, False, 31, 0),
     ("q8_0", 11, 8, True, SCALE_BLOCK, 32, False, 127, 34),
+    ("q4_k", 12, 4, True, SCALE_SUPER, 256, False, 15, 144),
+    ("q6_k", 13, 6, True, SCALE_SUPER, 256, False, 32, 210),
 )
 
 

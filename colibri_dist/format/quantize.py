@@ -19,14 +19,18 @@ Schemes (value of element (r, c) after decoding, exactly as native/include/colib
                as ggml's quantize_row_q8_0_ref makes them (d = max|block| / 127 to f16, q = roundf(x / d),
                half away from zero; a short last block zero-padded); a GGUF's Q8_0 blocks arrive as
                Encoded and are kept as they are
+  q4_k, q6_k   llama.cpp's Q4_K / Q6_K super-blocks of 256 (144 / 210 bytes; cols must be a multiple of 256):
+               format/kquants.py (a plain min/max reference quantizer, the exact gguf.quants dequantizer); a
+               GGUF's blocks arrive as Encoded and are kept as they are
 Rounding to codes is round-half-to-even (np.rint) except q8_0's. Inputs must be finite.
 """
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..encodings import BY_NAME, SCALE_BLOCK, SCALE_GROUP, SCALE_ROW, encoding
+from ..encodings import BY_NAME, SCALE_BLOCK, SCALE_GROUP, SCALE_ROW, SCALE_SUPER, encoding
 from ..errors import InvalidArgument
+from . import kquants
 from .layout import PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout
 
 
@@ -95,12 +99,17 @@ def quantize_matrix(w, scheme):
         return (pack(q) if pack else q), scale, zero
     if enc.scale_kind == SCALE_BLOCK:
         return quantize_q8_0(w), None, None
+    if enc.scale_kind == SCALE_SUPER:
+        return kquants.QUANTIZE[scheme](w), None, None
     return _quantize_minmax(w)
 
 
 def _encoded_data(w, scheme):
     if w.scheme != scheme:
         raise InvalidArgument(f"matrix stored as {w.scheme} cannot be written as {scheme} without requantizing")
+    if BY_NAME[scheme].scale_kind == SCALE_SUPER and w.cols % BY_NAME[scheme].group:
+        raise InvalidArgument(f"{scheme} matrix [{w.rows}, {w.cols}]: cols must be a multiple of "
+                              f"{BY_NAME[scheme].group} (whole super-blocks)")
     want = BY_NAME[scheme].data_bytes(w.rows, w.cols)
     data = np.ascontiguousarray(w.data, dtype=np.uint8)
     if data.size != want:
@@ -229,6 +238,8 @@ def dequantize(blob, m):
     name = encoding(m.dtype).name
     if encoding(m.dtype).scale_kind == SCALE_BLOCK:
         return dequantize_q8_0(raw, m.rows, m.cols)
+    if encoding(m.dtype).scale_kind == SCALE_SUPER:
+        return kquants.DEQUANTIZE[name](raw, m.rows, m.cols)
     if name == "f32":
         return raw.view(np.float32).reshape(shape).copy()
     if name == "f16":
@@ -296,7 +307,8 @@ def _assemble(parts, scheme, shapes):
 def rows_separable(scheme):
     """True when a matrix's encoding of each row depends on that row alone (all but int8-minmax)."""
     enc = BY_NAME.get(scheme) if scheme in SCHEMES else None
-    return enc is not None and (not enc.is_int or enc.scale_kind in (SCALE_ROW, SCALE_GROUP, SCALE_BLOCK))
+    return enc is not None and (not enc.is_int or enc.scale_kind in (SCALE_ROW, SCALE_GROUP, SCALE_BLOCK,
+                                                                       SCALE_SUPER))
 
 
 def _part_offsets(sizes):

@@ -44,6 +44,13 @@ extern "C" {
  *   CB_Q8_0       q[r,c] * d[r, c/32]                  (llama.cpp's Q8_0 blocks, bit for bit: a row is
  *                 ceil(cols/32) blocks of 34 bytes, each an IEEE half d then 32 int8 codes;
  *                 the value is (float)q * (float)d rounded to f32; no separate scales array)
+ *   CB_Q4_K       d1 * q - m1                          (llama.cpp's Q4_K super-blocks, bit for bit: a row is
+ *                 cols/256 blocks of 144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales sc and
+ *                 mins m of 8 sub-blocks of 32, 128 bytes of 4-bit codes q in [0, 15];
+ *                 d1 = d * sc, m1 = dmin * m, each rounded to f32; native/src/kquants.h)
+ *   CB_Q6_K       (d * sc) * (q - 32)                  (llama.cpp's Q6_K super-blocks, bit for bit: a row is
+ *                 cols/256 blocks of 210 bytes: 128 bytes low nibbles, 64 bytes high 2-bit
+ *                 pairs, 16 int8 scales sc (one per 16 elements), f16 d; kquants.h)
  *
  * CB_ENCODING_LIST is the one list of encodings: one row each, in cb_dtype code order
  * (the codes are stored in .colibri containers: never renumber a row). It generates the
@@ -67,7 +74,9 @@ extern "C" {
     X(I4_G32,    8, "int4-g32",     4, 1, GROUP,  32,  0, 7,   0)     \
     X(I4_G64,    9, "int4-g64",     4, 1, GROUP,  64,  0, 7,   0)     \
     X(I6_G64,   10, "int6-g64",     6, 1, GROUP,  64,  0, 31,  0)     \
-    X(Q8_0,     11, "q8_0",         8, 1, BLOCK,  32,  0, 127, 34)
+    X(Q8_0,     11, "q8_0",         8, 1, BLOCK,  32,  0, 127, 34)    \
+    X(Q4_K,     12, "q4_k",         4, 1, SUPER,  256, 0, 15,  144)   \
+    X(Q6_K,     13, "q6_k",         6, 1, SUPER,  256, 0, 32,  210)
 
 #define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
 typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include "cb_internal.h"
 #include "kernels.h"
+#include "kquants.h"
 
 static const unsigned char *row_of(const cb_matrix *w, int32_t r) {
     return (const unsigned char *)w->data + (size_t)r * (size_t)cb_row_bytes(w->dtype, w->cols);
@@ -85,13 +86,36 @@ static void dec_q8_0(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *
     }
 }
 
+/* llama.cpp Q4_K super-blocks (CB_Q4_K, kquants.h): d1 * q - m1, the sub-block's factors rounded to f32
+ * first, as ggml's dequantize_row_q4_K and gguf.quants compute it. */
+static void dec_q4_k(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const unsigned char *b = row_of(w, r);
+    for (size_t k = k0; k < k0 + n; k++) {
+        const unsigned char *blk = b + k / CB_QK_K * CB_Q4_K_BYTES;
+        size_t j = k % CB_QK_K;
+        float d1, m1;
+        cb_q4_k_factors(blk, j, &d1, &m1);
+        out[k - k0] = d1 * (float)((*cb_q4_k_qs(blk, j) >> cb_q4_k_shift(j)) & 15) - m1;
+    }
+}
+
+/* llama.cpp Q6_K super-blocks (CB_Q6_K, kquants.h): (d * scale) * (q - 32), as dequantize_row_q6_K. */
+static void dec_q6_k(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const unsigned char *b = row_of(w, r);
+    for (size_t k = k0; k < k0 + n; k++) {
+        const unsigned char *blk = b + k / CB_QK_K * CB_Q6_K_BYTES;
+        size_t j = k % CB_QK_K;
+        out[k - k0] = cb_q6_k_factor(blk, j) * (float)cb_q6_k_code(blk, j);
+    }
+}
+
 /* The scalar kernel of every encoding, by code (encodings that share a storage format share one). */
 static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_F32] = dec_f32, [CB_F16] = dec_f16, [CB_BF16] = dec_bf16,
     [CB_I8_ROW] = dec_i8, [CB_I8_MINMAX] = dec_i8_zero,
     [CB_I8_G32] = dec_i8_group, [CB_I8_G64] = dec_i8_group, [CB_I8_G128] = dec_i8_group,
     [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group, [CB_I6_G64] = dec_i6_group,
-    [CB_Q8_0] = dec_q8_0,
+    [CB_Q8_0] = dec_q8_0, [CB_Q4_K] = dec_q4_k, [CB_Q6_K] = dec_q6_k,
 };
 
 cb_row_decoder cb_row_decoder_of(int32_t dtype) {

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import colibri_dist as cd
+from colibri_dist.encodings import BY_NAME, SCALE_SUPER
 from colibri_dist.errors import InvalidArgument
 from colibri_dist.format import dense_plan, spec, writer
 from colibri_dist.format.layout import SCHEMES
@@ -20,6 +21,8 @@ SEPARABLE = sorted(s for s in SCHEMES if rows_separable(s))
 @pytest.mark.parametrize("scheme", SEPARABLE)
 @pytest.mark.parametrize("rows,cols,chunk", [(37, 130, 5), (64, 64, 64), (10, 7, 3), (300, 256, 299)])
 def test_stream_is_pack_matrix_bit_for_bit(scheme, rows, cols, chunk):
+    if BY_NAME[scheme].scale_kind == SCALE_SUPER and cols % BY_NAME[scheme].group:
+        pytest.skip(f"{scheme} takes whole super-blocks of {BY_NAME[scheme].group} cols only")
     w = np.random.default_rng(rows * cols).standard_normal((rows, cols)).astype(np.float32)
     blob, layout = pack_matrix(w, scheme)
     asked = []

@@ -1,0 +1,110 @@
+"""llama.cpp's k-quant super-blocks (Q4_K, Q6_K): a reference quantizer and the exact dequantizer.
+
+Role in the data flow: format/quantize.py's quantize_matrix / dequantize for the `q4_k` and `q6_k`
+encodings (native/src/kquants.h reads the same bytes). A GGUF's k-quant blocks are copied as they are
+(Encoded); this quantizer exists so colibri can write the encodings from float weights (tests, convert
+--experts q4_k). It is a plain min/max one, not llama.cpp's iterative search: its blocks are valid
+Q4_K/Q6_K, their values a little less accurate than llama-quantize's. The dequantizers compute every value
+with gguf.quants' float32 operations in its order (Q4_K: (d * sc) * q - dmin * m; Q6_K: (d * sc) * (q - 32)),
+so they equal gguf.quants.dequantize bit for bit.
+"""
+import numpy as np
+
+from ..errors import InvalidArgument
+
+QK_K = 256
+BLOCK_BYTES = {"q4_k": 144, "q6_k": 210}
+
+
+def _blocks(w, scheme):
+    rows, cols = w.shape
+    if cols % QK_K:
+        raise InvalidArgument(f"{scheme} needs cols a multiple of {QK_K} (llama.cpp's super-blocks), "
+                              f"got a [{rows}, {cols}] matrix")
+    return np.asarray(w, np.float32).reshape(-1, QK_K)
+
+
+def _half(x):
+    """float32 -> (f16 bytes [n, 2], the f16 value back as float32)."""
+    h = np.asarray(x, np.float32).astype(np.float16)
+    return h.reshape(-1, 1).view(np.uint8), h.astype(np.float32)
+
+
+def _safe_div(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b == 0, np.float32(0), a / np.where(b == 0, np.float32(1), b)).astype(np.float32)
+
+
+def quantize_q4_k(w):
+    """float32 [rows, cols] -> uint8 [rows, cols / 256 * 144] (block_q4_K: d, dmin, 12 scale bytes, 128 code bytes)."""
+    x = _blocks(w, "q4_k")
+    n = x.shape[0]
+    sub = x.reshape(n, 8, 32)
+    lo = np.minimum(sub.min(axis=2), 0).astype(np.float32)            # the sub-block's min (<= 0), stored as -m1
+    scale = ((sub.max(axis=2) - lo) / np.float32(15)).astype(np.float32)
+    dbytes, d = _half(scale.max(axis=1) / np.float32(63))
+    mbytes, dmin = _half((-lo).max(axis=1) / np.float32(63))
+    sc = np.clip(np.rint(_safe_div(scale, d[:, None])), 0, 63).astype(np.uint8)
+    m = np.clip(np.rint(_safe_div(-lo, dmin[:, None])), 0, 63).astype(np.uint8)
+    d1 = (d[:, None] * sc.astype(np.float32))[:, :, None]
+    m1 = (dmin[:, None] * m.astype(np.float32))[:, :, None]
+    q = np.clip(np.rint(_safe_div(sub + m1, np.broadcast_to(d1, sub.shape))), 0, 15).astype(np.uint8)
+    packed = np.empty((n, 12), np.uint8)
+    packed[:, 0:4] = sc[:, :4] | ((sc[:, 4:] >> 4) << 6)
+    packed[:, 4:8] = m[:, :4] | ((m[:, 4:] >> 4) << 6)
+    packed[:, 8:12] = (sc[:, 4:] & 15) | ((m[:, 4:] & 15) << 4)
+    pairs = q.reshape(n, 4, 2, 32)
+    qs = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
+    return np.concatenate([dbytes, mbytes, packed, qs], axis=1).reshape(w.shape[0], -1)
+
+
+def quantize_q6_k(w):
+    """float32 [rows, cols] -> uint8 [rows, cols / 256 * 210] (block_q6_K: ql[128], qh[64], int8 scales[16], d)."""
+    x = _blocks(w, "q6_k")
+    n = x.shape[0]
+    sub = x.reshape(n, 16, 16)
+    scale = (np.abs(sub).max(axis=2) / np.float32(31)).astype(np.float32)
+    dbytes, d = _half(scale.max(axis=1) / np.float32(127))
+    sc = np.clip(np.rint(_safe_div(scale, d[:, None])), 0, 127).astype(np.int8)
+    f = (d[:, None] * sc.astype(np.float32))[:, :, None]
+    q = (np.clip(np.rint(_safe_div(sub, np.broadcast_to(f, sub.shape))), -32, 31) + 32).astype(np.uint8)
+    q = q.reshape(n, 2, 4, 32)                                 # [block, half, quarter, l]
+    ql = np.concatenate([(q[:, :, 0] & 15) | (q[:, :, 2] & 15) << 4, (q[:, :, 1] & 15) | (q[:, :, 3] & 15) << 4],
+                        axis=2)
+    qh = (q[:, :, 0] >> 4) | (q[:, :, 1] >> 4) << 2 | (q[:, :, 2] >> 4) << 4 | (q[:, :, 3] >> 4) << 6
+    return np.concatenate([ql.reshape(n, 128), qh.reshape(n, 64), sc.view(np.uint8), dbytes],
+                          axis=1).reshape(w.shape[0], -1)
+
+
+def _f16(b):
+    return np.ascontiguousarray(b).view(np.float16).astype(np.float32)
+
+
+def dequantize_q4_k(raw, rows, cols):
+    """uint8 Q4_K blocks of a [rows, cols] matrix -> float32, gguf.quants' values bit for bit."""
+    b = np.asarray(raw, np.uint8).reshape(-1, 144)
+    n = b.shape[0]
+    d, dmin, s = _f16(b[:, 0:2]), _f16(b[:, 2:4]), b[:, 4:16].astype(np.uint8)
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+    m = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+    d1 = (d * sc.astype(np.float32))[:, :, None]
+    m1 = (dmin * m.astype(np.float32))[:, :, None]
+    qs = b[:, 16:].reshape(n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    q = (qs & 15).reshape(n, 8, 32).astype(np.float32)
+    return (d1 * q - m1).reshape(rows, cols)
+
+
+def dequantize_q6_k(raw, rows, cols):
+    """uint8 Q6_K blocks of a [rows, cols] matrix -> float32, gguf.quants' values bit for bit."""
+    b = np.asarray(raw, np.uint8).reshape(-1, 210)
+    n = b.shape[0]
+    ql, qh = b[:, :128].reshape(n, 2, 1, 64), b[:, 128:192].reshape(n, 2, 1, 32)
+    f = (_f16(b[:, 208:210]) * b[:, 192:208].view(np.int8).astype(np.float32))[:, :, None]
+    lo = ((ql >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 15).reshape(n, 2, 4, 32)
+    hi = ((qh >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3).reshape(n, 2, 4, 32)
+    q = ((lo | (hi << 4)).astype(np.int16) - 32).reshape(n, 16, 16).astype(np.float32)
+    return (f * q).reshape(rows, cols)
+
+
+QUANTIZE = {"q4_k": quantize_q4_k, "q6_k": quantize_q6_k}
+DEQUANTIZE = {"q4_k": dequantize_q4_k, "q6_k": dequantize_q6_k}
