@@ -1,8 +1,8 @@
 """GGUF import (colibri convert MODEL.gguf): a tiny random Qwen3-MoE written as llama.cpp writes it, imported.
 
 F32: the imported container's logits equal the safetensors-converted container's bit for bit, and transformers'
-within the oracle tolerance. Q8_0: every block is copied (container bytes == GGUF bytes, decode ==
-gguf.quants.dequantize exactly), the logits equal transformers' on the dequantized weights, and every SIMD
+within the oracle tolerance. Q8_0, and Q4_K_M's Q4_K / Q6_K: every block is copied (container bytes == GGUF
+bytes, decode == gguf.quants.dequantize exactly), the logits equal transformers' on the dequantized weights, and every SIMD
 level gives the same bits. The tokenizer and chat template come from the metadata: token ids equal the
 original tokenizer's. Bad files are refused naming the file and the key or tensor, with nothing written.
 """
@@ -19,7 +19,7 @@ from colibri_dist.format.quantize import dequantize
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
-from gguf_tiny import hf_tensors, write_gguf  # noqa: E402  (needs gguf)
+from gguf_tiny import hf_tensors, tensor_type, write_gguf  # noqa: E402  (needs gguf)
 
 Q8 = gguf.GGMLQuantizationType.Q8_0
 TEXTS = ["Hello world", " don't stop", "12345 apples\n\n  indented\tline", "Ünïcødé straße 東京",
@@ -140,14 +140,16 @@ def test_q8_0_blocks_are_copied_and_decode_as_gguf_does(q8):
             assert np.array_equal(dequantize(mblob, ml), gguf.quants.dequantize(stored[key], Q8))
 
 
-def dequantized_model(model, stored):
-    """model with every weight replaced by the values the GGUF stores (Q8_0 decoded by gguf.quants)."""
+def dequantized_model(model, stored, qtype="Q8_0"):
+    """model with every weight replaced by the values the GGUF stores (blocks decoded by gguf.quants)."""
     import copy
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3MOE, model.config.num_hidden_layers)
     values = {}
-    for hf_name in hf_tensors(model):
-        q = stored[names.get_name(hf_name, try_suffixes=(".weight", ".bias"))]
-        values[hf_name] = gguf.quants.dequantize(q, Q8) if q.dtype == np.uint8 else q
+    for hf_name, v in hf_tensors(model).items():
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        q = stored[name]
+        kind = gguf.GGMLQuantizationType[tensor_type(name, v, qtype)]
+        values[hf_name] = gguf.quants.dequantize(q, kind) if q.dtype == np.uint8 else q
     out = copy.deepcopy(model)
     with torch.no_grad():
         for name, t in out.state_dict().items():
@@ -169,6 +171,56 @@ def test_q8_0_logits_equal_transformers_on_the_gguf_values_on_every_level(q8):
     ref = reference(dequantized_model(model, stored), ids)
     assert rel_err(got["scalar"], ref) <= 1e-4
     assert rel_err(got["scalar"], reference(model, ids)) > 1e-6        # the file's values, not the float model's
+
+
+@pytest.fixture(scope="module")
+def q4km(tmp_path_factory):
+    """A tiny Qwen3-MoE with every quantized matrix in whole 256-element super-blocks, written with Q4_K_M's kinds
+    of blocks (Q4_K experts, attention and embedding, Q6_K output, router F32) and imported:
+    (stored arrays, container, model)."""
+    import transformers
+    from colibri_dist.format.tiny import _COMMON
+    torch.manual_seed(2)
+    cfg = transformers.Qwen3MoeConfig(**dict(_COMMON, vocab_size=320, hidden_size=256, intermediate_size=256,
+                                             moe_intermediate_size=256, num_experts=4, num_experts_per_tok=2,
+                                             num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                             norm_topk_prob=True, initializer_range=0.05))
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    d = tmp_path_factory.mktemp("gguf-q4km")
+    stored = write_gguf(model, d / "m.gguf", qtype="Q4_K_M")
+    convert(d / "m.gguf", d / "g.colibri", progress=False)
+    return stored, d / "g.colibri", model
+
+
+def test_q4_k_m_blocks_are_copied_and_decode_as_gguf_does(q4km):
+    stored, path, _ = q4km
+    Q4K, Q6K = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K
+    with cd.open_model(path) as m:
+        assert (m.config.scheme, m.dense_scheme, m.lm_head_scheme) == ("q4_k", "q4_k", "q6_k")
+        blob, layout = m.read_expert(1, 3), m.expert_layout(1, 3)
+        for part in ("gate", "up", "down"):
+            ml = getattr(layout, part)
+            q = stored[f"blk.1.ffn_{part}_exps.weight"][3]
+            assert bytes(np.asarray(blob)[ml.data_offset:ml.data_offset + ml.data_bytes]) == q.tobytes()
+            assert np.array_equal(dequantize(blob, ml).view(np.uint32), gguf.quants.dequantize(q, Q4K).view(np.uint32))
+        for name, key, kind in (("model.layers.0.self_attn.o_proj.weight", "blk.0.attn_output.weight", Q4K),
+                                ("model.embed_tokens.weight", "token_embd.weight", Q4K),
+                                ("lm_head.weight", "output.weight", Q6K)):
+            mblob, ml = m.matrix(name)
+            assert bytes(np.asarray(mblob)[:ml.data_bytes]) == stored[key].tobytes(), name
+            assert np.array_equal(dequantize(mblob, ml).view(np.uint32),
+                                  gguf.quants.dequantize(stored[key], kind).view(np.uint32)), name
+
+
+def test_q4_k_m_logits_equal_transformers_on_the_gguf_values_on_every_level(q4km):
+    from colibri_dist.native import simd_available
+    stored, path, model = q4km
+    ids = np.random.default_rng(6).integers(0, 320, 40)
+    got = {level: logits(path, ids, level) for level in simd_available()}
+    assert all(np.array_equal(got["scalar"], g) for g in got.values()), list(got)
+    ref = reference(dequantized_model(model, stored, "Q4_K_M"), ids)
+    assert rel_err(got["scalar"], ref) <= 1e-4
+    assert rel_err(got["scalar"], reference(model, ids)) > 1e-4        # the file's values, not the float model's
 
 
 def test_tokenizer_and_chat_template_come_from_the_metadata(q8):
@@ -201,9 +253,9 @@ def test_missing_metadata_is_named(f32, tmp_path):
 
 
 def test_unsupported_tensor_type_is_named(f32, tmp_path):
-    raw = np.zeros((32, 144), np.uint8)         # 32 rows of one Q4_K super-block (256 values, 144 bytes)
-    write_gguf(f32[3], tmp_path / "m.gguf", raw_tensors={"blk.0.attn_v.weight": (raw, "Q4_K")})
-    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: tensor 'blk\.0\.attn_v\.weight' is Q4_K: not supported")
+    raw = np.zeros((32, 136), np.uint8)         # 32 rows of one IQ4_XS super-block (256 values, 136 bytes)
+    write_gguf(f32[3], tmp_path / "m.gguf", raw_tensors={"blk.0.attn_v.weight": (raw, "IQ4_XS")})
+    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: tensor 'blk\.0\.attn_v\.weight' is IQ4_XS: not supported")
 
 
 def test_unknown_tensor_and_architecture_are_named(f32, tmp_path):
