@@ -62,6 +62,7 @@ _TABLE = (
     ("q8_0", 11, 8, True, SCALE_BLOCK, 32, False, 127, 34),
     ("q4_k", 12, 4, True, SCALE_SUPER, 256, False, 15, 144),
     ("q6_k", 13, 6, True, SCALE_SUPER, 256, False, 32, 210),
+    ("q5_k", 14, 5, True, SCALE_SUPER, 256, False, 31, 176),
 )
 
 

@@ -1,11 +1,11 @@
-"""llama.cpp's k-quant super-blocks (Q4_K, Q6_K): a reference quantizer and the exact dequantizer.
+"""llama.cpp's k-quant super-blocks (Q4_K, Q5_K, Q6_K): a reference quantizer and the exact dequantizer.
 
-Role in the data flow: format/quantize.py's quantize_matrix / dequantize for the `q4_k` and `q6_k`
+Role in the data flow: format/quantize.py's quantize_matrix / dequantize for the `q4_k`, `q5_k` and `q6_k`
 encodings (native/src/kquants.h reads the same bytes). A GGUF's k-quant blocks are copied as they are
 (Encoded); this quantizer exists so colibri can write the encodings from float weights (tests, convert
 --experts q4_k). It is a plain min/max one, not llama.cpp's iterative search: its blocks are valid
 Q4_K/Q6_K, their values a little less accurate than llama-quantize's. The dequantizers compute every value
-with gguf.quants' float32 operations in its order (Q4_K: (d * sc) * q - dmin * m; Q6_K: (d * sc) * (q - 32)),
+with gguf.quants' float32 operations in its order (Q4_K, Q5_K: (d * sc) * q - dmin * m; Q6_K: (d * sc) * (q - 32)),
 so they equal gguf.quants.dequantize bit for bit.
 """
 import numpy as np
@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import InvalidArgument
 
 QK_K = 256
-BLOCK_BYTES = {"q4_k": 144, "q6_k": 210}
+BLOCK_BYTES = {"q4_k": 144, "q5_k": 176, "q6_k": 210}
 
 
 def _blocks(w, scheme):
@@ -35,27 +35,44 @@ def _safe_div(a, b):
         return np.where(b == 0, np.float32(0), a / np.where(b == 0, np.float32(1), b)).astype(np.float32)
 
 
-def quantize_q4_k(w):
-    """float32 [rows, cols] -> uint8 [rows, cols / 256 * 144] (block_q4_K: d, dmin, 12 scale bytes, 128 code bytes)."""
-    x = _blocks(w, "q4_k")
+def _scale_min(x, levels):
+    """Per sub-block of 32: (d, dmin bytes [n, 2] each, 12 packed scale bytes, codes uint8 [n, 8, 32] in
+    [0, levels])."""
     n = x.shape[0]
     sub = x.reshape(n, 8, 32)
     lo = np.minimum(sub.min(axis=2), 0).astype(np.float32)            # the sub-block's min (<= 0), stored as -m1
-    scale = ((sub.max(axis=2) - lo) / np.float32(15)).astype(np.float32)
+    scale = ((sub.max(axis=2) - lo) / np.float32(levels)).astype(np.float32)
     dbytes, d = _half(scale.max(axis=1) / np.float32(63))
     mbytes, dmin = _half((-lo).max(axis=1) / np.float32(63))
     sc = np.clip(np.rint(_safe_div(scale, d[:, None])), 0, 63).astype(np.uint8)
     m = np.clip(np.rint(_safe_div(-lo, dmin[:, None])), 0, 63).astype(np.uint8)
     d1 = (d[:, None] * sc.astype(np.float32))[:, :, None]
     m1 = (dmin[:, None] * m.astype(np.float32))[:, :, None]
-    q = np.clip(np.rint(_safe_div(sub + m1, np.broadcast_to(d1, sub.shape))), 0, 15).astype(np.uint8)
+    q = np.clip(np.rint(_safe_div(sub + m1, np.broadcast_to(d1, sub.shape))), 0, levels).astype(np.uint8)
     packed = np.empty((n, 12), np.uint8)
     packed[:, 0:4] = sc[:, :4] | ((sc[:, 4:] >> 4) << 6)
     packed[:, 4:8] = m[:, :4] | ((m[:, 4:] >> 4) << 6)
     packed[:, 8:12] = (sc[:, 4:] & 15) | ((m[:, 4:] & 15) << 4)
-    pairs = q.reshape(n, 4, 2, 32)
-    qs = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
-    return np.concatenate([dbytes, mbytes, packed, qs], axis=1).reshape(w.shape[0], -1)
+    return dbytes, mbytes, packed, q
+
+
+def _nibbles(q):
+    """codes [n, 8, 32] -> 128 bytes: sub-blocks 2p and 2p+1 share bytes 32p .. 32p+31 (low, high nibble)."""
+    pairs = (q & 15).reshape(q.shape[0], 4, 2, 32)
+    return (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(q.shape[0], 128)
+
+
+def quantize_q4_k(w):
+    """float32 [rows, cols] -> uint8 [rows, cols / 256 * 144] (block_q4_K: d, dmin, 12 scale bytes, 128 code bytes)."""
+    dbytes, mbytes, packed, q = _scale_min(_blocks(w, "q4_k"), 15)
+    return np.concatenate([dbytes, mbytes, packed, _nibbles(q)], axis=1).reshape(w.shape[0], -1)
+
+
+def quantize_q5_k(w):
+    """float32 [rows, cols] -> uint8 [rows, cols / 256 * 176] (block_q5_K: d, dmin, 12 scale bytes, qh[32], qs[128])."""
+    dbytes, mbytes, packed, q = _scale_min(_blocks(w, "q5_k"), 31)
+    qh = ((q >> 4).astype(np.uint8) << np.arange(8, dtype=np.uint8).reshape(1, 8, 1)).sum(axis=1, dtype=np.uint8)
+    return np.concatenate([dbytes, mbytes, packed, qh, _nibbles(q)], axis=1).reshape(w.shape[0], -1)
 
 
 def quantize_q6_k(w):
@@ -80,17 +97,32 @@ def _f16(b):
     return np.ascontiguousarray(b).view(np.float16).astype(np.float32)
 
 
+def _factors(b):
+    """Q4_K / Q5_K blocks [n, bytes] -> (d * sc, dmin * m) float32 [n, 8, 1] (get_scale_min_k4's scales and mins)."""
+    d, dmin, s = _f16(b[:, 0:2]), _f16(b[:, 2:4]), b[:, 4:16]
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+    m = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+    return (d * sc.astype(np.float32))[:, :, None], (dmin * m.astype(np.float32))[:, :, None]
+
+
 def dequantize_q4_k(raw, rows, cols):
     """uint8 Q4_K blocks of a [rows, cols] matrix -> float32, gguf.quants' values bit for bit."""
     b = np.asarray(raw, np.uint8).reshape(-1, 144)
     n = b.shape[0]
-    d, dmin, s = _f16(b[:, 0:2]), _f16(b[:, 2:4]), b[:, 4:16].astype(np.uint8)
-    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], axis=1)
-    m = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
-    d1 = (d * sc.astype(np.float32))[:, :, None]
-    m1 = (dmin * m.astype(np.float32))[:, :, None]
+    d1, m1 = _factors(b)
     qs = b[:, 16:].reshape(n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
     q = (qs & 15).reshape(n, 8, 32).astype(np.float32)
+    return (d1 * q - m1).reshape(rows, cols)
+
+
+def dequantize_q5_k(raw, rows, cols):
+    """uint8 Q5_K blocks of a [rows, cols] matrix -> float32, gguf.quants' values bit for bit."""
+    b = np.asarray(raw, np.uint8).reshape(-1, 176)
+    n = b.shape[0]
+    d1, m1 = _factors(b)
+    qs = b[:, 48:].reshape(n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    qh = b[:, 16:48].reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+    q = ((qs & 15).reshape(n, 8, 32) | ((qh & 1) << 4)).astype(np.float32)
     return (d1 * q - m1).reshape(rows, cols)
 
 
@@ -106,5 +138,5 @@ def dequantize_q6_k(raw, rows, cols):
     return (f * q).reshape(rows, cols)
 
 
-QUANTIZE = {"q4_k": quantize_q4_k, "q6_k": quantize_q6_k}
-DEQUANTIZE = {"q4_k": dequantize_q4_k, "q6_k": dequantize_q6_k}
+QUANTIZE = {"q4_k": quantize_q4_k, "q5_k": quantize_q5_k, "q6_k": quantize_q6_k}
+DEQUANTIZE = {"q4_k": dequantize_q4_k, "q5_k": dequantize_q5_k, "q6_k": dequantize_q6_k}

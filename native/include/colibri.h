@@ -51,6 +51,9 @@ extern "C" {
  *   CB_Q6_K       (d * sc) * (q - 32)                  (llama.cpp's Q6_K super-blocks, bit for bit: a row is
  *                 cols/256 blocks of 210 bytes: 128 bytes low nibbles, 64 bytes high 2-bit
  *                 pairs, 16 int8 scales sc (one per 16 elements), f16 d; kquants.h)
+ *   CB_Q5_K       d1 * q - m1                          (llama.cpp's Q5_K super-blocks, bit for bit: a row is
+ *                 cols/256 blocks of 176 bytes: Q4_K's d, dmin and 12 scale bytes, 32 bytes
+ *                 holding each code's 5th bit, 128 bytes of low nibbles; q in [0, 31]; kquants.h)
  *
  * CB_ENCODING_LIST is the one list of encodings: one row each, in cb_dtype code order
  * (the codes are stored in .colibri containers: never renumber a row). It generates the
@@ -76,7 +79,8 @@ extern "C" {
     X(I6_G64,   10, "int6-g64",     6, 1, GROUP,  64,  0, 31,  0)     \
     X(Q8_0,     11, "q8_0",         8, 1, BLOCK,  32,  0, 127, 34)    \
     X(Q4_K,     12, "q4_k",         4, 1, SUPER,  256, 0, 15,  144)   \
-    X(Q6_K,     13, "q6_k",         6, 1, SUPER,  256, 0, 32,  210)
+    X(Q6_K,     13, "q6_k",         6, 1, SUPER,  256, 0, 32,  210)   \
+    X(Q5_K,     14, "q5_k",         5, 1, SUPER,  256, 0, 31,  176)
 
 #define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
 typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;

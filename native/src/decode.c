@@ -99,6 +99,19 @@ static void dec_q4_k(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *
     }
 }
 
+/* llama.cpp Q5_K super-blocks (CB_Q5_K, kquants.h): d1 * q - m1 as Q4_K, q's 5th bit from qh. */
+static void dec_q5_k(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const unsigned char *b = row_of(w, r);
+    for (size_t k = k0; k < k0 + n; k++) {
+        const unsigned char *blk = b + k / CB_QK_K * CB_Q5_K_BYTES;
+        size_t j = k % CB_QK_K;
+        float d1, m1;
+        cb_q4_k_factors(blk, j, &d1, &m1);
+        int32_t q = ((*cb_q5_k_qs(blk, j) >> cb_q4_k_shift(j)) & 15) | (((*cb_q5_k_qh(blk, j) >> (j / 32)) & 1) << 4);
+        out[k - k0] = d1 * (float)q - m1;
+    }
+}
+
 /* llama.cpp Q6_K super-blocks (CB_Q6_K, kquants.h): (d * scale) * (q - 32), as dequantize_row_q6_K. */
 static void dec_q6_k(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
     const unsigned char *b = row_of(w, r);
@@ -115,7 +128,7 @@ static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_I8_ROW] = dec_i8, [CB_I8_MINMAX] = dec_i8_zero,
     [CB_I8_G32] = dec_i8_group, [CB_I8_G64] = dec_i8_group, [CB_I8_G128] = dec_i8_group,
     [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group, [CB_I6_G64] = dec_i6_group,
-    [CB_Q8_0] = dec_q8_0, [CB_Q4_K] = dec_q4_k, [CB_Q6_K] = dec_q6_k,
+    [CB_Q8_0] = dec_q8_0, [CB_Q4_K] = dec_q4_k, [CB_Q6_K] = dec_q6_k, [CB_Q5_K] = dec_q5_k,
 };
 
 cb_row_decoder cb_row_decoder_of(int32_t dtype) {

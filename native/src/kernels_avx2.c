@@ -79,6 +79,21 @@ AVX2_FN __m256 dec8_q4_k(const unsigned char *row, int32_t zero, size_t k) {
     return _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(q)), _mm256_set1_ps(m1));
 }
 
+/* llama.cpp Q5_K codes k..k+7 (one sub-block of 32): Q4_K's nibbles joined with their qh bit, then d1 * q - m1
+ * with the scalar decoder's factors (decode.c dec_q5_k's bits). */
+AVX2_FN __m256 dec8_q5_k(const unsigned char *row, int32_t zero, size_t k) {
+    const unsigned char *blk = row + k / CB_QK_K * CB_Q5_K_BYTES;
+    size_t j = k % CB_QK_K;
+    float d1, m1;
+    cb_q4_k_factors(blk, j, &d1, &m1);
+    __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)cb_q5_k_qs(blk, j)));
+    __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)cb_q5_k_qh(blk, j)));
+    lo = _mm256_and_si256(_mm256_srl_epi32(lo, _mm_cvtsi32_si128(cb_q4_k_shift(j))), _mm256_set1_epi32(15));
+    hi = _mm256_and_si256(_mm256_srl_epi32(hi, _mm_cvtsi32_si128((int)(j / 32))), _mm256_set1_epi32(1));
+    __m256i q = _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
+    return _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(q)), _mm256_set1_ps(m1));
+}
+
 /* llama.cpp Q6_K codes k..k+7 (k a multiple of 8: one scale's 16, one quarter's 32, kquants.h): low nibbles
  * and high bit pairs widened and joined, minus 32, times the scalar decoder's factor d * scale. */
 AVX2_FN __m256 dec8_q6_k(const unsigned char *row, int32_t zero, size_t k) {
@@ -174,7 +189,7 @@ AVX2_FN void rows_of(kspec ks, dec8_fn dec, const wdesc *d, int32_t r0, int32_t 
     K(F32, dec8_f32) K(F16, dec8_f16) K(BF16, dec8_bf16)                                          \
     K(I8_ROW, dec8_i8) K(I8_G32, dec8_i8) K(I8_G64, dec8_i8) K(I8_G128, dec8_i8)                  \
     K(I8_MINMAX, dec8_i8_zero) K(I4_G32, dec8_i4) K(I4_G64, dec8_i4) K(I6_G64, dec8_i6)            \
-    K(Q8_0, dec8_q8_0) K(Q4_K, dec8_q4_k) K(Q6_K, dec8_q6_k)
+    K(Q8_0, dec8_q8_0) K(Q4_K, dec8_q4_k) K(Q6_K, dec8_q6_k) K(Q5_K, dec8_q5_k)
 #define LEVEL_OUTLINE AVX2_OUTLINE
 LEVEL_KERNEL_TABLE(AVX2_KERNELS)
 

@@ -1,8 +1,8 @@
-/* kquants.h — llama.cpp's k-quant super-blocks (Q4_K, Q6_K) as colibri's decoders read them.
+/* kquants.h — llama.cpp's k-quant super-blocks (Q4_K, Q5_K, Q6_K) as colibri's decoders read them.
  *
- * Role: the block layouts of ggml-common.h (block_q4_K, block_q6_K) and, per element, its code
- * and its sub-block's f32 factors, computed in the order ggml-quants.c dequantize_row_q4_K /
- * dequantize_row_q6_K and gguf.quants compute them. The scalar decoders (decode.c) and the AVX2
+ * Role: the block layouts of ggml-common.h (block_q4_K, block_q5_K, block_q6_K) and, per element,
+ * its code and its sub-block's f32 factors, computed in the order ggml-quants.c dequantize_row_q4_K /
+ * _q5_K / _q6_K and gguf.quants compute them. The scalar decoders (decode.c) and the AVX2
  * 8-lane decoders (kernels_avx2.c) both read blocks through these, so they give the same bits.
  * A super-block holds 256 elements (CB_QK_K); k below is an element's index inside its block.
  */
@@ -42,6 +42,13 @@ static inline const unsigned char *cb_q4_k_qs(const unsigned char *blk, size_t k
     return blk + 16 + 32 * (k / 64) + k % 32;
 }
 static inline int cb_q4_k_shift(size_t k) { return (k / 32) & 1 ? 4 : 0; }            /* its nibble */
+
+/* block_q5_K, 176 bytes: f16 d, f16 dmin, scales[12] (as Q4_K's: cb_q4_k_factors reads them), qh[32]
+ * (bit s of byte l: the 5th bit of element 32 s + l), qs[128] (Q4_K's nibbles, 32 bytes further on).
+ * Element k = d1 * (nibble | bit << 4) - m1. */
+#define CB_Q5_K_BYTES 176
+static inline const unsigned char *cb_q5_k_qs(const unsigned char *blk, size_t k) { return cb_q4_k_qs(blk, k) + 32; }
+static inline const unsigned char *cb_q5_k_qh(const unsigned char *blk, size_t k) { return blk + 16 + k % 32; }
 
 /* block_q6_K, 210 bytes: ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16] (one per 16
  * elements), f16 d. In each half of 128 elements, quarter t (32 elements) takes ql bytes

@@ -5,8 +5,8 @@ colibri's table, so the import is checked against an independent mapping), metad
 add_* methods (llama.cpp's key names); the experts are stacked [experts, rows, cols] as
 convert_hf_to_gguf.py stacks them. `qtype` Q8_0 quantizes every 2-D weight except the router with
 gguf.quants.quantize (llama.cpp's reference quantizer), as `convert_hf_to_gguf.py --outtype q8_0` does.
-`qtype` Q4_K_M writes llama-quantize's Q4_K_M kinds of blocks: Q6_K for the output matrix, Q4_K for every
-other 2-D weight but the router (the gguf package has no k-quant quantizer: colibri's reference one,
+`qtype` Q4_K_M (Q5_K_M) writes llama-quantize's kinds of blocks: Q6_K for the output matrix, Q4_K (Q5_K) for
+every other 2-D weight but the router (the gguf package has no k-quant quantizer: colibri's reference one,
 format/kquants.py, makes the blocks; gguf.quants.dequantize stays the independent reader). The k-quants
 need cols in whole 256-element super-blocks, so such a model's sizes are multiples of 256.
 """
@@ -102,8 +102,8 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
         value = (values or {}).get(key, value)
         if key not in drop_keys and value is not None:
             add(value)
-    w.add_file_type({"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M}.get(
-        qtype, gguf.LlamaFileType.ALL_F32))
+    w.add_file_type({"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+                     "Q5_K_M": gguf.LlamaFileType.MOSTLY_Q5_K_M}.get(qtype, gguf.LlamaFileType.ALL_F32))
     if tokenizer:
         tokenizer(w)
     names = gguf.get_tensor_name_map(model_arch(name), c.num_hidden_layers + nextn)
@@ -162,14 +162,14 @@ def tensor_type(name, v, qtype):
     """The GGML type `write_gguf` stores tensor `name` (value v) in for `qtype`."""
     if v.ndim < 2 or any(k in name for k in F32_ONLY) or qtype == "F32":
         return "F32"
-    if qtype == "Q4_K_M":
-        return "Q6_K" if name.startswith("output.") else "Q4_K"
+    if qtype in ("Q4_K_M", "Q5_K_M"):
+        return "Q6_K" if name.startswith("output.") else qtype[:4]
     return qtype
 
 
 def _store(w, name, v, qtype):
     kind = tensor_type(name, v, qtype)
-    if kind in ("Q4_K", "Q6_K"):
+    if kind in ("Q4_K", "Q5_K", "Q6_K"):
         from colibri_dist.format.kquants import QUANTIZE
         q = QUANTIZE[kind.lower()](np.ascontiguousarray(v, np.float32).reshape(-1, v.shape[-1]))
         q = q.reshape(v.shape[:-1] + (-1,))

@@ -1,9 +1,9 @@
 """GGUF import (colibri convert MODEL.gguf): a tiny random Qwen3-MoE written as llama.cpp writes it, imported.
 
 F32: the imported container's logits equal the safetensors-converted container's bit for bit, and transformers'
-within the oracle tolerance. Q8_0, and Q4_K_M's Q4_K / Q6_K: every block is copied (container bytes == GGUF
-bytes, decode == gguf.quants.dequantize exactly), the logits equal transformers' on the dequantized weights, and every SIMD
-level gives the same bits. The tokenizer and chat template come from the metadata: token ids equal the
+within the oracle tolerance. Q8_0, and Q4_K_M's / Q5_K_M's Q4_K, Q5_K, Q6_K: every block is copied (container
+bytes == GGUF bytes, decode == gguf.quants.dequantize exactly), the logits equal transformers' on the dequantized
+weights, and every SIMD level gives the same bits. The tokenizer and chat template come from the metadata: token ids equal the
 original tokenizer's. Bad files are refused naming the file and the key or tensor, with nothing written.
 """
 import json
@@ -173,11 +173,11 @@ def test_q8_0_logits_equal_transformers_on_the_gguf_values_on_every_level(q8):
     assert rel_err(got["scalar"], reference(model, ids)) > 1e-6        # the file's values, not the float model's
 
 
-@pytest.fixture(scope="module")
-def q4km(tmp_path_factory):
-    """A tiny Qwen3-MoE with every quantized matrix in whole 256-element super-blocks, written with Q4_K_M's kinds
-    of blocks (Q4_K experts, attention and embedding, Q6_K output, router F32) and imported:
-    (stored arrays, container, model)."""
+@pytest.fixture(scope="module", params=["Q4_K_M", "Q5_K_M"])
+def q4km(tmp_path_factory, request):
+    """A tiny Qwen3-MoE with every quantized matrix in whole 256-element super-blocks, written with Q4_K_M's
+    (Q5_K_M's) kinds of blocks (Q4_K (Q5_K) experts, attention and embedding, Q6_K output, router F32) and
+    imported: (qtype, stored arrays, container, model)."""
     import transformers
     from colibri_dist.format.tiny import _COMMON
     torch.manual_seed(2)
@@ -186,17 +186,18 @@ def q4km(tmp_path_factory):
                                              num_attention_heads=4, num_key_value_heads=2, head_dim=64,
                                              norm_topk_prob=True, initializer_range=0.05))
     model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    d = tmp_path_factory.mktemp("gguf-q4km")
-    stored = write_gguf(model, d / "m.gguf", qtype="Q4_K_M")
+    d = tmp_path_factory.mktemp("gguf-" + request.param)
+    stored = write_gguf(model, d / "m.gguf", qtype=request.param)
     convert(d / "m.gguf", d / "g.colibri", progress=False)
-    return stored, d / "g.colibri", model
+    return request.param, stored, d / "g.colibri", model
 
 
-def test_q4_k_m_blocks_are_copied_and_decode_as_gguf_does(q4km):
-    stored, path, _ = q4km
-    Q4K, Q6K = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K
+def test_k_quant_blocks_are_copied_and_decode_as_gguf_does(q4km):
+    qtype, stored, path, _ = q4km
+    Q4K, Q6K = gguf.GGMLQuantizationType[qtype[:4]], gguf.GGMLQuantizationType.Q6_K
+    main = qtype[:4].lower()
     with cd.open_model(path) as m:
-        assert (m.config.scheme, m.dense_scheme, m.lm_head_scheme) == ("q4_k", "q4_k", "q6_k")
+        assert (m.config.scheme, m.dense_scheme, m.lm_head_scheme) == (main, main, "q6_k")
         blob, layout = m.read_expert(1, 3), m.expert_layout(1, 3)
         for part in ("gate", "up", "down"):
             ml = getattr(layout, part)
@@ -212,13 +213,13 @@ def test_q4_k_m_blocks_are_copied_and_decode_as_gguf_does(q4km):
                                   gguf.quants.dequantize(stored[key], kind).view(np.uint32)), name
 
 
-def test_q4_k_m_logits_equal_transformers_on_the_gguf_values_on_every_level(q4km):
+def test_k_quant_logits_equal_transformers_on_the_gguf_values_on_every_level(q4km):
     from colibri_dist.native import simd_available
-    stored, path, model = q4km
+    qtype, stored, path, model = q4km
     ids = np.random.default_rng(6).integers(0, 320, 40)
     got = {level: logits(path, ids, level) for level in simd_available()}
     assert all(np.array_equal(got["scalar"], g) for g in got.values()), list(got)
-    ref = reference(dequantized_model(model, stored, "Q4_K_M"), ids)
+    ref = reference(dequantized_model(model, stored, qtype), ids)
     assert rel_err(got["scalar"], ref) <= 1e-4
     assert rel_err(got["scalar"], reference(model, ids)) > 1e-4        # the file's values, not the float model's
 

@@ -28,3 +28,4 @@ def test_row_bytes_equal_the_c_rule():
     assert encodings.BY_NAME["q8_0"].data_bytes(3, 64) == 3 * 2 * 34       # llama.cpp's block_q8_0: 2 + 32 bytes
     assert encodings.BY_NAME["q4_k"].data_bytes(3, 512) == 3 * 2 * 144     # block_q4_K: 2 + 2 + 12 + 128 bytes
     assert encodings.BY_NAME["q6_k"].data_bytes(3, 512) == 3 * 2 * 210     # block_q6_K: 128 + 64 + 16 + 2 bytes
+    assert encodings.BY_NAME["q5_k"].data_bytes(3, 512) == 3 * 2 * 176     # block_q5_K: 2 + 2 + 12 + 32 + 128 bytes

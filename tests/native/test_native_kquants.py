@@ -1,5 +1,5 @@
-"""The q4_k and q6_k encodings (llama.cpp's Q4_K / Q6_K super-blocks kept as they are): the native decode equals
-gguf.quants.dequantize bit for bit on random blocks (random codes, scales and finite f16 d / dmin), through
+"""The q4_k, q5_k and q6_k encodings (llama.cpp's Q4_K / Q5_K / Q6_K super-blocks kept as they are): the native
+decode equals gguf.quants.dequantize bit for bit on random blocks (random codes, scales and finite f16 d / dmin), through
 cb_embed (the scalar decoder) and through every SIMD level's matmul (the 8-lane decoders); expert and dense
 products give the same bits on every level on odd row counts; cols that are not whole super-blocks are refused."""
 import numpy as np
@@ -13,9 +13,9 @@ from colibri_dist.native import Runtime, embed, matrix_view, simd_force
 from native_helpers import AVAILABLE_LEVELS, decoded, ffn_ref, rand_expert, simd_params, view_of
 
 gguf = pytest.importorskip("gguf")
-KQ = ["q4_k", "q6_k"]
-QTYPE = {"q4_k": gguf.GGMLQuantizationType.Q4_K, "q6_k": gguf.GGMLQuantizationType.Q6_K}
-HALVES = {"q4_k": (0, 2), "q6_k": (208,)}           # byte offsets of the f16 factors in a block
+KQ = ["q4_k", "q5_k", "q6_k"]
+QTYPE = {s: gguf.GGMLQuantizationType[s.upper()] for s in KQ}
+HALVES = {"q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}           # byte offsets of the f16 factors in a block
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_our_quantizer_writes_blocks_gguf_reads(scheme):
     raw = blob[:layout.data_bytes].reshape(5, -1)
     back = gguf.quants.dequantize(raw, QTYPE[scheme])
     assert np.array_equal(dequantize(blob, layout), back)
-    bound = {"q4_k": 0.03, "q6_k": 0.008}[scheme]            # plain min/max: step / 2 plus the 6-bit scale error
+    bound = {"q4_k": 0.03, "q5_k": 0.015, "q6_k": 0.008}[scheme]      # min/max: step / 2 + the 6-bit scale error
     assert np.abs(back - w).max() <= bound
 
 
