@@ -66,6 +66,11 @@ AVX2_FN __m256 dec8_q8_0(const unsigned char *row, int32_t zero, size_t k) {
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + k % 32)))), d);
 }
 
+/* An f16 at p widened with F16C (exact: the same float as kquants.h cb_kq_half). */
+AVX2_FN float half_f16c(const unsigned char *p) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | p[1] << 8)));
+}
+
 /* llama.cpp Q4_K codes k..k+7 (k a multiple of 8: one sub-block of 32, kquants.h): 8 code bytes widened,
  * the sub-block's nibble shifted down, then d1 * q - m1 with the scalar decoder's f32 factors (two rounded
  * operations, no fma: decode.c dec_q4_k's bits). */
@@ -73,7 +78,7 @@ AVX2_FN __m256 dec8_q4_k(const unsigned char *row, int32_t zero, size_t k) {
     const unsigned char *blk = row + k / CB_QK_K * CB_Q4_K_BYTES;
     size_t j = k % CB_QK_K;
     float d1, m1;
-    cb_q4_k_factors(blk, j, &d1, &m1);
+    cb_q4_k_factors_of(blk, j, half_f16c(blk), half_f16c(blk + 2), &d1, &m1);
     __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)cb_q4_k_qs(blk, j)));
     q = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(cb_q4_k_shift(j))), _mm256_set1_epi32(15));
     return _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(q)), _mm256_set1_ps(m1));
@@ -85,7 +90,7 @@ AVX2_FN __m256 dec8_q5_k(const unsigned char *row, int32_t zero, size_t k) {
     const unsigned char *blk = row + k / CB_QK_K * CB_Q5_K_BYTES;
     size_t j = k % CB_QK_K;
     float d1, m1;
-    cb_q4_k_factors(blk, j, &d1, &m1);
+    cb_q4_k_factors_of(blk, j, half_f16c(blk), half_f16c(blk + 2), &d1, &m1);
     __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)cb_q5_k_qs(blk, j)));
     __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)cb_q5_k_qh(blk, j)));
     lo = _mm256_and_si256(_mm256_srl_epi32(lo, _mm_cvtsi32_si128(cb_q4_k_shift(j))), _mm256_set1_epi32(15));
@@ -104,7 +109,7 @@ AVX2_FN __m256 dec8_q6_k(const unsigned char *row, int32_t zero, size_t k) {
     lo = _mm256_and_si256(_mm256_srl_epi32(lo, _mm_cvtsi32_si128(cb_q6_k_lo_shift(j))), _mm256_set1_epi32(15));
     hi = _mm256_and_si256(_mm256_srl_epi32(hi, _mm_cvtsi32_si128(cb_q6_k_hi_shift(j))), _mm256_set1_epi32(3));
     __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-    return _mm256_mul_ps(_mm256_set1_ps(cb_q6_k_factor(blk, j)), _mm256_cvtepi32_ps(q));
+    return _mm256_mul_ps(_mm256_set1_ps(cb_q6_k_factor_of(blk, j, half_f16c(blk + 208))), _mm256_cvtepi32_ps(q));
 }
 
 /* TT tokens x TR rows starting at row r. pf != 0: software-prefetch the weights pf bytes

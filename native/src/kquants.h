@@ -24,19 +24,26 @@ static inline float cb_kq_half(const unsigned char *p) {
  * qs[128] (sub-blocks 2p and 2p+1 share bytes 32p .. 32p+31: low nibbles, then high nibbles).
  * Element k = d1 * q - m1 with d1 = d * sc and m1 = dmin * m (each rounded to f32: get_scale_min_k4). */
 #define CB_Q4_K_BYTES 144
-static inline void cb_q4_k_factors(const unsigned char *blk, size_t k, float *d1, float *m1) {
+static inline void cb_q4_k_scale_min(const unsigned char *blk, size_t k, int *sc, int *m) {
     const unsigned char *q = blk + 4;
     size_t s = k / 32;
-    int sc, m;
     if (s < 4) {
-        sc = q[s] & 63;
-        m = q[s + 4] & 63;
+        *sc = q[s] & 63;
+        *m = q[s + 4] & 63;
     } else {
-        sc = (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
-        m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+        *sc = (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
+        *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
     }
-    *d1 = cb_kq_half(blk) * (float)sc;
-    *m1 = cb_kq_half(blk + 2) * (float)m;
+}
+/* The factors from d and dmin widened by the caller (any exact f16 widening: the same floats). */
+static inline void cb_q4_k_factors_of(const unsigned char *blk, size_t k, float d, float dmin, float *d1, float *m1) {
+    int sc, m;
+    cb_q4_k_scale_min(blk, k, &sc, &m);
+    *d1 = d * (float)sc;
+    *m1 = dmin * (float)m;
+}
+static inline void cb_q4_k_factors(const unsigned char *blk, size_t k, float *d1, float *m1) {
+    cb_q4_k_factors_of(blk, k, cb_kq_half(blk), cb_kq_half(blk + 2), d1, m1);
 }
 static inline const unsigned char *cb_q4_k_qs(const unsigned char *blk, size_t k) {   /* byte of code k */
     return blk + 16 + 32 * (k / 64) + k % 32;
@@ -55,9 +62,10 @@ static inline const unsigned char *cb_q5_k_qh(const unsigned char *blk, size_t k
  * 32 (t & 1) .. +31 of the half's 64 (low nibbles for t < 2, high for t >= 2) and bits 2t, 2t+1 of
  * the half's 32 qh bytes. Element k = (d * scale[k / 16]) * (q - 32), the product rounded to f32 first. */
 #define CB_Q6_K_BYTES 210
-static inline float cb_q6_k_factor(const unsigned char *blk, size_t k) {
-    return cb_kq_half(blk + 208) * (float)(int8_t)blk[192 + k / 16];
+static inline float cb_q6_k_factor_of(const unsigned char *blk, size_t k, float d) {
+    return d * (float)(int8_t)blk[192 + k / 16];
 }
+static inline float cb_q6_k_factor(const unsigned char *blk, size_t k) { return cb_q6_k_factor_of(blk, k, cb_kq_half(blk + 208)); }
 static inline const unsigned char *cb_q6_k_ql(const unsigned char *blk, size_t k) {
     return blk + 64 * (k / 128) + 32 * (k / 32 & 1) + k % 32;
 }
