@@ -259,6 +259,19 @@ def test_unsupported_tensor_type_is_named(f32, tmp_path):
     refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: tensor 'blk\.0\.attn_v\.weight' is IQ4_XS: not supported")
 
 
+def test_a_k_quant_tensor_with_cols_not_whole_super_blocks_is_refused(tmp_path):
+    """llama.cpp never writes one; gguf's reader refuses it (naming the row size and type), so convert does."""
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "qwen3moe")
+    w.add_tensor("blk.0.attn_q.weight", np.zeros(2 * 2 * 144, np.int8), raw_shape=(2, 300),
+                 raw_dtype=gguf.GGMLQuantizationType.Q4_K)             # int8 words: the shape is taken as elements
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: not a readable GGUF file .*row size \(300\) is not a "
+                                           r"multiple of Q4_K block size \(256\)")
+
+
 def test_unknown_tensor_and_architecture_are_named(f32, tmp_path):
     write_gguf(f32[3], tmp_path / "m.gguf", extra_tensors={"blk.0.ffn_gate_inp_shexp.weight": np.ones(32, np.float32)})
     refused(tmp_path / "m.gguf", tmp_path, r"tensor 'blk\.0\.ffn_gate_inp_shexp\.weight' has no place in a qwen3moe")
