@@ -27,10 +27,8 @@ class Encoding:
     def row_bytes(self, cols):
         if self.scale_kind == SCALE_BLOCK:      # blocks of `group` codes, the last one may be short
             return -(-cols // self.group) * self.block_bytes
-        if self.scale_kind == SCALE_SUPER:      # llama.cpp k-quant super-blocks: whole blocks only
-            if cols % self.group:
-                raise ValueError(f"{self.name} needs cols a multiple of {self.group} (whole super-blocks), got {cols}")
-            return cols // self.group * self.block_bytes
+        if self.scale_kind == SCALE_SUPER:      # llama.cpp k-quant super-blocks: whole blocks only (else -1, as C)
+            return -1 if cols % self.group else cols // self.group * self.block_bytes
         return (cols * self.bits + 7) // 8
 
     @property
@@ -39,7 +37,9 @@ class Encoding:
         return self.scale_kind in (SCALE_ROW, SCALE_GROUP, SCALE_MATRIX)
 
     def data_bytes(self, rows, cols):
-        return rows * self.row_bytes(cols)
+        """rows * row_bytes; -1 when no row of `cols` exists (a SUPER encoding's cols not whole blocks), as C's."""
+        rb = self.row_bytes(cols)
+        return -1 if rb < 0 else rows * rb
 
     def scale_count(self, rows, cols):
         return {SCALE_ROW: rows, SCALE_GROUP: rows * (-(-cols // max(self.group, 1))),

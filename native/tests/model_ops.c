@@ -92,6 +92,14 @@ static void test_encoding_tables(void) {
     int32_t id = 0;
     cb_matrix m = {w, NULL, NULL, CB_DTYPE_COUNT, 1, 4};
     CHECK(cb_embed(&m, &id, 1, out) == CB_E_INVALID && has(cb_last_error(), "unknown dtype"));
+    /* k-quants (scale kind SUPER): a row of cols that are not whole 256-element super-blocks is refused */
+    static unsigned char blk[144];
+    float row[256];
+    cb_matrix k = {blk, NULL, NULL, CB_Q4_K, 1, 255};
+    CHECK(cb_matrix_data_bytes(CB_Q4_K, 1, 255) == -1 && cb_matrix_data_bytes(CB_Q4_K, 2, 512) == 2 * 2 * 144);
+    CHECK(cb_embed(&k, &id, 1, row) == CB_E_INVALID && has(cb_last_error(), "q4_k needs cols a multiple of 256"));
+    k.cols = 256;
+    CHECK_OK(cb_embed(&k, &id, 1, row));
 }
 
 static void test_rope(void) {

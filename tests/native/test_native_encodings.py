@@ -1,6 +1,4 @@
 """The Python copy of the weight-encoding table (colibri_dist/encodings.py) equals the C table."""
-import pytest
-
 from colibri_dist import encodings
 from colibri_dist._native import lib
 from colibri_dist.native.encoding_table import encoding_table
@@ -19,10 +17,7 @@ def test_row_bytes_equal_the_c_rule():
     for e in encodings.ENCODINGS:
         for rows, cols in ((1, 1), (3, 31), (2, 32), (5, 64), (4, 100), (3, 256), (2, 768)):
             if e.scale_kind == encodings.SCALE_SUPER and cols % e.group:      # k-quants: whole super-blocks only
-                assert lib.cb_matrix_data_bytes(e.dtype, rows, cols) == -1
-                with pytest.raises(ValueError, match=f"{e.name} needs cols a multiple of 256"):
-                    e.data_bytes(rows, cols)
-                continue
+                assert e.data_bytes(rows, cols) == -1
             assert e.data_bytes(rows, cols) == lib.cb_matrix_data_bytes(e.dtype, rows, cols), (e.name, cols)
             assert e.scale_count(rows, cols) == lib.cb_matrix_scale_count(e.dtype, rows, cols), (e.name, cols)
     assert encodings.BY_NAME["q8_0"].data_bytes(3, 64) == 3 * 2 * 34       # llama.cpp's block_q8_0: 2 + 32 bytes
