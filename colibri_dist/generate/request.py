@@ -22,6 +22,7 @@ class Request:
                  sample_index=0):
         self.index, self.request_id, self.kind, self.sample_index = index, request_id, kind, sample_index
         self.prompt = prompt
+        self.n_prompt = len(prompt)           # the prompt never changes (preemption recomputes it)
         self.params, self.sampler, self.procs = params, sampler, procs
         self.detok = detok or NullDetokenizer()
         self.output, self.logprobs, self.prompt_lps = [], [], []
@@ -37,7 +38,7 @@ class Request:
         self.preemptions = 0
 
     def num_tokens(self):
-        return len(self.prompt) + len(self.output)
+        return self.n_prompt + len(self.output)
 
     def num_pending(self):
         return self.num_tokens() - self.computed

@@ -13,6 +13,8 @@ A GQA layer whose experts are mapped in this process (Engine.mapped_moe) or that
 as one native call (native.layer_forward: the same ops in C, the same bits); MLA layers, experts
 behind a RAM budget or on pool workers take the op-by-op path (decoder.fused = False forces it).
 """
+import os
+
 import numpy as np
 
 from ..errors import InvalidArgument, NativeError
@@ -20,6 +22,8 @@ from .. import native
 from .attention import Batch, attend, attn_spec
 from .kv_cache import KVCacheFull
 from .weights import check_ids
+
+DEBUG_CHECKS = os.environ.get("COLIBRI_DEBUG_CHECKS", "") not in ("", "0")   # every native call checks its args
 
 
 class Decoder:
@@ -35,26 +39,36 @@ class Decoder:
         self.tokens_processed = 0
 
     def _plan(self, steps):
-        """Check every step, then reserve KV blocks for all (nothing reserved when one cannot fit)."""
+        """Check every step, then reserve KV blocks for all (nothing reserved when one cannot fit).
+        -> (every step's new token ids concatenated, int32; their counts; the rows of logits each asks for)."""
         if not steps:
             raise InvalidArgument("forward: no steps given")
-        ids, picks, need, seen = [], [], 0, set()
+        ids, counts, picks, need, seen = [], [], [], 0, set()
         for i, (seq, tokens, want) in enumerate(steps):
             if id(seq) in seen:
                 raise InvalidArgument(f"forward: sequence {seq.id} appears twice in one step")
             seen.add(id(seq))
-            ids.append(check_ids(tokens, self.arch.vocab_size, f"step {i} (sequence {seq.id})"))
-            picks.append(_rows(want, len(ids[-1]), i))
-            if seq.length + len(ids[-1]) > self.cache.max_seq_len:
-                raise KVCacheFull(f"step {i}: sequence {seq.id} would hold {seq.length + len(ids[-1])} tokens, "
+            t = np.asarray(tokens)
+            if t.ndim != 1 or not t.size or t.dtype.kind not in "iu":
+                check_ids(tokens, self.arch.vocab_size, f"step {i} (sequence {seq.id})")    # raises, naming it
+            ids.append(t)
+            counts.append(t.size)
+            picks.append(_rows(want, t.size, i))
+            if seq.length + t.size > self.cache.max_seq_len:
+                raise KVCacheFull(f"step {i}: sequence {seq.id} would hold {seq.length + t.size} tokens, "
                                   f"more than max_seq_len={self.cache.max_seq_len}")
-            need += self.cache.blocks_needed(seq, len(ids[-1]))
-        if need > self.cache.free_blocks():
-            raise KVCacheFull(f"KV cache full: the step needs {need} more blocks, {self.cache.free_blocks()} of "
+            need += self.cache.blocks_needed(seq, t.size)
+        flat = np.concatenate(ids) if len(ids) > 1 else ids[0]
+        if flat.min() < 0 or flat.max() >= self.arch.vocab_size:
+            for i, ((seq, _, _), t) in enumerate(zip(steps, ids)):
+                check_ids(t, self.arch.vocab_size, f"step {i} (sequence {seq.id})")           # names the first
+        free = self.cache.free_blocks()
+        if need > free:
+            raise KVCacheFull(f"KV cache full: the step needs {need} more blocks, {free} of "
                               f"{self.cache.n_blocks} are free")
-        for (seq, _, _), t in zip(steps, ids):
-            self.cache.reserve(seq, len(t))
-        return ids, picks
+        for (seq, _, _), n in zip(steps, counts):
+            self.cache.reserve(seq, n)
+        return flat.astype(np.int32), counts, picks
 
     def sync_salt(self):
         """Re-key the prefix cache when what the KV bits depend on changed (e.g. a hot-added expert)."""
@@ -64,16 +78,46 @@ class Decoder:
     def forward(self, steps):
         self.engine.model.check_unchanged()     # the mmap'd file edited in place: refuse (reader.py)
         self.sync_salt()
-        ids, picks = self._plan(steps)
-        counts = np.array([len(t) for t in ids], dtype=np.int64)
-        seq_start = np.zeros(len(ids) + 1, dtype=np.int32)
+        ids, counts, picks = self._plan(steps)
+        seq_start = np.zeros(len(counts) + 1, dtype=np.int32)
         seq_start[1:] = np.cumsum(counts)
         pos0 = np.array([s.length for s, _, _ in steps], dtype=np.int32)
-        positions = np.concatenate([np.arange(p, p + c, dtype=np.int32) for p, c in zip(pos0, counts)])
-        batch = Batch(seq_start, pos0, positions, [s.table() for s, _, _ in steps])
-        h = native.embed(self.w.embed, np.concatenate(ids))
-        x = np.empty_like(h)     # every norm's output, reused: this call's own (lanes may run forward at once)
+        tables = [s.table() for s, _, _ in steps]
+        rows = np.concatenate([seq_start[i] + p for i, p in enumerate(picks)]) if len(picks) > 1 else picks[0]
         plans = self._fused_plans() if self.fusing() else None
+        if plans and None not in plans and not DEBUG_CHECKS:
+            logits = self._whole_step(plans, ids, seq_start, pos0, tables, rows)
+        else:
+            logits = self._layer_by_layer(plans, ids, seq_start, pos0, tables, counts, rows)
+        for i, (seq, _, _) in enumerate(steps):
+            self.cache.commit(seq, ids[seq_start[i]:seq_start[i + 1]])
+        self.tokens_processed += int(seq_start[-1])
+        self.engine.model.check_unchanged()
+        out, at = [], 0
+        for p in picks:
+            out.append(logits[at:at + len(p)])
+            at += len(p)
+        return out
+
+    def _whole_step(self, plans, ids, seq_start, pos0, tables, rows):
+        """Every layer fused: the step is native.fused_forward (the same C calls, checked once above)."""
+        heat = self.engine.count_routed if self.engine.heat.on else None
+        try:
+            return native.fused_forward(self.rt, plans, self.w.embed, ids, seq_start, pos0, tables,
+                                        self.w.final_norm, self.arch.rms_eps, self.w.lm_head, rows,
+                                        self.engine.config.top_k, heat)
+        except NativeError as exc:
+            layer = getattr(exc, "layer", None)
+            if layer is None:
+                raise
+            raise NativeError(f"{self.engine.path}: layer {layer}: {exc.message}", exc.code) from exc
+
+    def _layer_by_layer(self, plans, ids, seq_start, pos0, tables, counts, rows):
+        """Op by op (MLA, experts elsewhere), or fused layer by layer through the checked wrappers."""
+        positions = np.concatenate([np.arange(p, p + c, dtype=np.int32) for p, c in zip(pos0, counts)])
+        batch = Batch(seq_start, pos0, positions, tables)
+        h = native.embed(self.w.embed, ids)
+        x = np.empty_like(h)     # every norm's output, reused: this call's own (lanes may run forward at once)
         step = native.Step(batch.seqs, positions, h, self.engine.config.top_k) if plans else None
         for layer, lw in enumerate(self.w.layers):
             plan = plans[layer] if plans else None
@@ -84,20 +128,10 @@ class Decoder:
             h += attend(self.rt, self.arch, layer, lw, x, batch, self.cache, self.specs[layer])
             native.rmsnorm(h, lw.ln_mlp, self.arch.rms_eps, out=x)
             h += self.rt.shared_forward(x, lw.mlp) if lw.mlp is not None else self.moe.moe_forward(layer, x)
-        for (seq, _, _), t in zip(steps, ids):
-            self.cache.commit(seq, t)
-        self.tokens_processed += int(counts.sum())
-        rows = np.concatenate([seq_start[i] + p for i, p in enumerate(picks)])
         if not rows.size:
-            return [np.zeros((0, self.arch.vocab_size), np.float32) for _ in picks]
+            return np.zeros((0, self.arch.vocab_size), np.float32)
         x = native.rmsnorm(np.ascontiguousarray(h[rows]), self.w.final_norm, self.arch.rms_eps)
-        logits = self.rt.matmul(x, self.w.lm_head)
-        self.engine.model.check_unchanged()
-        out, at = [], 0
-        for p in picks:
-            out.append(logits[at:at + len(p)])
-            at += len(p)
-        return out
+        return self.rt.matmul(x, self.w.lm_head)
 
     def fusing(self):
         """Layers may run fused: GQA, and the MoE executor is the engine itself (not a pool, a meter, a recorder)."""

@@ -92,14 +92,17 @@ class KVCache:
         if seq.length + n_new > self.max_seq_len:
             raise KVCacheFull(f"sequence of {seq.length + n_new} tokens exceeds max_seq_len={self.max_seq_len}")
         need = self.blocks_needed(seq, n_new)
-        if need > self.free_blocks():
-            raise KVCacheFull(f"KV cache full: {need} more blocks needed, {self.free_blocks()} of {self.n_blocks} "
+        if not need:
+            return
+        free = self.free_blocks()
+        if need > free:
+            raise KVCacheFull(f"KV cache full: {need} more blocks needed, {free} of {self.n_blocks} "
                               f"free (kv_cache_bytes holds {self.n_blocks * self.block_size} positions)")
         for _ in range(need):
             b = self._free.pop() if self._free else self.prefix.evict()
             self._refs[b] = 1
             seq.blocks.append(b)
-        self.peak_blocks = max(self.peak_blocks, self.used_blocks())
+        self.peak_blocks = max(self.peak_blocks, self.n_blocks - free + need)
 
     def commit(self, seq, tokens):
         """The positions of `tokens` (just reserved and computed) now hold their keys and values."""

@@ -44,6 +44,42 @@ def test_fused_layer_equals_op_by_op(whole_model, case, experts, dense, w8a8):
             assert np.array_equal(p, q)
 
 
+@pytest.mark.parametrize("case", ["qwen3_moe", "mixtral"])
+def test_whole_step_equals_the_checked_layer_by_layer_path(whole_model, case, monkeypatch):
+    """Every layer fused: the step is one native.fused_forward pass (no per-call checks); COLIBRI_DEBUG_CHECKS
+    routes it through the checked wrappers (Step, layer_forward per layer, rmsnorm, matmul): the same bits."""
+    from colibri_dist.model import decoder
+    path, _ = whole_model(case, experts="int8", dense="int8")
+    with cd.LLM(path) as whole, cd.LLM(path) as checked:
+        calls = []
+        monkeypatch.setattr(decoder.native, "fused_forward", _spy(decoder.native.fused_forward, calls))
+        got = run(whole)
+        assert len(calls) == 5, "the whole-step path was not taken"
+        monkeypatch.setattr(decoder, "DEBUG_CHECKS", True)
+        want = run(checked)
+        assert len(calls) == 5, "COLIBRI_DEBUG_CHECKS still took the whole-step path"
+    assert np.array_equal(got, want)
+    assert all(np.array_equal(p, q) for p, q in zip(pools(whole), pools(checked)))
+
+
+def _spy(fn, calls):
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return fn(*args, **kwargs)
+    return spy
+
+
+def test_a_bad_token_id_is_named_by_its_step(whole_model):
+    path, _ = whole_model("qwen3_moe", experts="int8", dense="int8")
+    with cd.LLM(path) as llm:
+        a, b = llm.new_sequence(), llm.new_sequence()
+        with pytest.raises(cd.InvalidArgument, match=r"step 1 \(sequence .*token id 97 at position 2 is outside"):
+            llm.forward([(a, [1, 2], True), (b, [3, 4, 97], True)])
+        with pytest.raises(cd.InvalidArgument, match=r"step 0 .*must be integers"):
+            llm.forward([(a, [1.5], True)])
+        assert llm.cache.free_blocks() == llm.cache.n_blocks        # nothing reserved by a refused step
+
+
 def test_mla_and_budgeted_experts_take_the_op_by_op_path(whole_model, tmp_path):
     path, _ = whole_model("deepseek_v3", experts="int8", dense="int8")
     with cd.LLM(path) as llm:
