@@ -16,7 +16,7 @@ demo_llm: {{layers: 2, experts: 8, cache_dir: {cache}}}
 pool: {{workers: 2, threads_per_worker: 1, numa: {{enabled: false}}}}
 stress:
   workload: generation
-  duration_s: 20
+  duration_s: 12
   requests_per_wave: 8
   max_tokens: 8
   cache_fraction: 0.10

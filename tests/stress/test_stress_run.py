@@ -1,6 +1,8 @@
-"""The 60-second stress run of the suite: `colibri stress --duration 60` on a tiny model, on a
+"""The 30-second stress run of the suite: `colibri stress --duration 30` on a tiny model, on a
 multi-raylet Ray (head + one raylet per worker + a spare), with every fault kind, hot-adds and
-removes. Asserts the run is clean and the report is self-consistent."""
+removes (every kind injected by second 21; the harness then lets the last faults settle). Asserts the run is
+clean and the report is self-consistent. `colibri stress` itself defaults to 60 s; 30 s here keeps the suite's
+budget (docs/STRESS.md)."""
 import json
 import os
 
@@ -49,11 +51,11 @@ def stress_run(tmp_path_factory):
     cfg = root / "stress.yaml"
     cfg.write_text(CONFIG.format(cache=root / "cache", fs=_offload_fs()))
     out = root / "out"
-    code = colibri(["stress", str(cfg), "--duration", "60", "--out", str(out)])
+    code = colibri(["stress", str(cfg), "--duration", "30", "--out", str(out)])
     return code, json.loads((out / "report.json").read_text())
 
 
-def test_sixty_second_run_is_clean(stress_run):
+def test_thirty_second_run_is_clean(stress_run):
     code, rep = stress_run
     assert code == 0 and rep["exit_code"] == 0 and rep["passed"] is True, rep.get("faults_unrecovered")
     assert rep["mismatches"] == 0 and rep["lost_tokens"] == 0 and rep["duplicated_tokens"] == 0
@@ -82,7 +84,7 @@ def test_report_counts_are_consistent(stress_run):
     assert rep["tokens"] == rep["batches"] * cfg["stress"]["batch_tokens"]
     assert rep["rows_checked"] == rep["tokens"] * n_layers
     assert rep["tokens_per_s"] == pytest.approx(rep["tokens"] / rep["elapsed_s"], rel=1e-3)
-    assert rep["elapsed_s"] >= 60
+    assert rep["elapsed_s"] >= 30
     assert sum(rep["faults_injected"].values()) == len(rep["faults"])
     cache = rep["cache_stats"]
     assert cache["hits"] + cache["misses"] == cache["gets"] > 0
