@@ -78,9 +78,10 @@ class KVCache:
         return self.n_blocks - self.free_blocks()
 
     def blocks_needed(self, seq, n_new):
-        length = seq.length if seq is not None else 0
-        have = len(seq.blocks) if seq is not None else 0
-        return max(0, -(-(length + n_new) // self.block_size) - have)
+        if seq is None:
+            return -(-n_new // self.block_size)
+        need = -(-(seq.length + n_new) // self.block_size) - len(seq.blocks)
+        return need if need > 0 else 0
 
     def new_sequence(self):
         seq = Sequence(self._next_id, self.epoch)

@@ -28,11 +28,12 @@ def fused_forward(rt, plans, embed, ids, seq_start, pos0, tables, final_norm, ep
     h = np.empty((n, hidden), dtype=np.float32)
     k = top_k or 1
     idx, w = np.empty((n, k), dtype=np.int32), np.empty((n, k), dtype=np.float32)
-    n_table = np.array([t.size for t in tables], dtype=np.int32)
+    s = len(tables)
+    ints = np.concatenate((seq_start, pos0, [t.size for t in tables], positions)).astype(np.int32, copy=False)
+    at = buf("int32_t[]", ints)                        # seq_start [S+1], pos0 [S], n_table [S], positions [n]
     c_tables = ffi.new("int32_t *[]", [buf("int32_t[]", t) for t in tables])
-    step = ffi.new("cb_step *", {"n_seqs": len(tables), "seq_start": buf("int32_t[]", seq_start),
-                                 "pos0": buf("int32_t[]", pos0), "block_tables": c_tables,
-                                 "n_table": buf("int32_t[]", n_table), "positions": buf("int32_t[]", positions)})
+    step = ffi.new("cb_step *", {"n_seqs": s, "seq_start": at, "pos0": at + s + 1, "block_tables": c_tables,
+                                 "n_table": at + 2 * s + 1, "positions": at + 3 * s + 1})
     hp, ip, wp = buf("float[]", h), buf("int32_t[]", idx), buf("float[]", w)
     st = lib.cb_embed(embed.c, buf("int32_t[]", ids), n, hp)
     if st:
