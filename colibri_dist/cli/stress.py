@@ -1,12 +1,12 @@
 """`colibri stress [CONFIG] [--workload moe|generation] [--duration S] [--batches N] [--out DIR]`: stress runs.
 
-Role in the data flow: argv -> jobs.stress.settings.load_stress_config (ConfigError
--> exit 2) -> command-line overrides -> jobs.stress.harness.run_stress ->
+Role in the data flow: argv -> stress.settings.load_stress_config (ConfigError
+-> exit 2) -> command-line overrides -> stress.harness.run_stress ->
 <out>/report.json and a short summary. Exit 0 when every output matched the
 all-resident reference bit for bit, no token was lost or duplicated and every
 injected fault was recovered; 1 otherwise. With no CONFIG it runs the packaged
 configs/offload-stress.yaml (configs/generation-stress.yaml with --workload generation: whole-model
-requests through the pool, jobs/stress/generation.py).
+requests through the pool, stress/generation.py).
 """
 import json
 import os
@@ -34,8 +34,8 @@ def register(subparsers):
 
 def main(args):
     from ..errors import InvalidArgument
-    from ..jobs.stress.harness import run_stress
-    from ..jobs.stress.settings import default_config_path, load_stress_config
+    from ..stress.harness import run_stress
+    from ..stress.settings import default_config_path, load_stress_config
     cfg = load_stress_config(args.config or default_config_path(args.workload or "moe"))
     if args.workload:
         cfg.stress.workload = args.workload
@@ -46,7 +46,7 @@ def main(args):
     if args.requests is not None and args.requests <= 0:
         raise InvalidArgument(f"--requests: expected a positive integer, got {args.requests}")
     if cfg.stress.workload == "generation":
-        from ..jobs.stress.generation import run_generation_stress
+        from ..stress.generation import run_generation_stress
         report = run_generation_stress(cfg, args.out, duration_s=args.duration, max_requests=args.requests)
         print(generation_summary(report, os.path.join(args.out, "report.json")))
         return report["exit_code"]

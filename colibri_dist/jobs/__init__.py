@@ -1,4 +1,4 @@
-"""Jobs room: `colibri run` batch jobs and `colibri stress`.
+"""Jobs room: `colibri run` batch jobs.
 
     runner.py                 run_job: config -> job kind -> shards -> outputs + report (the entry point)
     moe_layer.py              kind moe-layer (hidden states .npy through MoE layers)
@@ -6,6 +6,5 @@
     generation/               kinds generate and score (and the Ray Data batch path)
     run/                      what every run shares: shards + manifest, output lock, progress, executors
     reports/                  meters' numbers, report.json, report.html, summary tables, figures
-    demos/                    the demo models built once into the cache
-    stress/                   the offload stress harness
+The demo models live in demos/, the stress harness in stress/.
 """

@@ -78,7 +78,7 @@ def _run_generation(cfg, out_dir, restart, stream, llm_factory):
     check_config(cfg)
     log, extra = _logger(cfg, stream), None
     if cfg.model is None:
-        from .demos.llm_cache import accuracy_of_outputs, ensure_demo_llm
+        from ..demos.llm_cache import accuracy_of_outputs, ensure_demo_llm
         art = ensure_demo_llm(cfg.demo_llm, log=log)
         cfg = dataclasses.replace(cfg, model=art.model, job=dataclasses.replace(cfg.job, input=cfg.job.input or art.data_dir))
         extra = lambda out, paths: {"task_accuracy": accuracy_of_outputs(paths, out)}   # noqa: E731
@@ -155,7 +155,7 @@ def resolve_sources(cfg, log):
     if cfg.model is not None:
         check_model_path(cfg.model)
         return cfg.model, cfg.job.input, None
-    from .demos.classifier import ensure_demo
+    from ..demos.classifier import ensure_demo
     art = ensure_demo(cfg.demo, log=log)
     return art.model, cfg.job.input or art.data_dir, art.tokenizer
 

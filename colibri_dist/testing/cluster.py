@@ -1,6 +1,6 @@
 """Ray set-up for stress runs and tests: a local Ray with worker hooks, or several raylets on one machine.
 
-Role in the data flow: the stress harness (jobs/stress, which may not import
+Role in the data flow: the stress harness (stress/, which may not import
 ray) calls `start(...)` before it builds its Pool. Ray is then already
 initialised, so Pool(ray_address=None) joins it instead of starting its own.
 Everything binds to 127.0.0.1.

@@ -116,7 +116,7 @@ def test_run_threads_model_input_without_a_yaml(monkeypatch, tmp_path, capsys):
 def test_run_model_and_input_end_to_end_on_the_demo_llm(tmp_path, capsys):
     pytest.importorskip("tokenizers")
     from colibri_dist.config import DemoLLMConfig
-    from colibri_dist.jobs.demos.llm_cache import ensure_demo_llm
+    from colibri_dist.demos.llm_cache import ensure_demo_llm
     art = ensure_demo_llm(DemoLLMConfig(layers=2, experts=4, prompts=8, shards=1, cache_dir=str(tmp_path / "c")),
                           log=lambda _: None)
     out = tmp_path / "o"
@@ -149,7 +149,7 @@ def test_outputs_follow_the_umask(tmp_path):
 
 def test_out_is_not_created_when_the_config_is_rejected(tmp_path, capsys):
     from colibri_dist.config import DemoConfig
-    from colibri_dist.jobs.demos.classifier import ensure_demo
+    from colibri_dist.demos.classifier import ensure_demo
     art = ensure_demo(DemoConfig(vocab_size=64, hidden=16, inter=16, layers=2, experts=4,
                                  cache_dir=str(tmp_path / "c")), log=lambda _: None)
     np.save(tmp_path / "x.npy", np.zeros((2, 16), np.float32))

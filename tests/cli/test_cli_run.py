@@ -14,7 +14,7 @@ import pytest
 
 from colibri_dist.cli import build_parser, main
 from colibri_dist.config import load_config
-from colibri_dist.jobs.demos.classifier import ensure_demo
+from colibri_dist.demos.classifier import ensure_demo
 from colibri_dist.jobs.runner import run_job
 
 TINY = """\

@@ -14,7 +14,7 @@ from colibri_dist.cli.run import default_workers, load_job
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     from colibri_dist.config import DemoLLMConfig, parse_section
-    from colibri_dist.jobs.demos.llm_cache import ensure_demo_llm
+    from colibri_dist.demos.llm_cache import ensure_demo_llm
     root = tmp_path_factory.mktemp("demo")
     art = ensure_demo_llm(parse_section(DemoLLMConfig, {"layers": 2, "experts": 4, "prompts": 6, "shards": 1,
                                                          "cache_dir": str(root)}), log=lambda _: None)

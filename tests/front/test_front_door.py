@@ -119,7 +119,7 @@ def test_every_entry_point_gives_the_pool_and_the_engine_the_same_options(record
 def test_the_service_and_stress_pools_take_the_pool_section_whole(recorded, tmp_path):
     from colibri_dist.config.engine_args import of_service
     from colibri_dist.front import open_pool
-    from colibri_dist.jobs.stress.reference import stress_pool_args
+    from colibri_dist.stress.reference import stress_pool_args
     model, spill, seen = recorded
     cfg = _yaml(tmp_path, model, spill)
     open_pool(of_service(cfg))

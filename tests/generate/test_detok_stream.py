@@ -92,7 +92,7 @@ def test_a_run_of_skipped_special_tokens_costs_linear_decoding():
     """Issue 31 defect 10: 12k repeated eos (ignore_eos) took 12-18 s inside the shared step: every token
     re-decoded the whole run that added no text. Counted in decoded tokens, not seconds."""
     from colibri_dist.generate.detok import Detokenizer
-    from colibri_dist.jobs.demos import llm as demo_llm
+    from colibri_dist.demos import llm as demo_llm
     tok = demo_llm.tokenizer()
     words = tok.encode("count: one two").ids
     ids = words + [demo_llm.EOS] * 3000 + words

@@ -13,7 +13,7 @@ import pytest
 import colibri_dist as cd
 from colibri_dist.cli import main
 from colibri_dist.config import load_config
-from colibri_dist.jobs.demos import llm as demo_llm
+from colibri_dist.demos import llm as demo_llm
 from colibri_dist.jobs.generation import llm as job_llm
 from colibri_dist.jobs.generation.partial import kept_count
 from colibri_dist.jobs.runner import run_job

@@ -24,7 +24,7 @@ ROWS = [{"id": f"r{i}", "prompt": "one two three " * (i % 3 + 1)} for i in range
 @pytest.fixture(scope="module")
 def demo_models(tmp_path_factory):
     from colibri_dist.config import DemoLLMConfig, parse_section
-    from colibri_dist.jobs.demos.llm_cache import ensure_demo_llm
+    from colibri_dist.demos.llm_cache import ensure_demo_llm
     root = tmp_path_factory.mktemp("demo")
     arts = [ensure_demo_llm(parse_section(DemoLLMConfig, {"layers": 2, "experts": 4, "prompts": 4, "shards": 1,
                                                            "seed": seed, "cache_dir": str(root)}), log=lambda _: None)

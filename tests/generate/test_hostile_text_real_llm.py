@@ -12,7 +12,7 @@ import pytest
 import colibri_dist as cd
 from colibri_dist.cli import main
 from colibri_dist.generate.safe_text import TemplateLimits
-from colibri_dist.jobs.demos import llm as demo_llm
+from colibri_dist.demos import llm as demo_llm
 
 pytest.importorskip("tokenizers")
 

@@ -9,7 +9,7 @@ import pytest
 
 import colibri_dist as cd
 from colibri_dist.errors import InvalidArgument
-from colibri_dist.jobs.demos import llm as demo_llm
+from colibri_dist.demos import llm as demo_llm
 
 pytest.importorskip("tokenizers")
 GREEDY = cd.SamplingParams(max_tokens=4, temperature=0)

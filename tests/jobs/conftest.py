@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from colibri_dist.config import load_config
-from colibri_dist.jobs.demos.classifier import demo_words, write_dataset
+from colibri_dist.demos.classifier import demo_words, write_dataset
 from jobs_helpers import FakeExecutor, FakeModel, tiny_demo
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from colibri_dist.routing.heat import ExpertHeat
 
 from colibri_dist.config import DemoConfig, DemoDatasetConfig
-from colibri_dist.jobs.demos.classifier import generate_weights
+from colibri_dist.demos.classifier import generate_weights
 
 TINY_DEMO = dict(seed=3, vocab_size=64, hidden=16, inter=32, layers=2, experts=4, top_k=2, classes=5)
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from colibri_dist.config import load_config
-from colibri_dist.jobs.demos.classifier import ensure_demo
-from colibri_dist.jobs.demos.classifier_reference import reference_probs
+from colibri_dist.demos.classifier import ensure_demo
+from colibri_dist.demos.classifier_reference import reference_probs
 from colibri_dist.jobs.runner import run_job
 from jobs_helpers import output_rows, read_jsonl
 
@@ -191,7 +191,7 @@ def _llm_demo_config(root, name, batch=256, seqs=32, cache_bytes="null"):
 
 def test_demo_llm_is_cached_deterministic_and_converted_int8(tmp_path):
     from colibri_dist.format.reader import open_model
-    from colibri_dist.jobs.demos.llm_cache import ensure_demo_llm
+    from colibri_dist.demos.llm_cache import ensure_demo_llm
     cfg = _llm_demo_config(tmp_path, "a.yaml")
     art = ensure_demo_llm(cfg.demo_llm, log=lambda _: None)
     assert ensure_demo_llm(cfg.demo_llm, log=lambda _: pytest.fail("rebuilt a cached demo")) == art

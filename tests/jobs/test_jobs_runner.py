@@ -116,7 +116,7 @@ def test_bad_input_row_names_file_and_line(fake_job, tmp_path, line, message):
 
 def test_text_input_is_tokenized_with_the_models_tokenizer(fake_job, tmp_path):
     pytest.importorskip("tokenizers")
-    from colibri_dist.jobs.demos.classifier import demo_words, write_tokenizer
+    from colibri_dist.demos.classifier import demo_words, write_tokenizer
     tok = tmp_path / "tokenizer.json"
     write_tokenizer(str(tok), demo_words(64))
     rows = [json.loads(line) for line in open(os.path.join(fake_job.data, "shard-00000.jsonl"))]

@@ -22,7 +22,9 @@ RANKS = {
     "pool": 8,
     "testing": 9,      # harnesses for stress runs, tests and bench (Ray set-ups, the pool simulation)
     "front": 9,        # the front door: EngineArgs -> an LLM with its experts in process or on a pool
+    "demos": 9,        # the demo models built once into the cache (over config/ and format/)
     "jobs": 10,
+    "stress": 10,      # `colibri stress`: the offload stress harness (over front/, testing/, demos/)
     "ray_data": 11,
     "serve": 11,
     "bench": 12,
@@ -119,8 +121,8 @@ def test_nothing_below_imports_serve():
 
 
 # inside jobs/: the rooms of the job kinds sit on the shared run/ and reports/ machinery
-JOBS_RANKS = {"run": 0, "classifier_head": 0, "reports": 1, "demos": 1,
-              "moe_layer": 2, "token_classification": 2, "generation": 2, "runner": 3, "stress": 3}
+JOBS_RANKS = {"run": 0, "classifier_head": 0, "reports": 1,
+              "moe_layer": 2, "token_classification": 2, "generation": 2, "runner": 3}
 
 
 def test_jobs_sub_rooms_point_down():

@@ -4,7 +4,7 @@ import json
 
 import colibri_dist as cd
 from colibri_dist.bench.generation.prefix import main
-from colibri_dist.jobs.demos import llm as demo_llm
+from colibri_dist.demos import llm as demo_llm
 
 
 def test_bench_prefix_writes_json(tmp_path, capsys):

@@ -46,7 +46,7 @@ def _numpy_forward(path, ids):
 
 def test_classify_example_runs_the_demo_model(tmp_path):
     from colibri_dist.config import DemoConfig
-    from colibri_dist.jobs.demos.classifier import ensure_demo
+    from colibri_dist.demos.classifier import ensure_demo
     model = ensure_demo(DemoConfig(cache_dir=str(tmp_path), layers=2), log=lambda *a: None).model
     subprocess.run(["make", "-s", "-j2", "-C", f"{ROOT}/native", "example"], check=True, capture_output=True, timeout=300)
     proc = subprocess.run([f"{ROOT}/native/examples/classify", model, "--verify", *map(str, IDS)],

@@ -13,7 +13,7 @@ from container_edit import entries, find, fix_crcs, set_entry  # noqa: E402
 
 def test_classify_refuses_overflowing_embedding_shape(tmp_path):
     from colibri_dist.config import DemoConfig
-    from colibri_dist.jobs.demos.classifier import ensure_demo
+    from colibri_dist.demos.classifier import ensure_demo
     model = ensure_demo(DemoConfig(cache_dir=str(tmp_path), layers=1), log=lambda *a: None).model
     subprocess.run(["make", "-s", "-j2", "-C", f"{ROOT}/native", "example"], check=True, capture_output=True, timeout=300)
     raw = bytearray(open(model, "rb").read())

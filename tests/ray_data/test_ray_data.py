@@ -16,7 +16,7 @@ pytest.importorskip("pandas")
 pytest.importorskip("tokenizers")
 ray = pytest.importorskip("ray")
 
-from colibri_dist.jobs.demos import llm as demo_llm  # noqa: E402
+from colibri_dist.demos import llm as demo_llm  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import uvicorn  # noqa: F401
 @pytest.fixture(scope="session")
 def demo_model(tmp_path_factory):
     """Path to a 2-layer, 8-expert demo MoE LLM (.colibri with tokenizer + chat template)."""
-    from colibri_dist.jobs.demos import llm as demo_llm
+    from colibri_dist.demos import llm as demo_llm
     root = tmp_path_factory.mktemp("serve-demo")
     demo_llm.write_checkpoint(str(root / "hf"), layers=2, n_experts=8)
     cd.convert(str(root / "hf"), str(root / "m.colibri"), progress=False)

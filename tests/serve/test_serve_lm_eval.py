@@ -28,7 +28,7 @@ def task_dir(tmp_path_factory, demo_model):
 
 @pytest.fixture(scope="module")
 def hf_tokenizer_dir(tmp_path_factory):
-    from colibri_dist.jobs.demos import llm as demo_llm
+    from colibri_dist.demos import llm as demo_llm
     d = tmp_path_factory.mktemp("demo-hf")
     demo_llm.write_checkpoint(str(d), layers=2, n_experts=8)     # the same tokenizer files the model carries
     return str(d)

@@ -14,7 +14,7 @@ TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_excep
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from colibri_dist.jobs.demos import llm as demo_llm
+    from colibri_dist.demos import llm as demo_llm
     root = tmp_path_factory.mktemp("template-rejects")
     hf = demo_llm.write_checkpoint(str(root / "hf"), layers=1, n_experts=4, chat_template=TEMPLATE)
     cd.convert(hf, str(root / "m.colibri"), progress=False)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from colibri_dist.config import DemoConfig, DemoDatasetConfig
-from colibri_dist.jobs.demos.classifier import ensure_demo
-from colibri_dist.jobs.stress import faults, offload_fs, worker_hooks
-from colibri_dist.jobs.stress.reference import ExpertTable, Reference, link_model, new_expert_weights
-from colibri_dist.jobs.stress.schedule import FaultEvent
+from colibri_dist.demos.classifier import ensure_demo
+from colibri_dist.stress import faults, offload_fs, worker_hooks
+from colibri_dist.stress.reference import ExpertTable, Reference, link_model, new_expert_weights
+from colibri_dist.stress.schedule import FaultEvent
 
 
 @pytest.fixture(scope="module")

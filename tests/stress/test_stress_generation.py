@@ -6,7 +6,7 @@ import json
 import pytest
 
 from colibri_dist.cli import main as colibri
-from colibri_dist.jobs.stress.generation import same_completion
+from colibri_dist.stress.generation import same_completion
 
 pytest.importorskip("tokenizers")
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from colibri_dist.errors import ConfigError
-from colibri_dist.jobs.stress import accounting, report, rss, schedule, settings, workload
+from colibri_dist.stress import accounting, report, rss, schedule, settings, workload
 
 
 # ------------------------------------------------------------------ schedule

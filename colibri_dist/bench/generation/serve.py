@@ -62,7 +62,7 @@ def _model(args):
 
 def _demo(root):
     from ...format.convert import convert
-    from ...jobs.demos import llm as demo_llm
+    from ...demos import llm as demo_llm
     d = os.path.join(root, "bench-serve-demo")
     dst = os.path.join(d, "m.colibri")
     if not os.path.exists(dst):

@@ -33,7 +33,7 @@ def build_model(workdir, hidden, inter, experts, top_k, scheme="int8"):
     """A 1-layer demo-style Mixtral checkpoint converted to .colibri; returns (path, embed, token_probs)."""
     from ...config import DemoConfig
     from ...format.convert import convert
-    from ...jobs.demos.classifier import generate_weights, write_checkpoint
+    from ...demos.classifier import generate_weights, write_checkpoint
     demo = DemoConfig(hidden=hidden, inter=inter, layers=1, experts=experts, top_k=top_k, vocab_size=512,
                       scheme=scheme)
     tensors, _, token_probs = generate_weights(demo)

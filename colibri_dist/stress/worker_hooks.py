@@ -11,7 +11,7 @@ worker without the variable runs untouched.
 import os
 import time
 
-from ...fsutil import atomic_write
+from ..fsutil import atomic_write
 
 CONTROL_ENV = "COLIBRI_STRESS_CONTROL"
 SLOW_FILE = "slow_source_ms"
@@ -44,7 +44,7 @@ def install():
     control = os.environ.get(CONTROL_ENV)
     if not control:
         return
-    from ...store import source
+    from ..store import source
     if getattr(source.ModelSource.read, "_stress_slowed", False):
         return
     delay = _Delay(os.path.join(control, SLOW_FILE))

@@ -40,7 +40,7 @@ def expert_bytes(model):
 def stage_models(src, out):
     """The two links a stress run needs (<out>/pool/ for the pool, <out>/ref/ for the reference) ->
     (pool path, reference path, the pool copy's ExpertTable, the experts' bytes)."""
-    from ...format.reader import open_model
+    from ..format.reader import open_model
     os.makedirs(out, exist_ok=True)
     pool_path = link_model(src, os.path.join(out, "pool"))
     ref_path = link_model(src, os.path.join(out, "ref"))
@@ -56,7 +56,7 @@ def worker_budget(pool, cache_fraction, experts_bytes):
 
 class Reference:
     def __init__(self, path, threads=1):
-        from ...engine import Engine
+        from ..engine import Engine
         self.path = path
         self.engine = Engine(path, threads=threads, cache_bytes=None, offload_dir=None)
         self._lock = threading.Lock()
@@ -132,7 +132,7 @@ class ExpertTable:
 def stress_pool_args(cfg, model, budget, offload_dir, worker_resources, max_restarts):
     """The EngineArgs of the pool under stress: the config's `pool:` and `routing:` (EngineArgs.of_service,
     the one mapping) with the stress run's budget, spill dir, worker placement and restart allowance."""
-    from ...config.engine_args import of_service
+    from ..config.engine_args import of_service
     args = of_service(cfg, model=model, cache_bytes=budget, offload_dir=offload_dir)
     return args.replace(pool_options=dict(args.pool_options, worker_resources=worker_resources,
                                           max_restarts=max_restarts))

@@ -9,7 +9,7 @@ a run that did no work), and `write_report` stores it atomically
 import json
 import os
 
-from ...fsutil import atomic_write
+from ..fsutil import atomic_write
 
 
 TIERS = ("ram", "ssd", "mmap")

@@ -60,9 +60,9 @@ class GenerationStress:
         return ensure_demo_llm(self.cfg.demo_llm, log=self.log).model
 
     def setup(self):
-        from ...front import open_pool
-        from ...model import LLM
-        from ...testing import cluster as testing_cluster
+        from ..front import open_pool
+        from ..model import LLM
+        from ..testing import cluster as testing_cluster
         self.pool_model_path, ref_path, self.table, self.expert_bytes = stage_models(self._model_source(), self.out)
         p = self.cfg.pool
         self.budget = worker_budget(p, self.s.cache_fraction, self.expert_bytes)
@@ -84,7 +84,7 @@ class GenerationStress:
 
     # ---------------------------------------------------------------- requests
     def _wave(self, n):
-        from ...generate import SamplingParams
+        from ..generate import SamplingParams
         from ..demos import llm as demo_llm
         rows = demo_llm.prompts(n, seed=int(self.s.seed) * 100003 + self.waves, max_tokens=self.s.max_tokens)
         ids = [f"w{self.waves:05d}-{i:03d}" for i in range(n)]

@@ -9,15 +9,21 @@ with ties to the lower expert index, weights renormalised (Mixtral).
 """
 import numpy as np
 
-from ...format.quantize import dequantize
-from ..classifier_head import rms_norm_eps   # config lookup only; the math below is independent
+from ..format.quantize import dequantize
+
+
+def _rms_norm_eps(config):
+    """The converted container's source config.json value (default 1e-5): read here, not through the job code."""
+    extra = getattr(config, "extra", None) or {}
+    value = extra.get("rms_norm_eps", (extra.get("source_config") or {}).get("rms_norm_eps"))
+    return 1e-5 if value is None else float(value)
 
 
 class ReferenceClassifier:
     def __init__(self, model, dtype=np.float64):
         self.dtype = dtype
         t = lambda name: np.asarray(model.tensor(name), dtype=dtype)   # noqa: E731
-        self.eps = rms_norm_eps(model)
+        self.eps = _rms_norm_eps(model.config)
         self.top_k = model.config.top_k
         self.embed = t("model.embed_tokens.weight")
         self.final_norm = t("model.norm.weight")
@@ -65,6 +71,6 @@ class ReferenceClassifier:
 
 def reference_probs(model_path, ids, dtype=np.float64):
     """Open a .colibri and return the reference class probabilities [n_tokens, classes]."""
-    from ...format.reader import open_model
+    from ..format.reader import open_model
     with open_model(model_path) as model:
         return ReferenceClassifier(model, dtype).probs(ids)

@@ -201,7 +201,7 @@ class Injectors:
 
     # ---------------------------------------------------------------- truncate_segment
     def _inject_truncate_segment(self, rec, event):
-        from ...store.segments import segments_dir
+        from ..store.segments import segments_dir
         seg_dir = segments_dir(self.ctx.pool_model_path)
         os.makedirs(seg_dir, exist_ok=True)
         layer = self.ctx.table.layers[event.seq % len(self.ctx.table.layers)]

@@ -10,12 +10,12 @@ import os
 import shutil
 import tempfile
 
-from ...config import as_dict
+from ..config import as_dict
 
 
 def settings_key(settings, format_version):
     """16 hex digits naming a build: the settings (less cache_dir), the builder's and the container's versions."""
-    from ...format import spec
+    from ..format import spec
     d = as_dict(settings)
     d.pop("cache_dir", None)
     d["format_version"] = format_version

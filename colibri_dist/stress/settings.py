@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ... import config as C
-from ...errors import ConfigError
+from .. import config as C
+from ..errors import ConfigError
 
 
 @dataclass
@@ -78,7 +78,7 @@ class StressConfig:
 def default_config_path(workload="moe"):
     """configs/offload-stress.yaml (or generation-stress.yaml) shipped inside the package."""
     name = "generation-stress.yaml" if workload == "generation" else "offload-stress.yaml"
-    return os.path.join(os.path.dirname(__file__), "..", "..", "configs", name)
+    return os.path.join(os.path.dirname(__file__), "..", "configs", name)
 
 
 def load_stress_config(path=None, text=None):

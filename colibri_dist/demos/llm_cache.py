@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from ...config import DemoLLMConfig
+from ..config import DemoLLMConfig
 from .build_once import build_once
 from .build_once import cache_root as _cache_root, settings_key as _settings_key
 from . import llm as demo_llm
@@ -50,7 +50,7 @@ def ensure_demo_llm(demo: DemoLLMConfig, log=print):
 
 
 def _build(demo, art):
-    from ...format.convert import convert   # the converter room; imported late on purpose
+    from ..format.convert import convert   # the converter room; imported late on purpose
     demo_llm.write_checkpoint(art.hf_dir, layers=demo.layers, n_experts=demo.experts, seed=demo.seed)
     convert(art.hf_dir, art.model, experts=demo.scheme, progress=False)
     write_prompts(art.data_dir, demo)

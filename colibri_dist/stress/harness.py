@@ -28,7 +28,7 @@ from .table_lock import TableLock
 from .worker_hooks import CONTROL_ENV, set_slow_source
 from .workload import JobStream
 
-HOOK = "colibri_dist.jobs.stress.worker_hooks.install"
+HOOK = "colibri_dist.stress.worker_hooks.install"
 PROCESS_FAULTS = ("kill_worker", "remove_node")   # one at a time: the next waits until the last settled
 BUDGET_LIMIT = 0.10         # the issue's bar: RAM budget at most 10% of the expert bytes
 
@@ -75,8 +75,8 @@ class Harness:
         self.injectors = Injectors(self)
 
     def _start_pool(self):
-        from ...front import open_pool
-        from ...testing import cluster as testing_cluster
+        from ..front import open_pool
+        from ..testing import cluster as testing_cluster
         c = self.s.cluster
         self.ray = testing_cluster.start(c.nodes, c.cpus_per_node if c.nodes > 1 else None,
                                          env={CONTROL_ENV: self.control_dir}, setup_hook=HOOK)
@@ -98,12 +98,12 @@ class Harness:
                     for c in self.probe.cache_stats_per_process().values()] or [0.0])
 
     def segments_version(self):
-        from ...store.segments import Segments
+        from ..store.segments import Segments
         return Segments(self.pool_model_path).version
 
     def reopened_table(self):
         """{layer: (added, removed)} as a fresh open of the pool's segment directory shows it."""
-        from ...store.segments import Segments
+        from ..store.segments import Segments
         seg = Segments(self.pool_model_path)
         return {l: (seg.added(l), sorted(seg.removed(l))) for l in self.table.layers
                 if seg.added(l) or seg.removed(l)}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...config import DemoConfig
+from ..config import DemoConfig
 from .build_once import build_once
 from .build_once import cache_root as _cache_root, settings_key as _settings_key
 
@@ -63,7 +63,7 @@ def _artifacts(root):
 
 
 def _build(demo, art):
-    from ...format.convert import convert   # the converter room; imported late on purpose
+    from ..format.convert import convert   # the converter room; imported late on purpose
     os.makedirs(art.hf_dir)
     tensors, class_of, token_probs = generate_weights(demo)
     write_checkpoint(art.hf_dir, tensors, demo)
