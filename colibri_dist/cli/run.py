@@ -182,7 +182,7 @@ def main(args):
 
 def resume_hint(args, cfg):
     """What an interrupted run kept, and the command that resumes it (the same one, without --restart)."""
-    from ..jobs.generation.partial import kept_count
+    from ..jobs.run.partial import kept_count
     from ..jobs.runner import DEFAULT_OUT
     out = os.path.abspath(args.out or cfg.job.output or DEFAULT_OUT)
     argv = [a for a in getattr(args, "argv", None) or ["run"] if a != "--restart"]

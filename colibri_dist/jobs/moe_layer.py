@@ -1,7 +1,7 @@
 """Job kind `moe-layer`: hidden states in `.npy` shards through one or several MoE layers, `.npy` out.
 
-Role in the data flow: each input shard is a float array [rows, hidden]; the
-runner calls `run_shard`, which feeds `job.batch_tokens` rows at a time through
+Role in the data flow: a MoeKind (moe_kind.py: the container opened, the MoE executor for the layers);
+each input shard is a float array [rows, hidden]; the runner calls `run_shard`, which feeds `job.batch_tokens` rows at a time through
 the selected layers in sequence (`x = moe_l(x)` for each l in `job.layers`,
 just the MoE blocks: no norm, no residual) and writes float32 [rows, hidden].
 """
@@ -11,12 +11,13 @@ import numpy as np
 
 from ..errors import ConfigError, FormatError
 from ..fsutil import atomic_write
+from .moe_kind import MoeKind
 
 INPUT_HINT = ("a moe-layer job reads hidden states: .npy files of float32 [rows, hidden] (numpy.save); "
               "JSONL/Parquet prompts are for `job.kind: generate` or `score`, token ids for `token-classification`")
 
 
-class MoeLayer:
+class MoeLayer(MoeKind):
     input_exts = (".npy",)
     input_hint = INPUT_HINT
 
@@ -36,8 +37,9 @@ class MoeLayer:
                                   f"(MoE layers: {available})")
         return layers
 
-    def signature(self):
-        return {"layers": self.layers}
+    def settings(self):
+        """Its part of the resume signature (run/signature.py)."""
+        return {"job.layers": self.layers}
 
     def output_name(self, shard):
         return f"{shard.name}.npy"
@@ -80,7 +82,7 @@ class MoeLayer:
                 raise FormatError(f"{shard.path}: row {bad} has a NaN or Inf value")
             with meter.batch(stop - start):
                 for layer in self.layers:
-                    x = meter.executor.moe_forward(layer, x)
+                    x = self.executor.moe_forward(layer, x)
             out[start:stop] = x
             progress.advance(stop - start, meter.hit_rate())
         buf = io.BytesIO()

@@ -1,13 +1,26 @@
-"""The batch-job runner behind `colibri run`: shards in, outputs + report.json + report.html out.
+"""The one job runner behind `colibri run`: rows -> engine -> shards, every kind, resumable.
 
 Role in the data flow:
-    config -> (demo model/dataset if `model: null`) -> open model -> job kind -> plan shards
-    -> manifest (resume: skip shards already written) -> executor (Pool or Engine)
-    -> per shard: batches through the kind, atomic output write, manifest update
-    -> report (json, html, summary table)
-Re-running into the same output dir resumes at the first incomplete shard.
+    config -> KINDS[job.kind] (the table below) -> kind.check (before the disk) -> the demo model and data
+    when `model: null` -> inputs -> --out (created; one run at a time: run/outlock.py)
+    -> plan (run/plan.py: shards, resume signature, manifest, pending; a refused resume or a finished job
+       opens no engine and starts no pool)
+    -> the kind's engine (through front.py: the MoE executor alone, or a whole LLM; in process or on a pool)
+    -> per group of pending shards: kind.run_group (rows -> engine -> output rows, one atomic write per
+       shard) -> manifest, partial rows dropped -> one Progress, one Meter
+    -> report.json, report.html, summary (reports/report.py); a failed run still reports what it wrote.
+A kind is a class with these hooks (moe_kind.MoeKind and generation/job.py hold them for their kinds):
+    input_exts, input_hint         the input files it reads        unit, shards_word   what progress counts
+    partial_rows                   keeps finished rows of unwritten shards (run/partial.py)
+    check(cfg), demo(cfg, log) -> (model, data dir, extra report fields(out, paths) | None)   class methods
+    opened(cfg, model_path, openers) -> context manager of the kind (what counting and reading rows needs)
+    count_rows(path), settings() (its part of the resume signature), size(shard, info) (progress units)
+    open_engine(cfg, offload_dir, log, openers), attach(engine), meter(engine, heat) -> reports.metrics.Meter
+    groups(pending), run_group(shards, out_dir, meter, progress, partial) -> [(shard, output name, info)]
+    report_fields(rep, cfg, done, meter, run), run_keys, summary_rows(rep), figures(rep, meter), workers(rep)
 """
-import hashlib
+import dataclasses
+import io
 import json
 import os
 import shutil
@@ -16,91 +29,171 @@ import tempfile
 import time
 
 from ..errors import ColibriError, InvalidArgument
-from .reports import report as report_mod
-from .run.executors import open_executor
-from .reports.metrics import Meter
+from .generation.job import KINDS as GENERATION_KINDS
 from .moe_layer import MoeLayer
+from .reports.report import finish, build_report, print_error_count
+from .run.executors import attaches_to_named_pool, uses_pool
 from .run.outlock import LOCK_NAME, hold_output_dir
-from .run.progress import JobProgress
-from .run.shards import Manifest, clean_temp_files, discover_inputs, plan_shards, refuse_overlap
-from .token_classification import TokenClassification, find_tokenizer
+from .run.partial import PartialRows
+from .run.plan import plan_job
+from .run.progress import Progress
+from .run.shards import MANIFEST, clean_temp_files, discover_inputs, refuse_overlap
+from .token_classification import TokenClassification
 
-KINDS = {"token-classification": TokenClassification, "moe-layer": MoeLayer}
-GENERATION_KINDS = ("generate", "score")
+KINDS = {**GENERATION_KINDS, "token-classification": TokenClassification, "moe-layer": MoeLayer}
 DEFAULT_OUT = "colibri-out"
 
 
-def run_job(cfg, out_dir=None, restart=False, executor_factory=open_executor, stream=None, model_opener=None,
+@dataclasses.dataclass
+class Openers:
+    """What a caller opens instead of the real thing (None: the real one, through front.py)."""
+    executor: object = None     # (cfg, model path, offload dir) -> the MoE executor (MoE kinds)
+    model: object = None        # path -> context manager of the container (MoE kinds)
+    llm: object = None          # cfg -> the LLM (generate, score); closed at the end
+    engine: object = None       # an engine already open (run_generation_job): used, not closed
+
+    def any(self):
+        return any(v is not None for v in (self.model, self.llm, self.engine))
+
+
+@dataclasses.dataclass
+class Job:
+    cfg: object
+    kind: type
+    paths: list
+    out_dir: str
+    stream: object
+    log: object
+    extra: object = None        # extra(out_dir, paths) -> fields merged into the report (the demo's accuracy)
+
+
+def run_job(cfg, out_dir=None, restart=False, executor_factory=None, stream=None, model_opener=None,
             llm_factory=None):
-    """Run (or resume) the job described by a JobConfig; returns the report dict.
-
-    executor_factory(cfg, model_path, offload_dir) and model_opener(path) are injectable for tests.
-    `generate`/`score` jobs run on llm_factory(cfg) -> an LLM (default: generation.llm.open_job_llm).
-    """
-    stream = stream or sys.stderr
-    if cfg.job.kind in GENERATION_KINDS:
-        return _run_generation(cfg, out_dir, restart, stream, llm_factory)
-    out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
-    log = _logger(cfg, stream)
-    model_path, input_spec, tokenizer = resolve_sources(cfg, log)
-    if model_opener is None:
-        from ..format.reader import open_model as model_opener
-    with model_opener(model_path) as model:
-        kind = KINDS[cfg.job.kind](cfg, model, model_path, find_tokenizer(cfg.job, model_path, model) or tokenizer)
-        paths = discover_inputs(input_spec, kind.input_exts, log=log, hint=getattr(kind, "input_hint", None))
-        refuse_overlap(out_dir, paths, model_path)
-        shards = plan_shards(paths, kind.count_rows, cfg.job.shard_rows)
-        os.makedirs(out_dir, exist_ok=True)      # only once the job is accepted: a rejected config leaves no dir
-        with hold_output_dir(out_dir):           # one run per output dir (OutputBusy names the holder's pid)
-            return _run_shards(cfg, kind, model_path, paths, shards, out_dir, restart, executor_factory, stream, log)
+    """Run (or resume) the job described by a JobConfig; returns the report dict (also report.json,
+    report.html, the summary table). executor_factory(cfg, model_path, offload_dir), model_opener(path) and
+    llm_factory(cfg) replace the real openers (tests)."""
+    return _run(cfg, out_dir, restart, stream, Openers(executor_factory, model_opener, llm_factory))
 
 
-def _run_shards(cfg, kind, model_path, paths, shards, out_dir, restart, executor_factory, stream, log):
-    signature = job_signature(cfg, model_path, paths, kind)
-    manifest = Manifest.open(out_dir, signature, [s.name for s in shards], restart=restart)
-    clean_temp_files(out_dir)
-    pending = [s for s in shards if not manifest.is_done(s.name)]
-    if not pending and os.path.isfile(os.path.join(out_dir, "report.json")):
-        log(f"nothing to do: all {len(shards)} shards in {out_dir} are already written (--restart redoes them)")
-        with open(os.path.join(out_dir, "report.json")) as fh:
-            return json.load(fh)
-    if len(pending) < len(shards):
-        log(f"resuming in {out_dir}: {len(shards) - len(pending)} of {len(shards)} shards already written")
-    return _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor_factory, stream)
+def run_generation_job(cfg, llm, out_dir=None, restart=False, stream=None):
+    """A generate/score job on an LLM already open (no demo, no model file needed; the LLM stays open)."""
+    return _run(cfg, out_dir, restart, stream, Openers(engine=llm))
 
 
-def _run_generation(cfg, out_dir, restart, stream, llm_factory):
-    """generate/score: the demo LLM when `model: null`, the LLM (Engine or pool), the job, its report."""
-    import dataclasses
-
-    from .generation.job import check_config
-    from .generation.rows import INPUT_EXTS
-    check_config(cfg)
+def _run(cfg, out_dir, restart, stream, openers):
+    stream, kind = stream or sys.stderr, KINDS[cfg.job.kind]
     log, extra = _logger(cfg, stream), None
-    if cfg.model is None:
-        from ..demos.llm_cache import accuracy_of_outputs, ensure_demo_llm
-        art = ensure_demo_llm(cfg.demo_llm, log=log)
-        cfg = dataclasses.replace(cfg, model=art.model, job=dataclasses.replace(cfg.job, input=cfg.job.input or art.data_dir))
-        extra = lambda out, paths: {"task_accuracy": accuracy_of_outputs(paths, out)}   # noqa: E731
-    paths = discover_inputs(cfg.job.input, INPUT_EXTS)     # a missing input is rejected before --out exists
-    if llm_factory is None:
+    kind.check(cfg)
+    if cfg.model is None and openers.engine is None:
+        model, data, extra = kind.demo(cfg, log)
+        cfg = dataclasses.replace(cfg, model=model, job=dataclasses.replace(cfg.job, input=cfg.job.input or data))
+    paths = discover_inputs(cfg.job.input, kind.input_exts, log=log, hint=kind.input_hint)
+    if not openers.any():
         check_model_path(cfg.model)
     out_dir = os.path.abspath(out_dir or cfg.job.output or DEFAULT_OUT)
     refuse_overlap(out_dir, paths, cfg.model)
     existed = os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     try:
-        with hold_output_dir(out_dir):           # one run per output dir, generation jobs too
-            return _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log)
+        with hold_output_dir(out_dir):           # one run per output dir (OutputBusy names the holder's pid)
+            return _in_dir(Job(cfg, kind, paths, out_dir, stream, log, extra), restart, openers)
     except ColibriError:
-        if not existed and _nothing_written(out_dir):    # rejected (e.g. a damaged model) before any shard
-            shutil.rmtree(out_dir, ignore_errors=True)   # was written: leave no dir
+        if not existed and _nothing_written(out_dir):    # rejected (a bad setting, a damaged model) before
+            shutil.rmtree(out_dir, ignore_errors=True)   # any shard was written: leave no dir
         raise
 
 
+def _in_dir(job, restart, openers):
+    """Plan first (a refused resume or a finished job opens no engine and starts no pool), then run."""
+    cfg = job.cfg
+    clean_temp_files(job.out_dir)                 # a killed run's leftovers, before this run's offload dir
+    with job.kind.opened(cfg, cfg.model, openers) as kind:
+        plan = plan_job(cfg, kind, job.paths, job.out_dir, restart)
+        kept = _kept_report(plan) if not plan.pending else None
+        if kept is not None:
+            job.log(f"nothing to do: all {len(plan.shards)} {kind.shards_word} in {plan.out_dir} are already "
+                    f"written; report kept: {os.path.join(plan.out_dir, 'report.json')} (--restart redoes the job)")
+            print_error_count(kept, job.stream)
+            return kept
+        units = [kind.size(s, plan.manifest.done.get(s.name)) for s in plan.shards]
+        done = sum(n for s, n in zip(plan.shards, units) if s not in plan.pending)
+        offload_dir, made_offload = _offload_dir(cfg, job.out_dir)
+        try:
+            return _with_engine(job, kind, plan, (sum(units), done), offload_dir, openers)
+        finally:
+            if made_offload:
+                shutil.rmtree(offload_dir, ignore_errors=True)
+
+
+def _with_engine(job, kind, plan, units, offload_dir, openers):
+    engine = openers.engine
+    if engine is None:
+        job.log(_executor_line(job.cfg, offload_dir))
+    t0 = time.perf_counter()
+    engine = engine or kind.open_engine(job.cfg, offload_dir, job.log, openers)
+    try:
+        kind.attach(engine)
+        return _loop(job, kind, plan, engine, units, time.perf_counter() - t0)
+    finally:
+        if openers.engine is None and hasattr(engine, "close"):
+            engine.close()
+
+
+def _loop(job, kind, plan, engine, units, startup_s):
+    cfg, written = job.cfg, []
+    resumed = f", resuming with {len(plan.shards) - len(plan.pending)} already written" \
+        if len(plan.pending) < len(plan.shards) else ""
+    job.log(f"{cfg.job.kind} job: {sum(s.rows for s in plan.shards)} rows in {len(plan.shards)} shard(s){resumed}; "
+            f"output {plan.out_dir}")
+    progress = Progress(*units, mode=cfg.report.progress, log_every_s=cfg.report.log_every_s, stream=job.stream,
+                        unit=kind.unit)
+    meter = kind.meter(engine, cfg.report.expert_heat)
+    partial = PartialRows(plan.out_dir, plan.manifest.signature) if kind.partial_rows else None
+    t0 = time.perf_counter()
+
+    def report(stream):
+        run = {"written": len(written), "elapsed_s": time.perf_counter() - t0, "startup_s": startup_s,
+               "executor": getattr(meter.moe, "kind", None) or ("pool" if uses_pool(cfg) else "engine"),
+               "model": os.path.abspath(cfg.model) if cfg.model else None}
+        return finish(cfg, kind, plan, build_report(cfg, kind, plan.manifest, meter, run), meter, stream, job.extra)
+    try:
+        for group in kind.groups(plan.pending):
+            for shard, name, info in kind.run_group(group, plan.out_dir, meter, progress, partial):
+                plan.manifest.mark_done(shard.name, dict(info, output=name))
+                if partial is not None:
+                    partial.drop(shard.name)
+                written.append(shard.name)
+                progress.written(info)
+    except Exception:                   # a failed run still reports what it wrote (complete: false); resume merges
+        progress.close()
+        _quietly(lambda: report(io.StringIO()))
+        raise
+    finally:                            # Ctrl-C too: the finished rows of the shards in flight reach the disk
+        if partial is not None:
+            partial.close()
+    progress.close()
+    return report(job.stream)
+
+
+def _quietly(write):
+    try:
+        write()
+    except Exception:                   # the run's own error is the one to show
+        pass
+
+
+def _kept_report(plan):
+    """report.json of a finished job, when it says so (else None: written again from the manifest)."""
+    try:
+        with open(os.path.join(plan.out_dir, "report.json"), encoding="utf-8") as fh:
+            report = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) and report.get("complete") else None
+
+
 def _nothing_written(out_dir):
-    """Only the lock and a manifest without shards (the plan is made before the model opens)."""
-    from .run.shards import MANIFEST
+    """Only the lock and a manifest without shards (the plan is made before the engine opens)."""
     names = set(os.listdir(out_dir)) - {LOCK_NAME}
     if names - {MANIFEST}:
         return False
@@ -113,34 +206,8 @@ def _nothing_written(out_dir):
         return False
 
 
-def _generation_in(cfg, out_dir, restart, stream, llm_factory, extra, log):
-    """Plan first (a refused resume or a finished job opens no model and starts no pool), then run."""
-    from .run.executors import uses_pool
-    from .generation.job import finished_job, run_generation_job
-    from .generation.llm import open_job_llm
-    from .generation.plan import identity_of, plan_generation
-    clean_temp_files(out_dir)                      # a killed run's leftovers, before this run's offload dir
-    plan = plan_generation(cfg, out_dir, restart, identity_of(cfg.model))
-    if not plan.pending:
-        return finished_job(cfg, plan, stream, log, extra)
-    offload_dir, made_offload = _offload_dir(cfg, out_dir)
-    log(_executor_line(cfg, offload_dir))
-    t0 = time.perf_counter()
-    try:
-        llm = llm_factory(cfg) if llm_factory else open_job_llm(cfg, offload_dir, log=log)
-        try:
-            return run_generation_job(cfg, llm, stream=stream, extra=extra, startup_s=time.perf_counter() - t0,
-                                      executor="pool" if uses_pool(cfg) else "engine", plan=plan)
-        finally:
-            if hasattr(llm, "close"):
-                llm.close()
-    finally:
-        if made_offload:
-            shutil.rmtree(offload_dir, ignore_errors=True)
-
-
 def check_model_path(path):
-    """A generate/score model must be a .colibri file; a Hugging Face directory gets the command to convert it."""
+    """A model must be a .colibri file; a Hugging Face directory gets the command to convert it."""
     if not os.path.exists(path):
         raise InvalidArgument(f"model: {path}: no such file")
     if os.path.isdir(path):
@@ -150,69 +217,7 @@ def check_model_path(path):
             f"then pass --model MODEL.colibri" if hf else "; expected a .colibri file (see `colibri convert`)"))
 
 
-def resolve_sources(cfg, log):
-    """-> (model path, input spec, tokenizer path or None); builds the demo when `model: null`."""
-    if cfg.model is not None:
-        check_model_path(cfg.model)
-        return cfg.model, cfg.job.input, None
-    from ..demos.classifier import ensure_demo
-    art = ensure_demo(cfg.demo, log=log)
-    return art.model, cfg.job.input or art.data_dir, art.tokenizer
-
-
-def job_signature(cfg, model_path, paths, kind):
-    """What decides the outputs' content: changing it makes an old output dir unusable for resume."""
-    st = os.stat(model_path)
-    files = [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]
-    return {"kind": cfg.job.kind, "model": os.path.abspath(model_path), "model_bytes": st.st_size,
-            "model_mtime_ns": st.st_mtime_ns, "expert_table": _expert_table_digest(model_path),
-            "inputs": files, "shard_rows": cfg.job.shard_rows, "job.w8a8": bool(cfg.job.w8a8),
-            "kind_settings": kind.signature(),
-            "inputs_digest": hashlib.sha256(repr(files).encode()).hexdigest()[:16]}
-
-
-def _expert_table_digest(model_path):
-    """Hash of the hot-added/removed experts persisted beside the model (None if never changed)."""
-    from ..store import segments_dir
-    manifest = os.path.join(segments_dir(model_path), "MANIFEST.json")
-    if not os.path.isfile(manifest):
-        return None
-    with open(manifest, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()[:16]
-
-
-def _execute(cfg, kind, model_path, shards, pending, manifest, out_dir, executor_factory, stream):
-    done_tokens = sum(info["tokens"] for info in manifest.done.values())
-    pending_tokens = sum(kind.count_tokens(s) for s in pending)
-    offload_dir, made_offload = _offload_dir(cfg, out_dir)
-    _logger(cfg, stream)(_executor_line(cfg, offload_dir))
-    t_start = time.perf_counter()
-    executor = executor_factory(cfg, model_path, offload_dir)
-    progress = None
-    try:
-        startup_s = time.perf_counter() - t_start
-        progress = JobProgress(done_tokens + pending_tokens, done_tokens=done_tokens, mode=cfg.report.progress,
-                               log_every_s=cfg.report.log_every_s, stream=stream)
-        meter = Meter(executor, kind.n_experts_by_layer(), heat=cfg.report.expert_heat)
-        for shard in pending:
-            name = kind.output_name(shard)
-            info = kind.run_shard(shard, meter, progress, os.path.join(out_dir, name))
-            manifest.mark_done(shard.name, dict(info, output=name))
-            meter.shards_written.append(shard.name)
-        final_stats = meter.finish()
-    finally:
-        if progress is not None:
-            progress.close()
-        executor.close()
-        if made_offload:
-            shutil.rmtree(offload_dir, ignore_errors=True)
-    rep = report_mod.build_report(cfg, meter, final_stats, manifest, executor.kind, startup_s, model_path)
-    report_mod.write_all(rep, meter, out_dir, cfg.report, stream)
-    return rep
-
-
 def _executor_line(cfg, offload_dir):
-    from .run.executors import attaches_to_named_pool, uses_pool
     if attaches_to_named_pool(cfg):
         return f"attaching to the running pool {cfg.pool.name!r} (its own cache and offload settings apply)"
     pool = uses_pool(cfg)
@@ -226,7 +231,6 @@ def _executor_line(cfg, offload_dir):
 
 def _offload_dir(cfg, out_dir):
     """pool.offload_dir, or a fresh temp dir inside the output dir (removed at the end) when a cache is set."""
-    from .run.executors import attaches_to_named_pool
     if attaches_to_named_pool(cfg):
         return None, False            # the running pool has its own cache and offload settings
     if cfg.pool.offload_dir:

@@ -1,6 +1,7 @@
 """Job kind `token-classification`: JSONL token ids (or text) in, per-token class probabilities JSONL out.
 
-Role in the data flow: for each shard the runner calls `run_shard`; rows are
+Role in the data flow: a MoeKind (moe_kind.py: the container opened, the MoE executor for the layers);
+for each shard the runner calls `run_shard`; rows are
 parsed (token ids from `job.ids_field`, or `job.text_field` tokenized with the
 model's own tokenizer.json), flattened into batches of `job.batch_tokens`
 tokens, run through embeddings -> MoE layers (on the executor, with RMSNorm and
@@ -18,23 +19,29 @@ from ..errors import ConfigError, FormatError, InvalidArgument
 from .classifier_head import ClassifierHead, rms_norm_eps, rmsnorm
 from ..fsutil import atomic_write
 from ..generate.safe_text import safe_encode, tokenizer_call
+from .moe_kind import MoeKind
 
 
-class TokenClassification:
+class TokenClassification(MoeKind):
     input_exts = (".jsonl",)
 
     def __init__(self, cfg, model, model_path, tokenizer_path=None):
         self.job = cfg.job
-        self.model = model
+        self.model, self.path = model, model_path
         eps = rms_norm_eps(model)
         self.head = ClassifierHead(model, model_path, eps)
         self.tokenizer_path = tokenizer_path
         self._tokenizer = None
 
-    def signature(self):
+    @classmethod
+    def of(cls, cfg, model, model_path):
+        return cls(cfg, model, model_path, find_tokenizer(cfg.job, model_path, model))
+
+    def settings(self):
+        """Its part of the resume signature (run/signature.py)."""
         j = self.job
-        return {"input_format": j.input_format, "ids_field": j.ids_field, "text_field": j.text_field,
-                "id_field": j.id_field, "tokenizer": self.tokenizer_path}
+        return {"job.input_format": j.input_format, "job.ids_field": j.ids_field, "job.text_field": j.text_field,
+                "job.id_field": j.id_field, "job.tokenizer": self.tokenizer_path}
 
     def output_name(self, shard):
         return f"{shard.name}.jsonl"
@@ -130,16 +137,16 @@ class TokenClassification:
         for start in range(0, len(ids), step):
             stop = min(start + step, len(ids))
             with meter.batch(stop - start):
-                probs[start:stop] = self.forward(ids[start:stop], meter)
+                probs[start:stop] = self.forward(ids[start:stop])
             progress.advance(stop - start, meter.hit_rate())
         nbytes = self._write(rows, probs, out_path, meter)
         return {"rows": len(rows), "tokens": int(len(ids)), "bytes": nbytes}
 
-    def forward(self, ids, meter):
+    def forward(self, ids):
         h = self.head.embed_ids(ids)
         for layer in self.model.moe_layers:
             x = rmsnorm(h, self.head.layer_norms[layer], self.head.eps)
-            h = h + meter.executor.moe_forward(layer, x)
+            h = h + self.executor.moe_forward(layer, x)
         return self.head.probs(h)
 
     def _write(self, rows, probs, out_path, meter):

@@ -8,7 +8,7 @@ from colibri_dist.config import load_config
 from colibri_dist.errors import ConfigError, InvalidArgument
 from colibri_dist.generate import SamplingParams
 from colibri_dist.generate.sampler import derive_seed
-from colibri_dist.jobs.generation.job import run_generation_job
+from colibri_dist.jobs.runner import run_generation_job
 
 from gen_fake_llm import FakeLLM
 

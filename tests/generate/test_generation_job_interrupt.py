@@ -15,7 +15,7 @@ from colibri_dist.cli import main
 from colibri_dist.config import load_config
 from colibri_dist.demos import llm as demo_llm
 from colibri_dist.jobs.generation import llm as job_llm
-from colibri_dist.jobs.generation.partial import kept_count
+from colibri_dist.jobs.run.partial import kept_count
 from colibri_dist.jobs.runner import run_job
 
 pytest.importorskip("tokenizers")
@@ -111,7 +111,7 @@ def _interrupting_open(after):
 
 
 def test_partial_rows_of_another_job_are_ignored_and_replaced(tmp_path):
-    from colibri_dist.jobs.generation.partial import PartialRows
+    from colibri_dist.jobs.run.partial import PartialRows
     old = PartialRows(str(tmp_path), {"job.seed": 1})
     old.add("s", 0, '{"id": "a"}')
     old.close()

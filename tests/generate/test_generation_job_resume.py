@@ -128,3 +128,41 @@ def test_executor_settings_resume_to_the_same_bytes(tmp_path, demo_models):
     assert len(names) == 4
     for n in names:
         assert (out / n).read_bytes() == (tmp_path / "ref" / n).read_bytes()
+
+
+def _legacy_generation_signature(cfg, model_path):
+    """The signature generate/score dirs were written under before the one runner (jobs/run/signature.py
+    generation_signature and generation/plan.py kind_settings of that colibri, verbatim)."""
+    from colibri_dist.jobs.run.signature import model_identity
+    j, model = cfg.job, model_identity(model_path)
+    paths = [os.path.join(j.input, n) for n in sorted(os.listdir(j.input))]
+    inputs = [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]
+    kind_settings = {"fields": [j.prompt_field, j.messages_field, j.prompt_ids_field, j.sampling_field, j.id_field],
+                     "sampling_params": dict(j.sampling_params), "seed": j.seed}
+    return {"kind": j.kind, "model.container": (model or {}).get("container"),
+            "model.bytes": (model or {}).get("bytes"), "model.hot_added_experts": (model or {}).get("hot_added"),
+            "routing.policy": cfg.routing.policy, "job.w8a8": bool(getattr(j, "w8a8", True)),
+            "job.kv_cache_dtype": getattr(j, "kv_cache_dtype", "f32"),
+            "job.kv_cache_bytes": getattr(j, "kv_cache_bytes", None), "job.max_seq_len": getattr(j, "max_seq_len", None),
+            "job.sampling_params": kind_settings["sampling_params"], "job.seed": kind_settings["seed"],
+            "job.chat_template_timeout_s": getattr(j, "chat_template_timeout_s", None),
+            "job.chat_template_max_chars": getattr(j, "chat_template_max_chars", None),
+            "job (row fields)": kind_settings["fields"], "job.shard_rows": j.shard_rows, "job.input": inputs}
+
+
+def test_a_dir_written_under_the_old_signature_resumes(tmp_path, demo_models):
+    """The one runner keeps the generate/score signature: a dir whose manifest (and partial rows) carry the
+    signature the earlier runner wrote resumes to the same bytes."""
+    model = _setup(tmp_path, demo_models)
+    run_job(_cfg(tmp_path), out_dir=str(tmp_path / "ref"), llm_factory=lambda c: FakeLLM())
+    out = tmp_path / "out"
+    _killed_run(tmp_path, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    old = _legacy_generation_signature(_cfg(tmp_path), model)
+    assert manifest["signature"] == json.loads(json.dumps(old))
+    manifest["signature"] = old
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    rep = run_job(_cfg(tmp_path), out_dir=str(out), llm_factory=lambda c: FakeLLM())
+    assert rep["complete"] and 0 < rep["shards"]["written_this_run"] < 4 and rep["rows"] == len(ROWS)
+    for n in sorted(n for n in os.listdir(out) if n.endswith(".jsonl")):
+        assert (out / n).read_bytes() == (tmp_path / "ref" / n).read_bytes()

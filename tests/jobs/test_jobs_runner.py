@@ -136,3 +136,44 @@ def test_text_input_without_tokenizer_is_a_clear_error(fake_job, tmp_path):
     (text_dir / "t.jsonl").write_text(json.dumps({"id": 0, "text": "ba be"}) + "\n")
     with pytest.raises(ConfigError, match="tokenizer.json"):
         fake_job.run(tmp_path / "out", job__input=str(text_dir))
+
+
+def _legacy_signature(cfg, model_path, paths, kind_settings):
+    """The signature token-classification and moe-layer dirs were written under before the one runner
+    (jobs/runner.py job_signature of that colibri, verbatim): model path + mtime, no routing.policy."""
+    import hashlib
+    from colibri_dist.store import segments_dir
+    st = os.stat(model_path)
+    files = [[os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in paths]
+    manifest = os.path.join(segments_dir(model_path), "MANIFEST.json")
+    table = hashlib.sha256(open(manifest, "rb").read()).hexdigest()[:16] if os.path.isfile(manifest) else None
+    return {"kind": cfg.job.kind, "model": os.path.abspath(model_path), "model_bytes": st.st_size,
+            "model_mtime_ns": st.st_mtime_ns, "expert_table": table,
+            "inputs": files, "shard_rows": cfg.job.shard_rows, "job.w8a8": bool(cfg.job.w8a8),
+            "kind_settings": kind_settings,
+            "inputs_digest": hashlib.sha256(repr(files).encode()).hexdigest()[:16]}
+
+
+def test_a_dir_written_under_the_old_signature_format_is_refused_naming_why(fake_job, tmp_path):
+    """An output dir of the earlier token-classification runner (its signature held the model's path and
+    mtime, not its content nor routing.policy) cannot be checked against this job: refused, not mixed."""
+    from colibri_dist.config import load_config
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        fake_job.run(out, fail_after=10)                     # one shard written
+    cfg = load_config(fake_job.cfg_path)
+    paths = sorted(os.path.join(fake_job.data, n) for n in os.listdir(fake_job.data))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["signature"] = _legacy_signature(cfg, cfg.model, paths, {
+        "input_format": "auto", "ids_field": "input_ids", "text_field": "text", "id_field": "id", "tokenizer": None})
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    calls = len(fake_job.executors)
+    with pytest.raises(InvalidArgument) as exc:
+        fake_job.run(out)
+    msg = str(exc.value)
+    assert "a token-classification job written under another resume signature format" in msg
+    assert "older colibri" in msg and "--restart" in msg and "new --out" in msg
+    assert len(fake_job.executors) == calls                  # refused before an executor started
+    assert sorted(n for n in os.listdir(out) if n.endswith(".jsonl")) == ["shard-00000.jsonl"]   # kept as it was
+    rep = fake_job.run(out, restart=True)
+    assert rep["complete"] and rep["shards"]["written_this_run"] == 3

@@ -120,9 +120,9 @@ def test_nothing_below_imports_serve():
     assert not bad, "only bench/ and cli/ may import serve/:\n" + "\n".join(bad)
 
 
-# inside jobs/: the rooms of the job kinds sit on the shared run/ and reports/ machinery
-JOBS_RANKS = {"run": 0, "classifier_head": 0, "reports": 1,
-              "moe_layer": 2, "token_classification": 2, "generation": 2, "runner": 3}
+# inside jobs/: the job kinds sit on the shared run/ and reports/ machinery, the one runner on the kinds
+JOBS_RANKS = {"run": 0, "classifier_head": 0, "reports": 1, "moe_kind": 2, "generation": 2,
+              "moe_layer": 3, "token_classification": 3, "runner": 4}
 
 
 def test_jobs_sub_rooms_point_down():

@@ -1,2 +1,3 @@
-"""Job kinds generate and score: rows -> prompts -> one LLM -> resumable JSONL shards (job.py runs them;
-rows, plan, llm, metrics and batch are its parts; batch.py is the Ray Data path)."""
+"""Job kinds generate and score, on a whole LLM: rows -> prompts -> one LLM call per group of shards -> JSONL
+rows (job.py: the kinds; rows.py reads rows, llm.py opens the LLM, each.py hands each finished row over;
+batch.py is the Ray Data path)."""

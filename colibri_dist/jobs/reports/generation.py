@@ -1,16 +1,13 @@
-"""The report of a generate/score job: report.json, report.html and the summary table.
+"""What the report of a generate/score job holds beyond every kind's fields, and how it is shown.
 
-Role in the data flow: run_generation_job builds the report dict (rows, errors, tokens, this run's
-GenerationMeter numbers, the demo's task accuracy when the prompts carry `expected`), and calls
-`write_all(report, meter, out_dir, report_cfg, stream)` here, which writes through report.write_all with this
-kind's rows and page: the html (page.py's shell, figures drawn by generation_plots.py) is one self-contained
-page; the summary table goes to the terminal.
+Role in the data flow: report.build_report asks the generation kinds for their fields (`fields`: the tokens
+and finish reasons over every shard, and `this_run`: the Meter's per-step and per-request numbers: latency
+percentiles, prefill/decode throughput over the time spent in steps, a per-second timeline, preemptions, the
+KV cache's blocks and the prefix cache's hits, beside the executor's cache, workers and expert heat); the
+summary table takes `summary_rows`, report.html the workers of this run and `figures` (generation_plots.py).
 """
-import html
-
-from . import report
-from .metrics import fmt as _fmt, hit_rate_text
-from .page import figures, page, workers_table
+from .metrics import fmt as _fmt, hit_rate_text, percentiles
+from .report import executor_sections
 
 
 def _ms3(p):
@@ -48,18 +45,48 @@ def summary_rows(rep):
     return rows
 
 
-def write_all(rep, meter, out_dir, report_cfg, stream):
-    report.write_all(rep, meter, out_dir, report_cfg, stream, render=render_html, rows=summary_rows, indent=1, pad=28)
+def fields(rep, cfg, done, meter, run):
+    reasons = {}
+    for info in done:
+        for k, v in info.get("finish_reasons", {}).items():
+            reasons[k] = reasons.get(k, 0) + v
+    rep["job"]["on_error"] = cfg.job.on_error
+    rep.update(generated_tokens=sum(i.get("tokens", 0) for i in done), input_tokens=sum(i.get("input_tokens", 0)
+                                                                                      for i in done),
+               finish_reasons=reasons, elapsed_s_this_run=run["elapsed_s"], this_run=this_run(meter, cfg))
 
 
-def _figures(rep, meter):
+def this_run(meter, cfg):
+    out = executor_sections(meter, cfg)
+    if out:
+        out["samples"] = meter.samples
+    kv = meter.kv_blocks
+    out["kv_cache"] = {"blocks": kv, "min_free_blocks": meter.min_free_blocks,
+                       "peak_used_blocks": None if kv is None or meter.min_free_blocks is None
+                       else kv - meter.min_free_blocks}
+    out["prefix_cache"] = _prefix_report(meter)
+    rate = (lambda n: n / meter.step_s if meter.step_s > 0 else None)      # noqa: E731
+    return {**out, "latency": {"time_to_first_token_s": percentiles(meter.ttft),
+                               "request_latency_s": percentiles(meter.latency)},
+            "throughput": {"prefill_tokens_per_s": rate(meter.prefill), "decode_tokens_per_s": rate(meter.decode),
+                           "prefill_tokens": meter.prefill, "decode_tokens": meter.decode, "step_s": meter.step_s},
+            "timeline": [meter.buckets[k] for k in sorted(meter.buckets)], "preemptions": meter.preemptions}
+
+
+def _prefix_report(meter):
+    """This run's prompt tokens looked up in the prefix cache and found there (vLLM's hit rate)."""
+    if meter.prefix is None:
+        return {"enabled": False}
+    last, first = meter.prefix.stats(), meter.prefix_first
+    q, h = last["queried_tokens"] - first["queried_tokens"], last["hit_tokens"] - first["hit_tokens"]
+    return {"enabled": True, "queried_tokens": q, "hit_tokens": h, "hit_rate": h / q if q else None,
+            "evictions": last["evictions"] - first["evictions"]}
+
+
+def workers(rep):
+    return (rep.get("this_run") or {}).get("workers") or []
+
+
+def figures(rep, meter):
     from .generation_plots import figures as plots
     return plots(rep, meter)
-
-
-def render_html(rep, meter):
-    errors = rep.get("error_examples") or []
-    err_html = "" if not errors else "<h2>Errors</h2><table><tr><th>row</th><th>error</th></tr>" + "".join(
-        f"<tr><td>{html.escape(str(e['id']))}</td><td>{html.escape(e['error'])}</td></tr>" for e in errors) + "</table>"
-    workers = (rep.get("this_run") or {}).get("workers") or []
-    return page(rep, summary_rows(rep), workers_table(workers) + err_html + figures(_figures(rep, meter)))

@@ -1,7 +1,7 @@
 """The figures of a generate/score job's report.html (matplotlib PNGs, base64 for embedding).
 
-Role in the data flow: generation.render_html calls `figures(report, meter)`; the meter
-(jobs/generation/metrics.GenerationMeter) holds this run's per-step records, per-request TTFT and latency,
+Role in the data flow: page.render_html calls `figures(report, meter)` (through generation.figures); the meter
+(reports/metrics.Meter) holds this run's per-step records, per-request TTFT and latency,
 and the executor stats samples. Plots: prefill/decode tokens/s over time, TTFT distribution with
 p50/p90/p99, request latency distribution, sequences in flight (running, waiting), KV blocks used,
 then the MoE views shared with the token-classification report (plots.py): expert heat per

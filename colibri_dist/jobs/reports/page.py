@@ -1,12 +1,12 @@
-"""report.html: one self-contained page, matplotlib PNGs embedded as base64.
+"""report.html: one self-contained page, matplotlib PNGs embedded as base64, every kind.
 
-Role in the data flow: report.write_all (moe-layer, token-classification) calls `render_html(report, meter)`;
-reports/generation.py builds its page with the same `page(...)` shell, `table(...)` and `figures(...)`.
-The figures come from plots.py (and generation_plots.py); this module only lays them out.
+Role in the data flow: report.write_all calls `render_html(report, meter, kind)`: the title, the kind's
+summary rows, its workers, the first bad rows, then the kind's figures (`kind.figures(report, meter)`:
+moe_figures below for the MoE kinds, generation_plots.figures for generate/score). The figures are drawn
+by plots.py and generation_plots.py; this module only lays them out.
 """
 import html
 
-from .metrics import summary_rows
 from .plots import plot_heat, plot_hit_rate, plot_worker_load
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;color:#222}
@@ -52,8 +52,21 @@ def page(rep, summary, body):
 """
 
 
-def render_html(rep, meter):
-    plots = [("Expert heat", plot_heat(rep.get("expert_heat"))),
-             ("Per-worker load", plot_worker_load(meter.samples, meter.first_stats["workers"])),
-             ("Cache hit rate", plot_hit_rate(meter.samples, meter.first_stats["cache"]))]
-    return page(rep, summary_rows(rep), workers_table(rep["workers"]) + figures(plots))
+def errors_table(errors):
+    """The first bad rows (empty string without any)."""
+    if not errors:
+        return ""
+    rows = "".join(f"<tr><td>{html.escape(str(e['id']))}</td><td>{html.escape(e['error'])}</td></tr>" for e in errors)
+    return f"<h2>Errors</h2><table><tr><th>row</th><th>error</th></tr>{rows}</table>"
+
+
+def render_html(rep, meter, kind):
+    body = workers_table(kind.workers(rep)) + errors_table(rep.get("error_examples")) + figures(kind.figures(rep, meter))
+    return page(rep, kind.summary_rows(rep), body)
+
+
+def moe_figures(rep, meter):
+    """The figures of the MoE kinds (moe-layer, token-classification)."""
+    return [("Expert heat", plot_heat(rep.get("expert_heat"))),
+            ("Per-worker load", plot_worker_load(meter.samples, meter.first_stats["workers"])),
+            ("Cache hit rate", plot_hit_rate(meter.samples, meter.first_stats["cache"]))]

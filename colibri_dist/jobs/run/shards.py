@@ -126,8 +126,14 @@ class Manifest:
                                   f"use a new --out or pass --restart") from None
         if old.get("signature") != self.signature or old.get("shards") != self.shard_names:
             from .signature import changed_settings
-            changed = changed_settings(old.get("signature"), self.signature) or ["the shard plan (job.shard_rows "
-                                                                               "or the inputs' row counts)"]
+            changed = changed_settings(old.get("signature"), self.signature)
+            if changed is None:
+                was = (old.get("signature") or {}).get("kind") if isinstance(old.get("signature"), dict) else None
+                raise InvalidArgument(f"{out_dir} holds the output of {f'a {was} job' if was else 'another job'} "
+                                      f"written under another resume signature format (another job kind, or an "
+                                      f"older colibri): its shards cannot be checked against this job, so they are "
+                                      f"not resumed; use a new --out, or pass --restart to discard them")
+            changed = changed or ["the shard plan (job.shard_rows or the inputs' row counts)"]
             raise InvalidArgument(f"{out_dir} holds the output of a different job: {'; '.join(changed)} changed "
                                   f"since its shards were written (resuming would mix rows of both); restore the "
                                   f"old setting to resume, use a new --out, or pass --restart to discard them")

@@ -1,15 +1,17 @@
-"""The resume signature of a generate/score job: everything that can change a row's bytes, by name.
+"""The resume signature of a job, every kind: everything that can change a row's bytes, by name.
 
-Role in the data flow: the runner computes `generation_signature(cfg, model_identity(cfg.model))` before it
-opens the model or starts a pool, and the Manifest refuses an output dir whose recorded signature differs,
-naming each setting that changed (`changed_settings`). Held: the container's content identity (a digest of
-its header, tensor table with every blob's CRC, and metadata, so a re-converted or replaced model differs
-whatever its path or mtime), the hot-added expert set (`MODEL.experts/`: the manifest and every segment's
-header, which carries the blob CRCs and the bias), routing.policy, job.w8a8, the KV cache dtype, budget and
-max_seq_len (they decide where a long generation stops), the chat-template bounds (an overrun is a row
-error), the sampling defaults and seed, and the row fields
-read. Not held: batch_tokens, max_num_seqs, prefill_chunk, threads, workers, cache and offload settings:
-they never change a byte (docs/CONFIG.md).
+Role in the data flow: the runner's plan (run/plan.py) computes `job_signature(cfg, model_identity(model), files,
+kind.settings())` before it opens the model or starts a pool, and the Manifest refuses an output dir whose
+recorded signature differs, naming each setting that changed (`changed_settings`). Held for every kind: the
+container's content identity (a digest of its header, tensor table with every blob's CRC, and metadata, so a
+re-converted or replaced model differs whatever its path or mtime), the hot-added expert set (`MODEL.experts/`:
+the manifest and every segment's header, which carries the blob CRCs and the bias), routing.policy, job.w8a8,
+job.shard_rows and the input files; then the kind's own settings (generate/score: the KV cache dtype, budget
+and max_seq_len, the chat-template bounds, the sampling defaults and seed, the row fields read;
+token-classification: the row fields and the tokenizer; moe-layer: the layers). Not held: batch_tokens,
+max_num_seqs, prefill_chunk, threads, workers, cache and offload settings: they never change a byte
+(docs/CONFIG.md). An output dir written under another signature format (a token-classification or
+moe-layer dir of colibri before this one, which held the model's path and mtime) is refused as such.
 """
 import hashlib
 import json
@@ -64,18 +66,14 @@ def hot_added_digest(model_path):
     return h.hexdigest()[:32]
 
 
-def generation_signature(cfg, model, inputs, kind_settings):
-    """The flat {setting: value} a generate/score output dir was written under."""
-    j = cfg.job
-    return {"kind": j.kind, "model.container": (model or {}).get("container"),
-            "model.bytes": (model or {}).get("bytes"), "model.hot_added_experts": (model or {}).get("hot_added"),
-            "routing.policy": cfg.routing.policy, "job.w8a8": bool(getattr(j, "w8a8", True)),
-            "job.kv_cache_dtype": getattr(j, "kv_cache_dtype", "f32"),
-            "job.kv_cache_bytes": getattr(j, "kv_cache_bytes", None), "job.max_seq_len": getattr(j, "max_seq_len", None),
-            "job.sampling_params": kind_settings["sampling_params"], "job.seed": kind_settings["seed"],
-            "job.chat_template_timeout_s": getattr(j, "chat_template_timeout_s", None),
-            "job.chat_template_max_chars": getattr(j, "chat_template_max_chars", None),
-            "job (row fields)": kind_settings["fields"], "job.shard_rows": j.shard_rows, "job.input": inputs}
+def job_signature(cfg, model, inputs, settings):
+    """The flat {setting: value} an output dir is written under: the settings every kind shares, then the
+    kind's own (`settings`, named as the config names them). model: model_identity(...) or None."""
+    j, model = cfg.job, model or {}
+    return {"kind": j.kind, "model.container": model.get("container"), "model.bytes": model.get("bytes"),
+            "model.hot_added_experts": model.get("hot_added"), "routing.policy": cfg.routing.policy,
+            "job.w8a8": bool(getattr(j, "w8a8", True)), "job.shard_rows": j.shard_rows, "job.input": inputs,
+            **settings}
 
 
 HINTS = {"model.container": "the model file is a different container (re-converted or replaced)",
@@ -84,7 +82,8 @@ HINTS = {"model.container": "the model file is a different container (re-convert
 
 
 def changed_settings(old, new):
-    """Names of the settings whose recorded value differs (old signatures of another shape: 'signature')."""
+    """Names of the settings whose recorded value differs; None when the old signature has another shape
+    (another job kind, or an older colibri's format: nothing can be compared)."""
     if not isinstance(old, dict) or set(old) != set(new):
-        return ["the signature format (an output dir of an older colibri or another job kind)"]
+        return None
     return [HINTS.get(k, k) for k in new if old[k] != new[k]]
