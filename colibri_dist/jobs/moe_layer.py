@@ -1,9 +1,9 @@
 """Job kind `moe-layer`: hidden states in `.npy` shards through one or several MoE layers, `.npy` out.
 
 Role in the data flow: a MoeKind (moe_kind.py: the container opened, the MoE executor for the layers);
-each input shard is a float array [rows, hidden]; the runner calls `run_shard`, which feeds `job.batch_tokens` rows at a time through
-the selected layers in sequence (`x = moe_l(x)` for each l in `job.layers`,
-just the MoE blocks: no norm, no residual) and writes float32 [rows, hidden].
+each input shard is a float array [rows, hidden]; the runner calls `run_shard`, which feeds
+`job.batch_tokens` rows at a time through the selected layers in sequence (`x = moe_l(x)` for each l in
+`job.layers`, just the MoE blocks: no norm, no residual) and writes float32 [rows, hidden].
 """
 import io
 

@@ -27,6 +27,7 @@ import os
 from ...errors import InvalidArgument, NumericalError
 from ...fsutil import atomic_write
 from ..reports import generation as report
+from ..reports.generation_plots import figures
 from ..reports.metrics import Meter
 from .each import generate_each
 from .rows import INPUT_EXTS, RowReader, check_sampling_defaults, count_rows, row_error_text
@@ -43,7 +44,7 @@ class _GenerationKind:
     count_rows = staticmethod(count_rows)
     report_fields = staticmethod(report.fields)
     summary_rows = staticmethod(report.summary_rows)
-    figures, workers = staticmethod(report.figures), staticmethod(report.workers)
+    figures, workers = staticmethod(figures), staticmethod(report.workers)
 
     def __init__(self, cfg, llm=None):
         self.cfg, self.job, self.llm = cfg, cfg.job, None
@@ -72,11 +73,10 @@ class _GenerationKind:
     def settings(self):
         """Its part of the resume signature (run/signature.py): what decides how rows are read and sampled."""
         j = self.job
-        return {"job.kv_cache_dtype": getattr(j, "kv_cache_dtype", "f32"),
-                "job.kv_cache_bytes": getattr(j, "kv_cache_bytes", None),
-                "job.max_seq_len": getattr(j, "max_seq_len", None), "job.sampling_params": dict(j.sampling_params),
-                "job.seed": j.seed, "job.chat_template_timeout_s": getattr(j, "chat_template_timeout_s", None),
-                "job.chat_template_max_chars": getattr(j, "chat_template_max_chars", None),
+        return {"job.kv_cache_dtype": j.kv_cache_dtype, "job.kv_cache_bytes": j.kv_cache_bytes,
+                "job.max_seq_len": j.max_seq_len, "job.sampling_params": dict(j.sampling_params), "job.seed": j.seed,
+                "job.chat_template_timeout_s": j.chat_template_timeout_s,
+                "job.chat_template_max_chars": j.chat_template_max_chars,
                 "job (row fields)": [j.prompt_field, j.messages_field, j.prompt_ids_field, j.sampling_field,
                                      j.id_field]}
 
@@ -128,11 +128,7 @@ class _GenerationKind:
         results = self._run(good, progress, meter, self._keeper(good, shards, per_shard, partial)) if good else []
         if meter is not None:
             meter.add_results(results)
-        result_of = {}
-        for r, res in zip(good, results):
-            if res.error is not None:
-                r.error, r.fault = row_error_text(res.error), res.error
-            result_of[id(r)] = res
+        result_of = _results(good, results)
         for rows in per_shard:
             self._fail_fast(rows)
         return [self._write(shard, rows, result_of, out_dir, kept) for shard, rows in zip(shards, per_shard)]
@@ -167,12 +163,7 @@ class _GenerationKind:
                 row.id = None
             rows.append(row)
         good = [r for r in rows if r.error is None]
-        results = self._run(good, None, None) if good else []
-        result_of = {}
-        for r, res in zip(good, results):
-            if res.error is not None:
-                r.error = row_error_text(res.error)
-            result_of[id(r)] = res
+        result_of = _results(good, self._run(good, None, None) if good else [])
         return [self._out_row(r, result_of.get(id(r))) for r in rows]
 
     def _write(self, shard, rows, result_of, out_dir, kept=None):
@@ -242,6 +233,14 @@ class ScoreKind(_GenerationKind):
 
 
 KINDS = {"generate": GenerateKind, "score": ScoreKind}
+
+
+def _results(good, results):
+    """{id(row): its result}; a result's error becomes its row's error (the fault kept for on_error: fail)."""
+    for r, res in zip(good, results):
+        if res.error is not None:
+            r.error, r.fault = row_error_text(res.error), res.error
+    return {id(r): res for r, res in zip(good, results)}
 
 
 def _restore(shards, per_shard, partial):

@@ -85,8 +85,3 @@ def _prefix_report(meter):
 
 def workers(rep):
     return (rep.get("this_run") or {}).get("workers") or []
-
-
-def figures(rep, meter):
-    from .generation_plots import figures as plots
-    return plots(rep, meter)

@@ -61,8 +61,8 @@ def errors_table(errors):
 
 
 def render_html(rep, meter, kind):
-    body = workers_table(kind.workers(rep)) + errors_table(rep.get("error_examples")) + figures(kind.figures(rep, meter))
-    return page(rep, kind.summary_rows(rep), body)
+    body = workers_table(kind.workers(rep)) + errors_table(rep.get("error_examples"))
+    return page(rep, kind.summary_rows(rep), body + figures(kind.figures(rep, meter)))
 
 
 def moe_figures(rep, meter):

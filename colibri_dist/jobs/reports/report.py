@@ -62,15 +62,10 @@ def moe_fields(rep, cfg, done, meter, run):
     rep.update(tokens=int(sum(i["tokens"] for i in done)), tokens_this_run=int(meter.tokens),
                elapsed_s=float(elapsed), tokens_per_s=float(meter.tokens / elapsed) if elapsed > 0 else None,
                batch_latency_ms=percentiles(meter.latencies_ms, "batches"), **executor_sections(meter, cfg),
-               faults={"retries": _retries(meter)})
+               faults={"retries": int(meter.final_stats.get("retries", 0)) - int(meter.first_stats.get("retries", 0))})
     if meter.labelled:
         rep["accuracy"] = {"labelled_tokens": meter.labelled, "correct": meter.correct,
                            "accuracy": meter.correct / meter.labelled}
-
-
-def _retries(meter):
-    last = meter.final_stats or {}
-    return int(last.get("retries", 0) or 0) - int((meter.first_stats or {}).get("retries", 0) or 0)
 
 
 def finish(cfg, kind, plan, rep, meter, stream, extra=None):

@@ -3,7 +3,7 @@
 Role in the data flow: the runner opens an executor from the config
 (`pool.workers: 0` or `job.executor: engine` = in-process Engine; `pool.name`
 set = attach to that running named pool; else a Pool owned by the job),
-and the job kinds call `route(layer, x)` and `moe_forward(layer, x)` on it; `heat_report()` is what the
+and the MoE kinds call `moe_forward(layer, x)` on it; `heat_report()` is what the
 Engine or the pool client counted where it routed (routing/heat.py).
 `stats()` returns one normalized shape whatever runs underneath:
     {"cache": {hits, misses, evictions, bytes_loaded},
@@ -53,9 +53,6 @@ class EngineExecutor:
     def wrap(cls, engine, threads=None):
         return cls(engine, threads, owned=False)
 
-    def route(self, layer, x):
-        return self.engine.route(layer, x)
-
     def moe_forward(self, layer, x):
         return self.engine.moe_forward(layer, x)
 
@@ -87,9 +84,6 @@ class PoolExecutor:
     @classmethod
     def wrap(cls, pool):
         return cls(pool, owned=False)
-
-    def route(self, layer, x):
-        return self.pool.route(layer, x)
 
     def moe_forward(self, layer, x):
         return self.pool.moe_forward(layer, x)

@@ -1,15 +1,16 @@
 """Rows a job finished inside shards not yet written, kept so an interrupted run loses seconds, not shards.
 
 Role in the data flow: a shard's output is written whole, atomically, once every row of its group is
-done (run/shards.py), so a Ctrl-C or kill used to lose every finished row of the shards in flight. The
-runner opens PartialRows for a kind that keeps them (`partial_rows`: generate, whose rows finish one by one)
-and the plan (run/plan.py) drops the files of shards already written. While a group runs, each row is appended here as it finishes, to `.<shard>.jsonl.partial` in the output
-dir: a first line naming the job's signature digest, then one {"index": row index in its file, "line":
-the output row's exact JSON text, "numerical": bool} per row; flushed per row, fsynced at most every
-FSYNC_S seconds and when the run stops. A resume (the manifest refused any other job already; a
-different digest is ignored) gives the rows found here to the job kind, which runs only the others and
-writes the shard with both in input order; the file goes once its shard is written, and on --restart.
-Rows are batch-invariant and seeded by their id, so the shard's bytes equal an uninterrupted run's.
+done (run/shards.py), so a Ctrl-C or kill would lose every finished row of the shards in flight. The
+runner opens PartialRows for a kind that keeps them (`partial_rows`: generate, whose rows finish one by
+one) and the plan (run/plan.py) drops the files of shards already written. While a group runs, each row
+is appended here as it finishes, to `.<shard>.jsonl.partial` in the output dir: a first line naming the
+job's signature digest, then one {"index": row index in its file, "line": the output row's exact JSON
+text, "numerical": bool} per row; flushed per row, fsynced at most every FSYNC_S seconds and when the run
+stops. A resume (the manifest refused any other job already; a different digest is ignored) gives the
+rows found here to the job kind, which runs only the others and writes the shard with both in input
+order; the file goes once its shard is written, and on --restart. Rows are batch-invariant and seeded by
+their id, so the shard's bytes equal an uninterrupted run's.
 """
 import hashlib
 import json

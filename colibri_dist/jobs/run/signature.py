@@ -72,7 +72,7 @@ def job_signature(cfg, model, inputs, settings):
     j, model = cfg.job, model or {}
     return {"kind": j.kind, "model.container": model.get("container"), "model.bytes": model.get("bytes"),
             "model.hot_added_experts": model.get("hot_added"), "routing.policy": cfg.routing.policy,
-            "job.w8a8": bool(getattr(j, "w8a8", True)), "job.shard_rows": j.shard_rows, "job.input": inputs,
+            "job.w8a8": bool(j.w8a8), "job.shard_rows": j.shard_rows, "job.input": inputs,
             **settings}
 
 
