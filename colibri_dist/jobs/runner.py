@@ -115,11 +115,11 @@ def _in_dir(job, restart, openers):
                     f"written; report kept: {os.path.join(plan.out_dir, 'report.json')} (--restart redoes the job)")
             print_error_count(kept, job.stream)
             return kept
-        units = [kind.size(s, plan.manifest.done.get(s.name)) for s in plan.shards]
-        done = sum(n for s, n in zip(plan.shards, units) if s not in plan.pending)
+        units = {s.name: kind.size(s, plan.manifest.done.get(s.name)) for s in plan.shards}
+        done = sum(n for name, n in units.items() if plan.manifest.is_done(name))
         offload_dir, made_offload = _offload_dir(cfg, job.out_dir)
         try:
-            return _with_engine(job, kind, plan, (sum(units), done), offload_dir, openers)
+            return _with_engine(job, kind, plan, (sum(units.values()), done), offload_dir, openers)
         finally:
             if made_offload:
                 shutil.rmtree(offload_dir, ignore_errors=True)
