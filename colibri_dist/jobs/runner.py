@@ -118,25 +118,18 @@ def _in_dir(job, restart, openers):
         units = {s.name: kind.size(s, plan.manifest.done.get(s.name)) for s in plan.shards}
         done = sum(n for name, n in units.items() if plan.manifest.is_done(name))
         offload_dir, made_offload = _offload_dir(cfg, job.out_dir)
+        engine, t0 = openers.engine, time.perf_counter()
         try:
-            return _with_engine(job, kind, plan, (sum(units.values()), done), offload_dir, openers)
+            if engine is None:
+                job.log(_executor_line(cfg, offload_dir))
+                engine = kind.open_engine(cfg, offload_dir, job.log, openers)
+            kind.attach(engine)
+            return _loop(job, kind, plan, engine, (sum(units.values()), done), time.perf_counter() - t0)
         finally:
+            if openers.engine is None and hasattr(engine, "close"):
+                engine.close()
             if made_offload:
                 shutil.rmtree(offload_dir, ignore_errors=True)
-
-
-def _with_engine(job, kind, plan, units, offload_dir, openers):
-    engine = openers.engine
-    if engine is None:
-        job.log(_executor_line(job.cfg, offload_dir))
-    t0 = time.perf_counter()
-    engine = engine or kind.open_engine(job.cfg, offload_dir, job.log, openers)
-    try:
-        kind.attach(engine)
-        return _loop(job, kind, plan, engine, units, time.perf_counter() - t0)
-    finally:
-        if openers.engine is None and hasattr(engine, "close"):
-            engine.close()
 
 
 def _loop(job, kind, plan, engine, units, startup_s):
