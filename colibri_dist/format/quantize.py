@@ -22,6 +22,9 @@ Schemes (value of element (r, c) after decoding, exactly as native/include/colib
   q4_k, q6_k   llama.cpp's Q4_K / Q6_K super-blocks of 256 (144 / 210 bytes; cols must be a multiple of 256):
                format/kquants.py (a plain min/max reference quantizer, the exact gguf.quants dequantizer); a
                GGUF's blocks arrive as Encoded and are kept as they are
+  mxfp4        llama.cpp's MXFP4 blocks of 32 (17 bytes: an E8M0 exponent, 16 bytes of E2M1 codes; cols a
+               multiple of 32): format/mxfp4.py (ggml's reference quantizer, the exact dequantizer); a GGUF's
+               blocks arrive as Encoded and are kept as they are
 Rounding to codes is round-half-to-even (np.rint) except q8_0's. Inputs must be finite.
 """
 from dataclasses import dataclass
@@ -30,7 +33,7 @@ import numpy as np
 
 from ..encodings import BY_NAME, SCALE_BLOCK, SCALE_GROUP, SCALE_ROW, SCALE_SUPER, encoding
 from ..errors import InvalidArgument
-from . import kquants
+from . import kquants, mxfp4
 from .layout import PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout
 
 
@@ -68,6 +71,10 @@ class Encoded:
     def shape(self):
         return (self.rows, self.cols)
 
+# the SCALE_SUPER encodings (llama.cpp's blocks kept whole), by scheme: their quantizer and exact dequantizer
+_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **mxfp4.QUANTIZE}
+_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **mxfp4.DEQUANTIZE}
+
 
 def quantize_matrix(w, scheme):
     """w float [rows, cols] (or Encoded in `scheme`) -> (data ndarray, scales float32 | None, zero int32[1] | None)."""
@@ -100,7 +107,7 @@ def quantize_matrix(w, scheme):
     if enc.scale_kind == SCALE_BLOCK:
         return quantize_q8_0(w), None, None
     if enc.scale_kind == SCALE_SUPER:
-        return kquants.QUANTIZE[scheme](w), None, None
+        return _WHOLE_BLOCK_QUANTIZE[scheme](w), None, None
     return _quantize_minmax(w)
 
 
@@ -109,7 +116,7 @@ def _encoded_data(w, scheme):
         raise InvalidArgument(f"matrix stored as {w.scheme} cannot be written as {scheme} without requantizing")
     if BY_NAME[scheme].scale_kind == SCALE_SUPER and w.cols % BY_NAME[scheme].group:
         raise InvalidArgument(f"{scheme} matrix [{w.rows}, {w.cols}]: cols must be a multiple of "
-                              f"{BY_NAME[scheme].group} (whole super-blocks)")
+                              f"{BY_NAME[scheme].group} (whole blocks)")
     want = BY_NAME[scheme].data_bytes(w.rows, w.cols)
     data = np.ascontiguousarray(w.data, dtype=np.uint8)
     if data.size != want:
@@ -239,7 +246,7 @@ def dequantize(blob, m):
     if encoding(m.dtype).scale_kind == SCALE_BLOCK:
         return dequantize_q8_0(raw, m.rows, m.cols)
     if encoding(m.dtype).scale_kind == SCALE_SUPER:
-        return kquants.DEQUANTIZE[name](raw, m.rows, m.cols)
+        return _WHOLE_BLOCK_DEQUANTIZE[name](raw, m.rows, m.cols)
     if name == "f32":
         return raw.view(np.float32).reshape(shape).copy()
     if name == "f16":

@@ -18,7 +18,7 @@ def _check_matrix(m, nbytes, name):
         raise InvalidArgument(f"{name}: unknown dtype code {m.dtype}")
     need = enc.data_bytes(m.rows, m.cols)
     if need < 0:
-        raise InvalidArgument(f"{name}: {enc.name} needs cols a multiple of {enc.group} (whole super-blocks), "
+        raise InvalidArgument(f"{name}: {enc.name} needs cols a multiple of {enc.group} (whole blocks), "
                               f"got {m.rows}x{m.cols}")
     if m.data_bytes != need or m.data_offset < 0 or m.data_offset + need > nbytes:
         raise InvalidArgument(f"{name}: data [{m.data_offset}, +{m.data_bytes}) does not fit {m.rows}x{m.cols} "

@@ -54,6 +54,13 @@ extern "C" {
  *   CB_Q5_K       d1 * q - m1                          (llama.cpp's Q5_K super-blocks, bit for bit: a row is
  *                 cols/256 blocks of 176 bytes: Q4_K's d, dmin and 12 scale bytes, 32 bytes
  *                 holding each code's 5th bit, 128 bytes of low nibbles; q in [0, 31]; kquants.h)
+ *   CB_MXFP4      kv[q] * e8m0_half(e)                 (llama.cpp's MXFP4 blocks (OCP microscaling FP4), bit for
+ *                 bit: a row is cols/32 blocks of 17 bytes: an E8M0 exponent byte e, 16 bytes of
+ *                 4-bit E2M1 codes q (element j < 16 the low nibble of byte j, j >= 16 the high
+ *                 nibble of byte j - 16); kv = ggml's kvalues_mxfp4 (the E2M1 values doubled:
+ *                 0 1 2 3 4 6 8 12, negated for q >= 8), e8m0_half(e) = 2^(e-128) (ggml's
+ *                 GGML_E8M0_TO_FP32_HALF: 2^-128 / 2^-127 as subnormals for e < 2), so the value
+ *                 is E2M1(q) * 2^(e-127), every product exact; native/src/mxfp4.h)
  *
  * CB_ENCODING_LIST is the one list of encodings: one row each, in cb_dtype code order
  * (the codes are stored in .colibri containers: never renumber a row). It generates the
@@ -80,7 +87,8 @@ extern "C" {
     X(Q8_0,     11, "q8_0",         8, 1, BLOCK,  32,  0, 127, 34)    \
     X(Q4_K,     12, "q4_k",         4, 1, SUPER,  256, 0, 15,  144)   \
     X(Q6_K,     13, "q6_k",         6, 1, SUPER,  256, 0, 32,  210)   \
-    X(Q5_K,     14, "q5_k",         5, 1, SUPER,  256, 0, 31,  176)
+    X(Q5_K,     14, "q5_k",         5, 1, SUPER,  256, 0, 31,  176)   \
+    X(MXFP4,    15, "mxfp4",        4, 1, SUPER,  32,  0, 12,  17)
 
 #define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
 typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;
@@ -105,9 +113,9 @@ typedef enum {
     CB_SCALE_MATRIX = 3,  /* one f32 scale per matrix, applied after the dot */
     CB_SCALE_BLOCK = 4,   /* the scale inside each block of `group` codes (no scales array): a row is
                              ceil(cols/group) blocks of block_bytes (Q8_0: an f16 d then the codes) */
-    CB_SCALE_SUPER = 5    /* llama.cpp k-quant super-blocks: each block of `group` codes carries its own
-                             scales (and mins) inside the data (no scales array); a row is cols/group
-                             blocks of block_bytes, and cols must be a multiple of group */
+    CB_SCALE_SUPER = 5    /* llama.cpp blocks kept whole (k-quant super-blocks, MXFP4): each block of `group`
+                             codes carries its own scales (and mins) inside the data (no scales array); a
+                             row is cols/group blocks of block_bytes, and cols must be a multiple of group */
 } cb_scale_kind;
 
 typedef struct {

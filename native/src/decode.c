@@ -12,6 +12,7 @@
 #include "cb_internal.h"
 #include "kernels.h"
 #include "kquants.h"
+#include "mxfp4.h"
 
 static const unsigned char *row_of(const cb_matrix *w, int32_t r) {
     return (const unsigned char *)w->data + (size_t)r * (size_t)cb_row_bytes(w->dtype, w->cols);
@@ -122,6 +123,13 @@ static void dec_q6_k(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *
     }
 }
 
+/* llama.cpp MXFP4 blocks (CB_MXFP4, mxfp4.h): kv[q] * e8m0_half(e), as dequantize_row_mxfp4. */
+static void dec_mxfp4(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const unsigned char *b = row_of(w, r);
+    for (size_t k = k0; k < k0 + n; k++)
+        out[k - k0] = cb_mxfp4_value(b + k / CB_QK_MXFP4 * CB_MXFP4_BYTES, k % CB_QK_MXFP4);
+}
+
 /* The scalar kernel of every encoding, by code (encodings that share a storage format share one). */
 static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_F32] = dec_f32, [CB_F16] = dec_f16, [CB_BF16] = dec_bf16,
@@ -129,6 +137,7 @@ static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_I8_G32] = dec_i8_group, [CB_I8_G64] = dec_i8_group, [CB_I8_G128] = dec_i8_group,
     [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group, [CB_I6_G64] = dec_i6_group,
     [CB_Q8_0] = dec_q8_0, [CB_Q4_K] = dec_q4_k, [CB_Q6_K] = dec_q6_k, [CB_Q5_K] = dec_q5_k,
+    [CB_MXFP4] = dec_mxfp4,
 };
 
 cb_row_decoder cb_row_decoder_of(int32_t dtype) {

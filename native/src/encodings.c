@@ -30,7 +30,7 @@ int64_t cb_row_bytes(int32_t dtype, int32_t cols) {
     if (!e || cols < 0) return -1;
     if (e->scale_kind == CB_SCALE_BLOCK)     /* blocks of `group` codes, the last one may be short */
         return ((int64_t)cols + e->group - 1) / e->group * e->block_bytes;
-    if (e->scale_kind == CB_SCALE_SUPER)     /* whole super-blocks only (llama.cpp never writes a short one) */
+    if (e->scale_kind == CB_SCALE_SUPER)     /* whole blocks only (llama.cpp never writes a short one) */
         return cols % e->group ? -1 : (int64_t)cols / e->group * e->block_bytes;
     return ((int64_t)cols * e->bits + 7) / 8;
 }

@@ -57,7 +57,7 @@ cb_status cb_check_matrix(const cb_matrix *m, const char *what, int32_t rows, in
     if (rows <= 0 || cols <= 0 || rows > CB_MAX_HIDDEN || cols > CB_MAX_HIDDEN)
         return cb_fail(CB_E_INVALID, "%s: shape [%d, %d] empty or above %d", what, (int)rows, (int)cols, CB_MAX_HIDDEN);
     if (cb_row_bytes(m->dtype, cols) < 0)
-        return cb_fail(CB_E_INVALID, "%s: %s needs cols a multiple of %d (whole super-blocks), got %d", what,
+        return cb_fail(CB_E_INVALID, "%s: %s needs cols a multiple of %d (whole blocks), got %d", what,
                        enc->name, (int)enc->group, (int)cols);
     if (cb_has_scale_array(enc) && !m->scales)
         return cb_fail(CB_E_INVALID, "%s: %s matrix without scales", what, enc->name);

@@ -12,6 +12,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels_x86.h"
 #include "kquants.h"
+#include "kernels_lut_avx2.h"
 
 /* Indices are size_t throughout: the Python build adds -fwrapv, which makes
  * int32 induction variables cost a sign extension per load. */
@@ -194,7 +195,8 @@ AVX2_FN void rows_of(kspec ks, dec8_fn dec, const wdesc *d, int32_t r0, int32_t 
     K(F32, dec8_f32) K(F16, dec8_f16) K(BF16, dec8_bf16)                                          \
     K(I8_ROW, dec8_i8) K(I8_G32, dec8_i8) K(I8_G64, dec8_i8) K(I8_G128, dec8_i8)                  \
     K(I8_MINMAX, dec8_i8_zero) K(I4_G32, dec8_i4) K(I4_G64, dec8_i4) K(I6_G64, dec8_i6)            \
-    K(Q8_0, dec8_q8_0) K(Q4_K, dec8_q4_k) K(Q6_K, dec8_q6_k) K(Q5_K, dec8_q5_k)
+    K(Q8_0, dec8_q8_0) K(Q4_K, dec8_q4_k) K(Q6_K, dec8_q6_k) K(Q5_K, dec8_q5_k)                   \
+    K(MXFP4, dec8_mxfp4)
 #define LEVEL_OUTLINE AVX2_OUTLINE
 LEVEL_KERNEL_TABLE(AVX2_KERNELS)
 
