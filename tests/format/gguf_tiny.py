@@ -8,7 +8,9 @@ gguf.quants.quantize (llama.cpp's reference quantizer), as `convert_hf_to_gguf.p
 `qtype` Q4_K_M (Q5_K_M) writes llama-quantize's kinds of blocks: Q6_K for the output matrix, Q4_K (Q5_K) for
 every other 2-D weight but the router (the gguf package has no k-quant quantizer: colibri's reference one,
 format/kquants.py, makes the blocks; gguf.quants.dequantize stays the independent reader). The k-quants
-need cols in whole 256-element super-blocks, so such a model's sizes are multiples of 256.
+need cols in whole 256-element super-blocks, so such a model's sizes are multiples of 256. `qtype` IQ4_XS
+(IQ4_NL) is the same mix with IQ4_XS (IQ4_NL) blocks (colibri's format/iquants.py) in place of Q4_K; MXFP4_MOE
+is llama-quantize's gpt-oss type: the expert stacks MXFP4, every other matrix Q8_0 (both by gguf.quants).
 """
 import numpy as np
 
@@ -103,7 +105,9 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
         if key not in drop_keys and value is not None:
             add(value)
     w.add_file_type({"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
-                     "Q5_K_M": gguf.LlamaFileType.MOSTLY_Q5_K_M}.get(qtype, gguf.LlamaFileType.ALL_F32))
+                     "Q5_K_M": gguf.LlamaFileType.MOSTLY_Q5_K_M, "IQ4_XS": gguf.LlamaFileType.MOSTLY_IQ4_XS,
+                     "IQ4_NL": gguf.LlamaFileType.MOSTLY_IQ4_NL, "MXFP4_MOE": gguf.LlamaFileType.MOSTLY_MXFP4_MOE,
+                     }.get(qtype, gguf.LlamaFileType.ALL_F32))
     if tokenizer:
         tokenizer(w)
     names = gguf.get_tensor_name_map(model_arch(name), c.num_hidden_layers + nextn)
@@ -162,22 +166,27 @@ def tensor_type(name, v, qtype):
     """The GGML type `write_gguf` stores tensor `name` (value v) in for `qtype`."""
     if v.ndim < 2 or any(k in name for k in F32_ONLY) or qtype == "F32":
         return "F32"
-    if qtype in ("Q4_K_M", "Q5_K_M"):
-        return "Q6_K" if name.startswith("output.") else qtype[:4]
+    if qtype == "MXFP4_MOE":                # llama-quantize: the expert stacks MXFP4, every other matrix Q8_0
+        return "MXFP4" if "_exps." in name else "Q8_0"
+    if qtype in ("Q4_K_M", "Q5_K_M", "IQ4_XS", "IQ4_NL"):
+        return "Q6_K" if name.startswith("output.") else qtype[:4] if qtype.endswith("_K_M") else qtype
     return qtype
+
+
+OURS = ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL")     # types gguf.quants cannot write: colibri's quantizers
 
 
 def _store(w, name, v, qtype):
     kind = tensor_type(name, v, qtype)
-    if kind in ("Q4_K", "Q5_K", "Q6_K"):
-        from colibri_dist.format.kquants import QUANTIZE
-        q = QUANTIZE[kind.lower()](np.ascontiguousarray(v, np.float32).reshape(-1, v.shape[-1]))
+    if kind in OURS:
+        from colibri_dist.format.quantize import quantize_matrix
+        q = quantize_matrix(np.ascontiguousarray(v, np.float32).reshape(-1, v.shape[-1]), kind.lower())[0]
         q = q.reshape(v.shape[:-1] + (-1,))
         w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType[kind])
         return q
-    if qtype == "Q8_0" and v.ndim >= 2 and not any(k in name for k in F32_ONLY):
-        q = gguf.quants.quantize(v, gguf.GGMLQuantizationType.Q8_0)
-        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    if kind in ("Q8_0", "MXFP4"):
+        q = gguf.quants.quantize(v, gguf.GGMLQuantizationType[kind])
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType[kind])
         return q
     if qtype in ("F16", "BF16") and v.ndim >= 2 and not any(k in name for k in F32_ONLY):
         if qtype == "F16":

@@ -1,10 +1,11 @@
 """GGUF import (colibri convert MODEL.gguf): a tiny random Qwen3-MoE written as llama.cpp writes it, imported.
 
 F32: the imported container's logits equal the safetensors-converted container's bit for bit, and transformers'
-within the oracle tolerance. Q8_0, and Q4_K_M's / Q5_K_M's Q4_K, Q5_K, Q6_K: every block is copied (container
-bytes == GGUF bytes, decode == gguf.quants.dequantize exactly), the logits equal transformers' on the dequantized
-weights, and every SIMD level gives the same bits. The tokenizer and chat template come from the metadata: token ids equal the
-original tokenizer's. Bad files are refused naming the file and the key or tensor, with nothing written.
+within the oracle tolerance. Q8_0, Q4_K_M's / Q5_K_M's Q4_K, Q5_K, Q6_K, MXFP4_MOE's MXFP4: every block is copied
+(container bytes == GGUF bytes, decode == gguf.quants.dequantize exactly), the logits equal transformers' on the
+dequantized weights, and every SIMD level gives the same bits. The tokenizer and chat template come from the
+metadata: token ids equal the original tokenizer's. Bad files are refused naming the file and the key or tensor,
+with nothing written.
 """
 import json
 import os
@@ -173,11 +174,11 @@ def test_q8_0_logits_equal_transformers_on_the_gguf_values_on_every_level(q8):
     assert rel_err(got["scalar"], reference(model, ids)) > 1e-6        # the file's values, not the float model's
 
 
-@pytest.fixture(scope="module", params=["Q4_K_M", "Q5_K_M"])
-def q4km(tmp_path_factory, request):
+@pytest.fixture(scope="module", params=["Q4_K_M", "Q5_K_M", "MXFP4_MOE"])
+def blocks(tmp_path_factory, request):
     """A tiny Qwen3-MoE with every quantized matrix in whole 256-element super-blocks, written with Q4_K_M's
-    (Q5_K_M's) kinds of blocks (Q4_K (Q5_K) experts, attention and embedding, Q6_K output, router F32) and
-    imported: (qtype, stored arrays, container, model)."""
+    (Q5_K_M's) kinds of blocks (Q4_K (Q5_K) experts, attention and embedding, Q6_K output, router F32), or
+    MXFP4_MOE's (MXFP4 experts, Q8_0 elsewhere), and imported: (qtype, stored arrays, container, model)."""
     import transformers
     from colibri_dist.format.tiny import _COMMON
     torch.manual_seed(2)
@@ -192,30 +193,33 @@ def q4km(tmp_path_factory, request):
     return request.param, stored, d / "g.colibri", model
 
 
-def test_k_quant_blocks_are_copied_and_decode_as_gguf_does(q4km):
-    qtype, stored, path, _ = q4km
-    Q4K, Q6K = gguf.GGMLQuantizationType[qtype[:4]], gguf.GGMLQuantizationType.Q6_K
-    main = qtype[:4].lower()
+def test_quantized_blocks_are_copied_and_decode_as_gguf_does(blocks):
+    qtype, stored, path, _ = blocks
+    kind_of = {key: gguf.GGMLQuantizationType[tensor_type(key, stored[key], qtype)]
+               for key in ("blk.1.ffn_gate_exps.weight", "blk.0.attn_output.weight", "output.weight")}
     with cd.open_model(path) as m:
-        assert (m.config.scheme, m.dense_scheme, m.lm_head_scheme) == (main, main, "q6_k")
+        assert (m.config.scheme, m.dense_scheme, m.lm_head_scheme) == tuple(k.name.lower() for k in kind_of.values())
         blob, layout = m.read_expert(1, 3), m.expert_layout(1, 3)
+        experts = kind_of["blk.1.ffn_gate_exps.weight"]
         for part in ("gate", "up", "down"):
             ml = getattr(layout, part)
             q = stored[f"blk.1.ffn_{part}_exps.weight"][3]
             assert bytes(np.asarray(blob)[ml.data_offset:ml.data_offset + ml.data_bytes]) == q.tobytes()
-            assert np.array_equal(dequantize(blob, ml).view(np.uint32), gguf.quants.dequantize(q, Q4K).view(np.uint32))
-        for name, key, kind in (("model.layers.0.self_attn.o_proj.weight", "blk.0.attn_output.weight", Q4K),
-                                ("model.embed_tokens.weight", "token_embd.weight", Q4K),
-                                ("lm_head.weight", "output.weight", Q6K)):
+            assert np.array_equal(dequantize(blob, ml).view(np.uint32),
+                                  gguf.quants.dequantize(q, experts).view(np.uint32))
+        dense = kind_of["blk.0.attn_output.weight"]
+        for name, key, kind in (("model.layers.0.self_attn.o_proj.weight", "blk.0.attn_output.weight", dense),
+                                ("model.embed_tokens.weight", "token_embd.weight", dense),
+                                ("lm_head.weight", "output.weight", kind_of["output.weight"])):
             mblob, ml = m.matrix(name)
             assert bytes(np.asarray(mblob)[:ml.data_bytes]) == stored[key].tobytes(), name
             assert np.array_equal(dequantize(mblob, ml).view(np.uint32),
                                   gguf.quants.dequantize(stored[key], kind).view(np.uint32)), name
 
 
-def test_k_quant_logits_equal_transformers_on_the_gguf_values_on_every_level(q4km):
+def test_quantized_blocks_logits_equal_transformers_on_the_gguf_values_on_every_level(blocks):
     from colibri_dist.native import simd_available
-    qtype, stored, path, model = q4km
+    qtype, stored, path, model = blocks
     ids = np.random.default_rng(6).integers(0, 320, 40)
     got = {level: logits(path, ids, level) for level in simd_available()}
     assert all(np.array_equal(got["scalar"], g) for g in got.values()), list(got)
