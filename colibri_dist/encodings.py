@@ -27,7 +27,7 @@ class Encoding:
     def row_bytes(self, cols):
         if self.scale_kind == SCALE_BLOCK:      # blocks of `group` codes, the last one may be short
             return -(-cols // self.group) * self.block_bytes
-        if self.scale_kind == SCALE_SUPER:      # llama.cpp blocks (k-quants, MXFP4): whole blocks only (else -1, as C)
+        if self.scale_kind == SCALE_SUPER:      # llama.cpp's blocks (k/i-quants, MXFP4): whole only (else -1, as C)
             return -1 if cols % self.group else cols // self.group * self.block_bytes
         return (cols * self.bits + 7) // 8
 
@@ -64,6 +64,8 @@ _TABLE = (
     ("q6_k", 13, 6, True, SCALE_SUPER, 256, False, 32, 210),
     ("q5_k", 14, 5, True, SCALE_SUPER, 256, False, 31, 176),
     ("mxfp4", 15, 4, True, SCALE_SUPER, 32, False, 12, 17),
+    ("iq4_xs", 16, 4, True, SCALE_SUPER, 256, False, 127, 136),
+    ("iq4_nl", 17, 4, True, SCALE_SUPER, 32, False, 127, 18),
 )
 
 

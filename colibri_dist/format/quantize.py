@@ -25,6 +25,9 @@ Schemes (value of element (r, c) after decoding, exactly as native/include/colib
   mxfp4        llama.cpp's MXFP4 blocks of 32 (17 bytes: an E8M0 exponent, 16 bytes of E2M1 codes; cols a
                multiple of 32): format/mxfp4.py (ggml's reference quantizer, the exact dequantizer); a GGUF's
                blocks arrive as Encoded and are kept as they are
+  iq4_xs,      llama.cpp's IQ4_XS super-blocks of 256 (136 bytes) / IQ4_NL blocks of 32 (18 bytes): 4-bit indices
+  iq4_nl       into kvalues_iq4nl times a (sub-)block scale: format/iquants.py (a plain reference quantizer,
+               the exact dequantizer); a GGUF's blocks arrive as Encoded and are kept as they are
 Rounding to codes is round-half-to-even (np.rint) except q8_0's. Inputs must be finite.
 """
 from dataclasses import dataclass
@@ -33,7 +36,7 @@ import numpy as np
 
 from ..encodings import BY_NAME, SCALE_BLOCK, SCALE_GROUP, SCALE_ROW, SCALE_SUPER, encoding
 from ..errors import InvalidArgument
-from . import kquants, mxfp4
+from . import iquants, kquants, mxfp4
 from .layout import PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout
 
 
@@ -72,8 +75,8 @@ class Encoded:
         return (self.rows, self.cols)
 
 # the SCALE_SUPER encodings (llama.cpp's blocks kept whole), by scheme: their quantizer and exact dequantizer
-_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **mxfp4.QUANTIZE}
-_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **mxfp4.DEQUANTIZE}
+_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **mxfp4.QUANTIZE, **iquants.QUANTIZE}
+_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **mxfp4.DEQUANTIZE, **iquants.DEQUANTIZE}
 
 
 def quantize_matrix(w, scheme):

@@ -61,6 +61,15 @@ extern "C" {
  *                 0 1 2 3 4 6 8 12, negated for q >= 8), e8m0_half(e) = 2^(e-128) (ggml's
  *                 GGML_E8M0_TO_FP32_HALF: 2^-128 / 2^-127 as subnormals for e < 2), so the value
  *                 is E2M1(q) * 2^(e-127), every product exact; native/src/mxfp4.h)
+ *   CB_IQ4_XS     (d * (ls - 32)) * kv[q]              (llama.cpp's IQ4_XS super-blocks, bit for bit: a row is
+ *                 cols/256 blocks of 136 bytes: f16 d, u16 scales_h, 4 bytes scales_l (the
+ *                 6-bit ls of 8 sub-blocks of 32: low 4 bits from scales_l, high 2 from
+ *                 scales_h), 128 bytes of 4-bit indices q (sub-block s's 16 bytes: element j < 16
+ *                 the low nibble of byte j, j >= 16 the high nibble of byte j - 16) into kv =
+ *                 kvalues_iq4nl (16 int8 values -127 .. 113); d * (ls - 32) rounded to f32
+ *                 first, as dequantize_row_iq4_xs; native/src/iquants.h)
+ *   CB_IQ4_NL     d * kv[q]                            (llama.cpp's IQ4_NL blocks, bit for bit: a row is cols/32
+ *                 blocks of 18 bytes: f16 d, 16 bytes of indices q as IQ4_XS's sub-blocks; iquants.h)
  *
  * CB_ENCODING_LIST is the one list of encodings: one row each, in cb_dtype code order
  * (the codes are stored in .colibri containers: never renumber a row). It generates the
@@ -88,7 +97,9 @@ extern "C" {
     X(Q4_K,     12, "q4_k",         4, 1, SUPER,  256, 0, 15,  144)   \
     X(Q6_K,     13, "q6_k",         6, 1, SUPER,  256, 0, 32,  210)   \
     X(Q5_K,     14, "q5_k",         5, 1, SUPER,  256, 0, 31,  176)   \
-    X(MXFP4,    15, "mxfp4",        4, 1, SUPER,  32,  0, 12,  17)
+    X(MXFP4,    15, "mxfp4",        4, 1, SUPER,  32,  0, 12,  17)    \
+    X(IQ4_XS,   16, "iq4_xs",       4, 1, SUPER,  256, 0, 127, 136)   \
+    X(IQ4_NL,   17, "iq4_nl",       4, 1, SUPER,  32,  0, 127, 18)
 
 #define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
 typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;
@@ -113,7 +124,7 @@ typedef enum {
     CB_SCALE_MATRIX = 3,  /* one f32 scale per matrix, applied after the dot */
     CB_SCALE_BLOCK = 4,   /* the scale inside each block of `group` codes (no scales array): a row is
                              ceil(cols/group) blocks of block_bytes (Q8_0: an f16 d then the codes) */
-    CB_SCALE_SUPER = 5    /* llama.cpp blocks kept whole (k-quant super-blocks, MXFP4): each block of `group`
+    CB_SCALE_SUPER = 5    /* llama.cpp blocks kept whole (k-quants, i-quants, MXFP4): each block of `group`
                              codes carries its own scales (and mins) inside the data (no scales array); a
                              row is cols/group blocks of block_bytes, and cols must be a multiple of group */
 } cb_scale_kind;

@@ -13,6 +13,7 @@
 #include "kernels.h"
 #include "kquants.h"
 #include "mxfp4.h"
+#include "iquants.h"
 
 static const unsigned char *row_of(const cb_matrix *w, int32_t r) {
     return (const unsigned char *)w->data + (size_t)r * (size_t)cb_row_bytes(w->dtype, w->cols);
@@ -130,6 +131,26 @@ static void dec_mxfp4(const cb_matrix *w, int32_t r, size_t k0, size_t n, float 
         out[k - k0] = cb_mxfp4_value(b + k / CB_QK_MXFP4 * CB_MXFP4_BYTES, k % CB_QK_MXFP4);
 }
 
+/* llama.cpp IQ4_XS super-blocks (CB_IQ4_XS, iquants.h): dl * kv[q], dl = d * (ls - 32): dequantize_row_iq4_xs. */
+static void dec_iq4_xs(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const unsigned char *b = row_of(w, r);
+    for (size_t k = k0; k < k0 + n; k++) {
+        const unsigned char *blk = b + k / CB_QK_IQ4_XS * CB_IQ4_XS_BYTES;
+        size_t j = k % CB_QK_IQ4_XS;
+        out[k - k0] = cb_iq4_xs_factor(blk, j) * cb_iq4_value(cb_iq4_xs_qs(blk, j), j);
+    }
+}
+
+/* llama.cpp IQ4_NL blocks (CB_IQ4_NL, iquants.h): d * kv[q], as dequantize_row_iq4_nl. */
+static void dec_iq4_nl(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const unsigned char *b = row_of(w, r);
+    for (size_t k = k0; k < k0 + n; k++) {
+        const unsigned char *blk = b + k / CB_QK_IQ4_NL * CB_IQ4_NL_BYTES;
+        size_t j = k % CB_QK_IQ4_NL;
+        out[k - k0] = cb_iq_half(blk) * cb_iq4_value(cb_iq4_nl_qs(blk, j), j);
+    }
+}
+
 /* The scalar kernel of every encoding, by code (encodings that share a storage format share one). */
 static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_F32] = dec_f32, [CB_F16] = dec_f16, [CB_BF16] = dec_bf16,
@@ -137,7 +158,7 @@ static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_I8_G32] = dec_i8_group, [CB_I8_G64] = dec_i8_group, [CB_I8_G128] = dec_i8_group,
     [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group, [CB_I6_G64] = dec_i6_group,
     [CB_Q8_0] = dec_q8_0, [CB_Q4_K] = dec_q4_k, [CB_Q6_K] = dec_q6_k, [CB_Q5_K] = dec_q5_k,
-    [CB_MXFP4] = dec_mxfp4,
+    [CB_MXFP4] = dec_mxfp4, [CB_IQ4_XS] = dec_iq4_xs, [CB_IQ4_NL] = dec_iq4_nl,
 };
 
 cb_row_decoder cb_row_decoder_of(int32_t dtype) {

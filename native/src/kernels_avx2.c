@@ -196,7 +196,7 @@ AVX2_FN void rows_of(kspec ks, dec8_fn dec, const wdesc *d, int32_t r0, int32_t 
     K(I8_ROW, dec8_i8) K(I8_G32, dec8_i8) K(I8_G64, dec8_i8) K(I8_G128, dec8_i8)                  \
     K(I8_MINMAX, dec8_i8_zero) K(I4_G32, dec8_i4) K(I4_G64, dec8_i4) K(I6_G64, dec8_i6)            \
     K(Q8_0, dec8_q8_0) K(Q4_K, dec8_q4_k) K(Q6_K, dec8_q6_k) K(Q5_K, dec8_q5_k)                   \
-    K(MXFP4, dec8_mxfp4)
+    K(MXFP4, dec8_mxfp4) K(IQ4_XS, dec8_iq4_xs) K(IQ4_NL, dec8_iq4_nl)
 #define LEVEL_OUTLINE AVX2_OUTLINE
 LEVEL_KERNEL_TABLE(AVX2_KERNELS)
 

@@ -1,8 +1,8 @@
-"""`colibri convert --experts mxfp4` on a Hugging Face checkpoint whose sizes are whole blocks: the experts are
-written in llama.cpp's blocks by colibri's reference quantizer (gguf.quants.dequantize reads them: the values the
-container decodes to), the logits are the same bits on every SIMD level and equal transformers' with the experts
-replaced by those values; a checkpoint whose sizes are not whole blocks is refused naming the matrix and the
-multiple, nothing written."""
+"""`colibri convert --experts mxfp4 | iq4_xs | iq4_nl` on a Hugging Face checkpoint whose sizes are whole blocks:
+the experts are written in llama.cpp's blocks by colibri's reference quantizers (gguf.quants.dequantize reads
+them: the values the container decodes to), the logits are the same bits on every SIMD level and equal
+transformers' with the experts replaced by those values; a checkpoint whose sizes are not whole blocks is refused
+naming the matrix and the multiple, nothing written."""
 import os
 
 import numpy as np
@@ -14,8 +14,9 @@ from colibri_dist.format.quantize import dequantize, quantize_matrix
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
-SCHEMES = ["mxfp4"]
-QTYPE = {"mxfp4": "MXFP4"}
+SCHEMES = ["mxfp4", "iq4_xs", "iq4_nl"]
+QTYPE = {"mxfp4": "MXFP4", "iq4_xs": "IQ4_XS", "iq4_nl": "IQ4_NL"}
+QK = {"mxfp4": 32, "iq4_xs": 256, "iq4_nl": 32}
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +81,9 @@ def test_convert_experts_writes_llama_cpp_blocks(hf_dir, tmp_path, scheme):
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_sizes_not_whole_blocks_are_refused(tmp_path, capsys, scheme):
     from colibri_dist.format.tiny import write_tiny
-    write_tiny("qwen3_moe", tmp_path / "hf")                 # moe_intermediate_size 16: down has 16 cols
+    write_tiny("qwen3_moe", tmp_path / "hf")                 # hidden 32, moe_intermediate_size 16
     assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "m.colibri"), "--experts", scheme,
                  "--no-progress"]) != 0
-    assert f"'down': {scheme} needs cols a multiple of" in capsys.readouterr().err
+    first = "down" if scheme != "iq4_xs" else "gate"         # the first matrix whose cols are not whole blocks
+    assert f"expert matrix '{first}': {scheme} needs cols a multiple of {QK[scheme]}" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["hf"]
