@@ -18,10 +18,11 @@ def register(subparsers):
                                           "model.safetensors or sharded with model.safetensors.index.json) "
                                           "to a .colibri container. Families: Mixtral, Qwen2-MoE, Qwen3-MoE, "
                                           "OLMoE, DeepSeek-V3, GLM-4.5. Or import a llama.cpp GGUF file "
-                                          "(architectures qwen3moe, qwen2moe; F32/F16/BF16/Q8_0 tensors, Q8_0 blocks kept "
-                                          "bit for bit; needs pip install 'colibri-dist[gguf]'): each part keeps "
-                                          "the file's encoding unless --experts/--dense/--lm-head/--preset say "
-                                          "otherwise.")
+                                          "(architectures qwen3moe, qwen2moe, olmoe, llama, deepseek2, glm4moe; "
+                                          "F32/F16/BF16 tensors, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL and MXFP4 "
+                                          "blocks kept bit for bit; needs pip install 'colibri-dist[gguf]'): each "
+                                          "part keeps the file's encoding unless --experts/--dense/--lm-head/"
+                                          "--preset say otherwise.")
     p.add_argument("src", metavar="SRC", help="checkpoint directory, or a .gguf file")
     p.add_argument("dst", metavar="DST", help="output .colibri file (written as DST.partial, then renamed)")
     p.add_argument("--experts", choices=list(SCHEMES), default=None,

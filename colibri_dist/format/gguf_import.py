@@ -2,11 +2,11 @@
 
 Role in the data flow: convert.py calls open_gguf for a `.gguf` source instead of reading a Hugging
 Face directory; everything after (family, plan, writer, checksums, tokenizer metadata) is the one
-converter. By default each part keeps the file's own encoding (F32/F16/BF16 as f32/f16/bf16, Q8_0, Q4_K,
-Q5_K, Q6_K and MXFP4 blocks as q8_0, q4_k, q5_k, q6_k, mxfp4: gguf_source.BLOCK_TYPES): experts, dense
-matrices and the LM head each take the type their tensors have in the file, and a part whose tensors
-disagree is a named error until a scheme is given for it. An explicit --experts/--dense/--lm-head/--preset
-re-encodes from the exactly decoded values instead.
+converter. By default each part keeps the file's own encoding (F32/F16/BF16 as f32/f16/bf16; Q8_0, Q4_K,
+Q5_K, Q6_K, IQ4_XS, IQ4_NL and MXFP4 blocks as the encodings of those names: gguf_source.BLOCK_TYPES):
+experts, dense matrices and the LM head each take the type their tensors have in the file, and a part whose
+tensors disagree is a named error until a scheme is given for it. An explicit --experts/--dense/--lm-head/
+--preset re-encodes from the exactly decoded values instead.
 """
 from ..errors import FormatError
 from .dense_plan import EMBED, LM_HEAD, matrix_name

@@ -1,11 +1,11 @@
 """GGUF import (colibri convert MODEL.gguf): a tiny random Qwen3-MoE written as llama.cpp writes it, imported.
 
 F32: the imported container's logits equal the safetensors-converted container's bit for bit, and transformers'
-within the oracle tolerance. Q8_0, Q4_K_M's / Q5_K_M's Q4_K, Q5_K, Q6_K, MXFP4_MOE's MXFP4: every block is copied
-(container bytes == GGUF bytes, decode == gguf.quants.dequantize exactly), the logits equal transformers' on the
-dequantized weights, and every SIMD level gives the same bits. The tokenizer and chat template come from the
-metadata: token ids equal the original tokenizer's. Bad files are refused naming the file and the key or tensor,
-with nothing written.
+within the oracle tolerance. Q8_0, Q4_K_M's / Q5_K_M's Q4_K, Q5_K, Q6_K, IQ4_XS / IQ4_NL, MXFP4_MOE's MXFP4:
+every block is copied (container bytes == GGUF bytes, decode == gguf.quants.dequantize exactly), the logits
+equal transformers' on the dequantized weights, and every SIMD level gives the same bits. The tokenizer and chat
+template come from the metadata: token ids equal the original tokenizer's. Bad files are refused naming the file
+and the key or tensor, with nothing written.
 """
 import json
 import os
@@ -174,11 +174,12 @@ def test_q8_0_logits_equal_transformers_on_the_gguf_values_on_every_level(q8):
     assert rel_err(got["scalar"], reference(model, ids)) > 1e-6        # the file's values, not the float model's
 
 
-@pytest.fixture(scope="module", params=["Q4_K_M", "Q5_K_M", "MXFP4_MOE"])
+@pytest.fixture(scope="module", params=["Q4_K_M", "Q5_K_M", "MXFP4_MOE", "IQ4_XS", "IQ4_NL"])
 def blocks(tmp_path_factory, request):
     """A tiny Qwen3-MoE with every quantized matrix in whole 256-element super-blocks, written with Q4_K_M's
-    (Q5_K_M's) kinds of blocks (Q4_K (Q5_K) experts, attention and embedding, Q6_K output, router F32), or
-    MXFP4_MOE's (MXFP4 experts, Q8_0 elsewhere), and imported: (qtype, stored arrays, container, model)."""
+    (Q5_K_M's, IQ4_XS's, IQ4_NL's) kinds of blocks (Q4_K (Q5_K, IQ4_XS, IQ4_NL) experts, attention and embedding,
+    Q6_K output, router F32), or MXFP4_MOE's (MXFP4 experts, Q8_0 elsewhere), and imported: (qtype, stored arrays,
+    container, model)."""
     import transformers
     from colibri_dist.format.tiny import _COMMON
     torch.manual_seed(2)
@@ -258,9 +259,9 @@ def test_missing_metadata_is_named(f32, tmp_path):
 
 
 def test_unsupported_tensor_type_is_named(f32, tmp_path):
-    raw = np.zeros((32, 136), np.uint8)         # 32 rows of one IQ4_XS super-block (256 values, 136 bytes)
-    write_gguf(f32[3], tmp_path / "m.gguf", raw_tensors={"blk.0.attn_v.weight": (raw, "IQ4_XS")})
-    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: tensor 'blk\.0\.attn_v\.weight' is IQ4_XS: not supported")
+    raw = np.zeros((32, 8 * 18), np.uint8)      # 32 rows of 8 Q4_0 blocks (256 values, 18 bytes a block)
+    write_gguf(f32[3], tmp_path / "m.gguf", raw_tensors={"blk.0.attn_v.weight": (raw, "Q4_0")})
+    refused(tmp_path / "m.gguf", tmp_path, r"m\.gguf: tensor 'blk\.0\.attn_v\.weight' is Q4_0: not supported")
 
 
 def test_a_k_quant_tensor_with_cols_not_whole_super_blocks_is_refused(tmp_path):
