@@ -49,7 +49,7 @@ def oracle_quality(schemes=None, n_tokens=64, seed=13):
     """[{family, scheme, cosine, rms_err_rel}] for every family x scheme (+ "int8+w8a8", "int4-g*+w4a8",
     "int6-g64+w6a8")."""
     import torch
-    # the k-quants (scale kind SUPER) need 256-multiple sizes the tiny checkpoints lack: quality_bench covers them
+    # llama.cpp's blocks (scale kind SUPER) need sizes in whole blocks the tiny checkpoints lack: quality_bench has them
     schemes = list(schemes or [s for s in SCHEMES if BY_NAME[s].scale_kind != SCALE_SUPER]) + \
         ["int8+w8a8", "int4-g32+w4a8", "int4-g64+w4a8", "int6-g64+w6a8"]
     rows = []
