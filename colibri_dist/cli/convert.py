@@ -18,11 +18,11 @@ def register(subparsers):
                                           "model.safetensors or sharded with model.safetensors.index.json) "
                                           "to a .colibri container. Families: Mixtral, Qwen2-MoE, Qwen3-MoE, "
                                           "OLMoE, DeepSeek-V3, GLM-4.5. Or import a llama.cpp GGUF file "
-                                          "(architectures qwen3moe, qwen2moe, olmoe, llama, deepseek2, glm4moe; "
-                                          "F32/F16/BF16 tensors, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL and MXFP4 "
-                                          "blocks kept bit for bit; needs pip install 'colibri-dist[gguf]'): each "
-                                          "part keeps the file's encoding unless --experts/--dense/--lm-head/"
-                                          "--preset say otherwise.")
+                                          "(architectures qwen3moe, qwen2moe, olmoe, llama (Mixtral), glm4moe, "
+                                          "deepseek2; F32/F16/BF16 tensors, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL and "
+                                          "MXFP4 blocks kept bit for bit; needs pip install 'colibri-dist[gguf]'): every "
+                                          "matrix keeps its own type in the file (a Q4_K_M file's Q4_K and Q6_K side by "
+                                          "side) unless --experts/--dense/--lm-head/--preset choose one for the part.")
     p.add_argument("src", metavar="SRC", help="checkpoint directory, or a .gguf file")
     p.add_argument("dst", metavar="DST", help="output .colibri file (written as DST.partial, then renamed)")
     p.add_argument("--experts", choices=list(SCHEMES), default=None,
@@ -61,10 +61,11 @@ def run_convert(args):
             force=args.force, progress=progress_enabled(args))
     from ..format.reader import open_model
     with open_model(args.dst) as model:
-        c = model.config
+        c, enc = model.config, model.matrix_encodings()
         files = ", ".join(sorted(model.tokenizer_files())) or "none"
         print(f"wrote {args.dst}: {c.family}, {len(c.moe_layers)} MoE layers x {c.n_experts} experts "
-              f"({c.scheme}; dense {model.dense_scheme}; lm_head {model.lm_head_scheme}; tokenizer files {files})")
+              f"({scheme_text(c.scheme, enc['experts'])}; dense {scheme_text(model.dense_scheme, enc['dense'])}; "
+              f"lm_head {model.lm_head_scheme}; tokenizer files {files})")
         print(token_bytes_line(model, gguf_type(args.preset)))
     return 0
 
@@ -83,9 +84,20 @@ def token_bytes_line(model, ftype=None):
     return line
 
 
+def scheme_text(scheme, counts):
+    """A part's scheme as printed: the name, or for a mixed part its encodings with matrix counts
+    ("mixed: q4_k 16, q6_k 8 matrices")."""
+    if len(counts) < 2:
+        return str(scheme)
+    return "mixed: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) + " matrices"
+
+
 def describe(model):
     c, g = model.config, model.config.gating
     experts = [e for e in model.entries if e.kind == 1]
+    sizes = {}
+    for e in experts:
+        sizes[e.nbytes] = sizes.get(e.nbytes, 0) + 1
     return {
         "path": model.path,
         "format_version": model.header["version"],
@@ -98,6 +110,8 @@ def describe(model):
                    "norm_topk_prob": norm_topk_prob(g), "routed_scaling_factor": g.routed_scaling_factor},
         "experts_total": len(experts),
         "expert_blob_bytes": experts[0].nbytes if experts else 0,
+        "expert_blob_sizes": {str(k): v for k, v in sorted(sizes.items())},     # bytes -> blobs (layers may differ)
+        "matrix_encodings": model.matrix_encodings(),
         "tensors": len(model.entries),
         "bytes_by_dtype": model.bytes_by_dtype(),
         "file_bytes": model.header["file_size"],
@@ -140,14 +154,16 @@ def run_inspect(args):
     g = info["gating"]
     print(f"{info['path']}  (.colibri v{info['format_version']}, {info['file_bytes']:,} bytes)")
     print(f"  family {info['family']}  hidden {info['hidden']}  expert inter {info['inter']}  "
-          f"experts {info['n_experts']}  top-k {info['top_k']}  scheme {info['scheme']}")
+          f"experts {info['n_experts']}  top-k {info['top_k']}  "
+          f"scheme {scheme_text(info['scheme'], info['matrix_encodings']['experts'])}")
     print(f"  gating {g['kind']}  n_group {g['n_group']}  topk_group {g['topk_group']}  "
           f"norm_topk_prob {g['norm_topk_prob']}  routed_scaling_factor {g['routed_scaling_factor']:g}")
     print(f"  shared expert inter {info['shared_inter']}  sigmoid shared gate {info['shared_gate']}")
     print(f"  layers {info['n_layers']}: MoE {_ranges(info['moe_layers'])}  dense {_ranges(info['dense_layers'])}")
-    print(f"  expert blobs {info['experts_total']} x {info['expert_blob_bytes']:,} bytes; "
-          f"{info['tensors']} tensors in the table")
-    print(f"  dense matrices {info['dense_scheme'] or 'as stored (container without whole-model entries)'}; "
+    blobs = ", ".join(f"{n} x {int(b):,}" for b, n in info["expert_blob_sizes"].items()) or "0"
+    print(f"  expert blobs {blobs} bytes; {info['tensors']} tensors in the table")
+    dense = info["dense_scheme"] and scheme_text(info["dense_scheme"], info["matrix_encodings"]["dense"])
+    print(f"  dense matrices {dense or 'as stored (container without whole-model entries)'}; "
           f"lm_head {info['lm_head_scheme'] or 'as stored'}; "
           f"tokenizer {', '.join(info['tokenizer_files']) or 'none'}")
     if info["hot_added"]:

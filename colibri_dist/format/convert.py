@@ -18,6 +18,7 @@ with force=True, never merged.
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 
@@ -29,8 +30,10 @@ from .gguf_source import is_gguf
 from .hf_source import SafetensorsSource, storage_dtype
 from .integrity import check_values, checked_chunks
 from .presets import resolve
-from .dense_plan import read_matrix, write_dense
+from .dense_plan import EMBED, LM_HEAD, read_matrix, write_dense
 from .destination import check_destination
+from .layout import MIXED
+from .scheme_plan import pick, summary
 from .progress import bar
 from .tokenizer_files import tokenizer_files
 from .quantize import Encoded, pack_expert
@@ -55,7 +58,7 @@ def convert(src_dir, dst, experts=None, progress=True, dense=None, force=False, 
         try:
             family = detect(hf, config_path)
             check_config(hf, config_path)
-            cfg = model_config(family, hf, schemes[0])
+            cfg = model_config(family, hf, schemes[0] if isinstance(schemes[0], str) else MIXED)
         except FormatError as exc:
             if gguf:                # named by the GGUF file and its metadata keys, not a config.json
                 raise source.config_error(exc) from exc
@@ -78,22 +81,27 @@ def _read_config(config_path):
 
 
 def _write(dst, src_dir, source, hf, family, cfg, schemes, tok_files, replaced, progress):
-    """Plan every MoE layer (shapes checked before a byte is written), then stream the container."""
-    _, dense, lm_head = schemes
+    """Plan every MoE layer (shapes checked before a byte is written), then stream the container.
+    schemes: the (experts, dense, lm_head) parts, each a scheme or {matrix name: scheme} (scheme_plan.py);
+    the header's expert scheme is the one the expert matrices share, or MIXED."""
+    experts, dense, lm_head = schemes
     plan = [plan_layer(family, cfg, source, layer) for layer in cfg.moe_layers]
+    cfg = replace(cfg, scheme=summary(experts, [n for lp in plan for n in lp.matrices()]))
     with ContainerWriter(dst) as writer, \
             bar(total=source.total_bytes(), desc="convert", enabled=progress) as pbar:
         for lp in plan:
-            write_layer(writer, cfg, source, lp, pbar)
+            write_layer(writer, cfg, source, lp, pbar, experts)
         used = {n for lp in plan for n in lp.sources}
         dropped = {n for n in source.refs if family.dropped(n, cfg.n_layers)}     # never written
         pbar.update(sum(source.ref(n).nbytes for n in dropped))
         used |= dropped
-        used |= write_dense(writer, source, hf, cfg, dense, used, pbar, lm_head=lm_head)
+        written = write_dense(writer, source, hf, cfg, dense, used, pbar, lm_head=lm_head)
+        used |= written
         for name in sorted(set(source.refs) - used):
             copy_dense(writer, source, name, pbar)
-        meta = dict(_meta(hf, src_dir, family, cfg), dense_scheme=dense, lm_head_scheme=lm_head,
-                    tokenizer_files=tok_files)
+        head = LM_HEAD if LM_HEAD in source else EMBED
+        meta = dict(_meta(hf, src_dir, family, cfg), dense_scheme=summary(dense, sorted(written - {LM_HEAD, EMBED})),
+                    lm_head_scheme=summary(lm_head, [head]), tokenizer_files=tok_files)
         writer.finish(cfg.header_fields(), meta, before_rename=replaced.move_aside)
 
 
@@ -106,6 +114,10 @@ class LayerPlan:
         self.per_expert = None     # list of (gate, up, down) names
         self.fused = None          # (gate_up, down) names
         self.sources = []
+
+    def matrices(self):
+        """The expert matrices' source names (routed and shared; a fused layer's two stacks)."""
+        return [n for names in (self.per_expert or [self.fused]) + [self.shared or ()] for n in names]
 
 
 def plan_layer(family, cfg, source, layer):
@@ -151,7 +163,10 @@ def _check_expert_shapes(source, names, inter, hidden):
         _check_shape(source, name, shape)
 
 
-def write_layer(writer, cfg, source, lp, pbar):
+def write_layer(writer, cfg, source, lp, pbar, experts=None):
+    """One MoE layer's router, bias, shared gate and expert blobs; experts: the part's scheme(s) (default
+    the header's)."""
+    experts = cfg.scheme if experts is None else experts
     L, p = lp.layer, lp.prefix
     _small(writer, source, lp.router, (cfg.n_experts, cfg.hidden), spec.KIND_ROUTER, L, pbar)
     if lp.bias:
@@ -159,19 +174,25 @@ def write_layer(writer, cfg, source, lp, pbar):
     if lp.shared_gate:
         _small(writer, source, lp.shared_gate, (cfg.hidden,), spec.KIND_SHARED_GATE, L, pbar, (1, cfg.hidden))
     if lp.shared:
-        mats = _read_expert(source, lp.shared, cfg.shared_inter, cfg.hidden, cfg.scheme)
-        _blob(writer, source, f"{p}.shared_expert", mats, cfg.scheme, spec.KIND_SHARED, L, -1)
+        mats = _read_expert(source, lp.shared, cfg.shared_inter, cfg.hidden, experts)
+        _blob(writer, source, f"{p}.shared_expert", mats, _picks(experts, lp.shared), spec.KIND_SHARED, L, -1)
         pbar.update(sum(source.ref(n).nbytes for n in lp.shared))
-    for e, (mats, src_bytes) in enumerate(read_ahead(_expert_reader(source, cfg, lp, e)
+    for e, (mats, src_bytes) in enumerate(read_ahead(_expert_reader(source, cfg, lp, e, experts)
                                                      for e in range(cfg.n_experts))):
-        _blob(writer, source, f"{p}.experts.{e}", mats, cfg.scheme, spec.KIND_EXPERT, L, e)
+        scheme = _picks(experts, lp.per_expert[e]) if lp.per_expert else experts
+        _blob(writer, source, f"{p}.experts.{e}", mats, scheme, spec.KIND_EXPERT, L, e)
         pbar.update(src_bytes)
 
 
-def _expert_reader(source, cfg, lp, e):
+def _picks(part, names):
+    """(gate, up, down) schemes of an expert's three source matrices."""
+    return tuple(pick(part, n) for n in names)
+
+
+def _expert_reader(source, cfg, lp, e, experts):
     def read():
         if lp.per_expert:
-            return (_read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden, cfg.scheme),
+            return (_read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden, experts),
                     sum(source.ref(n).nbytes for n in lp.per_expert[e]))
         return (_read_fused(source, lp.fused, e, cfg.inter, cfg.hidden),
                 sum(source.ref(n).nbytes for n in lp.fused) // cfg.n_experts)
@@ -201,9 +222,9 @@ def _small(writer, source, name, shape, kind, layer, pbar, src_shape=None):
     pbar.update(source.ref(name).nbytes)
 
 
-def _read_expert(source, names, inter, hidden, scheme):
+def _read_expert(source, names, inter, hidden, part):
     shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
-    return [read_matrix(source, n, s, scheme) for n, s in zip(names, shapes)]
+    return [read_matrix(source, n, s, pick(part, n)) for n, s in zip(names, shapes)]
 
 
 def _read_fused(source, fused, e, inter, hidden):
@@ -216,7 +237,8 @@ def _blob(writer, source, name, mats, scheme, kind, layer, expert):
     try:
         blob, layout = pack(mats[0], mats[1], mats[2], scheme)
     except InvalidArgument as exc:      # e.g. non-finite weights: the source's values
-        raise FormatError(f"{source.dir}: {name} (layer {layer}): cannot encode as {scheme}: {exc}") from exc
+        what = scheme if isinstance(scheme, str) else "/".join(scheme)
+        raise FormatError(f"{source.dir}: {name} (layer {layer}): cannot encode as {what}: {exc}") from exc
     writer.add_blob(name, blob, layout, kind, layer, expert)
 
 

@@ -5,7 +5,9 @@ decoder multiplies by (attention projections of every family) are encoded in the
 scheme and lm_head in the `lm_head` scheme one at a time, each in chunks of rows (pack_matrix_stream) where
 the scheme encodes rows independently, so peak memory is one chunk whatever the vocabulary; a tied embedding also becomes `lm_head.weight`; each non-MoE layer's SwiGLU MLP (DeepSeek's first dense layers,
 Qwen's mlp_only_layers) becomes one dense-MLP blob. Norm weights, biases and the embedding
-table stay plain tensors (the embedding is gathered, not streamed, per token).
+table stay plain tensors (the embedding is gathered, not streamed, per token). A GGUF import keeping each
+tensor's own encoding gives `dense` / `lm_head` as {matrix name: scheme} (scheme_plan.py): every matrix, and
+each part of a dense MLP, is then written in its own (a Q4_K_M file's Q6_K value projections beside Q4_K ones).
 """
 import re
 
@@ -13,6 +15,7 @@ from .. import families
 from ..errors import FormatError, InvalidArgument
 from . import spec
 from .quantize import pack_expert, pack_matrix, pack_matrix_stream, rows_separable
+from .scheme_plan import pick
 
 _PROJECTIONS = "q_proj|k_proj|v_proj|o_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj"
 EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"
@@ -39,7 +42,8 @@ def dense_mlp_names(layer, names=families.Names()):
 
 def write_dense(writer, source, hf, cfg, scheme, used, pbar, lm_head=None):
     """Write the encoded matrices and dense-MLP blobs; returns the source names consumed.
-    lm_head: the LM head's scheme (None: `scheme`)."""
+    scheme: the dense part, one scheme or {matrix name: scheme} (scheme_plan.py); lm_head: the LM head's
+    (None: `scheme`)."""
     head = scheme if lm_head is None else lm_head
     fam = families.get(cfg.family).names
     done = set()
@@ -47,21 +51,23 @@ def write_dense(writer, source, hf, cfg, scheme, used, pbar, lm_head=None):
         names = dense_mlp_names(layer, fam)
         if layer in cfg.moe_layers or not all(n in source for n in names):
             continue
-        mats = [read_matrix(source, n, tuple(source.ref(n).shape), scheme) for n in names]
+        schemes = tuple(pick(scheme, n) for n in names)
+        mats = [read_matrix(source, n, tuple(source.ref(n).shape), s) for n, s in zip(names, schemes)]
         try:
-            blob, layout = pack_expert(mats[0], mats[1], mats[2], scheme)
+            blob, layout = pack_expert(mats[0], mats[1], mats[2], schemes)
         except InvalidArgument as exc:
-            raise FormatError(f"{source.dir}: dense MLP of layer {layer}: cannot encode as {scheme}: {exc}") from exc
+            raise FormatError(f"{source.dir}: dense MLP of layer {layer}: cannot encode as "
+                              f"{'/'.join(schemes)}: {exc}") from exc
         writer.add_blob(f"model.layers.{layer}.mlp", blob, layout, spec.KIND_DENSE_MLP, layer, -1)
         pbar.update(sum(source.ref(n).nbytes for n in names))
         done.update(names)
     pattern = matrix_name(fam)
     for name in sorted(n for n in source.refs if pattern.match(n) and n not in used):
-        _matrix(writer, source, name, name, head if name == LM_HEAD else scheme)
+        _matrix(writer, source, name, name, pick(head if name == LM_HEAD else scheme, name))
         pbar.update(source.ref(name).nbytes)
         done.add(name)
     if hf.get("tie_word_embeddings") and LM_HEAD not in source and EMBED in source:
-        _matrix(writer, source, EMBED, LM_HEAD, head)
+        _matrix(writer, source, EMBED, LM_HEAD, pick(head, EMBED))
     if EMBED in source and source.stored_scheme(EMBED):     # a block-encoded embedding stays encoded (cb_embed)
         _matrix(writer, source, EMBED, EMBED, source.stored_scheme(EMBED))
         pbar.update(source.ref(EMBED).nbytes)

@@ -12,6 +12,15 @@ from dataclasses import dataclass, field
 from ..encodings import DTYPE_NAMES, GROUP_SIZE, SCHEMES  # noqa: F401  (re-exported)
 BLOB_ALIGN = 4096      # each expert blob starts on this boundary in the container
 PART_ALIGN = 64        # each part inside a blob starts on this boundary
+# The header's expert scheme when the expert matrices do not share one encoding (a GGUF import keeping each
+# tensor's own: Q4_K gate/up with Q6_K down on some layers); each matrix's descriptor names its own cb_dtype.
+MIXED, MIXED_CODE = "mixed", -1
+
+
+def scheme_of(dtypes):
+    """The scheme name of matrices with these cb_dtype codes: their one encoding's, else MIXED."""
+    names = {DTYPE_NAMES[d] for d in dtypes}
+    return names.pop() if len(names) == 1 else MIXED
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,12 @@ class ExpertLayout:
     up: MatrixLayout
     down: MatrixLayout
     nbytes: int           # total blob size (a multiple of PART_ALIGN)
-    scheme: str = field(default="f32")
+    scheme: str = field(default="f32")     # the three matrices' encoding, or MIXED when they differ
+
+    @property
+    def schemes(self):
+        """(gate, up, down) encoding names: what pack_expert takes to pack a blob of this layout."""
+        return tuple(DTYPE_NAMES[m.dtype] for m in (self.gate, self.up, self.down))
 
     @property
     def hidden(self):

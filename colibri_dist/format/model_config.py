@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..errors import FormatError, InvalidArgument
 from . import spec
 from .gating_spec import GatingSpec
-from .layout import SCHEMES
+from .layout import MIXED, MIXED_CODE, SCHEMES
 
 
 def make_gating(kind, n_experts, top_k, n_group=1, topk_group=1, norm_topk_prob=True,
@@ -35,12 +35,13 @@ class ModelConfig:
     moe_layers: tuple
     shared_inter: int = 0
     shared_gate: bool = False
-    scheme: str = "f32"
+    scheme: str = "f32"            # the experts' encoding, or MIXED (each matrix's descriptor names its own)
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def header_fields(self):
         g = self.gating
-        return dict(family=self.family, scheme=self.scheme, scheme_code=SCHEMES[self.scheme],
+        code = MIXED_CODE if self.scheme == MIXED else SCHEMES[self.scheme]
+        return dict(family=self.family, scheme=self.scheme, scheme_code=code,
                     hidden=self.hidden, inter=self.inter, n_experts=self.n_experts, top_k=self.top_k,
                     n_layers=self.n_layers, n_moe_layers=len(self.moe_layers),
                     shared_inter=self.shared_inter, shared_gate=int(self.shared_gate),

@@ -27,7 +27,8 @@ PRESETS = {
 
 def resolve(preset=None, experts=None, dense=None, lm_head=None):
     """-> (experts, dense, lm_head) scheme names; unset ones from the preset, then the usual defaults
-    (experts int8, dense = experts, lm_head = dense). Unknown names are InvalidArgument naming the option."""
+    (experts int8, dense = experts, lm_head = dense). Unknown names are InvalidArgument naming the option.
+    A part may also be {matrix name: scheme} (a GGUF import keeping each tensor's own: scheme_plan.py)."""
     if preset is not None:
         if preset not in PRESETS:
             raise InvalidArgument(f"unknown preset {preset!r} (--preset); choose from {', '.join(PRESETS)}")
@@ -38,7 +39,7 @@ def resolve(preset=None, experts=None, dense=None, lm_head=None):
     lm_head = lm_head or dense
     for what, flag, scheme in (("expert", "--experts", experts), ("dense", "--dense", dense),
                                ("lm_head", "--lm-head", lm_head)):
-        if scheme not in SCHEMES:
+        if not isinstance(scheme, dict) and scheme not in SCHEMES:
             raise InvalidArgument(f"unknown {what} scheme {scheme!r} ({flag}); choose from {', '.join(SCHEMES)}")
     return experts, dense, lm_head
 

@@ -37,7 +37,7 @@ import numpy as np
 from ..encodings import BY_NAME, SCALE_BLOCK, SCALE_GROUP, SCALE_ROW, SCALE_SUPER, encoding
 from ..errors import InvalidArgument
 from . import iquants, kquants, mxfp4
-from .layout import PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout
+from .layout import PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout, scheme_of
 
 
 def _align(n, a=PART_ALIGN):
@@ -271,11 +271,16 @@ def dequantize(blob, m):
 
 def pack_expert(gate, up, down, scheme):
     """Quantize one SwiGLU expert into a blob. gate, up: [inter, hidden]; down: [hidden, inter].
+    scheme: one encoding name for the three, or a (gate, up, down) tuple of names (a GGUF's Q4_K gate/up
+    with a Q6_K down, each kept as it is).
 
     Returns (blob uint8[nbytes], ExpertLayout): gate, up, down data, then their
     scales, then their zero points, each part PART_ALIGN-aligned.
     """
     mats = {"gate": gate, "up": up, "down": down}
+    schemes = dict(zip(mats, (scheme,) * 3 if isinstance(scheme, str) else tuple(scheme)))
+    if len(schemes) != 3:
+        raise InvalidArgument(f"pack_expert: scheme must be a name or (gate, up, down) names, got {scheme!r}")
     shapes = {k: np.shape(v) for k, v in mats.items()}
     inter, hidden = shapes["gate"] if len(shapes["gate"]) == 2 else (None, None)
     if (inter is None or shapes["up"] != (inter, hidden) or shapes["down"] != (hidden, inter)):
@@ -283,14 +288,13 @@ def pack_expert(gate, up, down, scheme):
     parts = {}
     for name, w in mats.items():
         try:
-            parts[name] = quantize_matrix(w, scheme)
+            parts[name] = quantize_matrix(w, schemes[name])
         except InvalidArgument as exc:
             raise InvalidArgument(f"expert matrix {name!r}: {exc}") from None
-    return _assemble(parts, scheme, shapes)
+    return _assemble(parts, schemes, shapes)
 
 
-def _assemble(parts, scheme, shapes):
-    code = SCHEMES[scheme]
+def _assemble(parts, schemes, shapes):
     offset, chunks, offsets = 0, [], {}
     for kind, pick in (("data", 0), ("scale", 1), ("zero", 2)):
         for name in ("gate", "up", "down"):
@@ -310,8 +314,9 @@ def _assemble(parts, scheme, shapes):
         d_off, d_bytes, _ = offsets[(name, "data")]
         s_off, _, s_count = offsets.get((name, "scale"), (-1, 0, 0))
         z_off = offsets.get((name, "zero"), (-1, 0, 0))[0]
-        mls[name] = MatrixLayout(code, rows, cols, d_off, d_bytes, s_off, s_count, z_off)
-    return blob, ExpertLayout(mls["gate"], mls["up"], mls["down"], blob.size, scheme)
+        mls[name] = MatrixLayout(SCHEMES[schemes[name]], rows, cols, d_off, d_bytes, s_off, s_count, z_off)
+    return blob, ExpertLayout(mls["gate"], mls["up"], mls["down"], blob.size,
+                              scheme_of(m.dtype for m in mls.values()))
 
 
 def rows_separable(scheme):

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import FormatError, IntegrityError, InvalidArgument
 from . import spec
-from .layout import DTYPE_NAMES, ExpertLayout, MatrixLayout
+from .layout import DTYPE_NAMES, ExpertLayout, MatrixLayout, scheme_of
 from . import integrity
 from .model_config import ModelConfig
 from .quantize import bf16_bits_to_f32, dequantize
@@ -256,12 +256,30 @@ class Model:
         return [e.name for e in self.entries]
 
     def bytes_by_dtype(self):
+        """{label: bytes}: plain tensors by storage dtype; blobs by kind and encoding ("expert:q4_k"; a blob whose
+        matrices differ names each distinct one: "expert:q4_k+q6_k")."""
         totals = {}
         for e in self.entries:
-            key = f"{_BLOB_LABEL.get(e.kind, 'expert')}:{DTYPE_NAMES.get(e.matrices[0].dtype, '?')}" \
+            key = f"{_BLOB_LABEL.get(e.kind, 'expert')}:{_blob_encodings(e)}" \
                 if e.kind in spec.BLOB_KINDS else spec.DTYPES[e.dtype]
             totals[key] = totals.get(key, 0) + e.nbytes
         return totals
+
+    def matrix_encodings(self):
+        """{"experts" | "dense" | "lm_head" | "embedding": {encoding: number of matrices}} over the table: the
+        routed and shared experts' gate/up/down, the dense matrices and dense-MLP parts, the LM head, an encoded
+        embedding. A part whose dict has two keys is mixed."""
+        out = {"experts": {}, "dense": {}, "lm_head": {}, "embedding": {}}
+        for e in self.entries:
+            if e.kind not in spec.BLOB_KINDS:
+                continue
+            part = "experts" if e.kind in (spec.KIND_EXPERT, spec.KIND_SHARED) else \
+                _NAMED_MATRICES.get(e.name, "dense")
+            mats = e.matrices[:1] if e.kind == spec.KIND_MATRIX else e.matrices
+            for m in mats:
+                name = DTYPE_NAMES.get(m.dtype, str(m.dtype))
+                out[part][name] = out[part].get(name, 0) + 1
+        return out
 
     # -- integrity ------------------------------------------------------------
     def verify(self, progress=True):
@@ -282,6 +300,12 @@ class Model:
 
 
 _BLOB_LABEL = {spec.KIND_MATRIX: "matrix", spec.KIND_DENSE_MLP: "dense_mlp"}
+_NAMED_MATRICES = {"lm_head.weight": "lm_head", "model.embed_tokens.weight": "embedding"}
+
+
+def _blob_encodings(e):
+    mats = e.matrices[:1] if e.kind == spec.KIND_MATRIX else e.matrices
+    return "+".join(dict.fromkeys(DTYPE_NAMES.get(m.dtype, "?") for m in mats))
 _IDENTITY = ("device", "inode", "size", "mtime_ns")
 
 
@@ -311,7 +335,8 @@ def _unpack_entry(path, table, i):
 
 def _layout(entry):
     gate, up, down = entry.matrices
-    return ExpertLayout(gate=gate, up=up, down=down, nbytes=entry.nbytes, scheme=DTYPE_NAMES[gate.dtype])
+    return ExpertLayout(gate=gate, up=up, down=down, nbytes=entry.nbytes,
+                        scheme=scheme_of(m.dtype for m in entry.matrices))
 
 
 def aligned_empty(nbytes, align=64):

@@ -12,7 +12,7 @@ import re
 from ..errors import FormatError
 from . import spec
 from ..encodings import encoding
-from .layout import BLOB_ALIGN, DTYPE_NAMES, SCHEMES
+from .layout import BLOB_ALIGN, DTYPE_NAMES, MIXED, MIXED_CODE, SCHEMES
 
 
 def check_header(path, h, size):
@@ -50,7 +50,7 @@ def _check_config(path, h):
         bad.append(f"n_layers {h['n_layers']} outside 1..{spec.MAX_LAYERS}")
     if h["gating_kind"] not in spec.GATING_NAMES:
         bad.append(f"unknown gating kind {h['gating_kind']}")
-    if h["scheme_code"] not in DTYPE_NAMES or DTYPE_NAMES[h["scheme_code"]] != h["scheme"]:
+    if (h["scheme"], h["scheme_code"]) != (MIXED, MIXED_CODE) and DTYPE_NAMES.get(h["scheme_code"]) != h["scheme"]:
         bad.append(f"unknown expert scheme {h['scheme']!r}/{h['scheme_code']}")
     if h["n_group"] < 1 or not 1 <= h["topk_group"] <= h["n_group"] or h["n_experts"] % h["n_group"] \
             or h["norm_topk_prob"] not in (0, 1) or not math.isfinite(h["routed_scaling_factor"]):
@@ -105,10 +105,21 @@ def check_entries(path, cfg, entries, by_slot, data_end):
         _require(path, by_slot, spec.KIND_ROUTER, layer, -1, "router")
         for x in range(cfg.n_experts):
             _require(path, by_slot, spec.KIND_EXPERT, layer, x, f"expert {x}")
+            _same_layout(path, by_slot[(spec.KIND_EXPERT, layer, 0)], by_slot[(spec.KIND_EXPERT, layer, x)])
         if cfg.shared_inter:
             _require(path, by_slot, spec.KIND_SHARED, layer, -1, "shared expert")
         if cfg.shared_gate:
             _require(path, by_slot, spec.KIND_SHARED_GATE, layer, -1, "shared expert gate")
+
+
+def _same_layout(path, first, e):
+    """Every expert of a layer has expert 0's layout (encodings, offsets, size): the store reads and hot-adds a
+    layer's experts with one layout; encodings may differ from layer to layer (a Q4_K_M file's Q6_K downs)."""
+    if e.matrices != first.matrices or e.nbytes != first.nbytes:
+        parts = "/".join(DTYPE_NAMES.get(m.dtype, str(m.dtype)) for m in e.matrices)
+        raise FormatError(f"{path}: {describe(e)} ({parts}, {e.nbytes} bytes) is laid out unlike expert 0 of its "
+                          f"layer ({'/'.join(DTYPE_NAMES.get(m.dtype, str(m.dtype)) for m in first.matrices)}, "
+                          f"{first.nbytes} bytes): a layer's experts share one layout")
 
 
 _LAYER_NAME = re.compile(r"model\.layers\.(\d+)\.")
@@ -171,7 +182,8 @@ def _check_entry(path, cfg, e, data_end):
 
 
 def _check_blob(where, cfg, e):
-    scheme_code = SCHEMES[cfg.scheme]
+    """An expert or shared-expert blob: the expected shapes, and each matrix in the header's scheme (a MIXED
+    header: each in the encoding its own descriptor names)."""
     if e.offset % BLOB_ALIGN:
         raise FormatError(f"{where}: blob not {BLOB_ALIGN}-aligned")
     if e.kind == spec.KIND_EXPERT and not 0 <= e.expert < cfg.n_experts:
@@ -179,9 +191,9 @@ def _check_blob(where, cfg, e):
     inter = cfg.inter if e.kind == spec.KIND_EXPERT else cfg.shared_inter
     shapes = ((inter, cfg.hidden), (inter, cfg.hidden), (cfg.hidden, inter))
     for part, m, (rows, cols) in zip(("gate", "up", "down"), e.matrices, shapes):
-        if m.dtype != scheme_code or (m.rows, m.cols) != (rows, cols):
+        if (m.rows, m.cols) != (rows, cols) or (cfg.scheme != MIXED and m.dtype != SCHEMES[cfg.scheme]):
             raise FormatError(f"{where}: {part} is {DTYPE_NAMES.get(m.dtype, m.dtype)} [{m.rows},{m.cols}], "
-                              f"expected [{rows},{cols}]")
+                              f"expected {'' if cfg.scheme == MIXED else cfg.scheme + ' '}[{rows},{cols}]")
         _check_part(where, e, part, m, rows, cols)
 
 
@@ -201,7 +213,7 @@ def _check_dense_blob(where, e):
         _check_part(where, e, part, m, m.rows, m.cols)
     if e.kind == spec.KIND_DENSE_MLP:
         g, u, d = e.matrices
-        if (u.rows, u.cols) != (g.rows, g.cols) or (d.rows, d.cols) != (g.cols, g.rows) or not g.dtype == u.dtype == d.dtype:
+        if (u.rows, u.cols) != (g.rows, g.cols) or (d.rows, d.cols) != (g.cols, g.rows):
             raise FormatError(f"{where}: dense MLP parts disagree: gate {g.rows}x{g.cols}, up {u.rows}x{u.cols}, "
                               f"down {d.rows}x{d.cols}")
 

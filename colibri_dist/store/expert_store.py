@@ -386,7 +386,7 @@ class ExpertStore:
 
     # ---- hot-add
     def add_expert(self, layer, weights, router_row, bias=0.0):
-        """Quantize with the model's scheme, persist to the segment, return the new id."""
+        """Quantize in the layer's encodings, persist to the segment, return the new id."""
         from .hot_add import pack_new_expert
         if self.segments is None:
             raise StoreError("hot-add needs a model opened from a path (no segment directory)")

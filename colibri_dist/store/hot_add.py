@@ -1,7 +1,7 @@
 """Checks and packing for a hot-added expert (ExpertStore.add_expert).
 
 Role in the data flow: user weights (float32 gate/up/down, router row, bias)
-are validated against the layer (shapes, finite, |w| <= MAX_ABS_WEIGHT), packed with the model's scheme by the same
+are validated against the layer (shapes, finite, |w| <= MAX_ABS_WEIGHT), packed in the layer's encodings by the same
 packer the converter uses, and checked to have the layer's exact blob layout,
 so the kernels and every tier treat the new expert like a converted one.
 """
@@ -50,7 +50,7 @@ def pack_new_expert(model, layout, layer, weights, router_row, bias):
     if not np.isfinite(float(bias)):
         raise InvalidArgument(f"add_expert(layer {layer}): bias must be finite, got {bias!r}")
     from ..format.convert import pack
-    blob, new_layout = pack(gate, up, down, model.config.scheme)
+    blob, new_layout = pack(gate, up, down, layout.schemes)     # the layer's encodings (per matrix when mixed)
     if new_layout != layout:
         raise StoreError(f"add_expert(layer {layer}): packed layout differs from the layer's experts "
                          f"({new_layout} vs {layout})")

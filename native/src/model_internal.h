@@ -12,6 +12,7 @@
 #define CBF_VERSION 1
 #define CBF_MAX_LAYERS 1024
 #define CBF_MAX_NDIM 4
+#define CBF_MIXED (-1)          /* header scheme_code "mixed": each expert matrix in the cb_dtype its descriptor names */
 enum { CBF_TENSOR = 0, CBF_EXPERT = 1, CBF_SHARED = 2, CBF_ROUTER = 3, CBF_BIAS = 4, CBF_SHARED_GATE = 5,
        CBF_MATRIX = 6, CBF_DENSE_MLP = 7 /* whole-model entries: read by the Python engine, skipped here */ };
 enum { CBF_F32 = 0, CBF_U8 = 4 };
@@ -47,7 +48,7 @@ struct cb_model {
     size_t size;
     cb_model_info info;
     uint8_t moe_mask[CBF_MAX_LAYERS / 8];
-    int32_t scheme;               /* cb_dtype of every expert matrix */
+    int32_t scheme;               /* cb_dtype of every expert matrix, or CBF_MIXED */
     int32_t shared_gate;          /* 1: each MoE layer has a sigmoid shared gate */
     uint64_t n_entries;
     cbf_entry *entries;

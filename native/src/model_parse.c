@@ -63,7 +63,7 @@ cb_status cbf_parse_header(cb_model *m, const uint8_t *h, uint64_t *table_off, u
     char scheme[17] = {0};
     memcpy(scheme, h + 104, 16);
     const cb_encoding *enc = cb_encoding_of(m->scheme);
-    if (!enc || strcmp(scheme, enc->name) != 0)
+    if (m->scheme == CBF_MIXED ? strcmp(scheme, "mixed") != 0 : !enc || strcmp(scheme, enc->name) != 0)
         return cb_fail(CB_E_FORMAT, "%s: unknown expert scheme in header", p);
     if (in->hidden <= 0 || in->inter <= 0 || in->n_experts <= 0 || in->top_k < 1 || in->top_k > in->n_experts
         || in->n_layers <= 0 || in->n_layers > CBF_MAX_LAYERS || in->shared_inter < 0 || g->kind < 0
@@ -139,8 +139,7 @@ static int dense_blob_ok(const cb_model *m, const cbf_entry *e) {
     if (e->layer < 0 || e->layer >= m->info.n_layers || is_moe(m, e->layer)) return 0;
     for (int k = 0; k < 3; k++)
         if (!matrix_ok(&e->mats[k], e->nbytes)) return 0;
-    return u->rows == g->rows && u->cols == g->cols && d->rows == g->cols && d->cols == g->rows
-           && g->dtype == u->dtype && g->dtype == d->dtype;
+    return u->rows == g->rows && u->cols == g->cols && d->rows == g->cols && d->cols == g->rows;   /* any encodings */
 }
 
 static int blob_ok(const cb_model *m, const cbf_entry *e) {
@@ -150,7 +149,8 @@ static int blob_ok(const cb_model *m, const cbf_entry *e) {
         return 0;
     for (int k = 0; k < 3; k++) {
         const cbf_matrix *x = &e->mats[k];
-        if (x->dtype != m->scheme || x->rows != want[k][0] || x->cols != want[k][1] || !matrix_ok(x, e->nbytes)) return 0;
+        if ((m->scheme != CBF_MIXED && x->dtype != m->scheme) || x->rows != want[k][0] || x->cols != want[k][1]
+            || !matrix_ok(x, e->nbytes)) return 0;
     }
     return 1;
 }

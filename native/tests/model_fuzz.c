@@ -5,7 +5,8 @@
  * CRCs recomputed. Each must be accepted or rejected with CB_E_FORMAT/CB_E_IO; an accepted
  * one is walked (every router/expert/tensor byte read, one cb_moe_forward) so a bad
  * pointer faults here. Also the regression cases: an overflowing shape product, a
- * duplicated name, a duplicated expert slot, a NaN scale-free f32 weight with fixed CRC. */
+ * duplicated name, a duplicated expert slot, a NaN scale-free f32 weight with fixed CRC; the header scheme
+ * "mixed" (code -1, each matrix in its own dtype) opens, a "mixed" name or code alone does not. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -180,6 +181,14 @@ int main(void) {
     CHECK(open_bytes(path, f, FILE_SIZE, eng) == CB_E_FORMAT);
     memcpy(f, base, FILE_SIZE);                                  /* NaN weight, CRCs fixed */
     float nan = NAN; memcpy(f + X1_AT + 12, &nan, 4); fix(f, FILE_SIZE, 1);
+    CHECK(open_bytes(path, f, FILE_SIZE, eng) == CB_E_FORMAT);
+    memcpy(f, base, FILE_SIZE);                                  /* header scheme "mixed" (code -1) opens */
+    memset(f + 104, 0, 16); memcpy(f + 104, "mixed", 5); w32(f + 120, (uint32_t)-1); fix(f, FILE_SIZE, 0);
+    CHECK_OK(open_bytes(path, f, FILE_SIZE, eng));
+    w32(f + 120, 0); fix(f, FILE_SIZE, 0);                        /* ... but not named "mixed" with code 0 */
+    CHECK(open_bytes(path, f, FILE_SIZE, eng) == CB_E_FORMAT);
+    memcpy(f, base, FILE_SIZE);                                  /* nor code -1 named "f32" */
+    w32(f + 120, (uint32_t)-1); fix(f, FILE_SIZE, 0);
     CHECK(open_bytes(path, f, FILE_SIZE, eng) == CB_E_FORMAT);
     cb_engine_destroy(eng);
     unlink(path);

@@ -5,13 +5,18 @@ colibri's table, so the import is checked against an independent mapping), metad
 add_* methods (llama.cpp's key names); the experts are stacked [experts, rows, cols] as
 convert_hf_to_gguf.py stacks them. `qtype` Q8_0 quantizes every 2-D weight except the router with
 gguf.quants.quantize (llama.cpp's reference quantizer), as `convert_hf_to_gguf.py --outtype q8_0` does.
-`qtype` Q4_K_M (Q5_K_M) writes llama-quantize's kinds of blocks: Q6_K for the output matrix, Q4_K (Q5_K) for
-every other 2-D weight but the router (the gguf package has no k-quant quantizer: colibri's reference one,
+`qtype` Q4_K_M (Q5_K_M) picks each tensor's type as llama-quantize does (src/llama-quant.cpp,
+llama_tensor_get_type_impl, the rules a model of fewer than 8 experts meets): Q6_K for the output matrix, Q6_K
+for attn_v and every FFN down projection (ffn_down_exps, ffn_down_shexp, ffn_down) of the `use_more_bits`
+layers, Q4_K (Q5_K) for every other 2-D weight but the router: the mix of a real file, down projections of one
+layer Q4_K and of the next Q6_K (the gguf package has no k-quant quantizer: colibri's reference one,
 format/kquants.py, makes the blocks; gguf.quants.dequantize stays the independent reader). The k-quants
 need cols in whole 256-element super-blocks, so such a model's sizes are multiples of 256. `qtype` IQ4_XS
 (IQ4_NL) is the same mix with IQ4_XS (IQ4_NL) blocks (colibri's format/iquants.py) in place of Q4_K; MXFP4_MOE
 is llama-quantize's gpt-oss type: the expert stacks MXFP4, every other matrix Q8_0 (both by gguf.quants).
 """
+import re
+
 import numpy as np
 
 gguf = __import__("pytest").importorskip("gguf")
@@ -117,6 +122,7 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
     tensors = hf_tensors(model)
     if name == "deepseek2" and split_kv_b:
         tensors = split_kv(tensors, c)
+    counts = quant_counts(names.get_name(n, try_suffixes=(".weight", ".bias")) for n in tensors)
     for hf_name, v in tensors.items():
         if llama and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
             v = permute(v, c.num_attention_heads if "q_proj" in hf_name else c.num_key_value_heads)
@@ -124,7 +130,7 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         assert name is not None, hf_name
         if name not in raw_tensors and name not in drop_tensors:
-            stored[name] = _store(w, name, v, qtype)
+            stored[name] = _store(w, name, v, tensor_type(name, v, qtype, counts))
     for name, (raw, gtype) in raw_tensors.items():
         w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType[gtype])
         stored[name] = raw
@@ -162,22 +168,44 @@ def permute(v, heads):
     return v.reshape(heads, 2, v.shape[0] // heads // 2, *v.shape[1:]).swapaxes(1, 2).reshape(v.shape)
 
 
-def tensor_type(name, v, qtype):
-    """The GGML type `write_gguf` stores tensor `name` (value v) in for `qtype`."""
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+MORE_BITS = ("attn_v", "ffn_down")     # llama.cpp's ATTENTION_V and FFN_DOWN categories (exps, shexp, dense)
+
+
+def quant_counts(gguf_names):
+    """{category: number of its tensors}: llama-quantize's n_attention_wv / n_ffn_down, the `n` of use_more_bits."""
+    kinds = [n.split(".")[2] for n in gguf_names if n and n.startswith("blk.")]
+    return {k: sum(1 for kind in kinds if kind.startswith(k)) for k in MORE_BITS}
+
+
+def use_more_bits(i, n):
+    """llama.cpp's use_more_bits(i_layer, n_layers)."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def tensor_type(name, v, qtype, counts=None):
+    """The GGML type `write_gguf` stores tensor `name` (value v) in for `qtype`; counts: quant_counts of the file
+    (K-quant mixes: attn_v's index is its layer, as llama.cpp counts them one per layer; ffn_down's layer is parsed
+    from the name, as llama.cpp does for a model with experts)."""
     if v.ndim < 2 or any(k in name for k in F32_ONLY) or qtype == "F32":
         return "F32"
     if qtype == "MXFP4_MOE":                # llama-quantize: the expert stacks MXFP4, every other matrix Q8_0
         return "MXFP4" if "_exps." in name else "Q8_0"
-    if qtype in ("Q4_K_M", "Q5_K_M", "IQ4_XS", "IQ4_NL"):
-        return "Q6_K" if name.startswith("output.") else qtype[:4] if qtype.endswith("_K_M") else qtype
+    if qtype in ("Q4_K_M", "Q5_K_M"):
+        m, kind = _LAYER.match(name), name.split(".")[2] if name.startswith("blk.") else ""
+        more = next((k for k in MORE_BITS if kind.startswith(k)), None)
+        if name.startswith("output.") or (m and more and use_more_bits(int(m.group(1)), counts[more])):
+            return "Q6_K"
+        return qtype[:4]
+    if qtype in ("IQ4_XS", "IQ4_NL"):
+        return "Q6_K" if name.startswith("output.") else qtype
     return qtype
 
 
 OURS = ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL")     # types gguf.quants cannot write: colibri's quantizers
 
 
-def _store(w, name, v, qtype):
-    kind = tensor_type(name, v, qtype)
+def _store(w, name, v, kind):
     if kind in OURS:
         from colibri_dist.format.quantize import quantize_matrix
         q = quantize_matrix(np.ascontiguousarray(v, np.float32).reshape(-1, v.shape[-1]), kind.lower())[0]
@@ -188,8 +216,8 @@ def _store(w, name, v, qtype):
         q = gguf.quants.quantize(v, gguf.GGMLQuantizationType[kind])
         w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType[kind])
         return q
-    if qtype in ("F16", "BF16") and v.ndim >= 2 and not any(k in name for k in F32_ONLY):
-        if qtype == "F16":
+    if kind in ("F16", "BF16"):
+        if kind == "F16":
             w.add_tensor(name, v.astype(np.float16))
             return v.astype(np.float16)
         q = gguf.quants.quantize(v, gguf.GGMLQuantizationType.BF16)
@@ -197,3 +225,33 @@ def _store(w, name, v, qtype):
         return q
     w.add_tensor(name, np.ascontiguousarray(v, dtype=np.float32))
     return v
+
+
+def file_values(path):
+    """{GGUF tensor name: (float32 values in numpy order, GGML type name)} of a GGUF file, every tensor decoded by
+    gguf.quants.dequantize (the oracle), whatever wrote the file (write_gguf or llama.cpp's tools)."""
+    out = {}
+    for t in gguf.GGUFReader(str(path)).tensors:
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        out[t.name] = (np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32).reshape(shape),
+                       t.tensor_type.name)
+    return out
+
+
+def dequantized_model(model, path):
+    """A copy of `model` (a transformers Qwen3-MoE) whose every weight is the value GGUF file `path` stores."""
+    import copy
+    import torch
+    values = {k: v for k, (v, _) in file_values(path).items()}
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3MOE, model.config.num_hidden_layers)
+    hf = {n: values[names.get_name(n, try_suffixes=(".weight", ".bias"))] for n in hf_tensors(model)}
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, t in out.state_dict().items():
+            base = name[:-len("gate_up_proj")]
+            if name.endswith("gate_up_proj"):
+                v = np.concatenate([hf[base + "gate_proj.weight"], hf[base + "up_proj.weight"]], axis=1)
+            else:
+                v = hf[name + ".weight" if name.endswith("experts.down_proj") else name]
+            t.copy_(torch.from_numpy(np.array(v, np.float32)).reshape(t.shape))
+    return out

@@ -1,11 +1,11 @@
 """GGUF import (colibri convert MODEL.gguf): a tiny random Qwen3-MoE written as llama.cpp writes it, imported.
 
 F32: the imported container's logits equal the safetensors-converted container's bit for bit, and transformers'
-within the oracle tolerance. Q8_0, Q4_K_M's / Q5_K_M's Q4_K, Q5_K, Q6_K, IQ4_XS / IQ4_NL, MXFP4_MOE's MXFP4:
-every block is copied (container bytes == GGUF bytes, decode == gguf.quants.dequantize exactly), the logits
-equal transformers' on the dequantized weights, and every SIMD level gives the same bits. The tokenizer and chat
-template come from the metadata: token ids equal the original tokenizer's. Bad files are refused naming the file
-and the key or tensor, with nothing written.
+within the oracle tolerance. Q8_0, IQ4_XS / IQ4_NL, MXFP4_MOE's MXFP4: every block is copied (container bytes ==
+GGUF bytes, decode == gguf.quants.dequantize exactly), the logits equal transformers' on the dequantized weights,
+and every SIMD level gives the same bits (the K-quant mixes of Q4_K_M / Q5_K_M files: test_format_gguf_mix.py).
+The tokenizer and chat template come from the metadata: token ids equal the original tokenizer's. Bad files are
+refused naming the file and the key or tensor, with nothing written.
 """
 import json
 import os
@@ -20,7 +20,7 @@ from colibri_dist.format.quantize import dequantize
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
-from gguf_tiny import hf_tensors, tensor_type, write_gguf  # noqa: E402  (needs gguf)
+from gguf_tiny import dequantized_model, tensor_type, write_gguf  # noqa: E402  (needs gguf)
 
 Q8 = gguf.GGMLQuantizationType.Q8_0
 TEXTS = ["Hello world", " don't stop", "12345 apples\n\n  indented\tline", "Ünïcødé straße 東京",
@@ -141,45 +141,23 @@ def test_q8_0_blocks_are_copied_and_decode_as_gguf_does(q8):
             assert np.array_equal(dequantize(mblob, ml), gguf.quants.dequantize(stored[key], Q8))
 
 
-def dequantized_model(model, stored, qtype="Q8_0"):
-    """model with every weight replaced by the values the GGUF stores (blocks decoded by gguf.quants)."""
-    import copy
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3MOE, model.config.num_hidden_layers)
-    values = {}
-    for hf_name, v in hf_tensors(model).items():
-        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
-        q = stored[name]
-        kind = gguf.GGMLQuantizationType[tensor_type(name, v, qtype)]
-        values[hf_name] = gguf.quants.dequantize(q, kind) if q.dtype == np.uint8 else q
-    out = copy.deepcopy(model)
-    with torch.no_grad():
-        for name, t in out.state_dict().items():
-            base = name[:-len("gate_up_proj")]
-            if name.endswith("gate_up_proj"):
-                v = np.concatenate([values[base + "gate_proj.weight"], values[base + "up_proj.weight"]], axis=1)
-            else:
-                v = values[name + ".weight" if name.endswith("experts.down_proj") else name]
-            t.copy_(torch.from_numpy(np.asarray(v, np.float32)))
-    return out
-
-
 def test_q8_0_logits_equal_transformers_on_the_gguf_values_on_every_level(q8):
     from colibri_dist.native import simd_available
-    _, stored, path, model, _ = q8
+    gguf_path, _, path, model, _ = q8
     ids = np.random.default_rng(5).integers(0, 320, 40)
     got = {level: logits(path, ids, level) for level in simd_available()}
     assert all(np.array_equal(got["scalar"], g) for g in got.values()), list(got)
-    ref = reference(dequantized_model(model, stored), ids)
+    ref = reference(dequantized_model(model, gguf_path), ids)
     assert rel_err(got["scalar"], ref) <= 1e-4
     assert rel_err(got["scalar"], reference(model, ids)) > 1e-6        # the file's values, not the float model's
 
 
-@pytest.fixture(scope="module", params=["Q4_K_M", "Q5_K_M", "MXFP4_MOE", "IQ4_XS", "IQ4_NL"])
+@pytest.fixture(scope="module", params=["MXFP4_MOE", "IQ4_XS", "IQ4_NL"])
 def blocks(tmp_path_factory, request):
-    """A tiny Qwen3-MoE with every quantized matrix in whole 256-element super-blocks, written with Q4_K_M's
-    (Q5_K_M's, IQ4_XS's, IQ4_NL's) kinds of blocks (Q4_K (Q5_K, IQ4_XS, IQ4_NL) experts, attention and embedding,
-    Q6_K output, router F32), or MXFP4_MOE's (MXFP4 experts, Q8_0 elsewhere), and imported: (qtype, stored arrays,
-    container, model)."""
+    """A tiny Qwen3-MoE with every quantized matrix in whole 256-element super-blocks, written with IQ4_XS's
+    (IQ4_NL's) blocks (experts, attention and embedding; Q6_K output, router F32), or MXFP4_MOE's (MXFP4 experts,
+    Q8_0 elsewhere), and imported: (qtype, stored arrays, container, model). The K-quant mixes:
+    test_format_gguf_mix.py."""
     import transformers
     from colibri_dist.format.tiny import _COMMON
     torch.manual_seed(2)
@@ -224,7 +202,7 @@ def test_quantized_blocks_logits_equal_transformers_on_the_gguf_values_on_every_
     ids = np.random.default_rng(6).integers(0, 320, 40)
     got = {level: logits(path, ids, level) for level in simd_available()}
     assert all(np.array_equal(got["scalar"], g) for g in got.values()), list(got)
-    ref = reference(dequantized_model(model, stored, qtype), ids)
+    ref = reference(dequantized_model(model, path.parent / "m.gguf"), ids)
     assert rel_err(got["scalar"], ref) <= 1e-4
     assert rel_err(got["scalar"], reference(model, ids)) > 1e-4        # the file's values, not the float model's
 
