@@ -101,15 +101,18 @@ def log_softmax(logits):
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def compare(saved, logits_of):
+def compare(saved, logits_of, bos=None):
     """Score logits_of(token ids of one chunk) -> [n_ctx, vocab] against llama.cpp's saved log-probabilities, as
     `llama-perplexity --kl-divergence` scores two of its own runs: {"positions", "top1" (same argmax),
     "top1_code_ties" (the other positions where our top token's saved code is within one step of the saved top's:
     a tie the 16-bit codes cannot order), "mean_kl" (KL(llama.cpp || ours) over its entries above e^-16),
-    "max_abs_logprob_diff" (over coded entries)}."""
+    "max_abs_logprob_diff" (over coded entries)}. bos: the id llama-perplexity put first in each chunk when the
+    vocabulary adds one (tokenizer.ggml.add_bos_token; the file keeps the text's own first id)."""
     same = ties = positions = 0
     kl = worst = 0.0
     for chunk, base, coded, step in zip(saved.tokens, saved.logprobs, saved.coded, saved.steps):
+        if bos is not None:
+            chunk = np.concatenate([[bos], chunk[1:]]).astype(chunk.dtype)
         ours = log_softmax(logits_of(chunk))[saved.first:-1]
         top = ours.argmax(axis=1)
         agree = top == base.argmax(axis=1)
