@@ -1,4 +1,4 @@
-"""Byte layout of one expert blob: where gate, up and down (and their scales) sit.
+"""Byte layout of one expert blob: where gate, up and down (their scales, their biases) sit.
 
 Role in the data flow: the contract between the quantizers/writer (which pack a
 blob), the container (which stores it 4096-aligned), the store (which copies or
@@ -36,14 +36,32 @@ class MatrixLayout:
     zero_offset: int = -1
 
 
+ACTIVATIONS = {"silu": 0, "swiglu_oai": 1}    # cb_act codes (colibri.h); the container header's expert_act
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An expert's gated activation (colibri.h cb_act): "silu" (SwiGLU) or "swiglu_oai" (gpt-oss's clamped
+    SwiGLU: alpha, limit). Not stored in the blob: the container header holds it for every expert."""
+    kind: str = "silu"
+    alpha: float = 0.0
+    limit: float = 0.0
+
+
+SILU = Activation()
+
+
 @dataclass(frozen=True)
 class ExpertLayout:
-    """gate/up: [inter, hidden]; down: [hidden, inter]."""
+    """gate/up: [inter, hidden]; down: [hidden, inter]; biases: None, or the blob offsets of the float32
+    gate [inter], up [inter] and down [hidden] biases (gpt-oss)."""
     gate: MatrixLayout
     up: MatrixLayout
     down: MatrixLayout
     nbytes: int           # total blob size (a multiple of PART_ALIGN)
     scheme: str = field(default="f32")     # the three matrices' encoding, or MIXED when they differ
+    biases: tuple = None
+    act: Activation = SILU
 
     @property
     def schemes(self):

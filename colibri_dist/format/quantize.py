@@ -37,7 +37,7 @@ import numpy as np
 from ..encodings import BY_NAME, SCALE_BLOCK, SCALE_GROUP, SCALE_ROW, SCALE_SUPER, encoding
 from ..errors import InvalidArgument
 from . import iquants, kquants, mxfp4
-from .layout import PART_ALIGN, SCHEMES, ExpertLayout, MatrixLayout, scheme_of
+from .layout import PART_ALIGN, SCHEMES, SILU, ExpertLayout, MatrixLayout, scheme_of
 
 
 def _align(n, a=PART_ALIGN):
@@ -269,13 +269,14 @@ def dequantize(blob, m):
     return ((q.astype(np.int32) - zero).astype(np.float32) * scales[0]).astype(np.float32)
 
 
-def pack_expert(gate, up, down, scheme):
-    """Quantize one SwiGLU expert into a blob. gate, up: [inter, hidden]; down: [hidden, inter].
+def pack_expert(gate, up, down, scheme, biases=None, act=SILU):
+    """Quantize one gated expert into a blob. gate, up: [inter, hidden]; down: [hidden, inter].
     scheme: one encoding name for the three, or a (gate, up, down) tuple of names (a GGUF's Q4_K gate/up
-    with a Q6_K down, each kept as it is).
+    with a Q6_K down, each kept as it is); biases: None or float (gate [inter], up [inter], down [hidden]),
+    kept as float32; act: its Activation.
 
     Returns (blob uint8[nbytes], ExpertLayout): gate, up, down data, then their
-    scales, then their zero points, each part PART_ALIGN-aligned.
+    scales, then their zero points, then the biases, each part PART_ALIGN-aligned.
     """
     mats = {"gate": gate, "up": up, "down": down}
     schemes = dict(zip(mats, (scheme,) * 3 if isinstance(scheme, str) else tuple(scheme)))
@@ -291,10 +292,26 @@ def pack_expert(gate, up, down, scheme):
             parts[name] = quantize_matrix(w, schemes[name])
         except InvalidArgument as exc:
             raise InvalidArgument(f"expert matrix {name!r}: {exc}") from None
-    return _assemble(parts, schemes, shapes)
+    return _assemble(parts, schemes, shapes, _biases(biases, inter, hidden), act)
 
 
-def _assemble(parts, schemes, shapes):
+def _biases(biases, inter, hidden):
+    if biases is None:
+        return None
+    if len(biases) != 3:
+        raise InvalidArgument(f"expert biases must be (gate, up, down), got {len(biases)} vectors")
+    out = []
+    for name, b, size in zip(("gate", "up", "down"), biases, (inter, inter, hidden)):
+        b = np.ascontiguousarray(b, dtype=np.float32)
+        if b.shape != (size,):
+            raise InvalidArgument(f"expert {name} bias has shape {list(b.shape)}, expected [{size}]")
+        if not np.isfinite(b).all():
+            raise InvalidArgument(f"expert {name} bias contains NaN or Inf")
+        out.append(b)
+    return out
+
+
+def _assemble(parts, schemes, shapes, biases=None, act=SILU):
     offset, chunks, offsets = 0, [], {}
     for kind, pick in (("data", 0), ("scale", 1), ("zero", 2)):
         for name in ("gate", "up", "down"):
@@ -305,6 +322,14 @@ def _assemble(parts, schemes, shapes):
             offsets[(name, kind)] = (offset, raw.size, arr.size)
             chunks.append((offset, raw))
             offset = _align(offset + raw.size)
+    bias_offsets = None
+    if biases is not None:
+        bias_offsets = []
+        for b in biases:
+            bias_offsets.append(offset)
+            chunks.append((offset, b.view(np.uint8)))
+            offset = _align(offset + b.nbytes)
+        bias_offsets = tuple(bias_offsets)
     blob = np.zeros(max(offset, PART_ALIGN), dtype=np.uint8)
     for off, raw in chunks:
         blob[off:off + raw.size] = raw
@@ -316,7 +341,16 @@ def _assemble(parts, schemes, shapes):
         z_off = offsets.get((name, "zero"), (-1, 0, 0))[0]
         mls[name] = MatrixLayout(SCHEMES[schemes[name]], rows, cols, d_off, d_bytes, s_off, s_count, z_off)
     return blob, ExpertLayout(mls["gate"], mls["up"], mls["down"], blob.size,
-                              scheme_of(m.dtype for m in mls.values()))
+                              scheme_of(m.dtype for m in mls.values()), bias_offsets, act)
+
+
+def expert_biases(blob, layout):
+    """The (gate, up, down) float32 biases of a packed expert, or None (tests, dequantized references)."""
+    if layout.biases is None:
+        return None
+    sizes = (layout.inter, layout.inter, layout.hidden)
+    return tuple(np.frombuffer(blob, np.uint8)[o:o + 4 * n].view(np.float32).copy()
+                 for o, n in zip(layout.biases, sizes))
 
 
 def rows_separable(scheme):

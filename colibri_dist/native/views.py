@@ -1,4 +1,4 @@
-"""ExpertView: an expert blob (any buffer) + its ExpertLayout, as a cb_expert for C.
+"""ExpertView: an expert blob (any buffer) + its ExpertLayout (biases, activation), as a cb_expert for C.
 
 Role: the store hands out blobs as mmap views, RAM copies, spill reads or Ray
 objects; expert_view() wraps any of them without copying (the view keeps the
@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import InvalidArgument
 from ..encodings import encoding
-from ..format.layout import ExpertLayout, MatrixLayout
+from ..format.layout import ACTIVATIONS, ExpertLayout, MatrixLayout
 from ._lib import ffi
 
 
@@ -34,6 +34,21 @@ def _check_matrix(m, nbytes, name):
         raise InvalidArgument(f"{name}: data offset {m.data_offset} misaligned")
 
 
+def _check_biases(layout, nbytes):
+    act = layout.act
+    if act.kind not in ACTIVATIONS:
+        raise InvalidArgument(f"expert activation {act.kind!r} unknown; expected one of {sorted(ACTIVATIONS)}")
+    if act.kind == "swiglu_oai" and not (np.isfinite(act.alpha) and np.isfinite(act.limit) and act.limit > 0):
+        raise InvalidArgument(f"swiglu_oai needs a finite alpha and a finite limit > 0, got {act.alpha}, {act.limit}")
+    if layout.biases is None:
+        return
+    if len(layout.biases) != 3:
+        raise InvalidArgument(f"expert biases: expected 3 offsets (gate, up, down), got {layout.biases!r}")
+    for name, off, n in zip(("gate", "up", "down"), layout.biases, (layout.inter, layout.inter, layout.hidden)):
+        if off <= 0 or off % 4 or off + 4 * n > nbytes:
+            raise InvalidArgument(f"{name} bias [{off}, +{4 * n}) does not fit a {nbytes}-byte blob")
+
+
 class ExpertView:
     """One expert ready for the kernels. `.c` is the cb_expert *, valid while the view lives."""
 
@@ -52,11 +67,16 @@ class ExpertView:
         if (layout.up.rows, layout.up.cols) != (layout.inter, layout.hidden) or \
                 (layout.down.rows, layout.down.cols) != (layout.hidden, layout.inter):
             raise InvalidArgument("expert layout shapes disagree: gate/up [inter, hidden], down [hidden, inter]")
+        _check_biases(layout, arr.size)
         self.buffer, self.layout = arr, layout
         self._base = ffi.from_buffer("uint8_t[]", arr)
         self.c = ffi.new("cb_expert *")
         for name in ("gate", "up", "down"):
             self._fill(getattr(self.c, name), getattr(layout, name))
+        if layout.biases is not None:
+            self.c.gate_bias, self.c.up_bias, self.c.down_bias = (
+                ffi.cast("const float *", self._base + off) for off in layout.biases)
+        self.c.act, self.c.alpha, self.c.limit = ACTIVATIONS[layout.act.kind], layout.act.alpha, layout.act.limit
 
     def _fill(self, cm, m: MatrixLayout):
         cm.data = self._base + m.data_offset

@@ -155,10 +155,22 @@ typedef struct {
     int32_t rows, cols;
 } cb_matrix;
 
-/* One SwiGLU expert: y = down( silu(gate x) * (up x) ).
- * gate, up: [inter, hidden]; down: [hidden, inter]. */
+/* The gated activation of an expert, h = act(g, u) per element, g = gate x (+ gate_bias), u = up x (+ up_bias):
+ *   CB_ACT_SILU         h = g / (1 + e^-g) * u                                  (SwiGLU)
+ *   CB_ACT_SWIGLU_OAI   g' = min(g, limit), u' = min(max(u, -limit), limit),     (gpt-oss's clamped SwiGLU;
+ *                       h = (u' + 1) * (g' / (1 + e^(-(g' * alpha))))             llama.cpp's swiglu_oai)
+ * e^x is silu.c's one sequence of operations: every SIMD level gives the same bits. */
+typedef enum { CB_ACT_SILU = 0, CB_ACT_SWIGLU_OAI = 1 } cb_act;
+
+/* One gated expert: y = down( act(gate x + gate_bias, up x + up_bias) ) + down_bias.
+ * gate, up: [inter, hidden]; down: [hidden, inter]. Biases are f32 [inter], [inter], [hidden] or NULL (none),
+ * each added after its product's dot (no FMA). act: cb_act; alpha and limit are read by CB_ACT_SWIGLU_OAI only
+ * (finite, limit > 0). A zero-initialized struct's extras are the plain SwiGLU without biases. */
 typedef struct {
     cb_matrix gate, up, down;
+    const float *gate_bias, *up_bias, *down_bias;
+    int32_t act;
+    float alpha, limit;
 } cb_expert;
 
 typedef enum {

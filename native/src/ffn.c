@@ -1,10 +1,11 @@
-/* ffn.c — SwiGLU expert FFNs on gathered token rows: y = down(silu(gate x) * (up x)).
+/* ffn.c — gated expert FFNs on gathered token rows: y = down(act(gate x + bg, up x + bu)) + bd.
  *
  * Role: the executor behind cb_expert_forward, cb_shared_forward and the
  * expert stage of cb_moe_forward. Work is split into items of output rows
- * (never K): phase 1 computes h = silu(gate x) * up x for a block of inter
- * rows of one task (the SiLU step is silu.c's, the same bits on every SIMD
- * level), phase 2 computes a block of hidden rows of down h. Every
+ * (never K): phase 1 computes h = act(gate x + bg, up x + bu) for a block of
+ * inter rows of one task (SwiGLU or gpt-oss's clamped SwiGLU, silu.c's, the
+ * same bits on every SIMD level; a bias is added after its dot, per element),
+ * phase 2 computes a block of hidden rows of down h (+ bd). Every
  * element goes through cb_dot_rows' fixed sequence, so neither the item split,
  * the thread, nor the other tasks change a bit of any output.
  */
@@ -97,6 +98,19 @@ size_t cb_ffn_scratch_bytes(const cb_engine *e, const cb_ffn_task *tasks, int32_
     return bytes + cb_arena_need(sizeof(ffn_item) * (size_t)(items + 1));
 }
 
+static void add_bias(float *y, const float *b, int32_t r0, int32_t r1) {
+    if (b)
+        for (int32_t r = r0; r < r1; r++) y[r] = y[r] + b[r];
+}
+
+/* Rows r0..r1 of one token: the biases after the dots, then the expert's gated activation into g. */
+static void activate(const cb_kernel_table *kt, const cb_expert *ex, float *g, float *u, int32_t r0, int32_t r1) {
+    add_bias(g, ex->gate_bias, r0, r1);
+    add_bias(u, ex->up_bias, r0, r1);
+    if (ex->act == CB_ACT_SWIGLU_OAI) kt->swiglu_oai(g + r0, u + r0, r1 - r0, ex->alpha, ex->limit);
+    else kt->silu_mul(g + r0, u + r0, r1 - r0);
+}
+
 static void phase_gate_up(void *ctx, int64_t item) {
     ffn_run *run = ctx;
     ffn_item it = run->items[item];
@@ -121,7 +135,7 @@ static void phase_gate_up(void *ctx, int64_t item) {
             cb_dot_rows(&t->ex->gate, it.r0, it.r1, t->xs + c, g + c, m);
             cb_dot_rows(&t->ex->up, it.r0, it.r1, t->xs + c, u + c, m);
         }
-        for (int64_t i = c; i < c + m; i++) run->kt->silu_mul(g[i] + it.r0, u[i] + it.r0, it.r1 - it.r0);
+        for (int64_t i = c; i < c + m; i++) activate(run->kt, t->ex, g[i], u[i], it.r0, it.r1);
     }
 }
 
@@ -145,6 +159,7 @@ static void phase_down(void *ctx, int64_t item) {
                            run->sh[it.task] + c, t->outs + c, m);
         else
             cb_dot_rows(&t->ex->down, it.r0, it.r1, h + c, t->outs + c, m);
+        for (int64_t i = c; i < c + m && t->ex->down_bias; i++) add_bias(t->outs[i], t->ex->down_bias, it.r0, it.r1);
         if (t->row_scale)
             for (int64_t i = c; i < c + m; i++)
                 for (int32_t r = it.r0; r < it.r1; r++) t->outs[i][r] = t->row_scale[i] * t->outs[i][r];

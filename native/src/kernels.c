@@ -6,9 +6,10 @@
  * prepared-activation paths w4a8 / w6a8), and the argument
  * checks every public call runs on cb_matrix / cb_expert.
  */
+#include <math.h>
 #include <stdio.h>
-#include "cb_internal.h"
 #include <string.h>
+#include "cb_internal.h"
 #include "kernels.h"
 
 void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
@@ -79,7 +80,13 @@ cb_status cb_check_expert(const cb_expert *ex, int32_t hidden, const char *what)
     snprintf(name, sizeof name, "%s.up", what);
     if ((s = cb_check_matrix(&ex->up, name, inter, hidden)) != CB_OK) return s;
     snprintf(name, sizeof name, "%s.down", what);
-    return cb_check_matrix(&ex->down, name, hidden, inter);
+    if ((s = cb_check_matrix(&ex->down, name, hidden, inter)) != CB_OK) return s;
+    if (ex->act != CB_ACT_SILU && ex->act != CB_ACT_SWIGLU_OAI)
+        return cb_fail(CB_E_INVALID, "%s: unknown activation %d", what, (int)ex->act);
+    if (ex->act == CB_ACT_SWIGLU_OAI && !(isfinite(ex->alpha) && isfinite(ex->limit) && ex->limit > 0))
+        return cb_fail(CB_E_INVALID, "%s: swiglu_oai needs a finite alpha and a finite limit > 0, got %g, %g", what,
+                       (double)ex->alpha, (double)ex->limit);
+    return CB_OK;
 }
 
 static size_t round64(size_t k) { return (k + 63) & ~(size_t)63; }

@@ -52,6 +52,8 @@ typedef void cb_pv_rows_k(float *acc, const float *p, const float *const *v, int
 typedef void cb_f16_row_k(const uint16_t *src, float *dst, int32_t n);
 /* SwiGLU's g = silu(g) * u on n elements (silu.c: one exp sequence, the same bits on every level). */
 typedef void cb_silu_mul_k(float *g, const float *u, int32_t n);
+/* gpt-oss's clamped SwiGLU g = swiglu_oai(g, u) on n elements (silu.c; colibri.h CB_ACT_SWIGLU_OAI). */
+typedef void cb_swiglu_oai_k(float *g, const float *u, int32_t n, float alpha, float limit);
 
 /* One kernel family (simd.c holds one per cb_simd level; cb_kernels() is the active one). */
 typedef struct {
@@ -68,6 +70,7 @@ typedef struct {
     cb_pv_rows_k *pv_rows;          /* avx512 and amx use the avx2 loops */
     cb_f16_row_k *f16_row;
     cb_silu_mul_k *silu_mul;
+    cb_swiglu_oai_k *swiglu_oai;
 } cb_kernel_table;
 const cb_kernel_table *cb_kernels(void);
 
@@ -103,6 +106,7 @@ int cb_amx_request(void);   /* asks the OS for the AMX tile state once; 1 when g
 cb_pv_rows_k cb_pv_rows_scalar, cb_pv_rows_avx2;
 cb_f16_row_k cb_f16_row_scalar, cb_f16_row_avx2;
 cb_silu_mul_k cb_silu_mul_scalar, cb_silu_mul_avx2, cb_silu_mul_avx512;
+cb_swiglu_oai_k cb_swiglu_oai_scalar, cb_swiglu_oai_avx2, cb_swiglu_oai_avx512;
 
 /* Exact f16 -> f32 (IEEE half, subnormals included). */
 static inline float cb_f16_to_f32(uint16_t h) {

@@ -30,6 +30,7 @@ static cb_matrix to_matrix(const uint8_t *blob, const cbf_matrix *x) {
 static cb_expert to_expert(const cb_model *m, const cbf_entry *e) {
     const uint8_t *blob = m->map + e->offset;
     cb_expert ex;
+    memset(&ex, 0, sizeof ex);
     ex.gate = to_matrix(blob, &e->mats[0]);
     ex.up = to_matrix(blob, &e->mats[1]);
     ex.down = to_matrix(blob, &e->mats[2]);

@@ -1,5 +1,5 @@
-/* silu.c — the SwiGLU step of ffn.c on a run of elements: g[i] = g[i] / (1 + e^-g[i]) * u[i], scalar,
- * AVX2 and AVX-512.
+/* silu.c — the gated activation step of ffn.c on a run of elements, scalar, AVX2 and AVX-512: SwiGLU
+ * g[i] = g[i] / (1 + e^-g[i]) * u[i], and gpt-oss's clamped SwiGLU (swiglu_oai, colibri.h CB_ACT_SWIGLU_OAI).
  *
  * Role: SiLU needs one exp per element of every expert's inner activations; libm's scalar expf was the
  * last scalar loop of the expert FFN. Here e^x is one fixed sequence of IEEE operations (Cephes' expf:
@@ -53,6 +53,19 @@ void cb_silu_mul_scalar(float *g, const float *u, int32_t n) {
     for (int32_t i = 0; i < n; i++) g[i] = silu_mul_ref(g[i], u[i]);
 }
 
+/* gpt-oss's clamped SwiGLU (colibri.h CB_ACT_SWIGLU_OAI). The clamps are written as vminps(limit, x) /
+ * vmaxps(-limit, x) order them: a NaN input stays NaN (as torch.clamp keeps it) on every level. */
+static inline float swiglu_oai_ref(float g, float u, float alpha, float limit) {
+    g = limit < g ? limit : g;
+    u = limit < u ? limit : u;
+    u = -limit > u ? -limit : u;
+    return (u + 1.0f) * (g / (1.0f + exp_ref(-(g * alpha))));
+}
+
+void cb_swiglu_oai_scalar(float *g, const float *u, int32_t n, float alpha, float limit) {
+    for (int32_t i = 0; i < n; i++) g[i] = swiglu_oai_ref(g[i], u[i], alpha, limit);
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma")))
@@ -83,6 +96,21 @@ __attribute__((target("avx2,fma"))) void cb_silu_mul_avx2(float *g, const float 
     for (; i < n; i++) g[i] = silu_mul_ref(g[i], u[i]);
 }
 
+__attribute__((target("avx2,fma"))) void cb_swiglu_oai_avx2(float *g, const float *u, int32_t n, float alpha,
+                                                            float limit) {
+    const __m256 lim = _mm256_set1_ps(limit), nlim = _mm256_set1_ps(-limit), al = _mm256_set1_ps(alpha);
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_min_ps(lim, _mm256_loadu_ps(g + i));
+        __m256 b = _mm256_max_ps(nlim, _mm256_min_ps(lim, _mm256_loadu_ps(u + i)));
+        __m256 e = exp8(_mm256_xor_ps(_mm256_mul_ps(a, al), sign));
+        __m256 s = _mm256_div_ps(a, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_add_ps(b, one), s));
+    }
+    for (; i < n; i++) g[i] = swiglu_oai_ref(g[i], u[i], alpha, limit);
+}
+
 AVX512_FN __m512 exp16(__m512 x) {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(EXP_LO)), _mm512_set1_ps(EXP_HI));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -108,7 +136,28 @@ __attribute__((target("avx512f,avx2,fma"))) void cb_silu_mul_avx512(float *g, co
     }
     for (; i < n; i++) g[i] = silu_mul_ref(g[i], u[i]);
 }
+__attribute__((target("avx512f,avx2,fma"))) void cb_swiglu_oai_avx512(float *g, const float *u, int32_t n,
+                                                                      float alpha, float limit) {
+    const __m512 lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit), al = _mm512_set1_ps(alpha);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 a = _mm512_min_ps(lim, _mm512_loadu_ps(g + i));
+        __m512 b = _mm512_max_ps(nlim, _mm512_min_ps(lim, _mm512_loadu_ps(u + i)));
+        __m512 e = exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(a, al)), sign)));
+        __m512 s = _mm512_div_ps(a, _mm512_add_ps(one, e));
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(_mm512_add_ps(b, one), s));
+    }
+    for (; i < n; i++) g[i] = swiglu_oai_ref(g[i], u[i], alpha, limit);
+}
 #else
 void cb_silu_mul_avx2(float *g, const float *u, int32_t n) { cb_silu_mul_scalar(g, u, n); }
 void cb_silu_mul_avx512(float *g, const float *u, int32_t n) { cb_silu_mul_scalar(g, u, n); }
+void cb_swiglu_oai_avx2(float *g, const float *u, int32_t n, float alpha, float limit) {
+    cb_swiglu_oai_scalar(g, u, n, alpha, limit);
+}
+void cb_swiglu_oai_avx512(float *g, const float *u, int32_t n, float alpha, float limit) {
+    cb_swiglu_oai_scalar(g, u, n, alpha, limit);
+}
 #endif

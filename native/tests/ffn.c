@@ -24,7 +24,8 @@ static void ref_ffn(const float *g, const float *u, const float *d, const float 
 }
 
 static cb_expert f32_expert(const float *g, const float *u, const float *d) {
-    cb_expert ex = {{g, NULL, NULL, CB_F32, I, H}, {u, NULL, NULL, CB_F32, I, H}, {d, NULL, NULL, CB_F32, H, I}};
+    cb_expert ex = {{g, NULL, NULL, CB_F32, I, H}, {u, NULL, NULL, CB_F32, I, H}, {d, NULL, NULL, CB_F32, H, I},
+                   NULL, NULL, NULL, CB_ACT_SILU, 0.0f, 0.0f};
     return ex;
 }
 
@@ -97,7 +98,8 @@ int main(void) {
     for (int i = 0; i < I * H; i++) { q[i] = (int8_t)(rnd(&s) * 127); qd[i] = (int8_t)(rnd(&s) * 127); }
     for (int i = 0; i < I; i++) qs[i] = 0.01f;
     for (int i = 0; i < H; i++) qds[i] = 0.02f;
-    cb_expert qx = {{q, qs, NULL, CB_I8_ROW, I, H}, {q, qs, NULL, CB_I8_ROW, I, H}, {qd, qds, NULL, CB_I8_ROW, H, I}};
+    cb_expert qx = {{q, qs, NULL, CB_I8_ROW, I, H}, {q, qs, NULL, CB_I8_ROW, I, H}, {qd, qds, NULL, CB_I8_ROW, H, I},
+                  NULL, NULL, NULL, CB_ACT_SILU, 0.0f, 0.0f};
     CHECK_OK(cb_engine_set_w8a8(e1, 1));
     CHECK_OK(cb_engine_set_w8a8(e3, 1));
     CHECK_OK(cb_expert_forward(e1, &qx, x, H, NULL, N, w1));
@@ -122,7 +124,8 @@ int main(void) {
     for (int i = 0; i < H; i++) s4d[i] = 0.03f;
     CHECK(cb_matrix_data_bytes(CB_I4_G32, I, H) == (int64_t)sizeof q4g && cb_matrix_scale_count(CB_I4_G32, I, H) == I * 2);
     CHECK(strcmp(cb_encoding_of(CB_I4_G32)->name, "int4-g32") == 0 && cb_encoding_of(CB_DTYPE_COUNT) == NULL);
-    cb_expert q4 = {{q4g, s4g, NULL, CB_I4_G32, I, H}, {q4g, s4g, NULL, CB_I4_G32, I, H}, {q4d, s4d, NULL, CB_I4_G32, H, I}};
+    cb_expert q4 = {{q4g, s4g, NULL, CB_I4_G32, I, H}, {q4g, s4g, NULL, CB_I4_G32, I, H}, {q4d, s4d, NULL, CB_I4_G32, H, I},
+                  NULL, NULL, NULL, CB_ACT_SILU, 0.0f, 0.0f};
     CHECK_OK(cb_expert_forward(e3, &q4, x, H, NULL, N, f1));
     CHECK_OK(cb_simd_force(0));
     CHECK_OK(cb_expert_forward(e3, &q4, x, H, NULL, N, f0));
