@@ -126,13 +126,21 @@ def kv_write(spec, k_cache, v_cache, seq_start, pos0, block_tables, k, v=None):
                  "kv_write")
 
 
-def attention(rt, spec, k_cache, v_cache, seq_start, pos0, block_tables, q):
-    """Runtime.attention body: q [n_tok, n_heads, qk_dim] -> float32 [n_tok, n_heads, v_dim]."""
+def sinks_array(spec, sinks):
+    """The sinks of a layer checked against its spec: None, or float32 [n_heads] (finiteness: checked in C)."""
+    return None if sinks is None else _args.f32("sinks", sinks, 1, (spec.n_heads,))
+
+
+def attention(rt, spec, k_cache, v_cache, seq_start, pos0, block_tables, q, sinks=None):
+    """Runtime.attention body: q [n_tok, n_heads, qk_dim] -> float32 [n_tok, n_heads, v_dim]; sinks: None or
+    float32 [n_heads] (each head's sink logit in its softmax denominator)."""
     kc, vc, n_blocks = _pools(spec, k_cache, v_cache, writable=False)
     seqs = _seqs(seq_start, pos0, block_tables)
     _args.f32("q", q, 3, (seqs.n_tok, spec.n_heads, spec.qk_dim))
+    sinks = sinks_array(spec, sinks)
     out = np.empty((seqs.n_tok, spec.n_heads, spec.v_dim), dtype=np.float32)
     a = spec.to_c()
+    a.sinks = _args.ptr("float *", sinks)
     vp = _args.ptr("void *", vc if vc is not None else kc)
     with rt._lock:
         e = rt._engine()

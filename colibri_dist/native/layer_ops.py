@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import InvalidArgument
 from . import _args
 from ._lib import check_status, ffi, lib
-from .kv_ops import AttnSpec, SeqBatch, _pools
+from .kv_ops import AttnSpec, SeqBatch, _pools, sinks_array
 from .matrix import MatrixView
 from .runtime import MoeLayer
 from .views import ExpertView
@@ -32,17 +32,19 @@ def _vector(name, v, size):
 
 class LayerPlan:
     """A GQA layer as cb_decoder_layer. mats/biases/norms as model.weights.LayerWeights; rope: a RopeSpec; spec:
-    the layer's AttnSpec (v_dim = v_row = qk_dim); exactly one of moe (a MoeLayer) and mlp (an ExpertView)."""
+    the layer's AttnSpec (v_dim = v_row = qk_dim); exactly one of moe (a MoeLayer) and mlp (an ExpertView);
+    sinks: None or float32 [n_heads] (gpt-oss's attention sinks)."""
 
     def __init__(self, hidden, eps, ln_attn, ln_mlp, mats, biases, norms, qk_norm, clip_qkv, rope, spec,
-                 k_pool, v_pool, moe=None, mlp=None):
+                 k_pool, v_pool, moe=None, mlp=None, sinks=None):
         if not isinstance(spec, AttnSpec) or spec.v_dim != spec.qk_dim or spec.v_row != spec.qk_dim:
             raise InvalidArgument("LayerPlan needs a GQA AttnSpec (v_dim = v_row = qk_dim)")
         if (moe is None) == (mlp is None) or not isinstance(moe or mlp, (MoeLayer, ExpertView)):
             raise InvalidArgument("LayerPlan needs exactly one of moe (a MoeLayer) and mlp (an ExpertView)")
         kq, kk = spec.n_heads * spec.qk_dim, spec.n_kv_heads * spec.qk_dim
         kc, vc, n_blocks = _pools(spec, k_pool, v_pool, writable=True)
-        self._keep = (ln_attn, ln_mlp, mats, biases, norms, rope, kc, vc, moe, mlp)
+        sinks = sinks_array(spec, sinks)
+        self._keep = (ln_attn, ln_mlp, mats, biases, norms, rope, kc, vc, moe, mlp, sinks)
         self.top_k = moe.c.gating.top_k if moe is not None else 0
         c = self.c = ffi.new("cb_decoder_layer *")
         c.hidden, c.rms_eps = hidden, float(eps)
@@ -57,6 +59,7 @@ class LayerPlan:
         c.rope.attention_factor = float(rope.attention_factor)
         c.rope.inv_freq = _vector("inv_freq", rope.inv_freq, rope.rot_dim // 2)
         c.attn = spec.to_c()[0]
+        c.attn.sinks = _args.ptr("float *", sinks)
         c.k_cache, c.v_cache, c.n_blocks = _args.ptr("void *", kc), _args.ptr("void *", vc), n_blocks
         if moe is not None:
             c.moe = moe.c

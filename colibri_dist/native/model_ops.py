@@ -93,9 +93,10 @@ class ModelOps:
                                n_heads * stride, [ob + h * rows for h in range(n_heads)], n_heads * rows, n)
         return out
 
-    def attention(self, spec, k_cache, v_cache, seq_start, pos0, block_tables, q):
-        """Paged-KV causal attention (native/include/colibri.h cb_attention) -> float32 [n_tok, n_heads, v_dim]."""
-        return attention(self, spec, k_cache, v_cache, seq_start, pos0, block_tables, q)
+    def attention(self, spec, k_cache, v_cache, seq_start, pos0, block_tables, q, sinks=None):
+        """Paged-KV causal attention (native/include/colibri.h cb_attention) -> float32 [n_tok, n_heads, v_dim].
+        sinks: None or float32 [n_heads], each head's learned sink logit (gpt-oss)."""
+        return attention(self, spec, k_cache, v_cache, seq_start, pos0, block_tables, q, sinks)
 
 
 def rmsnorm(x, weight, eps, out=None):

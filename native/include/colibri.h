@@ -327,6 +327,8 @@ typedef struct {
     int32_t n_heads, n_kv_heads, qk_dim, v_dim, v_row, block_size, cache_dtype;
     int32_t window;   /* sliding window: key j visible from position p iff p - window < j <= p; 0 = no window */
     float scale;      /* score = dot(q, k) * scale (multiply after the dot) */
+    const float *sinks; /* [n_heads] finite learned logits, one more term of each head's softmax denominator whose
+                           probability is dropped (gpt-oss's attention sinks), or NULL (none) */
 } cb_attn;
 /* Sequence s owns tokens seq_start[s] .. seq_start[s+1]-1 of q (q [n_tok, n_heads, qk_dim] f32); token i of s is at
  * position pos0[s] + (i - seq_start[s]) and attends to keys max(0, p-window+1) .. p, position j stored in block
@@ -334,8 +336,8 @@ typedef struct {
  * out [n_tok, n_heads, v_dim] f32. The cache must already hold every visible position (write first).
  * Per (token, head): scores by cb_dot_rows' fixed sequence, softmax with max subtracted, exp sum in ascending j
  * (double), probabilities p_j = e_j / sum, out = sum_j p_j * v_j accumulated in ascending j with separate multiply
- * and add (no FMA): bit-identical whatever the batch, the other sequences, the chunking of a prompt into calls,
- * the thread count and the SIMD level. */
+ * and add (no FMA); with sinks, the max also covers the head's sink s and the sum ends with exp(s - max). Bit-identical
+ * whatever the batch, the other sequences, the chunking of a prompt into calls, the thread count and the SIMD level. */
 cb_status cb_attention(cb_engine *e, const cb_attn *a, const void *k_cache, const void *v_cache, int64_t n_blocks,
                        int32_t n_seqs, const int32_t *seq_start, const int32_t *pos0,
                        const int32_t *const *block_tables, const int32_t *n_table, const float *q, float *out);

@@ -1,4 +1,5 @@
-/* attention.c — cb_attention: causal (optionally sliding-window) attention over a paged KV cache.
+/* attention.c — cb_attention: causal attention over a paged KV cache, optionally with a sliding window and
+ * per-head sinks (gpt-oss).
  *
  * Role: the attention core of a decoder layer, between cb_kv_write and the o
  * projection. GQA, MQA and MLA-style shared values (v_cache == k_cache) are
@@ -7,9 +8,10 @@
  * vectors are listed token-major (token, head in group); the item's vectors
  * are the token list of cb_dot_rows over each K block (tile reuse); scores
  * for whole blocks are computed and masked afterwards (each element is
- * independent). Then, per vector: scale, max, e_j = exp(s_j - max) summed in
- * double in ascending j, p_j = (float)(e_j / sum), out = sum_j p_j * v_j in
- * ascending j with separate multiply and add (attn_simd.c). Nothing depends
+ * independent). Then, per vector: scale, max (over the sink too), e_j =
+ * exp(s_j - max) summed in double in ascending j (then the head's sink term
+ * exp(sink - max), when the layer has sinks), p_j = (float)(e_j / sum), out =
+ * sum_j p_j * v_j in ascending j with separate multiply and add (attn_simd.c). Nothing depends
  * on the item split, the thread, the other sequences or the SIMD level.
  *
  * Scratch: one slot per engine thread (scores, e, accumulators), claimed by
@@ -73,9 +75,10 @@ static void scores(const at_run *r, const at_item *it, const float *const *qp, f
     }
 }
 
-/* One vector's scores over its keys [lo, p] -> probabilities, in place. */
-static void softmax_row(float *s, double *e, int32_t n, float scale) {
-    float m = -INFINITY;
+/* One vector's scores over its keys [lo, p] -> probabilities, in place. sink: the head's sink logit, one
+ * more softmax term whose probability is dropped (NULL: none). */
+static void softmax_row(float *s, double *e, int32_t n, float scale, const float *sink) {
+    float m = sink ? *sink : -INFINITY;
     for (int32_t j = 0; j < n; j++) {
         s[j] = s[j] * scale;
         if (s[j] > m) m = s[j];
@@ -85,6 +88,7 @@ static void softmax_row(float *s, double *e, int32_t n, float scale) {
         e[j] = exp((double)(s[j] - m));
         sum += e[j];
     }
+    if (sink) sum += exp((double)(*sink - m));
     for (int32_t j = 0; j < n; j++) s[j] = (float)(e[j] / sum);
 }
 
@@ -118,8 +122,10 @@ static void attend_item(void *ctx, int64_t index) {
     }
     int32_t lo = lo_q[0], hi = p_q[nq - 1], base = lo / a->block_size * a->block_size;
     scores(r, it, qp, srow, nq, lo, hi, base);
-    for (int i = 0; i < nq; i++)
-        softmax_row(srow[i] + (lo_q[i] - base), sl->e, p_q[i] - lo_q[i] + 1, a->scale);
+    for (int i = 0; i < nq; i++) {
+        const float *sink = a->sinks ? a->sinks + it->kvh * G + (it->v0 + i) % G : NULL;
+        softmax_row(srow[i] + (lo_q[i] - base), sl->e, p_q[i] - lo_q[i] + 1, a->scale, sink);
+    }
     memset(sl->acc, 0, sizeof(float) * (size_t)nq * (size_t)vd);
     const float *vrows[VBLOCK];
     for (int32_t jb = lo; jb <= hi; jb += VBLOCK) {       /* value rows in blocks of VBLOCK, ascending */

@@ -27,6 +27,8 @@ static cb_status check_spec(const char *fn, const cb_attn *a) {
         return cb_fail(CB_E_INVALID, "%s: cache_dtype %d must be CB_F32, CB_F16 or CB_BF16", fn, (int)a->cache_dtype);
     if (a->window < 0) return cb_fail(CB_E_INVALID, "%s: window %d < 0", fn, (int)a->window);
     if (!isfinite(a->scale)) return cb_fail(CB_E_INVALID, "%s: scale is not finite", fn);
+    for (int32_t h = 0; a->sinks && h < a->n_heads; h++)
+        if (!isfinite(a->sinks[h])) return cb_fail(CB_E_INVALID, "%s: sinks[%d] is not finite", fn, (int)h);
     return CB_OK;
 }
 

@@ -130,7 +130,7 @@ static void test_rope(void) {
 }
 
 static void test_kv_write(void) {
-    cb_attn a = {1, 1, 8, 8, 8, 2, CB_F16, 0, 1.0f};
+    cb_attn a = {1, 1, 8, 8, 8, 2, CB_F16, 0, 1.0f, NULL};
     uint16_t kc[2 * 2 * 8];
     float k[8] = {1.0f, 65520.0f, 65519.0f, ldexpf(1.0f, -24), ldexpf(3.0f, -26), -0.0f, 1.0f + ldexpf(1.0f, -11), NAN};
     int32_t start[2] = {0, 1}, pos0[1] = {3}, tbl[2] = {1, 0}, nt[1] = {2};
@@ -176,7 +176,7 @@ static void test_attention(cb_engine *e1, cb_engine *e3) {
     int32_t tbl[10] = {2, 0, 3, 11, 5, 9, 1, 10, 4, 7}, nt[1] = {10}, start[2] = {0, P}, pos0[1] = {0};
     const int32_t *tables[1] = {tbl};
     for (int window = 0; window <= 13; window += 13) {
-        cb_attn a = {NH, NKV, D, D, D, BS, CB_F32, window, 0.5f};
+        cb_attn a = {NH, NKV, D, D, D, BS, CB_F32, window, 0.5f, NULL};
         CHECK_OK(cb_kv_write(&a, kc, vc, NB, 1, start, pos0, tables, nt, k, v));
         CHECK_OK(cb_attention(e3, &a, kc, vc, NB, 1, start, pos0, tables, nt, q, out));
         for (int p = 0; p < P; p++) {
@@ -190,7 +190,7 @@ static void test_attention(cb_engine *e1, cb_engine *e3) {
         }
         CHECK(memcmp(out, part, sizeof out) == 0);
     }
-    cb_attn a = {NH, NKV, D, D, D, BS, CB_F32, 0, 0.5f};
+    cb_attn a = {NH, NKV, D, D, D, BS, CB_F32, 0, 0.5f, NULL};
     tbl[1] = NB;
     CHECK(cb_attention(e1, &a, kc, vc, NB, 1, start, pos0, tables, nt, q, out) == CB_E_INVALID &&
           has(cb_engine_last_error(e1), "block_tables[0][1] = 12 outside [0, 12)"));
@@ -210,7 +210,7 @@ static void test_attention_random(cb_engine *e1, cb_engine *e3) {
         int vrow = mla ? qk : vd + (int)((rnd(&s) + 1) * 1.5f), bs = 1 + (int)((rnd(&s) + 1) * 4);
         int dt = (int)((rnd(&s) + 1) * 1.5f), window = rnd(&s) > 0 ? 0 : 1 + (int)((rnd(&s) + 1) * 6);
         int len[2] = {1 + (int)((rnd(&s) + 1) * 15), 1 + (int)((rnd(&s) + 1) * 15)}, n = len[0] + len[1];
-        cb_attn a = {nkv * G, nkv, qk, vd, vrow, bs, dt, window, 0.3f};
+        cb_attn a = {nkv * G, nkv, qk, vd, vrow, bs, dt, window, 0.3f, NULL};
         int32_t nt[2] = {(len[0] + bs - 1) / bs, (len[1] + bs - 1) / bs}, nb = nt[0] + nt[1];
         int32_t *tbl = malloc(sizeof(int32_t) * (size_t)nb), start[3] = {0, len[0], n}, pos0[2] = {0, 0};
         for (int i = 0; i < nb; i++) tbl[i] = (i * 7 + 3) % nb;

@@ -130,3 +130,54 @@ def test_deepseek_v3_mla_absorbed(rt, q_lora):
     heads = rt.matmul_heads(out_lat, wv, H, lora)                            # [n, H, vd]
     y = rt.matmul(heads.reshape(n, H * vd), _lin(attn.o_proj)[0])
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=5e-5)
+
+
+def _sliding_causal(n, window):
+    """transformers' sliding-window causal mask: key j visible from i iff i - window < j <= i."""
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    return torch.where((j <= i) & (j > i - window), 0.0, float("-inf"))[None, None]
+
+
+@pytest.mark.parametrize("window", [0, 5])
+def test_gpt_oss_attention_with_sinks(rt, window):
+    """GptOssAttention: q/k/v/o biases, GQA, yarn rope, per-head sinks, a sliding window shorter than the
+    sequence; prompt then decode steps through the paged cache with the sinks passed to the attention."""
+    from transformers.models.gpt_oss.configuration_gpt_oss import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention, GptOssRotaryEmbedding
+    torch.manual_seed(2)
+    layer_type = "sliding_attention" if window else "full_attention"
+    cfg = GptOssConfig(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=8,
+                       num_hidden_layers=1, layer_types=[layer_type], sliding_window=window or 128,
+                       max_position_embeddings=256, rope_parameters={
+                           "rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                           "truncate": False, "original_max_position_embeddings": 16, "rope_theta": 150000.0})
+    cfg._attn_implementation = "eager"
+    attn, rot = GptOssAttention(cfg, 0).eval(), GptOssRotaryEmbedding(cfg)
+    for p in attn.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    with torch.no_grad():
+        attn.sinks.copy_(torch.linspace(-2.0, 3.0, 6))
+    n, prompt, H, hd = 13, 8, 6, 8
+    x = torch.randn(1, n, 48)
+    mask = _sliding_causal(n, window) if window else _causal(n)
+    with torch.no_grad():
+        ref = attn(x, rot(x, torch.arange(n)[None]), mask)[0][0].numpy()
+
+    (wq, bq), (wk, bk), (wv, bv), (wo, bo) = (_lin(getattr(attn, f"{c}_proj")) for c in "qkvo")
+    spec = AttnSpec(H, 2, hd, hd, hd, block_size=4, window=window, scale=attn.scaling)
+    kc = np.zeros((4, 2, 4, hd), np.float32)
+    vc = np.zeros_like(kc)
+    q, k, v = (y.reshape(n, -1, hd) for y in rt.matmul_many(x[0].numpy(), [wq, wk, wv], [bq, bk, bv]))
+    for t in (q, k):
+        rope_apply(t, np.arange(n), hd, _np(rot.inv_freq), float(rot.attention_scaling))
+    sinks = _np(attn.sinks)
+
+    def write(a, b, table):
+        kv_write(spec, kc, vc, [0, b - a], [a], table, k[a:b].copy(), v[a:b].copy())
+
+    def attend(a, b, table):
+        return rt.attention(spec, kc, vc, [0, b - a], [a], table, q[a:b].copy(), sinks=sinks)
+
+    out = _steps(rt, spec, n, prompt, write, attend)
+    y = rt.matmul(out.reshape(n, -1), wo, bo)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=2e-5)
