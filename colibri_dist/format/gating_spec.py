@@ -22,15 +22,17 @@ class GatingKind:
     renorm: str        # the k chosen weights: "always" / "never" renormalised, or per "norm_topk_prob"
     grouped: bool      # + correction bias for selection only, group-limited top-k (n_group, topk_group)
     scaled: bool       # final weights *= routed_scaling_factor
+    bias: str          # the layer's per-expert bias (if any): "logits" (the router's linear bias, added to every
+                       # logit before selection and weights) | "selection" (added to the scores for selection only)
     used_by: str
 
 
 KINDS = (
-    GatingKind("softmax_topk_norm", 0, "softmax", "always", False, False,
-               "Mixtral; Qwen2/3-MoE and OLMoE with norm_topk_prob"),
-    GatingKind("softmax_topk", 1, "softmax", "never", False, False,
+    GatingKind("softmax_topk_norm", 0, "softmax", "always", False, False, "logits",
+               "Mixtral; Qwen2/3-MoE and OLMoE with norm_topk_prob; gpt-oss (router bias)"),
+    GatingKind("softmax_topk", 1, "softmax", "never", False, False, "logits",
                "OLMoE; Qwen2/3-MoE without norm_topk_prob"),
-    GatingKind("sigmoid_group", 2, "sigmoid", "norm_topk_prob", True, True, "DeepSeek-V3, GLM-4.5 MoE"),
+    GatingKind("sigmoid_group", 2, "sigmoid", "norm_topk_prob", True, True, "selection", "DeepSeek-V3, GLM-4.5 MoE"),
 )
 BY_NAME = {k.name: k for k in KINDS}
 GATING_KINDS = {k.name: k.code for k in KINDS}      # name -> code

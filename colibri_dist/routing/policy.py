@@ -34,6 +34,8 @@ def gate_scores(x, router, gating, bias=None):
     """(selection scores, weight scores), both float64 [n, E], for the family gating."""
     logits = np.asarray(x, np.float64) @ np.asarray(router, np.float64).T
     kind = _gating_kind(gating)
+    if kind.bias == "logits" and bias is not None:      # the router's linear bias (gpt-oss)
+        logits = logits + np.asarray(bias, np.float64)[None, :]
     if kind.scores == "softmax":
         z = np.exp(logits - logits.max(axis=1, keepdims=True))
         s = z / z.sum(axis=1, keepdims=True)

@@ -193,7 +193,8 @@ typedef struct {
     int32_t hidden;
     cb_gating gating;
     const float *router;           /* [n_experts, hidden] f32 */
-    const float *bias;             /* [n_experts] e_score_correction_bias or NULL */
+    const float *bias;             /* [n_experts] or NULL: SIGMOID_GROUP: e_score_correction_bias (selection only);
+                                      softmax kinds: the router's linear bias, added to every logit (gpt-oss) */
     const cb_expert *const *experts; /* [n_experts] */
     int32_t n_shared;              /* 0 or 1 shared MLP (DeepSeek's n_shared are fused into one) */
     const cb_expert *shared;       /* NULL if n_shared == 0 */

@@ -4,7 +4,9 @@
  * transformers 5.x routers define them, ties to the lower expert index:
  *   SOFTMAX_TOPK_NORM  top-k on raw logits (softmax is monotone), only the
  *                      winners exponentiated: w_j = e_j / sum_j e_j, e_j = exp(l_j - l_max)
+ *                      (= softmax over the top-k logits: gpt-oss's router)
  *   SOFTMAX_TOPK       same selection, w_j = exp(l_j - l_max) / sum_all exp(l_e - l_max)
+ *   (softmax kinds with a bias: l_e = logit_e + bias_e first, the router's linear bias)
  *   SIGMOID_GROUP      s = sigmoid(l); choice c = s + bias; groups ranked by the sum of
  *                      their top-2 c; top-k of c inside the topk_group best groups;
  *                      w_j = s_j (/ (sum + 1e-20) if norm_topk_prob) * routed_scaling_factor
@@ -61,6 +63,13 @@ static void softmax_kinds(const cb_gating *g, const float *l, int32_t *idx, floa
     for (int32_t j = 0; j < k; j++) w[j] = w[j] / sum;
 }
 
+/* The router's linear bias of a softmax kind: every logit, before selection and weights. */
+static void softmax_biased(const cb_gating *g, const float *l, const float *bias, int32_t *idx, float *w) {
+    float biased[CB_MAX_EXPERTS];
+    for (int32_t e = 0; e < g->n_experts; e++) biased[e] = l[e] + bias[e];
+    softmax_kinds(g, biased, idx, w);
+}
+
 static void sigmoid_group(const cb_gating *g, const float *l, const float *bias, int32_t *idx, float *w) {
     int32_t E = g->n_experts, k = g->top_k, gsz = E / g->n_group, n = 0;
     float c[CB_MAX_EXPERTS], val[CB_MAX_TOPK];
@@ -102,6 +111,7 @@ int cb_gate_one(const cb_gating *g, const float *logits, const float *bias, int3
     }
     if (bad) return 1;
     if (g->kind == CB_GATE_SIGMOID_GROUP) sigmoid_group(g, logits, bias, idx, w);
+    else if (bias) softmax_biased(g, logits, bias, idx, w);
     else softmax_kinds(g, logits, idx, w);
     return 0;
 }

@@ -67,7 +67,7 @@ static cb_status check_route_args(const cb_gating *g, const float *router, const
     if (hidden <= 0 || hidden > CB_MAX_HIDDEN || n < 0 || n > CB_MAX_ROWS) return cb_fail(CB_E_INVALID, "hidden %d / n %lld invalid", (int)hidden, (long long)n);
     if (n > 0 && !x) return cb_fail(CB_E_INVALID, "input x is NULL");
     for (int32_t e = 0; bias && e < g->n_experts; e++)
-        if (!isfinite(bias[e])) return cb_fail(CB_E_NONFINITE, "correction bias[%d] is not finite", (int)e);
+        if (!isfinite(bias[e])) return cb_fail(CB_E_NONFINITE, "router bias[%d] is not finite", (int)e);
     return CB_OK;
 }
 

@@ -1,8 +1,9 @@
 """The Python gating-kind table (format/gating_spec.KINDS) equals C's cb_gating_kind, row by row.
 
 Names and codes against the CB_GATE_* enum (both ways), C refuses the first code past the table, and
-each row's semantic columns (scores, renormalisation, groups + bias, scaling) as routing/policy.py's
-numpy reference reads them give the same experts and weights as cb_gate_logits.
+each row's semantic columns (scores, renormalisation, groups, scaling, what the bias is: the router's logit
+bias or a selection-only correction) as routing/policy.py's numpy reference reads them give the same experts
+and weights as cb_gate_logits, with and without a bias.
 """
 import numpy as np
 import pytest
@@ -48,11 +49,12 @@ def _gatings(kind):
             for norm in (True, False)]
 
 
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
-def test_each_rows_semantics_match_cb_gate_logits(kind):
+def test_each_rows_semantics_match_cb_gate_logits(kind, with_bias):
     rng = np.random.default_rng(1)
     logits = rng.standard_normal((16, 8)).astype(np.float32)
-    bias = (rng.standard_normal(8) * 0.3).astype(np.float32) if kind.grouped else None
+    bias = (rng.standard_normal(8) * 0.3).astype(np.float32) if with_bias else None
     for g in _gatings(kind):
         idx, w = native.gate_logits(logits, g, bias)
         sel, score = gate_scores(logits, np.eye(8, dtype=np.float32), g, bias)
@@ -68,3 +70,17 @@ def test_an_unknown_kind_is_refused_by_name():
         GatingSpec("softmax_top2", 8, 2)
     with pytest.raises(InvalidArgument, match="unknown gating kind 7"):
         gate_scores(np.ones((1, 2)), np.eye(2), 7)
+
+
+def test_a_logit_bias_changes_both_selection_and_weights():
+    # gpt-oss's router: softmax over the top-k of (x W^T + b), as transformers' GptOssTopKRouter
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    logits = rng.standard_normal((32, 8)).astype(np.float32)
+    bias = (rng.standard_normal(8) * 1.5).astype(np.float32)
+    idx, w = native.gate_logits(logits, GatingSpec("softmax_topk_norm", 8, 3), bias)
+    top, ref_idx = torch.topk(torch.from_numpy(logits) + torch.from_numpy(bias), 3, dim=-1)
+    assert np.array_equal(idx, ref_idx.numpy())
+    np.testing.assert_allclose(w, torch.softmax(top, dim=1).numpy(), rtol=1e-6, atol=1e-7)
+    plain, _ = native.gate_logits(logits, GatingSpec("softmax_topk_norm", 8, 3))
+    assert not np.array_equal(plain, idx)
