@@ -30,6 +30,9 @@ class Names:
     input_norm: str = "input_layernorm"
     post_attn_norm: str = "post_attention_layernorm"
     dense_mlp: str = "mlp"             # a dense layer's SwiGLU MLP: {dense_mlp}.{gate,up,down}_proj.weight
+    fused: str = "gate_rows"           # the fused experts' layout: "gate_rows" (gate_up_proj [E, 2I, H], gate rows
+                                       # first) | "interleaved" (gpt-oss: gate_up_proj [E, H, 2I], gate and up in
+                                       # alternate columns, down_proj [E, I, H], + gate_up_proj_bias, down_proj_bias)
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Attention:
     clip_qkv: float = 0.0      # 0 = none; clamps q, k, v after a "full" norm
     windows: tuple = None      # per layer: 0 = full attention, else the sliding window; None = all 0
     mla: bool = False          # DeepSeek multi-head latent attention (model/arch.py reads the MLA dims)
+    sinks: bool = False        # per-head learned sink logits {attn}.sinks [n_heads] in the softmax (gpt-oss)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Moe:
     moe_layers: tuple
     shared_inter: int = 0
     shared_gate: bool = False
+    act: dict = None           # the experts' activation: None = SwiGLU; dict(kind="swiglu_oai", alpha=, limit=)
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,12 @@ class Family:
 
     def fused_names(self, p):
         return f"{p}.experts.gate_up_proj", f"{p}.experts.down_proj"
+
+    def fused_bias_names(self, p):
+        """The fused experts' bias tensors (gate_up [E, 2I], down [E, H]), or None when the family has none."""
+        if self.names.fused != "interleaved":
+            return None
+        return f"{p}.experts.gate_up_proj_bias", f"{p}.experts.down_proj_bias"
 
     def shared_names(self, p):
         if not self.names.shared:

@@ -26,13 +26,14 @@ from ..errors import FormatError, InvalidArgument
 from . import spec
 from .config_values import check_config
 from .families import detect, model_config
+from .fused_experts import fused_shapes, read_fused
 from .gguf_source import is_gguf
 from .hf_source import SafetensorsSource, storage_dtype
 from .integrity import check_values, checked_chunks
 from .presets import resolve
 from .dense_plan import EMBED, LM_HEAD, read_matrix, write_dense
 from .destination import check_destination
-from .layout import MIXED
+from .layout import MIXED, SILU
 from .scheme_plan import pick, summary
 from .progress import bar
 from .tokenizer_files import tokenizer_files
@@ -58,7 +59,8 @@ def convert(src_dir, dst, experts=None, progress=True, dense=None, force=False, 
         try:
             family = detect(hf, config_path)
             check_config(hf, config_path)
-            cfg = model_config(family, hf, schemes[0] if isinstance(schemes[0], str) else MIXED)
+            cfg = model_config(family, hf, schemes[0] if isinstance(schemes[0], str) else MIXED, config_path)
+            family.attention(hf, cfg.n_layers, config_path)      # its checks too, before a byte is written
         except FormatError as exc:
             if gguf:                # named by the GGUF file and its metadata keys, not a config.json
                 raise source.config_error(exc) from exc
@@ -113,6 +115,8 @@ class LayerPlan:
         self.router = self.bias = self.shared = self.shared_gate = None
         self.per_expert = None     # list of (gate, up, down) names
         self.fused = None          # (gate_up, down) names
+        self.fused_biases = None   # (gate_up_bias, down_bias) names (family names.fused "interleaved")
+        self.layout = "gate_rows"  # the fused tensors' layout (format/fused_experts.py)
         self.sources = []
 
     def matrices(self):
@@ -139,17 +143,26 @@ def plan_layer(family, cfg, source, layer):
     if lp.shared_gate:
         _check_shape(source, lp.shared_gate, (1, cfg.hidden))
     gate_up, down = family.fused_names(p)
+    if gate_up not in source and f"{gate_up}_blocks" in source:
+        raise FormatError(f"{source.ref(gate_up + '_blocks').file}: {gate_up}_blocks / _scales hold MXFP4 "
+                          f"experts (the hub's gpt-oss checkpoints), which this converter cannot read yet; "
+                          f"convert a bf16 or f32 checkpoint")
     if family.per_expert_names(p, 0)[0] in source or gate_up not in source:
         lp.per_expert = [family.per_expert_names(p, e) for e in range(cfg.n_experts)]
         for names in lp.per_expert:
             _check_expert_shapes(source, names, cfg.inter, cfg.hidden)
     else:
-        lp.fused = (gate_up, down)
-        _check_shape(source, gate_up, (cfg.n_experts, 2 * cfg.inter, cfg.hidden))
-        _check_shape(source, down, (cfg.n_experts, cfg.hidden, cfg.inter))
+        _plan_fused(family, cfg, source, lp, (gate_up, down))
     lp.sources = [n for n in (lp.router, lp.bias, lp.shared_gate) if n] + list(lp.shared or ()) \
-        + [n for names in (lp.per_expert or [lp.fused]) for n in names]
+        + [n for names in (lp.per_expert or [lp.fused + (lp.fused_biases or ())]) for n in names]
     return lp
+
+
+def _plan_fused(family, cfg, source, lp, names):
+    lp.fused, lp.fused_biases, lp.layout = names, family.fused_bias_names(lp.prefix), family.names.fused
+    shapes = fused_shapes(lp.layout, cfg.n_experts, cfg.inter, cfg.hidden)
+    for name, role in zip(names + (lp.fused_biases or ()), ("gate_up", "down", "gate_up_bias", "down_bias")):
+        _check_shape(source, name, shapes[role])
 
 
 def _check_shape(source, name, shape):
@@ -177,10 +190,10 @@ def write_layer(writer, cfg, source, lp, pbar, experts=None):
         mats = _read_expert(source, lp.shared, cfg.shared_inter, cfg.hidden, experts)
         _blob(writer, source, f"{p}.shared_expert", mats, _picks(experts, lp.shared), spec.KIND_SHARED, L, -1)
         pbar.update(sum(source.ref(n).nbytes for n in lp.shared))
-    for e, (mats, src_bytes) in enumerate(read_ahead(_expert_reader(source, cfg, lp, e, experts)
-                                                     for e in range(cfg.n_experts))):
+    for e, (mats, biases, src_bytes) in enumerate(read_ahead(_expert_reader(source, cfg, lp, e, experts)
+                                                             for e in range(cfg.n_experts))):
         scheme = _picks(experts, lp.per_expert[e]) if lp.per_expert else experts
-        _blob(writer, source, f"{p}.experts.{e}", mats, scheme, spec.KIND_EXPERT, L, e)
+        _blob(writer, source, f"{p}.experts.{e}", mats, scheme, spec.KIND_EXPERT, L, e, biases, cfg.act)
         pbar.update(src_bytes)
 
 
@@ -192,10 +205,11 @@ def _picks(part, names):
 def _expert_reader(source, cfg, lp, e, experts):
     def read():
         if lp.per_expert:
-            return (_read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden, experts),
+            return (_read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden, experts), None,
                     sum(source.ref(n).nbytes for n in lp.per_expert[e]))
-        return (_read_fused(source, lp.fused, e, cfg.inter, cfg.hidden),
-                sum(source.ref(n).nbytes for n in lp.fused) // cfg.n_experts)
+        names = lp.fused + (lp.fused_biases or ())
+        mats, biases = read_fused(source, lp.fused, lp.fused_biases, e, cfg.inter, cfg.hidden, lp.layout)
+        return mats, biases, sum(source.ref(n).nbytes for n in names) // cfg.n_experts
     return read
 
 
@@ -227,23 +241,18 @@ def _read_expert(source, names, inter, hidden, part):
     return [read_matrix(source, n, s, pick(part, n)) for n, s in zip(names, shapes)]
 
 
-def _read_fused(source, fused, e, inter, hidden):
-    gate_up = source.read_f32(fused[0], (2 * inter, hidden), index=e)
-    down = source.read_f32(fused[1], (hidden, inter), index=e)
-    return [gate_up[:inter], gate_up[inter:], down]
-
-
-def _blob(writer, source, name, mats, scheme, kind, layer, expert):
+def _blob(writer, source, name, mats, scheme, kind, layer, expert, biases=None, act=SILU):
     try:
-        blob, layout = pack(mats[0], mats[1], mats[2], scheme)
+        blob, layout = pack(mats[0], mats[1], mats[2], scheme, biases, act)
     except InvalidArgument as exc:      # e.g. non-finite weights: the source's values
         what = scheme if isinstance(scheme, str) else "/".join(scheme)
         raise FormatError(f"{source.dir}: {name} (layer {layer}): cannot encode as {what}: {exc}") from exc
     writer.add_blob(name, blob, layout, kind, layer, expert)
 
 
-def pack(gate, up, down, scheme):
-    return pack_expert(*(m if isinstance(m, Encoded) else np.ascontiguousarray(m) for m in (gate, up, down)), scheme)
+def pack(gate, up, down, scheme, biases=None, act=SILU):
+    mats = (m if isinstance(m, Encoded) else np.ascontiguousarray(m) for m in (gate, up, down))
+    return pack_expert(*mats, scheme, biases=biases, act=act)
 
 
 def copy_dense(writer, source, name, pbar):

@@ -77,11 +77,15 @@ def matrix_problem(buf, m, part="matrix"):
 
 
 def blob_problem(blob, layout):
-    """None, or what is wrong with the values of an expert blob (scales, float weights)."""
+    """None, or what is wrong with the values of an expert blob (scales, float weights, biases)."""
     for part, m in zip(("gate", "up", "down"), (layout.gate, layout.up, layout.down)):
         problem = matrix_problem(blob, m, part)
         if problem is not None:
             return problem
+    for part, off, n in zip(("gate", "up", "down"), layout.biases or (), (layout.inter, layout.inter, layout.hidden)):
+        bad = count_nonfinite(blob[off:off + 4 * n], 0)
+        if bad:
+            return f"{part} bias has {bad} non-finite value(s)"
     return None
 
 

@@ -3,14 +3,17 @@
 Role in the data flow: built by convert.py from a Hugging Face config.json
 (via families.py), packed into the header by the writer, rebuilt by the reader
 from the header, and handed to routing/engine code. `gating` is a
-plain GatingSpec (format/gating_spec.py); the native boundary converts it.
+plain GatingSpec (format/gating_spec.py); the native boundary converts it. `act` is the
+routed experts' activation (layout.Activation: SwiGLU, or gpt-oss's clamped one).
 """
 from dataclasses import dataclass, field
 
 from ..errors import FormatError, InvalidArgument
 from . import spec
 from .gating_spec import GatingSpec
-from .layout import MIXED, MIXED_CODE, SCHEMES
+from .layout import ACTIVATIONS, MIXED, MIXED_CODE, SCHEMES, SILU, Activation
+
+ACTIVATION_NAMES = {code: name for name, code in ACTIVATIONS.items()}
 
 
 def make_gating(kind, n_experts, top_k, n_group=1, topk_group=1, norm_topk_prob=True,
@@ -36,6 +39,7 @@ class ModelConfig:
     shared_inter: int = 0
     shared_gate: bool = False
     scheme: str = "f32"            # the experts' encoding, or MIXED (each matrix's descriptor names its own)
+    act: Activation = SILU         # the routed experts' gated activation (header expert_act, swiglu_alpha/limit)
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def header_fields(self):
@@ -48,7 +52,8 @@ class ModelConfig:
                     gating_kind=spec.GATING_KINDS[g.kind], n_group=g.n_group, topk_group=g.topk_group,
                     norm_topk_prob=int(bool(g.norm_topk_prob)),
                     routed_scaling_factor=float(g.routed_scaling_factor),
-                    moe_mask=spec.moe_mask_bytes(self.moe_layers))
+                    moe_mask=spec.moe_mask_bytes(self.moe_layers), expert_act=ACTIVATIONS[self.act.kind],
+                    swiglu_alpha=float(self.act.alpha), swiglu_limit=float(self.act.limit))
 
     @classmethod
     def from_header(cls, h, extra=None, where="header"):
@@ -60,4 +65,10 @@ class ModelConfig:
                    top_k=h["top_k"], gating=gating, n_layers=h["n_layers"],
                    moe_layers=tuple(spec.moe_mask_layers(h["moe_mask"], h["n_layers"])),
                    shared_inter=h["shared_inter"], shared_gate=bool(h["shared_gate"]),
-                   scheme=h["scheme"], extra=extra or {})
+                   scheme=h["scheme"], act=header_activation(h), extra=extra or {})
+
+
+def header_activation(h):
+    """The Activation of the header fields (validate.py has checked them); SILU for the plain SwiGLU."""
+    kind = ACTIVATION_NAMES[h["expert_act"]]
+    return SILU if kind == "silu" else Activation(kind, h["swiglu_alpha"], h["swiglu_limit"])

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import FormatError, IntegrityError, InvalidArgument
 from . import spec
-from .layout import DTYPE_NAMES, ExpertLayout, MatrixLayout, scheme_of
+from .layout import DTYPE_NAMES, SILU, ExpertLayout, MatrixLayout, scheme_of
 from . import integrity
 from .model_config import ModelConfig
 from .quantize import bf16_bits_to_f32, dequantize
@@ -127,7 +127,7 @@ class Model:
     def _check(self, entry, raw):
         """IntegrityError (a FormatError) unless raw (the entry's bytes) has its CRC and finite values."""
         layout = entry.matrices[0] if entry.kind == spec.KIND_MATRIX else \
-            _layout(entry) if entry.kind in spec.BLOB_KINDS else None
+            _layout(entry, self.config.act) if entry.kind in spec.BLOB_KINDS else None
         problem = integrity.entry_problem(raw, entry, layout)
         if problem is not None:
             integrity.raise_problem(self.path, describe(entry), problem)
@@ -152,7 +152,7 @@ class Model:
         return {"checksums": self.checksums, "checked": self._checked.count()}
 
     def expert_layout(self, layer, expert=0):
-        return _layout(self._slot(spec.KIND_EXPERT, layer, expert))
+        return _layout(self._slot(spec.KIND_EXPERT, layer, expert), self.config.act)
 
     def expert_blob(self, layer, expert):
         return self._view(self._slot(spec.KIND_EXPERT, layer, expert))
@@ -333,10 +333,12 @@ def _unpack_entry(path, table, i):
         raise FormatError(f"{path}: tensor table entry {i} is invalid ({exc})") from exc
 
 
-def _layout(entry):
+def _layout(entry, act=SILU):
+    """The ExpertLayout of a blob entry; act: the header's expert activation (routed experts only)."""
     gate, up, down = entry.matrices
     return ExpertLayout(gate=gate, up=up, down=down, nbytes=entry.nbytes,
-                        scheme=scheme_of(m.dtype for m in entry.matrices))
+                        scheme=scheme_of(m.dtype for m in entry.matrices), biases=entry.biases,
+                        act=act if entry.kind == spec.KIND_EXPERT else SILU)
 
 
 def aligned_empty(nbytes, align=64):

@@ -36,7 +36,8 @@ HEADER_FIELDS = [
     ("n_layers", "i"), ("n_moe_layers", "i"), ("shared_inter", "i"), ("shared_gate", "i"),
     ("gating_kind", "i"), ("n_group", "i"), ("topk_group", "i"), ("norm_topk_prob", "i"),
     ("routed_scaling_factor", "f"), ("moe_mask", "128s"),
-    ("reserved", "204s"), ("header_crc", "I"),
+    ("expert_act", "i"), ("swiglu_alpha", "f"), ("swiglu_limit", "f"),
+    ("reserved", "192s"), ("header_crc", "I"),
 ]
 HEADER_STRUCT = struct.Struct("<" + "".join(code for _, code in HEADER_FIELDS))
 assert HEADER_STRUCT.size == HEADER_SIZE, HEADER_STRUCT.size
@@ -46,7 +47,8 @@ MATRIX_STRUCT = struct.Struct("<iiiiqqqq")   # dtype rows cols scale_count data_
 ENTRY_FIELDS = [
     ("name", "128s"), ("kind", "H"), ("dtype", "H"), ("layer", "i"), ("expert", "i"),
     ("ndim", "I"), ("shape", "4q"), ("offset", "Q"), ("nbytes", "Q"), ("crc32", "I"),
-    ("reserved0", "i"), ("gate", "48s"), ("up", "48s"), ("down", "48s"), ("reserved1", "40s"),
+    ("reserved0", "i"), ("gate", "48s"), ("up", "48s"), ("down", "48s"),
+    ("bias_offsets", "3q"), ("reserved1", "16s"),
 ]
 ENTRY_STRUCT = struct.Struct("<" + "".join(code for _, code in ENTRY_FIELDS))
 assert ENTRY_STRUCT.size == ENTRY_SIZE, ENTRY_STRUCT.size
@@ -107,6 +109,7 @@ class Entry:
     nbytes: int
     crc32: int
     matrices: tuple = None    # (gate, up, down) MatrixLayout for blob kinds
+    biases: tuple = None      # expert blobs: blob offsets of the float32 gate/up/down biases (stored 0 = none)
 
     def pack(self):
         raw_name = self.name.encode("utf-8")
@@ -118,7 +121,8 @@ class Entry:
         mats = self.matrices or (None, None, None)
         return ENTRY_STRUCT.pack(raw_name, self.kind, self.dtype, self.layer, self.expert,
                                  len(self.shape), *shape, self.offset, self.nbytes, self.crc32, 0,
-                                 pack_matrix(mats[0]), pack_matrix(mats[1]), pack_matrix(mats[2]), b"")
+                                 pack_matrix(mats[0]), pack_matrix(mats[1]), pack_matrix(mats[2]),
+                                 *(self.biases or (0, 0, 0)), b"")
 
     @classmethod
     def unpack(cls, raw):
@@ -126,10 +130,11 @@ class Entry:
         name, kind, dtype, layer, expert, ndim = f[0:6]
         shape, (offset, nbytes, crc) = f[6:10], f[10:13]
         mats = tuple(unpack_matrix(r) for r in f[14:17]) if kind in BLOB_KINDS else None
+        biases = tuple(f[17:20]) if any(f[17:20]) else None
         if ndim > MAX_NDIM:
             raise ValueError(f"ndim {ndim} > {MAX_NDIM}")
         return cls(name.split(b"\0", 1)[0].decode("utf-8", "replace"), kind, dtype, layer, expert,
-                   tuple(shape[:ndim]), offset, nbytes, crc, mats)
+                   tuple(shape[:ndim]), offset, nbytes, crc, mats, biases)
 
 
 def moe_mask_bytes(layers):

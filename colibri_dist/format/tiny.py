@@ -28,7 +28,7 @@ def tiny_config(family):
 
 
 def tiny_model(family, seed=0):
-    """A float32 eval-mode transformers model with seeded weights (non-zero DeepSeek biases)."""
+    """A float32 eval-mode transformers model with seeded weights (non-zero DeepSeek and gpt-oss biases)."""
     import torch
     import transformers
     torch.manual_seed(seed)
@@ -39,6 +39,9 @@ def tiny_model(family, seed=0):
             bias = getattr(module, "e_score_correction_bias", None)
             if bias is not None:
                 bias.copy_((torch.rand(bias.shape, generator=gen) - 0.5) * 0.1)
+        for name, p in model.named_parameters():        # fused expert biases (gpt-oss) start at zero
+            if name.endswith("_proj_bias"):
+                p.copy_((torch.rand(p.shape, generator=gen) - 0.5) * 0.2)
     return model
 
 

@@ -12,7 +12,7 @@ import re
 from ..errors import FormatError
 from . import spec
 from ..encodings import encoding
-from .layout import BLOB_ALIGN, DTYPE_NAMES, MIXED, MIXED_CODE, SCHEMES
+from .layout import ACTIVATIONS, BLOB_ALIGN, DTYPE_NAMES, MIXED, MIXED_CODE, SCHEMES
 
 
 def check_header(path, h, size):
@@ -56,6 +56,10 @@ def _check_config(path, h):
             or h["norm_topk_prob"] not in (0, 1) or not math.isfinite(h["routed_scaling_factor"]):
         bad.append(f"bad gating parameters n_group={h['n_group']} topk_group={h['topk_group']} "
                    f"norm_topk_prob={h['norm_topk_prob']} routed_scaling_factor={h['routed_scaling_factor']}")
+    if h["expert_act"] not in ACTIVATIONS.values() or (h["expert_act"] == ACTIVATIONS["swiglu_oai"] and not (
+            math.isfinite(h["swiglu_alpha"]) and math.isfinite(h["swiglu_limit"]) and h["swiglu_limit"] > 0)):
+        bad.append(f"bad expert activation expert_act={h['expert_act']} swiglu_alpha={h['swiglu_alpha']} "
+                   f"swiglu_limit={h['swiglu_limit']}")
     if h["shared_gate"] not in (0, 1) or h["shared_inter"] < 0 or (h["shared_gate"] and not h["shared_inter"]):
         bad.append(f"bad shared expert fields shared_inter={h['shared_inter']} shared_gate={h['shared_gate']}")
     marked = spec.moe_mask_layers(h["moe_mask"], spec.MAX_LAYERS)
@@ -195,6 +199,16 @@ def _check_blob(where, cfg, e):
             raise FormatError(f"{where}: {part} is {DTYPE_NAMES.get(m.dtype, m.dtype)} [{m.rows},{m.cols}], "
                               f"expected {'' if cfg.scheme == MIXED else cfg.scheme + ' '}[{rows},{cols}]")
         _check_part(where, e, part, m, rows, cols)
+    _check_biases(where, e, (inter, inter, cfg.hidden))
+
+
+def _check_biases(where, e, sizes):
+    """An expert blob's float32 biases (none: every offset 0): each inside the blob, 4-aligned, past offset 0."""
+    if e.biases is None:
+        return
+    for part, off, n in zip(("gate", "up", "down"), e.biases, sizes):
+        if not (0 < off and off % 4 == 0 and off + 4 * n <= e.nbytes):
+            raise FormatError(f"{where}: {part} bias [{off}, +{4 * n}) misaligned or outside the {e.nbytes}-byte blob")
 
 
 _ZERO_MATRIX = spec.unpack_matrix(bytes(spec.MATRIX_STRUCT.size))
@@ -211,7 +225,10 @@ def _check_dense_blob(where, e):
         raise FormatError(f"{where}: a matrix entry's up/down descriptors must be zero")
     for part, m in parts:
         _check_part(where, e, part, m, m.rows, m.cols)
+    if e.kind == spec.KIND_MATRIX and e.biases is not None:
+        raise FormatError(f"{where}: a matrix entry has no biases (bias offsets must be 0)")
     if e.kind == spec.KIND_DENSE_MLP:
+        _check_biases(where, e, (e.matrices[0].rows, e.matrices[0].rows, e.matrices[0].cols))
         g, u, d = e.matrices
         if (u.rows, u.cols) != (g.rows, g.cols) or (d.rows, d.cols) != (g.cols, g.rows):
             raise FormatError(f"{where}: dense MLP parts disagree: gate {g.rows}x{g.cols}, up {u.rows}x{u.cols}, "

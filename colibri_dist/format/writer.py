@@ -137,7 +137,7 @@ class ContainerWriter:
         if len(blob) != layout.nbytes:
             raise FormatError(f"{self.path}: blob {name!r} is {len(blob)} bytes, layout says {layout.nbytes}")
         entry = spec.Entry(name, kind, spec.DTYPE_CODES["uint8"], layer, expert, (layout.nbytes,),
-                           0, 0, 0, (layout.gate, layout.up, layout.down))
+                           0, 0, 0, (layout.gate, layout.up, layout.down), layout.biases)
         return self._append(entry, [blob], BLOB_ALIGN)
 
     def add_matrix(self, name, blob, layout):

@@ -4,7 +4,7 @@ Role in the data flow: built once per LLM from the container's `source_config` (
 config.json, kept in the metadata) and family. The common keys (sizes, heads, norms eps, rope via
 rope.py, softmax scale) are read here; the family's table entry (colibri_dist/families/) decides the
 rest: attention kind (GQA or MLA), q/k/v and o biases, QK-norm placement ("head" or "full"),
-clip_qkv, per-layer sliding windows, and the tensor names. What the engine does not run is refused
+clip_qkv, per-layer sliding windows, attention sinks, and the tensor names. What the engine does not run is refused
 with a FormatError naming the key.
 """
 from dataclasses import dataclass
@@ -46,6 +46,7 @@ class Architecture:
     max_position_embeddings: int
     mla: MLA = None
     names: families.Names = families.Names()   # the decoder's tensor names (model/weights.py)
+    sinks: bool = False      # per-head attention sinks ({attn}.sinks [n_heads], weights.py loads them)
 
 
 def _get(hf, key, where, default=None):
@@ -87,7 +88,7 @@ def architecture(family, hf, where="config.json"):
         raise FormatError(f"{where}: {len(windows)} attention windows for {n_layers} layers")
     return Architecture(**common, n_kv_heads=n_kv, head_dim=head_dim, v_head_dim=head_dim, qkv_bias=feats.qkv_bias,
                         o_bias=feats.o_bias, qk_norm=feats.qk_norm, clip_qkv=feats.clip_qkv, windows=tuple(windows),
-                        rope=rope_spec(hf, head_dim, where), scale=head_dim ** -0.5)
+                        rope=rope_spec(hf, head_dim, where), scale=head_dim ** -0.5, sinks=feats.sinks)
 
 
 def _mla(hf, where, common, feats):

@@ -3,7 +3,8 @@
 Role in the data flow: decoder.py calls attend(...) per layer with the normed hidden rows of every
 token of the step and the step's Batch (which sequence each token belongs to, positions, block
 tables). Every op is a native call that is row-wise or (attention) per (token, head), so a token's
-output does not depend on the other tokens of the step. GQA covers Mixtral, Qwen2/3-MoE and OLMoE;
+output does not depend on the other tokens of the step. GQA covers Mixtral, Qwen2/3-MoE, OLMoE, GLM-4.5 and
+gpt-oss (sliding windows per layer, per-head sinks in the softmax);
 MLA (DeepSeek-V3) caches the compressed latent [c_kv | k_rope] and attends in the absorbed form:
 q_lat = W_kb^T q_nope per head, scores against the latent, values W_vb (sum_j p_j c_j).
 """
@@ -69,7 +70,7 @@ def _gqa(rt, arch, layer, lw, x, batch, cache, spec):
     _rope(arch, q, batch)
     _rope(arch, k, batch)
     native.kv_write(spec, cache.k[layer], cache.v[layer], batch.seqs, None, None, k, v)
-    return rt.attention(spec, cache.k[layer], cache.v[layer], batch.seqs, None, None, q)
+    return rt.attention(spec, cache.k[layer], cache.v[layer], batch.seqs, None, None, q, sinks=lw.sinks)
 
 
 def _mla(rt, arch, layer, lw, x, batch, cache, spec):

@@ -155,7 +155,7 @@ class Decoder:
             a = self.arch
             plan = native.LayerPlan(a.hidden, a.rms_eps, lw.ln_attn, lw.ln_mlp, lw.mats, lw.biases, lw.norms,
                                     a.qk_norm, a.clip_qkv, a.rope, self.specs[layer], self.cache.k[layer],
-                                    self.cache.v[layer], moe=moe, mlp=lw.mlp)
+                                    self.cache.v[layer], moe=moe, mlp=lw.mlp, sinks=lw.sinks)
             cached = self._plans[layer] = (moe, plan)
         return cached[1]
 

@@ -2,8 +2,8 @@
 
 Role in the data flow: the LLM builds these once from the container (format reader), under the
 tensor names of the family's table entry (arch.names, colibri_dist/families/): encoded
-matrices (attention projections, lm_head) as zero-copy native MatrixViews into the mmap, norms
-and biases as float32 arrays, dense MLP layers as ExpertViews; for DeepSeek MLA the per-head
+matrices (attention projections, lm_head) as zero-copy native MatrixViews into the mmap, norms,
+biases and attention sinks as float32 arrays, dense MLP layers as ExpertViews; for DeepSeek MLA the per-head
 absorbed matrices W_kb^T [kv_lora, nope] and W_vb [v, kv_lora] are decoded once from kv_b_proj.
 Missing attention tensors (an MoE-layer-only container) are a FormatError naming the tensor.
 """
@@ -63,6 +63,7 @@ class LayerWeights:
     mla_kb_t: list = None           # per head MatrixView [kv_lora, nope]
     mla_vb: list = None             # per head MatrixView [v, kv_lora]
     mlp: object = None              # ExpertView of a dense layer (None for MoE layers)
+    sinks: np.ndarray = None        # float32 [n_heads] attention sinks (gpt-oss), else None
 
 
 def load_layer(model, arch, layer, moe):
@@ -85,6 +86,8 @@ def load_layer(model, arch, layer, moe):
                 (lw.mats["q"].rows, lw.mats["k"].rows)
             lw.norms["q"] = r.vector(a + "q_norm.weight", sizes[0])
             lw.norms["k"] = r.vector(a + "k_norm.weight", sizes[1])
+        if arch.sinks:
+            lw.sinks = r.vector(a + "sinks", arch.n_heads)
     _check_shapes(model, arch, layer, lw)
     if not moe:
         lw.mlp = r.dense_mlp(layer, names.dense_mlp)

@@ -1,6 +1,7 @@
 """Checks and packing for a hot-added expert (ExpertStore.add_expert).
 
-Role in the data flow: user weights (float32 gate/up/down, router row, bias)
+Role in the data flow: user weights (float32 gate/up/down, the expert biases when the layer's experts have
+them (gpt-oss), router row, bias)
 are validated against the layer (shapes, finite, |w| <= MAX_ABS_WEIGHT), packed in the layer's encodings by the same
 packer the converter uses, and checked to have the layer's exact blob layout,
 so the kernels and every tier treat the new expert like a converted one.
@@ -35,11 +36,27 @@ def _bounded(m, what, layer):
                               f"(the float16 range; larger weights overflow float32 sums)")
 
 
+def _biases(weights, layout, layer):
+    """The expert biases (gate_bias, up_bias, down_bias) a layer with biased experts needs (gpt-oss)."""
+    names = ("gate_bias", "up_bias", "down_bias")
+    if layout.biases is None:
+        if any(n in weights for n in names):
+            raise InvalidArgument(f"add_expert(layer {layer}): this model's experts have no biases; "
+                                  f"drop {[n for n in names if n in weights]}")
+        return None
+    if not all(n in weights for n in names):
+        raise InvalidArgument(f"add_expert(layer {layer}): this model's experts have biases: weights needs "
+                              f"'gate_bias', 'up_bias' and 'down_bias'")
+    return [_matrix(weights, n, (size,), layer) for n, size in zip(names, (layout.inter, layout.inter,
+                                                                           layout.hidden))]
+
+
 def pack_new_expert(model, layout, layer, weights, router_row, bias):
     hidden, inter = layout.hidden, layout.inter
     gate = _matrix(weights, "gate", (inter, hidden), layer)
     up = _matrix(weights, "up", (inter, hidden), layer)
     down = _matrix(weights, "down", (hidden, inter), layer)
+    biases = _biases(weights, layout, layer)
     row = np.asarray(router_row)
     if row.shape != (hidden,) or not np.issubdtype(row.dtype, np.number) or not np.isfinite(row).all():
         raise InvalidArgument(f"add_expert(layer {layer}): router_row must be {hidden} finite floats, "
@@ -50,7 +67,7 @@ def pack_new_expert(model, layout, layer, weights, router_row, bias):
     if not np.isfinite(float(bias)):
         raise InvalidArgument(f"add_expert(layer {layer}): bias must be finite, got {bias!r}")
     from ..format.convert import pack
-    blob, new_layout = pack(gate, up, down, layout.schemes)     # the layer's encodings (per matrix when mixed)
+    blob, new_layout = pack(gate, up, down, layout.schemes, biases, layout.act)   # the layer's encodings
     if new_layout != layout:
         raise StoreError(f"add_expert(layer {layer}): packed layout differs from the layer's experts "
                          f"({new_layout} vs {layout})")

@@ -6,7 +6,8 @@ unpack_header, which refuses a damaged header before any field is used:
     [0, 8)     b"CBSEG002"
     [8, 12)    u32 little-endian length n of the JSON text
     [12, 16)   u32 CRC-32 of the whole 4096-byte header with these 4 bytes zeroed
-    [16, 16+n) JSON: layer, expert, layout, bias, blob/router offset, nbytes, crc32
+    [16, 16+n) JSON: layer, expert, layout (matrices; expert biases' offsets and activation, if any), bias,
+               blob/router offset, nbytes, crc32
     [16+n, 4096) zero
 
 A flipped bit anywhere in the header is an IntegrityError naming the file; a field that is
@@ -72,6 +73,10 @@ def _int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_fields(path, meta, file_size, layer):
     if not isinstance(meta, dict):
         _bad(path, f"block must be a JSON object, got {type(meta).__name__}")
@@ -98,6 +103,15 @@ def _check_layout(path, layout, blob_nbytes):
         mat = layout.get(part)
         if not isinstance(mat, dict) or set(mat) != set(_MATRIX_INTS) or not all(_int(mat[k]) for k in mat):
             _bad(path, f"'layout.{part}' must hold the integers {', '.join(_MATRIX_INTS)}, got {mat!r}")
-    extra = set(layout) - {"gate", "up", "down", "nbytes", "scheme"}
+    extra = set(layout) - {"gate", "up", "down", "nbytes", "scheme", "biases", "act"}
     if extra:
         _bad(path, f"'layout' has unknown keys {sorted(extra)}")
+    biases = layout.get("biases")
+    if biases is not None and not (isinstance(biases, list) and len(biases) == 3
+                                   and all(_int(b) and 0 < b < blob_nbytes for b in biases)):
+        _bad(path, f"'layout.biases' must be null or 3 offsets inside the blob, got {biases!r}")
+    act = layout.get("act")
+    if act is not None and not (isinstance(act, dict) and set(act) == {"kind", "alpha", "limit"}
+                                and isinstance(act["kind"], str)
+                                and all(_number(act[k]) for k in ("alpha", "limit"))):
+        _bad(path, f"'layout.act' must be null or an object with kind, alpha, limit, got {act!r}")

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import FormatError, IntegrityError, StoreError
 from ..format import integrity
-from ..format.layout import ExpertLayout, MatrixLayout
+from ..format.layout import SILU, Activation, ExpertLayout, MatrixLayout
 from ..format.paths import hot_add_dir
 from ..fsutil import atomic_write
 from .segment_header import HEAD, MAGIC, pack_header, unpack_header
@@ -48,7 +48,9 @@ def layout_to_dict(layout):
 
 def layout_from_dict(d):
     mats = {k: MatrixLayout(**d[k]) for k in ("gate", "up", "down")}
-    return ExpertLayout(nbytes=d["nbytes"], scheme=d.get("scheme", "f32"), **mats)
+    biases = tuple(d["biases"]) if d.get("biases") is not None else None
+    act = Activation(**d["act"]) if d.get("act") is not None else SILU
+    return ExpertLayout(nbytes=d["nbytes"], scheme=d.get("scheme", "f32"), biases=biases, act=act, **mats)
 
 
 def _crc(buf):

@@ -34,6 +34,12 @@ static cb_expert to_expert(const cb_model *m, const cbf_entry *e) {
     ex.gate = to_matrix(blob, &e->mats[0]);
     ex.up = to_matrix(blob, &e->mats[1]);
     ex.down = to_matrix(blob, &e->mats[2]);
+    if (e->bias_off[0]) {
+        ex.gate_bias = (const float *)(blob + e->bias_off[0]);
+        ex.up_bias = (const float *)(blob + e->bias_off[1]);
+        ex.down_bias = (const float *)(blob + e->bias_off[2]);
+    }
+    if (e->kind == CBF_EXPERT) ex.act = m->act, ex.alpha = m->alpha, ex.limit = m->limit;
     return ex;
 }
 

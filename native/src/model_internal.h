@@ -31,6 +31,7 @@ typedef struct {
     uint64_t offset, nbytes;
     uint32_t crc;
     cbf_matrix mats[3];
+    int64_t bias_off[3];          /* blob offsets of the f32 gate/up/down biases; all 0 = none */
 } cbf_entry;
 
 typedef struct {
@@ -50,6 +51,8 @@ struct cb_model {
     uint8_t moe_mask[CBF_MAX_LAYERS / 8];
     int32_t scheme;               /* cb_dtype of every expert matrix, or CBF_MIXED */
     int32_t shared_gate;          /* 1: each MoE layer has a sigmoid shared gate */
+    int32_t act;                  /* cb_act of the routed experts (header expert_act) */
+    float alpha, limit;           /* CB_ACT_SWIGLU_OAI's parameters (header swiglu_alpha, swiglu_limit) */
     uint64_t n_entries;
     cbf_entry *entries;
     cbf_layer *layers;            /* [info.n_layers] */

@@ -60,6 +60,9 @@ cb_status cbf_parse_header(cb_model *m, const uint8_t *h, uint64_t *table_off, u
     memcpy(m->moe_mask, h + 176, sizeof m->moe_mask);
     m->scheme = rdi32(h + 120);
     m->shared_gate = rdi32(h + 152);
+    m->act = rdi32(h + 304);
+    m->alpha = rdf32(h + 308);
+    m->limit = rdf32(h + 312);
     char scheme[17] = {0};
     memcpy(scheme, h + 104, 16);
     const cb_encoding *enc = cb_encoding_of(m->scheme);
@@ -72,6 +75,10 @@ cb_status cbf_parse_header(cb_model *m, const uint8_t *h, uint64_t *table_off, u
         || !isfinite(g->routed_scaling_factor) || (m->shared_gate != 0 && m->shared_gate != 1)
         || (m->shared_gate && in->shared_inter == 0))
         return cb_fail(CB_E_FORMAT, "%s: invalid model config in header", p);
+    if ((m->act != CB_ACT_SILU && m->act != CB_ACT_SWIGLU_OAI)
+        || (m->act == CB_ACT_SWIGLU_OAI && !(isfinite(m->alpha) && isfinite(m->limit) && m->limit > 0)))
+        return cb_fail(CB_E_FORMAT, "%s: invalid expert activation in header (expert_act %d, alpha %g, limit %g)", p,
+                       (int)m->act, (double)m->alpha, (double)m->limit);
     int32_t marked = 0;
     for (int32_t l = 0; l < CBF_MAX_LAYERS; l++) {
         if (!(m->moe_mask[l / 8] >> (l % 8) & 1)) continue;
@@ -101,7 +108,9 @@ static void decode_entry(const uint8_t *r, cbf_entry *e) {
         x->data_off = (int64_t)rd64(q + 16); x->data_bytes = (int64_t)rd64(q + 24);
         x->scale_off = (int64_t)rd64(q + 32); x->zero_off = (int64_t)rd64(q + 40);
     }
+    for (int k = 0; k < 3; k++) e->bias_off[k] = (int64_t)rd64(r + 344 + 8 * k);
 }
+
 
 static void describe(const cbf_entry *e, char *buf, size_t n) {
     if (e->kind == CBF_EXPERT) snprintf(buf, n, "layer %d expert %d", e->layer, e->expert);
@@ -111,6 +120,16 @@ static void describe(const cbf_entry *e, char *buf, size_t n) {
 
 static int part_ok(int64_t off, int64_t size, uint64_t blob) {
     return off == -1 || (off >= 0 && size >= 0 && (uint64_t)off <= blob && (uint64_t)size <= blob - (uint64_t)off);
+}
+
+/* The f32 biases of an expert / shared / dense-MLP blob: none (every offset 0) or each inside the blob,
+ * 4-aligned, past offset 0 (the gate data starts there). */
+static int biases_ok(const cbf_entry *e, int32_t inter, int32_t hidden) {
+    int64_t n[3] = {inter, inter, hidden};
+    if (!e->bias_off[0] && !e->bias_off[1] && !e->bias_off[2]) return 1;
+    for (int k = 0; k < 3; k++)
+        if (e->bias_off[k] <= 0 || e->bias_off[k] % 4 || !part_ok(e->bias_off[k], 4 * n[k], e->nbytes)) return 0;
+    return 1;
 }
 
 /* One encoded matrix inside a blob of `blob` bytes: sizes consistent with its encoding, parts inside. */
@@ -133,13 +152,15 @@ static int dense_blob_ok(const cb_model *m, const cbf_entry *e) {
     if (e->kind == CBF_MATRIX) {                       /* one matrix; the up/down descriptors stay zero */
         static const cbf_matrix zero;
         return matrix_ok(&e->mats[0], e->nbytes) && !memcmp(&e->mats[1], &zero, sizeof zero)
-               && !memcmp(&e->mats[2], &zero, sizeof zero);
+               && !memcmp(&e->mats[2], &zero, sizeof zero) && !e->bias_off[0] && !e->bias_off[1]
+               && !e->bias_off[2];
     }
     const cbf_matrix *g = &e->mats[0], *u = &e->mats[1], *d = &e->mats[2];
     if (e->layer < 0 || e->layer >= m->info.n_layers || is_moe(m, e->layer)) return 0;
     for (int k = 0; k < 3; k++)
         if (!matrix_ok(&e->mats[k], e->nbytes)) return 0;
-    return u->rows == g->rows && u->cols == g->cols && d->rows == g->cols && d->cols == g->rows;   /* any encodings */
+    return u->rows == g->rows && u->cols == g->cols && d->rows == g->cols && d->cols == g->rows   /* any encodings */
+           && biases_ok(e, g->rows, g->cols);
 }
 
 static int blob_ok(const cb_model *m, const cbf_entry *e) {
@@ -152,7 +173,7 @@ static int blob_ok(const cb_model *m, const cbf_entry *e) {
         if ((m->scheme != CBF_MIXED && x->dtype != m->scheme) || x->rows != want[k][0] || x->cols != want[k][1]
             || !matrix_ok(x, e->nbytes)) return 0;
     }
-    return 1;
+    return biases_ok(e, inter, h);
 }
 
 static int entry_ok(const cb_model *m, const cbf_entry *e, uint64_t data_end) {
@@ -186,6 +207,9 @@ static int values_finite(const cb_model *m, const cbf_entry *e) {
             if (x->dtype <= 2 && cb_count_nonfinite(p + x->data_off, (size_t)x->rows * (size_t)x->cols, x->dtype) != 0)
                 return 0;
         }
+        size_t nb[3] = {(size_t)e->mats[0].rows, (size_t)e->mats[0].rows, (size_t)e->mats[0].cols};
+        for (int k = 0; k < 3; k++)
+            if (e->bias_off[k] && cb_count_nonfinite(p + e->bias_off[k], nb[k], 0) != 0) return 0;
         return 1;
     }
     if (e->dtype > 2) return 1;                       /* ints, bool (float64: checked by Python only) */

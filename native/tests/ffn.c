@@ -124,7 +124,8 @@ int main(void) {
     for (int i = 0; i < H; i++) s4d[i] = 0.03f;
     CHECK(cb_matrix_data_bytes(CB_I4_G32, I, H) == (int64_t)sizeof q4g && cb_matrix_scale_count(CB_I4_G32, I, H) == I * 2);
     CHECK(strcmp(cb_encoding_of(CB_I4_G32)->name, "int4-g32") == 0 && cb_encoding_of(CB_DTYPE_COUNT) == NULL);
-    cb_expert q4 = {{q4g, s4g, NULL, CB_I4_G32, I, H}, {q4g, s4g, NULL, CB_I4_G32, I, H}, {q4d, s4d, NULL, CB_I4_G32, H, I},
+    cb_expert q4 = {{q4g, s4g, NULL, CB_I4_G32, I, H}, {q4g, s4g, NULL, CB_I4_G32, I, H},
+                    {q4d, s4d, NULL, CB_I4_G32, H, I},
                   NULL, NULL, NULL, CB_ACT_SILU, 0.0f, 0.0f};
     CHECK_OK(cb_expert_forward(e3, &q4, x, H, NULL, N, f1));
     CHECK_OK(cb_simd_force(0));

@@ -79,7 +79,10 @@ static void expert_checks(void) {
         double h[I], m = 0, err = 0;
         for (int r = 0; r < I; r++) {
             double a = bg[r], b = bu[r];
-            for (int c = 0; c < H; c++) { a += (double)g[r * H + c] * x[t * H + c]; b += (double)u[r * H + c] * x[t * H + c]; }
+            for (int c = 0; c < H; c++) {
+                a += (double)g[r * H + c] * x[t * H + c];
+                b += (double)u[r * H + c] * x[t * H + c];
+            }
             clamped += a > LIMIT || fabs(b) > LIMIT;
             h[r] = ref_act(a, b);
         }

@@ -107,3 +107,30 @@ def test_engine_hot_add_bad_input(model_copy):
     with cd.Engine(model_copy("deepseek_v3"), threads=1) as eng:
         with pytest.raises(InvalidArgument, match="group-limited gating"):
             eng.add_expert(0, expert_weights(seed=3), np.ones(32, np.float32))
+
+
+def test_gpt_oss_add_expert_needs_and_keeps_the_expert_biases(tmp_path):
+    # gpt-oss's experts carry biases and the clamped SwiGLU: a hot-added one must too, and it persists
+    pytest.importorskip("transformers")
+    from colibri_dist.format.tiny import write_tiny
+    write_tiny("gpt_oss", tmp_path / "src")
+    path = tmp_path / "g.colibri"
+    cd.convert(tmp_path / "src", path, experts="f32", progress=False)
+    x = tokens(6, seed=3)
+    weights = expert_weights(seed=7)
+    rng = np.random.default_rng(8)
+    biased = dict(weights, **{k: rng.standard_normal(n).astype(np.float32)
+                              for k, n in (("gate_bias", 16), ("up_bias", 16), ("down_bias", 32))})
+    row = np.full(x.shape[1], 0.5, np.float32)
+    with cd.Engine(str(path), threads=1) as eng:
+        with pytest.raises(InvalidArgument, match="'gate_bias', 'up_bias' and 'down_bias'"):
+            eng.add_expert(1, weights, row)
+        assert eng.add_expert(1, biased, row, bias=0.25) == 8
+        layout = eng.store.source.layout(1, 0)
+        blob, new = pack_expert(weights["gate"], weights["up"], weights["down"], "f32",
+                                biases=(biased["gate_bias"], biased["up_bias"], biased["down_bias"]), act=layout.act)
+        assert new == layout and layout.act.kind == "swiglu_oai" and layout.biases is not None
+        direct = eng.runtime.expert_forward(x, native.expert_view(blob, new))
+        assert np.array_equal(eng.expert_forward(1, 8, x), direct)
+    with cd.Engine(str(path), threads=1) as eng:                     # reopened from the segment
+        assert np.array_equal(eng.expert_forward(1, 8, x), direct)

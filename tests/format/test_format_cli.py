@@ -52,7 +52,7 @@ def test_convert_unsupported_architecture_exit_1(tiny_dir, tmp_path, capsys):
     (bad / "config.json").write_text(json.dumps(cfg))
     assert main(["convert", str(bad), str(tmp_path / "x.colibri")]) == 1
     err = capsys.readouterr().err
-    assert "model_type='gpt2'" in err and "supported: deepseek_v3, glm4_moe, mixtral, olmoe, qwen2_moe" in err
+    assert "model_type='gpt2'" in err and "supported: deepseek_v3, glm4_moe, gpt_oss, mixtral, olmoe, qwen2_moe" in err
     assert err.rstrip().endswith(", ".join(sorted(families.FAMILIES)))    # every registered family, in order
 
 

@@ -12,17 +12,32 @@ def _matrix(blob, m):
     return blob[m.data_offset:m.data_offset + m.data_bytes].view(np.float32).reshape(m.rows, m.cols)
 
 
+def _expected_experts(mlp, e, inter):
+    """Expert e of a transformers MoE block as colibri stores it: (gate, up, down), biases or None."""
+    gate_up = mlp.experts.gate_up_proj.detach().numpy()[e]
+    down = mlp.experts.down_proj.detach().numpy()[e]
+    if not hasattr(mlp.experts, "gate_up_proj_bias"):            # [2I, H] gate rows first, down [H, I]
+        return (gate_up[:inter], gate_up[inter:], down), None
+    b = mlp.experts.gate_up_proj_bias.detach().numpy()[e]          # gpt-oss: x @ W, gate/up interleaved
+    return (gate_up[:, 0::2].T, gate_up[:, 1::2].T, down.T), (b[0::2], b[1::2],
+                                                              mlp.experts.down_proj_bias.detach().numpy()[e])
+
+
 def _check_layer(model, hf, layer):
+    from colibri_dist.format.quantize import expert_biases
     mlp = hf.model.layers[layer].mlp
-    gate_up = mlp.experts.gate_up_proj.detach().numpy()
-    down = mlp.experts.down_proj.detach().numpy()
-    inter = model.config.inter
     for e in range(model.config.n_experts):
         blob, layout = model.read_expert(layer, e), model.expert_layout(layer, e)
-        assert np.array_equal(_matrix(blob, layout.gate), gate_up[e, :inter])
-        assert np.array_equal(_matrix(blob, layout.up), gate_up[e, inter:])
-        assert np.array_equal(_matrix(blob, layout.down), down[e])
-    assert np.array_equal(model.router(layer), mlp.gate.weight.detach().numpy())
+        mats, biases = _expected_experts(mlp, e, model.config.inter)
+        for part, want in zip(("gate", "up", "down"), mats):
+            assert np.array_equal(_matrix(blob, getattr(layout, part)), want)
+        got = expert_biases(blob, layout)
+        assert (got is None) == (biases is None)
+        assert biases is None or all(np.array_equal(g, w) and np.any(w != 0) for g, w in zip(got, biases))
+    router = getattr(mlp, "gate", None) or mlp.router
+    assert np.array_equal(model.router(layer), router.weight.detach().numpy())
+    if getattr(router, "bias", None) is not None:                   # gpt-oss's router bias
+        assert np.array_equal(model.correction_bias(layer), router.bias.detach().numpy())
 
 
 @pytest.mark.parametrize("family", FAMILIES)

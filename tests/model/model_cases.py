@@ -6,7 +6,8 @@ Odd hidden sizes and vocabularies, GQA ratios 1, 3 and 4, explicit head_dim, q/k
 QK-norm per head and over the projection with clip_qkv, a sliding window shorter than the
 prompt (all layers for Mixtral, per layer_types for Qwen2-MoE), dense MLP layers
 (mlp_only_layers, first_k_dense_replace), DeepSeek MLA with and without q_lora_rank under yarn,
-GLM-4.5 partial rotary with q/k/v biases and per-head QK-norm.
+GLM-4.5 partial rotary with q/k/v biases and per-head QK-norm; gpt-oss with attention sinks, sliding
+layers, biased experts under a clamping swiglu_limit and yarn rope.
 """
 import os
 
@@ -33,8 +34,10 @@ def make_model(case, seed=0):
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:     # non-trivial norms
                 p.copy_(1.0 + 0.2 * (torch.rand(p.shape, generator=gen) - 0.5))
-            elif name.endswith(".bias"):
+            elif name.endswith((".bias", "_bias")):                    # gpt-oss: experts' gate_up/down biases
                 p.copy_(0.1 * (torch.rand(p.shape, generator=gen) - 0.5))
+            elif name.endswith(".sinks"):                               # gpt-oss: sinks near the scores' scale
+                p.copy_(3.0 * (torch.rand(p.shape, generator=gen) - 0.3))
         for module in model.modules():
             bias = getattr(module, "e_score_correction_bias", None)
             if bias is not None:

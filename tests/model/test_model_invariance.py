@@ -7,7 +7,7 @@ import pytest
 import colibri_dist as cd
 from colibri_dist import native
 
-CASES = ["mixtral", "qwen2_moe", "deepseek_v3"]     # GQA + window, biases + dense layer + shared, MLA
+CASES = ["mixtral", "qwen2_moe", "deepseek_v3", "gpt_oss"]     # GQA + window, biases + dense + shared, MLA, sinks
 
 
 def ids(n, seed, vocab=97):

@@ -1,7 +1,8 @@
 """THE LIVE ORACLE for whole models: cd.LLM against transformers' AutoModelForCausalLM.
 
 For every family (odd sizes, GQA ratios 1/3/4, explicit head_dim, sliding windows shorter than
-the prompt, QK-norms, clip_qkv, dense MLP layers, MLA with yarn): f32 logits over 48 positions
+the prompt, QK-norms, clip_qkv, dense MLP layers, MLA with yarn, gpt-oss's sinks, biased experts with
+the clamped SwiGLU and router bias): f32 logits over 48 positions
 within 1e-4 x max|reference|; the same for 24 decode steps through the KV cache; greedy
 continuation of 24 tokens identical to model.generate(do_sample=False). int8 experts + int8 dense:
 within 1e-4 of transformers running the same int8-decoded weights (the quantized paths compute
@@ -75,19 +76,25 @@ def test_f32_decode_steps_and_greedy_match_transformers(whole_model, case):
 
 
 def fake_quantized(hf, scheme):
-    """A copy of hf whose matrices (experts, attention, lm_head; not the embedding, routers or the
-    shared-expert gate, which colibri keeps in float32) hold their `scheme`-decoded values."""
+    """A copy of hf whose matrices (experts, attention, lm_head; not the embedding, routers, biases or the
+    shared-expert gate, which colibri keeps in float32) hold their `scheme`-decoded values. A family whose
+    fused experts are stored x @ W (gpt-oss: [E, in, out]) is quantized along its output rows, as colibri
+    stores them (per-row scales: quantizing gate_up^T whole equals gate and up apart)."""
     import copy
+    from colibri_dist import families
     from colibri_dist.format.quantize import dequantize, pack_matrix
+    transposed = families.FAMILIES[hf.config.model_type].names.fused == "interleaved"
     q = copy.deepcopy(hf)
     with torch.no_grad():
         if q.lm_head.weight is q.model.embed_tokens.weight:     # tied: colibri encodes lm_head only
             q.lm_head.weight = torch.nn.Parameter(q.lm_head.weight.detach().clone())
         for name, p in q.named_parameters():
-            if "embed_tokens" in name or name.endswith("mlp.gate.weight") or "shared_expert_gate" in name:
+            if "embed_tokens" in name or name.endswith(("mlp.gate.weight", "router.weight", "_bias")) \
+                    or "shared_expert_gate" in name:
                 continue
             mats = [p] if p.ndim == 2 else list(p) if p.ndim == 3 else []
             for m in mats:
+                m = m.T if transposed and p.ndim == 3 else m
                 blob, layout = pack_matrix(m.numpy(), scheme)
                 m.copy_(torch.from_numpy(dequantize(blob, layout)))
     return q

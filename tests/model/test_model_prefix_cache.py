@@ -9,7 +9,7 @@ import colibri_dist as cd
 from colibri_dist.errors import InvalidArgument
 from colibri_dist.generate import SamplingParams
 
-CASES = ["mixtral", "deepseek_v3"]          # GQA + sliding window 16, MLA
+CASES = ["mixtral", "deepseek_v3", "gpt_oss"]          # GQA + sliding window 16, MLA, sinks + window 12
 
 
 def ids(n, seed, vocab=97):
