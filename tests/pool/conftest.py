@@ -1,9 +1,9 @@
-"""Tiny converted checkpoints of the five oracle families, built once per session for the pool tests."""
+"""Tiny converted checkpoints of the oracle families, built once per session for the pool tests."""
 import os
 
 import pytest
 
-FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3")
+FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3", "gpt_oss")
 
 
 @pytest.fixture(scope="session")

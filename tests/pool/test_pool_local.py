@@ -17,7 +17,7 @@ from colibri_dist.errors import FormatError, InvalidArgument, PoolError
 from colibri_dist.pool import Pool
 from colibri_dist.testing.pytest_ray import init_local
 
-FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3")
+FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3", "gpt_oss")
 
 pytestmark = pytest.mark.ray
 
