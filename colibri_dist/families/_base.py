@@ -33,6 +33,8 @@ class Names:
     fused: str = "gate_rows"           # the fused experts' layout: "gate_rows" (gate_up_proj [E, 2I, H], gate rows
                                        # first) | "interleaved" (gpt-oss: gate_up_proj [E, H, 2I], gate and up in
                                        # alternate columns, down_proj [E, I, H], + gate_up_proj_bias, down_proj_bias)
+    expert_biases: bool = False        # experts carry biases (gpt-oss): fused as above, per expert (a GGUF import)
+                                       # {moe}.experts.{e}.{part}.bias
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,15 @@ class Family:
 
     def fused_bias_names(self, p):
         """The fused experts' bias tensors (gate_up [E, 2I], down [E, H]), or None when the family has none."""
-        if self.names.fused != "interleaved":
+        if not self.names.expert_biases:
             return None
         return f"{p}.experts.gate_up_proj_bias", f"{p}.experts.down_proj_bias"
+
+    def per_expert_bias_names(self, p, e):
+        """Expert e's (gate, up, down) bias tensors in the per-expert layout, or None."""
+        if not self.names.expert_biases:
+            return None
+        return tuple(f"{p}.experts.{e}.{part}.bias" for part in self.names.expert_parts)
 
     def shared_names(self, p):
         if not self.names.shared:

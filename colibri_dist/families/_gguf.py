@@ -28,6 +28,9 @@ LAYER_TENSORS = {
 # expert e becomes `model.layers.N.mlp.experts.e.<part>.weight`.
 EXPERT_STACKS = {"ffn_gate_exps.weight": "gate_proj", "ffn_up_exps.weight": "up_proj",
                  "ffn_down_exps.weight": "down_proj"}
+# ... and their biases (gpt-oss), [experts, rows]: expert e's becomes `model.layers.N.mlp.experts.e.<part>.bias`.
+EXPERT_BIAS_STACKS = {"ffn_gate_exps.bias": "gate_proj", "ffn_up_exps.bias": "up_proj",
+                      "ffn_down_exps.bias": "down_proj"}
 
 QK_NORM = {"attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight"}
 QKV_BIAS = {"attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",

@@ -10,6 +10,7 @@ expert encoding; a float (bf16/f32) checkpoint converts to any encoding.
 """
 from ..errors import FormatError
 from ._base import Attention, Family, Moe, Names
+from ._gguf import HEAD_DIM, QKV_BIAS, REQUIRED, GgufArch, config_rows
 from ._values import need, number
 
 TYPES = ("sliding_attention", "full_attention")
@@ -39,7 +40,23 @@ def _windows(hf, n_layers, where):
 
 FAMILY = Family(
     "gpt_oss", moe, attention,
-    names=Names(router="router", correction_bias="router.bias", fused="interleaved"),
+    # convert_hf_to_gguf.py GptOssModel: gate_up_proj split (and transposed) into the ffn_{gate,up}_exps stacks,
+    # their biases into ffn_{gate,up,down}_exps.bias; the sinks as attn_sinks.weight; post_attention_norm.
+    # llama.cpp's graph (src/models/openai-moe.cpp, llama-graph.cpp) fixes alpha 1.702 and limit 7.0, biased
+    # attention and every other layer sliding (no sliding_window_pattern key: pattern 2, the layer_types
+    # default); its yarn rounds the correction range (ggml_rope_yarn_corr_dims floor/ceil), which is
+    # rope_parameters' truncate default, so no truncate key is imported.
+    gguf=GgufArch("gpt-oss", "GptOssForCausalLM", yarn=True,
+                  fixed={"attention_bias": True, "swiglu_alpha": 1.702, "swiglu_limit": 7.0},
+                  layer_tensors=dict(QKV_BIAS, **{
+                      "attn_output.bias": "self_attn.o_proj.bias", "attn_sinks.weight": "self_attn.sinks",
+                      "post_attention_norm.weight": "post_attention_layernorm.weight",
+                      "ffn_gate_inp.weight": "mlp.router.weight", "ffn_gate_inp.bias": "mlp.router.bias"}),
+                  config=config_rows("expert_feed_forward_length", rename={"expert_count": "num_local_experts"},
+                                     add=HEAD_DIM + (
+                                         ("expert_feed_forward_length", "intermediate_size", REQUIRED),
+                                         ("attention.sliding_window", "sliding_window", REQUIRED)))),
+    names=Names(router="router", correction_bias="router.bias", fused="interleaved", expert_biases=True),
     values={"swiglu_alpha": "float?", "swiglu_limit": "float?"},
     tiny=("GptOssConfig", dict(intermediate_size=16, num_local_experts=8, num_experts_per_tok=2, head_dim=8,
                                sliding_window=6, swiglu_limit=0.5)),

@@ -114,6 +114,7 @@ class LayerPlan:
         self.layer, self.prefix = layer, prefix
         self.router = self.bias = self.shared = self.shared_gate = None
         self.per_expert = None     # list of (gate, up, down) names
+        self.per_expert_biases = None   # list of (gate, up, down) bias names (family names.expert_biases)
         self.fused = None          # (gate_up, down) names
         self.fused_biases = None   # (gate_up_bias, down_bias) names (family names.fused "interleaved")
         self.layout = "gate_rows"  # the fused tensors' layout (format/fused_experts.py)
@@ -148,14 +149,24 @@ def plan_layer(family, cfg, source, layer):
                           f"experts (the hub's gpt-oss checkpoints), which this converter cannot read yet; "
                           f"convert a bf16 or f32 checkpoint")
     if family.per_expert_names(p, 0)[0] in source or gate_up not in source:
-        lp.per_expert = [family.per_expert_names(p, e) for e in range(cfg.n_experts)]
-        for names in lp.per_expert:
-            _check_expert_shapes(source, names, cfg.inter, cfg.hidden)
+        _plan_per_expert(family, cfg, source, lp)
     else:
         _plan_fused(family, cfg, source, lp, (gate_up, down))
     lp.sources = [n for n in (lp.router, lp.bias, lp.shared_gate) if n] + list(lp.shared or ()) \
-        + [n for names in (lp.per_expert or [lp.fused + (lp.fused_biases or ())]) for n in names]
+        + [n for names in (lp.per_expert or [lp.fused + (lp.fused_biases or ())]) for n in names] \
+        + [n for names in (lp.per_expert_biases or ()) for n in names]
     return lp
+
+
+def _plan_per_expert(family, cfg, source, lp):
+    lp.per_expert = [family.per_expert_names(lp.prefix, e) for e in range(cfg.n_experts)]
+    for names in lp.per_expert:
+        _check_expert_shapes(source, names, cfg.inter, cfg.hidden)
+    if family.names.expert_biases:
+        lp.per_expert_biases = [family.per_expert_bias_names(lp.prefix, e) for e in range(cfg.n_experts)]
+        for names in lp.per_expert_biases:
+            for name, n in zip(names, (cfg.inter, cfg.inter, cfg.hidden)):
+                _check_shape(source, name, (n,))
 
 
 def _plan_fused(family, cfg, source, lp, names):
@@ -205,8 +216,11 @@ def _picks(part, names):
 def _expert_reader(source, cfg, lp, e, experts):
     def read():
         if lp.per_expert:
-            return (_read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden, experts), None,
-                    sum(source.ref(n).nbytes for n in lp.per_expert[e]))
+            biases = lp.per_expert_biases[e] if lp.per_expert_biases else ()
+            sizes = (cfg.inter, cfg.inter, cfg.hidden)
+            return (_read_expert(source, lp.per_expert[e], cfg.inter, cfg.hidden, experts),
+                    [source.read_f32(n, (size,)) for n, size in zip(biases, sizes)] or None,
+                    sum(source.ref(n).nbytes for n in lp.per_expert[e] + tuple(biases)))
         names = lp.fused + (lp.fused_biases or ())
         mats, biases = read_fused(source, lp.fused, lp.fused_biases, e, cfg.inter, cfg.hidden, lp.layout)
         return mats, biases, sum(source.ref(n).nbytes for n in names) // cfg.n_experts

@@ -19,7 +19,7 @@ import numpy as np
 from .. import families
 from ..errors import FormatError
 from ..families._gguf import MLA_SPLIT
-from .gguf_families import ARCHES, EXPERT_STACKS, GLOBAL_TENSORS, REQUIRED, ROW_VECTORS
+from .gguf_families import ARCHES, EXPERT_BIAS_STACKS, EXPERT_STACKS, GLOBAL_TENSORS, REQUIRED, ROW_VECTORS
 from .hf_source import to_f32
 from .quantize import Encoded
 
@@ -73,7 +73,8 @@ class GgufSource:
         self.model_type, self.arch = self._arch()
         self._tensors = {t.name: t for t in self._reader.tensors}
         self.n_layers = self._main_layers()
-        self._stacks = dict(zip(EXPERT_STACKS, self.arch.expert_parts))
+        self._stacks = {**{k: (p, "weight") for k, p in zip(EXPERT_STACKS, self.arch.expert_parts)},
+                        **{k: (p, "bias") for k, p in zip(EXPERT_BIAS_STACKS, self.arch.expert_parts)}}
         self._order = {}        # GGUF tensor -> its rows' order in the Hugging Face matrix (rope-permuted q/k)
         self.refs = {}
         self._joined = {}       # kv_b_proj name -> (attn_k_b, attn_v_b) GGUF tensors (MLA split form)
@@ -227,7 +228,7 @@ class GgufSource:
         n = next((hf.get(c) for key, c, _ in a.config if key == "expert_count"), None)
         for t in self._tensors.values():
             m = _LAYER.match(t.name)
-            if m and m.group(2) in EXPERT_STACKS and int(m.group(1)) < self.n_layers:
+            if m and m.group(2) in self._stacks and int(m.group(1)) < self.n_layers:
                 if int(t.shape[-1]) != n:
                     raise FormatError(f"{self.path}: tensor {t.name!r} holds {int(t.shape[-1])} experts but GGUF "
                                       f"metadata {a.arch}.expert_count is {n!r}")
@@ -277,13 +278,13 @@ class GgufSource:
         if m and int(m.group(1)) >= self.n_layers:     # a trailing extra (NextN) layer: named, never converted
             return [GgufRef(f"model.layers.{int(m.group(1))}.{m.group(2)}", self.path, gtype, shape,
                             int(t.n_bytes), name)]
-        if m and m.group(2) in EXPERT_STACKS:
-            if len(shape) != 3:
+        if m and m.group(2) in self._stacks:
+            (part, kind), layer = self._stacks[m.group(2)], int(m.group(1))
+            if len(shape) != (3 if kind == "weight" else 2):
                 raise FormatError(f"{self.path}: tensor {name!r} has shape {list(shape)}, "
-                                  f"expected [experts, rows, cols]")
-            layer, part = int(m.group(1)), self._stacks[m.group(2)]
+                                  f"expected [experts, rows{', cols' if kind == 'weight' else ''}]")
             per = int(t.n_bytes) // shape[0]
-            return [GgufRef(f"model.layers.{layer}.mlp.experts.{e}.{part}.weight", self.path, gtype, shape[1:], per,
+            return [GgufRef(f"model.layers.{layer}.mlp.experts.{e}.{part}.{kind}", self.path, gtype, shape[1:], per,
                             name, e) for e in range(shape[0])]
         layer_names = self.arch.layer_names()
         hf = GLOBAL_TENSORS.get(name) if not m else (

@@ -22,12 +22,14 @@ import numpy as np
 gguf = __import__("pytest").importorskip("gguf")
 
 ARCHES = {"qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama",
-          "glm4_moe": "glm4moe", "deepseek_v3": "deepseek2"}      # transformers model_type -> llama.cpp arch
+          "glm4_moe": "glm4moe", "deepseek_v3": "deepseek2", "gpt_oss": "gpt-oss"}   # model_type -> llama.cpp arch
 F32_ONLY = ("ffn_gate_inp",)       # llama.cpp keeps the router in F32
 
 
 def hf_tensors(model):
     """name -> float32 numpy of a transformers Qwen3-MoE model, the experts as llama.cpp's stacks."""
+    if model.config.model_type == "gpt_oss":
+        return gpt_oss_tensors(model)
     out = {}
     for name, t in model.state_dict().items():
         v = t.detach().float().numpy()
@@ -40,6 +42,27 @@ def hf_tensors(model):
         else:
             out[name] = v
     return out
+
+
+def gpt_oss_tensors(model):
+    """convert_hf_to_gguf.py GptOssModel on float experts: gate_up_proj [E, H, 2I] transposed, split into the gate
+    (even rows) and up (odd rows) stacks, down_proj transposed, the biases split the same way; sinks as .weight."""
+    out = {}
+    for name, t in model.state_dict().items():
+        v = t.detach().float().numpy()
+        base = name.rsplit(".", 1)[0] + "."
+        if name.endswith("mlp.experts.gate_up_proj"):
+            v = v.transpose(0, 2, 1)
+            out[base + "gate_proj.weight"], out[base + "up_proj.weight"] = v[:, 0::2], v[:, 1::2]
+        elif name.endswith("mlp.experts.gate_up_proj_bias"):
+            out[base + "gate_proj.bias"], out[base + "up_proj.bias"] = v[..., 0::2], v[..., 1::2]
+        elif name.endswith("mlp.experts.down_proj"):
+            out[base + "down_proj.weight"] = v.transpose(0, 2, 1)
+        elif name.endswith("mlp.experts.down_proj_bias"):
+            out[base + "down_proj.bias"] = v
+        else:
+            out[name + ".weight" if name.endswith("sinks") else name] = v
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 
 def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_tensors=None, raw_tensors=None,
@@ -90,6 +113,16 @@ def write_gguf(model, path, qtype="F32", tokenizer=None, drop_keys=(), extra_ten
                                                                   yarn["original_max_position_embeddings"]),
                          "rope.scaling.yarn_log_multiplier": (w.add_rope_scaling_yarn_log_mul,
                                                               0.1 * yarn["mscale_all_dim"])})
+    if name == "gpt-oss":      # convert_hf_to_gguf.py GptOssModel.set_gguf_parameters (TextModel's yarn keys)
+        yarn = c.rope_parameters
+        meta.update({"attention.sliding_window": (w.add_sliding_window, c.sliding_window),
+                     "expert_feed_forward_length": (w.add_expert_feed_forward_length, c.intermediate_size),
+                     "rope.scaling.type": (w.add_rope_scaling_type, gguf.RopeScalingType.YARN),
+                     "rope.scaling.factor": (w.add_rope_scaling_factor, yarn["factor"]),
+                     "rope.scaling.original_context_length": (w.add_rope_scaling_orig_ctx_len,
+                                                              yarn["original_max_position_embeddings"]),
+                     "rope.scaling.yarn_beta_fast": (w.add_rope_scaling_yarn_beta_fast, yarn["beta_fast"]),
+                     "rope.scaling.yarn_beta_slow": (w.add_rope_scaling_yarn_beta_slow, yarn["beta_slow"])})
     if name in ("glm4moe", "deepseek2"):
         meta.update({
             "expert_shared_count": (w.add_expert_shared_count, c.n_shared_experts),

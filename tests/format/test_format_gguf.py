@@ -261,7 +261,7 @@ def test_unknown_tensor_and_architecture_are_named(f32, tmp_path):
     os.remove(tmp_path / "m.gguf")
     write_gguf(f32[3], tmp_path / "m.gguf", arch="grok")
     refused(tmp_path / "m.gguf", tmp_path, r"GGUF architecture 'grok' is not supported; supported: deepseek2, "
-                                           r"glm4moe, llama, olmoe, qwen2moe, qwen3moe")
+                                           r"glm4moe, gpt-oss, llama, olmoe, qwen2moe, qwen3moe")
 
 
 def test_without_the_gguf_package_the_extra_is_named(f32, tmp_path, monkeypatch):

@@ -1,0 +1,82 @@
+"""GGUF import of gpt-oss (llama.cpp's architecture `gpt-oss`), a tiny model written as convert_hf_to_gguf.py's
+GptOssModel writes float experts: the gate/up/down stacks and their bias stacks, attn_sinks, post_attention_norm,
+the router's ffn_gate_inp weight and bias, q/k/v/o biases, the sliding window and yarn keys.
+
+The imported container's logits equal the safetensors conversion's bit for bit and transformers' within 1e-4
+when the model's yarn rounds its correction range (truncate true: what llama.cpp's yarn always does, so an
+imported file carries no truncate key); the config values llama.cpp's graph fixes (swiglu alpha 1.702, limit
+7.0, biased attention, every other layer sliding) are the imported ones; a bias stack of the wrong shape is
+named, nothing written.
+"""
+import numpy as np
+import pytest
+
+import colibri_dist as cd
+from colibri_dist import convert
+from colibri_dist.errors import FormatError
+
+torch = pytest.importorskip("torch")
+gguf = pytest.importorskip("gguf")
+from gguf_tiny import write_gguf  # noqa: E402  (needs gguf)
+from test_format_gguf import logits, reference, rel_err  # noqa: E402
+
+YARN = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+        "truncate": True, "original_max_position_embeddings": 4096}
+
+
+def tiny_gpt_oss(path, seed=0, **changes):
+    """The family's tiny gpt-oss with llama.cpp's fixed values (limit 7.0) and a rounding yarn, saved."""
+    import transformers
+    from colibri_dist.format.tiny import tiny_config
+    cfg = tiny_config("gpt_oss")
+    cfg.swiglu_limit, cfg.rope_parameters = 7.0, dict(YARN)
+    for k, v in changes.items():
+        setattr(cfg, k, v)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("_bias", ".bias", "sinks")):
+                p.copy_((torch.rand(p.shape, generator=gen) - 0.5) * 0.5)
+    model.save_pretrained(path)
+    return model
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gguf-gpt-oss")
+    model = tiny_gpt_oss(d / "hf")
+    stored = write_gguf(model, d / "m.gguf")
+    convert(d / "hf", d / "hf.colibri", experts="f32", progress=False)
+    convert(d / "m.gguf", d / "g.colibri", progress=False)
+    return d, model, stored
+
+
+def test_gpt_oss_imports_bit_for_bit(imported):
+    d, model, stored = imported
+    assert {"blk.0.attn_sinks.weight", "blk.1.ffn_gate_exps.bias", "blk.1.ffn_down_exps.bias",
+            "blk.0.post_attention_norm.weight", "blk.0.ffn_gate_inp.bias", "blk.0.attn_output.bias"} <= set(stored)
+    ids = np.random.default_rng(3).integers(0, 64, 40)
+    got = logits(d / "g.colibri", ids)
+    assert np.array_equal(got, logits(d / "hf.colibri", ids))
+    assert rel_err(got, reference(model, ids)) <= 1e-4
+    with cd.open_model(d / "g.colibri") as m, cd.open_model(d / "hf.colibri") as h:
+        assert m.config == h.config and m.config.act == h.config.act and m.config.act.limit == 7.0
+        hf = m.meta["source_config"]
+        assert "truncate" not in hf["rope_parameters"] and hf["rope_parameters"]["factor"] == 32.0
+        assert (hf["swiglu_alpha"], hf["swiglu_limit"], hf["attention_bias"], hf["sliding_window"]) == \
+            (1.702, 7.0, True, model.config.sliding_window)
+        for e in (0, 5):
+            for a, b in zip(m.expert_layout(1, e).biases, h.expert_layout(1, e).biases):
+                assert a == b
+            assert np.array_equal(m.read_expert(1, e), h.read_expert(1, e))
+
+
+def test_a_bias_stack_of_the_wrong_shape_is_named(imported, tmp_path):
+    _, model, _ = imported
+    bad = {"blk.1.ffn_up_exps.bias": np.zeros((8, 15), np.float32)}
+    write_gguf(model, tmp_path / "m.gguf", raw_tensors={k: (v.view(np.uint8), "F32") for k, v in bad.items()})
+    with pytest.raises(FormatError, match=r"up_proj\.bias' has shape \[\d+\], expected \[16\]"):
+        convert(tmp_path / "m.gguf", tmp_path / "g.colibri", progress=False)
+    assert not (tmp_path / "g.colibri").exists()
