@@ -6,8 +6,13 @@ The imported container's logits equal the safetensors conversion's bit for bit a
 when the model's yarn rounds its correction range (truncate true: what llama.cpp's yarn always does, so an
 imported file carries no truncate key); the config values llama.cpp's graph fixes (swiglu alpha 1.702, limit
 7.0, biased attention, every other layer sliding) are the imported ones; a bias stack of the wrong shape is
-named, nothing written.
+named, nothing written. With llama.cpp's source tree present (COLIBRI_LLAMA_CPP, else shared/peers' copy; skipped
+otherwise), a file made by its own convert_hf_to_gguf.py imports bit for bit as well.
 """
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -20,6 +25,7 @@ gguf = pytest.importorskip("gguf")
 from gguf_tiny import write_gguf  # noqa: E402  (needs gguf)
 from test_format_gguf import logits, reference, rel_err  # noqa: E402
 
+LLAMA_CPP = os.environ.get("COLIBRI_LLAMA_CPP", "/work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp")
 YARN = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
         "truncate": True, "original_max_position_embeddings": 4096}
 
@@ -80,3 +86,32 @@ def test_a_bias_stack_of_the_wrong_shape_is_named(imported, tmp_path):
     with pytest.raises(FormatError, match=r"up_proj\.bias' has shape \[\d+\], expected \[16\]"):
         convert(tmp_path / "m.gguf", tmp_path / "g.colibri", progress=False)
     assert not (tmp_path / "g.colibri").exists()
+
+
+def _tokenizer(path):
+    """A byte-level BPE of 40 tokens (convert_hf_to_gguf.py needs a tokenizer within the model's vocabulary)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["hello world the quick brown fox"],
+                            trainer=trainers.BpeTrainer(vocab_size=40, special_tokens=["<|endoftext|>"]))
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(path)
+
+
+def test_llama_cpps_own_converter_output_imports_bit_for_bit(tmp_path):
+    script = os.path.join(LLAMA_CPP, "convert_hf_to_gguf.py")
+    if not os.path.exists(script):
+        pytest.skip(f"llama.cpp's convert_hf_to_gguf.py is not at {LLAMA_CPP} (set COLIBRI_LLAMA_CPP)")
+    model = tiny_gpt_oss(tmp_path / "hf", seed=2)
+    _tokenizer(tmp_path / "hf")
+    run = subprocess.run([sys.executable, script, str(tmp_path / "hf"), "--outfile", str(tmp_path / "m.gguf"),
+                          "--outtype", "f32"], capture_output=True, text=True, cwd=LLAMA_CPP, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    convert(tmp_path / "m.gguf", tmp_path / "g.colibri", progress=False)
+    convert(tmp_path / "hf", tmp_path / "hf.colibri", experts="f32", progress=False)
+    ids = np.random.default_rng(5).integers(0, 40, 30)
+    got = logits(tmp_path / "g.colibri", ids)
+    assert np.array_equal(got, logits(tmp_path / "hf.colibri", ids))
+    assert rel_err(got, reference(model, ids)) <= 1e-4
