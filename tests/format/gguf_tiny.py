@@ -220,8 +220,8 @@ def tensor_type(name, v, qtype, counts=None):
     """The GGML type `write_gguf` stores tensor `name` (value v) in for `qtype`; counts: quant_counts of the file
     (K-quant mixes: attn_v's index is its layer, as llama.cpp counts them one per layer; ffn_down's layer is parsed
     from the name, as llama.cpp does for a model with experts)."""
-    if v.ndim < 2 or any(k in name for k in F32_ONLY) or qtype == "F32":
-        return "F32"
+    if v.ndim < 2 or any(k in name for k in F32_ONLY) or qtype == "F32" or not name.endswith(".weight"):
+        return "F32"                        # convert_hf_to_gguf.py quantizes .weight tensors only (not biases)
     if qtype == "MXFP4_MOE":                # llama-quantize: the expert stacks MXFP4, every other matrix Q8_0
         return "MXFP4" if "_exps." in name else "Q8_0"
     if qtype in ("Q4_K_M", "Q5_K_M"):

@@ -20,11 +20,12 @@ COMMON = dict(vocab_size=97, num_hidden_layers=3, max_position_embeddings=128, i
 CASES = {name: case for fam in families.FAMILIES.values() for name, case in fam.cases.items()}
 
 
-def make_model(case, seed=0):
+def make_model(case, seed=0, **overrides):
+    """The case's seeded float32 transformers model; overrides: config values over the case's."""
     import torch
     import transformers
     cls_name, kw = CASES[case]
-    cfg = getattr(transformers, cls_name)(**dict(COMMON, **kw))
+    cfg = getattr(transformers, cls_name)(**dict(COMMON, **dict(kw, **overrides)))
     torch.manual_seed(seed)
     # eager attention and experts: the reference written as plain loops (grouped_mm wants 16-byte strides)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
