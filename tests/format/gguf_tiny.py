@@ -223,7 +223,7 @@ def tensor_type(name, v, qtype, counts=None):
     if v.ndim < 2 or any(k in name for k in F32_ONLY) or qtype == "F32" or not name.endswith(".weight"):
         return "F32"                        # convert_hf_to_gguf.py quantizes .weight tensors only (not biases)
     if qtype == "MXFP4_MOE":                # llama-quantize: the expert stacks MXFP4, every other matrix Q8_0
-        return "MXFP4" if "_exps." in name else "Q8_0"
+        return "MXFP4" if "_exps.weight" in name else "Q8_0"
     if qtype in ("Q4_K_M", "Q5_K_M"):
         m, kind = _LAYER.match(name), name.split(".")[2] if name.startswith("blk.") else ""
         more = next((k for k in MORE_BITS if kind.startswith(k)), None)

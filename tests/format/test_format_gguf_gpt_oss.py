@@ -6,8 +6,9 @@ The imported container's logits equal the safetensors conversion's bit for bit a
 when the model's yarn rounds its correction range (truncate true: what llama.cpp's yarn always does, so an
 imported file carries no truncate key); the config values llama.cpp's graph fixes (swiglu alpha 1.702, limit
 7.0, biased attention, every other layer sliding) are the imported ones; a bias stack of the wrong shape is
-named, nothing written. A Q8_0 file (biases F32, as llama.cpp keeps every non-weight tensor) keeps the experts'
-blocks and their biases and gives transformers' logits on the file's values on every SIMD level. With llama.cpp's
+named, nothing written. A Q8_0 file and an MXFP4_MOE one (llama-quantize's mix for gpt-oss: MXFP4 expert stacks,
+Q8_0 elsewhere; biases F32, as llama.cpp keeps every non-weight tensor) keep the experts' blocks and their
+biases and give transformers' logits on the file's values on every SIMD level. With llama.cpp's
 source tree present (COLIBRI_LLAMA_CPP, else shared/peers' copy; skipped
 otherwise), a file made by its own convert_hf_to_gguf.py imports bit for bit as well.
 """
@@ -24,7 +25,7 @@ from colibri_dist.errors import FormatError
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
-from gguf_tiny import gpt_oss_tensors, write_gguf  # noqa: E402  (needs gguf)
+from gguf_tiny import gpt_oss_tensors, tensor_type, write_gguf  # noqa: E402  (needs gguf)
 from test_format_gguf import logits, reference, rel_err  # noqa: E402
 
 LLAMA_CPP = os.environ.get("COLIBRI_LLAMA_CPP", "/work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp")
@@ -119,15 +120,17 @@ def test_llama_cpps_own_converter_output_imports_bit_for_bit(tmp_path):
     assert rel_err(got, reference(model, ids)) <= 1e-4
 
 
-def _gguf_values_model(model, stored):
-    """model with every tensor replaced by the values the GGUF stores (Q8_0 blocks decoded by gguf.quants), the
+def _gguf_values_model(model, stored, qtype):
+    """model with every tensor replaced by the values the GGUF stores (blocks decoded by gguf.quants), the
     gate/up stacks interleaved back into gate_up_proj [E, H, 2I]."""
     import copy
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPT_OSS, model.config.num_hidden_layers)
     values = {}
-    for hf_name in gpt_oss_tensors(model):
-        q = stored[names.get_name(hf_name, try_suffixes=(".weight", ".bias"))]
-        values[hf_name] = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0) if q.dtype == np.uint8 else q
+    for hf_name, v in gpt_oss_tensors(model).items():
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        kind = gguf.GGMLQuantizationType[tensor_type(name, v, qtype)]
+        values[hf_name] = gguf.quants.dequantize(stored[name], kind) if stored[name].dtype == np.uint8 \
+            else stored[name]
     out = copy.deepcopy(model)
     with torch.no_grad():
         for name, t in out.state_dict().items():
@@ -147,24 +150,26 @@ def _gguf_values_model(model, stored):
     return out
 
 
-def test_a_q8_0_file_keeps_its_blocks_and_biases_on_every_level(tmp_path):
+@pytest.mark.parametrize("qtype,experts", [("Q8_0", "q8_0"), ("MXFP4_MOE", "mxfp4")])
+def test_a_quantized_file_keeps_its_blocks_and_biases_on_every_level(tmp_path, qtype, experts):
     from colibri_dist.format.quantize import dequantize, expert_biases
     from colibri_dist.native import simd_available
     model = tiny_gpt_oss(tmp_path / "hf", seed=3, hidden_size=64, intermediate_size=32, num_attention_heads=4,
                          head_dim=16, vocab_size=96)
-    stored = write_gguf(model, tmp_path / "m.gguf", qtype="Q8_0")
+    stored = write_gguf(model, tmp_path / "m.gguf", qtype=qtype)
     convert(tmp_path / "m.gguf", tmp_path / "g.colibri", progress=False)
     with cd.open_model(tmp_path / "g.colibri") as m:
-        assert (m.config.scheme, m.dense_scheme) == ("q8_0", "q8_0")
+        assert (m.config.scheme, m.dense_scheme) == (experts, "q8_0")
         blob, layout = m.read_expert(1, 2), m.expert_layout(1, 2)
         q = stored["blk.1.ffn_up_exps.weight"][2]
         assert bytes(np.asarray(blob)[layout.up.data_offset:layout.up.data_offset + layout.up.data_bytes]) == \
             q.tobytes()
-        assert np.array_equal(dequantize(blob, layout.up), gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0))
+        kind = gguf.GGMLQuantizationType[experts.upper()]
+        assert np.array_equal(dequantize(blob, layout.up), gguf.quants.dequantize(q, kind))
         for got, key in zip(expert_biases(blob, layout), ("gate", "up", "down")):
             assert np.array_equal(got, stored[f"blk.1.ffn_{key}_exps.bias"][2])
     ids = np.random.default_rng(6).integers(0, 96, 40)
     got = {level: logits(tmp_path / "g.colibri", ids, level) for level in simd_available()}
     assert all(np.array_equal(got["scalar"], g) for g in got.values()), list(got)
-    assert rel_err(got["scalar"], reference(_gguf_values_model(model, stored), ids)) <= 1e-4
+    assert rel_err(got["scalar"], reference(_gguf_values_model(model, stored, qtype), ids)) <= 1e-4
     assert rel_err(got["scalar"], reference(model, ids)) > 1e-6        # the file's values, not the float model's

@@ -3,17 +3,15 @@
 A tiny gpt-oss whose expert matrices are whole 32-blocks (hidden 64, inter 32) converted with --experts mxfp4:
 the experts are stored as mxfp4 with their float32 biases beside them, the logits equal transformers' on the
 mxfp4-decoded experts within 1e-4 (exact-weights mode), greedy tokens follow, and every SIMD level gives the
-same bits (w8a8 default mode). Skipped, naming it, in a build without the mxfp4 encoding.
+same bits (w8a8 default mode).
 """
 import numpy as np
 import pytest
 
 import colibri_dist as cd
 from colibri_dist import native
-from colibri_dist.encodings import SCHEMES
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.skipif("mxfp4" not in SCHEMES, reason="the mxfp4 expert encoding is not in this build")
 
 
 def _model(path):
