@@ -5,8 +5,8 @@ column; GQA with q/k/v/o biases (attention_bias), per-head attention sinks, slid
 full_attention layers (layer_types, sliding_window), yarn rope.
 
 Role: the family table entry (format/families.py, model/arch.py, model/weights.py, format/tiny.py read
-it) and its tiny test configs. The hub's MXFP4 checkpoints (experts as *_blocks / *_scales) need the mxfp4
-expert encoding; a float (bf16/f32) checkpoint converts to any encoding.
+it) and its tiny test configs. The hub's MXFP4 checkpoints (experts as *_blocks / *_scales) keep their blocks
+with --experts mxfp4 (format/fused_experts.py repacks them exactly) or are decoded for any other encoding.
 """
 from ..errors import FormatError
 from ._base import Attention, Family, Moe, Names

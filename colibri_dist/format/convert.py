@@ -26,7 +26,7 @@ from ..errors import FormatError, InvalidArgument
 from . import spec
 from .config_values import check_config
 from .families import detect, model_config
-from .fused_experts import fused_shapes, read_fused
+from .fused_experts import MXFP4_PARTS, fused_shapes, mxfp4_names, read_fused
 from .gguf_source import is_gguf
 from .hf_source import SafetensorsSource, storage_dtype
 from .integrity import check_values, checked_chunks
@@ -144,14 +144,11 @@ def plan_layer(family, cfg, source, layer):
     if lp.shared_gate:
         _check_shape(source, lp.shared_gate, (1, cfg.hidden))
     gate_up, down = family.fused_names(p)
-    if gate_up not in source and f"{gate_up}_blocks" in source:
-        raise FormatError(f"{source.ref(gate_up + '_blocks').file}: {gate_up}_blocks / _scales hold MXFP4 "
-                          f"experts (the hub's gpt-oss checkpoints), which this converter cannot read yet; "
-                          f"convert a bf16 or f32 checkpoint")
-    if family.per_expert_names(p, 0)[0] in source or gate_up not in source:
+    mxfp4 = family.names.fused == "interleaved" and gate_up not in source and f"{gate_up}_blocks" in source
+    if not mxfp4 and (family.per_expert_names(p, 0)[0] in source or gate_up not in source):
         _plan_per_expert(family, cfg, source, lp)
     else:
-        _plan_fused(family, cfg, source, lp, (gate_up, down))
+        _plan_fused(family, cfg, source, lp, mxfp4_names(gate_up, down) if mxfp4 else (gate_up, down))
     lp.sources = [n for n in (lp.router, lp.bias, lp.shared_gate) if n] + list(lp.shared or ()) \
         + [n for names in (lp.per_expert or [lp.fused + (lp.fused_biases or ())]) for n in names] \
         + [n for names in (lp.per_expert_biases or ()) for n in names]
@@ -171,8 +168,11 @@ def _plan_per_expert(family, cfg, source, lp):
 
 def _plan_fused(family, cfg, source, lp, names):
     lp.fused, lp.fused_biases, lp.layout = names, family.fused_bias_names(lp.prefix), family.names.fused
+    roles = ("gate_up", "down")
+    if len(names) == len(MXFP4_PARTS):                 # the hub's MXFP4 blocks and scales
+        lp.layout, roles = lp.layout + "_mxfp4", MXFP4_PARTS
     shapes = fused_shapes(lp.layout, cfg.n_experts, cfg.inter, cfg.hidden)
-    for name, role in zip(names + (lp.fused_biases or ()), ("gate_up", "down", "gate_up_bias", "down_bias")):
+    for name, role in zip(names + (lp.fused_biases or ()), roles + ("gate_up_bias", "down_bias")):
         _check_shape(source, name, shapes[role])
 
 
@@ -222,7 +222,7 @@ def _expert_reader(source, cfg, lp, e, experts):
                     [source.read_f32(n, (size,)) for n, size in zip(biases, sizes)] or None,
                     sum(source.ref(n).nbytes for n in lp.per_expert[e] + tuple(biases)))
         names = lp.fused + (lp.fused_biases or ())
-        mats, biases = read_fused(source, lp.fused, lp.fused_biases, e, cfg.inter, cfg.hidden, lp.layout)
+        mats, biases = read_fused(source, lp.fused, lp.fused_biases, e, cfg.inter, cfg.hidden, lp.layout, cfg.scheme)
         return mats, biases, sum(source.ref(n).nbytes for n in names) // cfg.n_experts
     return read
 
