@@ -222,7 +222,8 @@ def _expert_reader(source, cfg, lp, e, experts):
                     [source.read_f32(n, (size,)) for n, size in zip(biases, sizes)] or None,
                     sum(source.ref(n).nbytes for n in lp.per_expert[e] + tuple(biases)))
         names = lp.fused + (lp.fused_biases or ())
-        mats, biases = read_fused(source, lp.fused, lp.fused_biases, e, cfg.inter, cfg.hidden, lp.layout, cfg.scheme)
+        scheme = experts if isinstance(experts, str) else None      # a safetensors part: one scheme
+        mats, biases = read_fused(source, lp.fused, lp.fused_biases, e, cfg.inter, cfg.hidden, lp.layout, scheme)
         return mats, biases, sum(source.ref(n).nbytes for n in names) // cfg.n_experts
     return read
 
