@@ -250,6 +250,15 @@ static cb_status check_unique(cb_model *m) {
             describe(v[i], what, sizeof what);
             s = cb_fail(CB_E_FORMAT, "%s: %s appears twice in the tensor table", m->path, what);
         }
+    for (uint64_t i = 1, first = 0; i < k && s == CB_OK; i++) {   /* a layer's experts: expert 0's layout */
+        if (v[i]->kind != CBF_EXPERT) continue;
+        if (v[first]->kind != CBF_EXPERT || v[first]->layer != v[i]->layer) { first = i; continue; }
+        if (v[i]->nbytes != v[first]->nbytes || memcmp(v[i]->mats, v[first]->mats, sizeof v[i]->mats) != 0) {
+            describe(v[i], what, sizeof what);
+            s = cb_fail(CB_E_FORMAT, "%s: %s is laid out unlike expert %d of its layer: a layer's experts share "
+                        "one layout", m->path, what, v[first]->expert);
+        }
+    }
     free(v);
     return s;
 }
