@@ -10,6 +10,7 @@ weights were loaded. Set COLIBRI_DEBUG_CHECKS=1 to route the step through the ch
 """
 import numpy as np
 
+from ..errors import InvalidArgument
 from ._lib import check_status, ffi, lib
 
 
@@ -42,6 +43,8 @@ def fused_forward(rt, plans, embed, ids, seq_start, pos0, tables, final_norm, ep
         e = rt._engine()
         for layer, plan in enumerate(plans):
             moe = plan.top_k != 0
+            if moe and plan.top_k != k:                         # idx / w hold k per token: never write past them
+                raise InvalidArgument(f"fused_forward: layer {layer}'s plan routes top_k {plan.top_k}, the step {k}")
             st = lib.cb_layer_forward(e, plan.c, step, hp, n, ip if moe else ffi.NULL, wp if moe else ffi.NULL)
             if st:
                 _layer_failed(st, layer, e)
