@@ -13,7 +13,8 @@ import importlib
 import pstats
 import time
 
-NATIVE_MODULES = ("_lib", "kv_ops", "layer_ops", "matrix", "model_ops", "runtime", "views", "gating", "checks")
+NATIVE_MODULES = ("_lib", "kv_ops", "layer_ops", "fused_step", "matrix", "model_ops", "runtime", "views", "gating",
+                  "checks")
 
 
 class _TimedLib:
