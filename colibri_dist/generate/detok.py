@@ -9,7 +9,7 @@ tokenizer). `finish()` returns what remains so that the emitted text equals
 """
 from dataclasses import replace
 
-from .safe_text import DecodeFailed, failure_reason, is_fatal, safe_decode
+from .safe_text import safe_decode
 
 
 class TokenTexts:
@@ -55,13 +55,7 @@ class Detokenizer:
         self.text = ""        # everything emitted so far
 
     def _decode(self, ids):
-        """safe_decode inlined (called twice per token): a failure is DecodeFailed, the request's error."""
-        try:
-            return self.tokenizer.decode(ids, skip_special_tokens=self.skip)
-        except BaseException as exc:                              # noqa: B036 - PanicException
-            if is_fatal(exc):
-                raise
-            raise DecodeFailed(failure_reason(exc, " while decoding")) from None
+        return safe_decode(self.tokenizer, ids, self.skip)       # a failure: DecodeFailed, the request's error
 
     def add(self, token_id):
         """Append one token; return the newly completed text ("" when none). A special token that decoding

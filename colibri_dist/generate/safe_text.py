@@ -104,8 +104,14 @@ class DecodeFailed(InvalidArgument):
 
 
 def safe_decode(tokenizer, ids, skip_special_tokens=True):
-    return tokenizer_call(tokenizer.decode, ids, skip_special_tokens=skip_special_tokens,
-                          fail=lambda why: DecodeFailed(why), doing=" while decoding")
+    """tokenizer.decode; a failure but an interrupt is DecodeFailed (tokenizer_call's rule, written out: the
+    detokenizer calls this twice per generated token)."""
+    try:
+        return tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+    except BaseException as exc:       # noqa: B036 - PanicException is a BaseException
+        if is_fatal(exc):
+            raise
+        raise DecodeFailed(failure_reason(exc, " while decoding")) from None
 
 
 def tokenizer_call(fn, *args, fail, doing="", **kwargs):

@@ -83,12 +83,14 @@ class Decoder:
         seq_start[1:] = np.cumsum(counts)
         pos0 = np.array([s.length for s, _, _ in steps], dtype=np.int32)
         tables = [s.table() for s, _, _ in steps]
+        positions = pos0 if ids.size == len(steps) else \
+            np.arange(ids.size, dtype=np.int32) + np.repeat(pos0 - seq_start[:-1], counts)   # decode: pos0
         rows = np.concatenate([seq_start[i] + p for i, p in enumerate(picks)]) if len(picks) > 1 else picks[0]
         plans = self._fused_plans() if self.fusing() else None
         if plans and None not in plans and not DEBUG_CHECKS:
-            logits = self._whole_step(plans, ids, seq_start, pos0, tables, rows)
+            logits = self._whole_step(plans, ids, seq_start, pos0, positions, tables, rows)
         else:
-            logits = self._layer_by_layer(plans, ids, seq_start, pos0, tables, counts, rows)
+            logits = self._layer_by_layer(plans, ids, seq_start, pos0, positions, tables, rows)
         for i, (seq, _, _) in enumerate(steps):
             self.cache.commit(seq, ids[seq_start[i]:seq_start[i + 1]])
         self.tokens_processed += int(seq_start[-1])
@@ -99,11 +101,11 @@ class Decoder:
             at += len(p)
         return out
 
-    def _whole_step(self, plans, ids, seq_start, pos0, tables, rows):
+    def _whole_step(self, plans, ids, seq_start, pos0, positions, tables, rows):
         """Every layer fused: the step is native.fused_forward (the same C calls, checked once above)."""
         heat = self.engine.count_routed if self.engine.heat.on else None
         try:
-            return native.fused_forward(self.rt, plans, self.w.embed, ids, seq_start, pos0, tables,
+            return native.fused_forward(self.rt, plans, self.w.embed, ids, seq_start, pos0, positions, tables,
                                         self.w.final_norm, self.arch.rms_eps, self.w.lm_head, rows,
                                         self.engine.config.top_k, heat)
         except NativeError as exc:
@@ -112,9 +114,8 @@ class Decoder:
                 raise
             raise NativeError(f"{self.engine.path}: layer {layer}: {exc.message}", exc.code) from exc
 
-    def _layer_by_layer(self, plans, ids, seq_start, pos0, tables, counts, rows):
+    def _layer_by_layer(self, plans, ids, seq_start, pos0, positions, tables, rows):
         """Op by op (MLA, experts elsewhere), or fused layer by layer through the checked wrappers."""
-        positions = np.concatenate([np.arange(p, p + c, dtype=np.int32) for p, c in zip(pos0, counts)])
         batch = Batch(seq_start, pos0, positions, tables)
         h = native.embed(self.w.embed, ids)
         x = np.empty_like(h)     # every norm's output, reused: this call's own (lanes may run forward at once)

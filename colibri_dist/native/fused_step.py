@@ -14,18 +14,15 @@ from ..errors import InvalidArgument
 from ._lib import check_status, ffi, lib
 
 
-def fused_forward(rt, plans, embed, ids, seq_start, pos0, tables, final_norm, eps, lm_head, rows, top_k,
+def fused_forward(rt, plans, embed, ids, seq_start, pos0, positions, tables, final_norm, eps, lm_head, rows, top_k,
                   on_layer=None):
     """-> float32 logits [len(rows), lm_head.rows] of the given rows of the step.
 
-    ids int32 [n] (every step's new tokens, concatenated), seq_start int32 [S+1], pos0 int32 [S], tables: S int32
-    block tables (each non-empty: the KV cache reserved the step), rows int64 indices into [0, n). on_layer(layer,
-    idx) after each MoE layer with its routing (expert heat), or None. A layer's NativeError names the layer."""
+    ids int32 [n] (every step's new tokens, concatenated), seq_start int32 [S+1], pos0 int32 [S], positions int32
+    [n] (every token's position), tables: S int32 block tables (each non-empty: the KV cache reserved the step),
+    rows int64 indices into [0, n). on_layer(layer, idx) after each MoE layer with its routing (expert heat), or
+    None. A layer's NativeError names the layer."""
     n, hidden, buf = ids.size, embed.cols, ffi.from_buffer
-    if n == len(tables):
-        positions = pos0                                         # decode: one new token per sequence
-    else:
-        positions = np.arange(n, dtype=np.int32) + np.repeat(pos0 - seq_start[:-1], seq_start[1:] - seq_start[:-1])
     h = np.empty((n, hidden), dtype=np.float32)
     k = top_k or 1
     idx, w = np.empty((n, k), dtype=np.int32), np.empty((n, k), dtype=np.float32)
