@@ -8,12 +8,13 @@
  * thread or batch size changes a bit (K is never split). With the engine's
  * opt-in w8a8 mode, CB_I8_ROW matrices take per-token int8 activations and
  * exact integer dots (kernels_q8.c), and int4 / int6 matrices take the same activations,
- * prepared per token, through the w4a8 / w6a8 kernels (kernels_q4.c, kernels_q6.c),
- * exactly as the experts do.
+ * prepared per token, through the w4a8 / w6a8 kernels (kernels_q4.c, kernels_q6.c), and k-quant
+ * matrices (q4_k, q5_k, q6_k) take llama.cpp's Q8_K activations (kernels_kq.c), exactly as the experts do.
  */
 #include <stdio.h>
 #include "cb_internal.h"
 #include "kernels.h"
+#include "kquants.h"
 
 #define ROW_BLOCK 64      /* output rows per item */
 #define TOKEN_CHUNK 16    /* tokens per pass over an item's weight rows */
@@ -31,6 +32,7 @@ typedef struct {
     int16_t *const *xq;        /* w8a8: per matrix its inputs quantized [n, cols] (NULL: f32 path) */
     float *const *sx;          /* w8a8: per matrix the per-token scales [n] */
     int8_t *const *xpre;       /* w4a8 / w6a8: per int4 / int6 matrix its inputs prepared [n, cb_qprep_bytes] */
+    cb_q8k_block *const *xk;   /* k-quants: per matrix its inputs as Q8_K blocks [n, cols / 256] (NULL: other paths) */
 } mm_run;
 
 static void mm_block(void *ctx, int64_t item) {
@@ -41,19 +43,24 @@ static void mm_block(void *ctx, int64_t item) {
     const float *xs[TOKEN_CHUNK];
     const int16_t *xq[TOKEN_CHUNK];
     const int8_t *xp[TOKEN_CHUNK];
+    const cb_q8k_block *xk[TOKEN_CHUNK];
     float *outs[TOKEN_CHUNK];
     const int16_t *q = run->xq ? run->xq[it.mat] : NULL;
     const int8_t *pre = run->xpre ? run->xpre[it.mat] : NULL;
     size_t pre_bytes = pre ? cb_qprep_bytes(w) : 0;
+    const cb_q8k_block *kq = run->xk ? run->xk[it.mat] : NULL;
+    size_t kq_blocks = (size_t)w->cols / CB_QK_K;
     for (int64_t c = it.t0; c < it.t1; c += TOKEN_CHUNK) {
         int64_t m = it.t1 - c < TOKEN_CHUNK ? it.t1 - c : TOKEN_CHUNK;
         for (int64_t i = 0; i < m; i++) {
             xs[i] = run->xs[it.mat] + (size_t)(c + i) * (size_t)run->x_stride;
             if (q) xq[i] = q + (size_t)(c + i) * (size_t)w->cols;
             if (pre) xp[i] = pre + (size_t)(c + i) * pre_bytes;
+            if (kq) xk[i] = kq + (size_t)(c + i) * kq_blocks;
             outs[i] = run->outs[it.mat] + (size_t)(c + i) * (size_t)run->out_stride;
         }
-        if (pre) cb_dot_rows_qprep(cb_kernels(), w, it.r0, it.r1, xp, run->sx[it.mat] + c, outs, m);
+        if (kq) cb_dot_rows_kq(w, it.r0, it.r1, xk, outs, m);
+        else if (pre) cb_dot_rows_qprep(cb_kernels(), w, it.r0, it.r1, xp, run->sx[it.mat] + c, outs, m);
         else if (q) cb_dot_rows_q8(w, it.r0, it.r1, xq, run->sx[it.mat] + c, outs, m);
         else cb_dot_rows(w, it.r0, it.r1, xs, outs, m);
         if (bias)
@@ -64,11 +71,16 @@ static void mm_block(void *ctx, int64_t item) {
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* w8a8 mode: matrices whose encoding has an integer path (cb_qpath_of: int8 rows w8a8, int4 w4a8,
+/* w8a8 mode: matrices whose encoding has an int16-code path (cb_qpath_of: int8 rows w8a8, int4 w4a8,
  * int6 w6a8) with K inside the exact-int32 range take it; pre_bytes: bytes of one token's prepared
- * input (w4a8 / w6a8; 0: neither). */
+ * input (w4a8 / w6a8; 0: neither). k-quant matrices take Q8_K blocks (uses_kq; sums per 256: no K limit). */
 static int uses_q8(const cb_engine *e, const cb_matrix *w) {
-    return e->w8a8 && cb_qpath_of(w->dtype) != CB_QPATH_NONE && w->cols <= CB_Q8_MAX_K;
+    int path = cb_qpath_of(w->dtype);
+    return e->w8a8 && path != CB_QPATH_NONE && path != CB_QPATH_KQ && w->cols <= CB_Q8_MAX_K;
+}
+static int uses_kq(const cb_engine *e, const cb_matrix *w) { return e->w8a8 && cb_qpath_of(w->dtype) == CB_QPATH_KQ; }
+static size_t kq_bytes(const cb_matrix *w, int64_t n) {
+    return sizeof(cb_q8k_block) * (size_t)n * (size_t)(w->cols / CB_QK_K);
 }
 static size_t pre_bytes(const cb_engine *e, const cb_matrix *w) {
     return uses_q8(e, w) ? cb_qprep_bytes(w) : 0;
@@ -130,6 +142,57 @@ static cb_status prepare_input(cb_engine *e, const cb_matrix *const *ws, const f
     return CB_OK;
 }
 
+/* k-quants: matrix i's input as Q8_K blocks (shared with an earlier k-quant matrix of the same input and width). */
+static cb_status kq_input(cb_engine *e, const cb_matrix *const *ws, const float *const *xs, int64_t x_stride,
+                          cb_q8k_block **xk, int32_t i, int64_t n) {
+    const cb_matrix *w = ws[i];
+    for (int32_t j = 0; j < i; j++)
+        if (xk[j] && xs[j] == xs[i] && ws[j]->cols == w->cols) {
+            xk[i] = xk[j];
+            return CB_OK;
+        }
+    if (!(xk[i] = cb_arena_alloc(e->arena, kq_bytes(w, n)))) return cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted");
+    size_t nb = (size_t)w->cols / CB_QK_K;
+    for (int64_t t = 0; t < n; t++) cb_quantize_row_q8k(xs[i] + (size_t)t * (size_t)x_stride, w->cols, xk[i] + (size_t)t * nb);
+    return CB_OK;
+}
+
+/* Scratch bytes of the integer paths' inputs (w8a8 mode). */
+static size_t q_scratch(const cb_engine *e, int32_t n_mats, const cb_matrix *const *ws, int64_t n) {
+    size_t bytes = 4 * cb_arena_need(sizeof(void *) * (size_t)n_mats);
+    for (int32_t i = 0; i < n_mats; i++) {
+        if (uses_q8(e, ws[i]))
+            bytes += cb_arena_need(sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols) + cb_arena_need(sizeof(float) * (size_t)n) +
+                     cb_arena_need(pre_bytes(e, ws[i]) * (size_t)n);
+        if (uses_kq(e, ws[i])) bytes += cb_arena_need(kq_bytes(ws[i], n));
+    }
+    return bytes;
+}
+
+/* w8a8 mode: every matrix's input in its path's form (q/k/v share one input: quantized once). */
+static cb_status quantize_inputs(cb_engine *e, int32_t n_mats, const cb_matrix *const *ws, const float *const *xs,
+                                 int64_t x_stride, int64_t n, mm_run *run) {
+    size_t ptrs = sizeof(void *) * (size_t)n_mats;
+    int16_t **xq = cb_arena_alloc(e->arena, ptrs);
+    float **sx = cb_arena_alloc(e->arena, ptrs);
+    int8_t **xpre = cb_arena_alloc(e->arena, ptrs);
+    cb_q8k_block **xk = cb_arena_alloc(e->arena, ptrs);
+    if (!xq || !sx || !xpre || !xk) return cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted");
+    run->xq = xq, run->sx = sx, run->xpre = xpre, run->xk = xk;
+    cb_status s = CB_OK;
+    for (int32_t i = 0; i < n_mats; i++) {
+        xq[i] = NULL, sx[i] = NULL, xpre[i] = NULL, xk[i] = NULL;
+        if (uses_kq(e, ws[i]) && (s = kq_input(e, ws, xs, x_stride, xk, i, n)) != CB_OK) return s;
+        if (!uses_q8(e, ws[i])) continue;
+        int32_t j = 0;
+        while (j < i && !(xq[j] && xs[j] == xs[i] && ws[j]->cols == ws[i]->cols)) j++;
+        if (j < i) xq[i] = xq[j], sx[i] = sx[j];
+        else if ((s = quantize_input(e, ws[i], xs[i], x_stride, n, &xq[i], &sx[i])) != CB_OK) return s;
+        if (pre_bytes(e, ws[i]) && (s = prepare_input(e, ws, xs, xq, xpre, i, n)) != CB_OK) return s;
+    }
+    return CB_OK;
+}
+
 cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *ws, const float *const *biases,
                           const float *const *xs, int64_t x_stride, float *const *outs, int64_t out_stride, int64_t n) {
     if (!e) return cb_fail(CB_E_INVALID, "cb_matmul_batch: engine is NULL");
@@ -143,39 +206,18 @@ cb_status cb_matmul_batch(cb_engine *e, int32_t n_mats, const cb_matrix *const *
     }
     int64_t span = token_span(row_items, n, cb_engine_threads(e));
     n_items = row_items * ceil_div(n, span);
-    size_t q8_bytes = 3 * cb_arena_need(sizeof(void *) * (size_t)n_mats);
-    for (int32_t i = 0; i < n_mats; i++)
-        if (uses_q8(e, ws[i]))
-            q8_bytes += cb_arena_need(sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols) + cb_arena_need(sizeof(float) * (size_t)n) +
-                        cb_arena_need(pre_bytes(e, ws[i]) * (size_t)n);
-    if ((s = cb_engine_scratch(e, cb_arena_need(sizeof(mm_item) * (size_t)n_items) + q8_bytes)) != CB_OK)
+    size_t q_bytes = e->w8a8 ? q_scratch(e, n_mats, ws, n) : 0;
+    if ((s = cb_engine_scratch(e, cb_arena_need(sizeof(mm_item) * (size_t)n_items) + q_bytes)) != CB_OK)
         return cb_engine_fail(e, s);
     mm_item *items = cb_arena_alloc(e->arena, sizeof(mm_item) * (size_t)n_items);
-    int16_t **xq = NULL;
-    float **sx = NULL;
-    int8_t **xpre = NULL;
-    if (e->w8a8) {
-        xq = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
-        sx = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
-        xpre = cb_arena_alloc(e->arena, sizeof(void *) * (size_t)n_mats);
-        if (!xq || !sx || !xpre) return cb_engine_fail(e, cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted"));
-        for (int32_t i = 0; i < n_mats; i++) {
-            xq[i] = NULL, sx[i] = NULL, xpre[i] = NULL;
-            if (!uses_q8(e, ws[i])) continue;
-            int32_t j = 0;                  /* q/k/v share one input: quantize it once */
-            while (j < i && !(xq[j] && xs[j] == xs[i] && ws[j]->cols == ws[i]->cols)) j++;
-            if (j < i) xq[i] = xq[j], sx[i] = sx[j];
-            else if ((s = quantize_input(e, ws[i], xs[i], x_stride, n, &xq[i], &sx[i])) != CB_OK) return cb_engine_fail(e, s);
-            if (pre_bytes(e, ws[i]) && (s = prepare_input(e, ws, xs, xq, xpre, i, n)) != CB_OK) return cb_engine_fail(e, s);
-        }
-    }
+    mm_run run = {ws, biases, xs, outs, x_stride, out_stride, items, NULL, NULL, NULL, NULL};
+    if (e->w8a8 && (s = quantize_inputs(e, n_mats, ws, xs, x_stride, n, &run)) != CB_OK) return cb_engine_fail(e, s);
     int64_t k = 0;
     for (int64_t t = 0; t < n; t += span)          /* token spans outer: early items start on the first tokens */
         for (int32_t i = 0; i < n_mats; i++)
             for (int32_t r = 0; r < ws[i]->rows; r += ROW_BLOCK)
                 items[k++] = (mm_item){i, r, r + ROW_BLOCK < ws[i]->rows ? r + ROW_BLOCK : ws[i]->rows,
                                        t, t + span < n ? t + span : n};
-    mm_run run = {ws, biases, xs, outs, x_stride, out_stride, items, xq, sx, xpre};
     if (work < INLINE_WORK)                        /* tiny (decode of a small matrix): the caller alone */
         for (int64_t i = 0; i < n_items; i++) mm_block(&run, i);
     else

@@ -12,6 +12,7 @@
 #include <math.h>
 #include "cb_internal.h"
 #include "kernels.h"
+#include "kquants.h"
 
 #define ROW_BLOCK 48    /* output rows per work item (multiple of the 3- and 8-row tiles) */
 #define ROW_BLOCK_FEW 192 /* ... when the task has <= TOKEN_CHUNK rows: its weights are streamed once,
@@ -31,20 +32,33 @@ typedef struct {
     int8_t ***xpre, ***hpre;
     /* w8a8 on a level with a tile unit (NULL otherwise): inputs packed per 16-token block */
     int8_t **xp, **hp;
+    /* k-quant matrices with w8a8 on (NULL otherwise): inputs as llama.cpp's Q8_K blocks, per token cols / 256 */
+    cb_q8k_block ***xk, ***hk;
     const cb_kernel_table *kt;
 } ffn_run;
 
 /* Which integer path gate/up (in) or down (!in) of this task take with w8a8 on: w8a8 for int8 rows,
  * a prepared input for int4 (w4a8) and int6 (w6a8) (gate and up of one dtype: they share the prepared
- * input), else none (f32). */
-enum { Q_NONE, Q_I8, Q_PRE };
+ * input), Q8_K blocks for k-quants (gate and up any two of q4_k / q5_k / q6_k: one activation type),
+ * else none (f32). */
+enum { Q_NONE, Q_I8, Q_PRE, Q_KQ };
 static int q_kind(const cb_engine *e, const cb_ffn_task *t, int in) {
     const cb_matrix *a = in ? &t->ex->gate : &t->ex->down, *b = in ? &t->ex->up : a;
-    if (!e->w8a8 || a->dtype != b->dtype || a->cols > CB_Q8_MAX_K) return Q_NONE;
     int path = cb_qpath_of(a->dtype);
+    if (!e->w8a8) return Q_NONE;
+    if (path == CB_QPATH_KQ) return cb_qpath_of(b->dtype) == CB_QPATH_KQ ? Q_KQ : Q_NONE;
+    if (a->dtype != b->dtype || a->cols > CB_Q8_MAX_K) return Q_NONE;
     return path == CB_QPATH_W8A8 ? Q_I8 : path == CB_QPATH_W4A8 || path == CB_QPATH_W6A8 ? Q_PRE : Q_NONE;
 }
-static int uses_q8(const cb_engine *e, const cb_ffn_task *t, int in) { return q_kind(e, t, in) != Q_NONE; }
+/* The int16-code paths (w8a8, w4a8, w6a8) and the k-quant one. */
+static int uses_q8(const cb_engine *e, const cb_ffn_task *t, int in) {
+    int k = q_kind(e, t, in);
+    return k == Q_I8 || k == Q_PRE;
+}
+static int uses_kq(const cb_engine *e, const cb_ffn_task *t, int in) { return q_kind(e, t, in) == Q_KQ; }
+static size_t kq_row_bytes(const cb_ffn_task *t, int in) {
+    return sizeof(cb_q8k_block) * (size_t)((in ? t->ex->gate.cols : t->ex->down.cols) / CB_QK_K);
+}
 
 /* Bytes of one token's prepared input (w4a8 / w6a8), 0 when the matrix takes neither path. */
 static size_t pre_row_bytes(const cb_engine *e, const cb_ffn_task *t, int in) {
@@ -79,7 +93,7 @@ static int64_t max_items(const cb_ffn_task *t) {
 
 size_t cb_ffn_scratch_bytes(const cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
     const cb_kernel_table *kt = cb_kernels();
-    size_t bytes = 11 * cb_arena_need(sizeof(void *) * (size_t)(n_tasks + 1));
+    size_t bytes = 13 * cb_arena_need(sizeof(void *) * (size_t)(n_tasks + 1));
     int64_t items = 0;
     for (int32_t i = 0; i < n_tasks; i++) {
         size_t n = (size_t)tasks[i].n, inter = (size_t)tasks[i].ex->gate.rows, hidden = (size_t)tasks[i].ex->down.rows;
@@ -92,6 +106,8 @@ size_t cb_ffn_scratch_bytes(const cb_engine *e, const cb_ffn_task *tasks, int32_
             if (uses_tiles(e, kt, &tasks[i], in)) bytes += cb_arena_need(tile_bytes(&tasks[i], in));
             if (pre_row_bytes(e, &tasks[i], in))
                 bytes += cb_arena_need(n * pre_row_bytes(e, &tasks[i], in)) + cb_arena_need(n * sizeof(void *));
+            if (uses_kq(e, &tasks[i], in))
+                bytes += cb_arena_need(n * kq_row_bytes(&tasks[i], in)) + cb_arena_need(n * sizeof(void *));
         }
         items += max_items(&tasks[i]);
     }
@@ -123,6 +139,10 @@ static void phase_gate_up(void *ctx, int64_t item) {
             const int8_t *p = run->xp[it.task] + (size_t)(c / 16) * cb_q8_tiles_bytes(t->ex->gate.cols);
             run->kt->dot_rows_q8_tiles(&t->ex->gate, it.r0, it.r1, p, xq, run->sx[it.task] + c, g + c, m);
             run->kt->dot_rows_q8_tiles(&t->ex->up, it.r0, it.r1, p, xq, run->sx[it.task] + c, u + c, m);
+        } else if (run->xk[it.task]) {
+            const cb_q8k_block *const *xk = (const cb_q8k_block *const *)run->xk[it.task] + c;
+            run->kt->dot_rows_kq(&t->ex->gate, it.r0, it.r1, xk, g + c, m);
+            run->kt->dot_rows_kq(&t->ex->up, it.r0, it.r1, xk, u + c, m);
         } else if (run->xpre[it.task]) {
             const int8_t *const *xp = (const int8_t *const *)run->xpre[it.task] + c;
             cb_dot_rows_qprep(run->kt, &t->ex->gate, it.r0, it.r1, xp, run->sx[it.task] + c, g + c, m);
@@ -151,6 +171,9 @@ static void phase_down(void *ctx, int64_t item) {
                                        run->hp[it.task] + (size_t)(c / 16) * cb_q8_tiles_bytes(t->ex->down.cols),
                                        (const int16_t *const *)run->hq[it.task] + c, run->sh[it.task] + c,
                                        t->outs + c, m);
+        else if (run->hk[it.task])
+            run->kt->dot_rows_kq(&t->ex->down, it.r0, it.r1, (const cb_q8k_block *const *)run->hk[it.task] + c,
+                                 t->outs + c, m);
         else if (run->hpre[it.task])
             cb_dot_rows_qprep(run->kt, &t->ex->down, it.r0, it.r1, (const int8_t *const *)run->hpre[it.task] + c,
                               run->sh[it.task] + c, t->outs + c, m);
@@ -170,6 +193,12 @@ static void phase_down(void *ctx, int64_t item) {
 static void quantize_block(ffn_run *run, int64_t item, int in) {
     ffn_item it = run->items[item];
     const cb_ffn_task *t = &run->tasks[it.task];
+    cb_q8k_block **kq = in ? run->xk[it.task] : run->hk[it.task];
+    if (kq) {                                   /* k-quants: Q8_K blocks straight from the f32 rows */
+        for (int64_t i = it.r0; i < it.r1; i++)
+            cb_quantize_row_q8k(in ? t->xs[i] : run->g[it.task][i], in ? t->ex->gate.cols : t->ex->down.cols, kq[i]);
+        return;
+    }
     for (int64_t i = it.r0; i < it.r1; i++) {
         if (in) cb_quantize_row_q8(t->xs[i], t->ex->gate.cols, run->xq[it.task][i], &run->sx[it.task][i]);
         else cb_quantize_row_q8(run->g[it.task][i], t->ex->down.cols, run->hq[it.task][i], &run->sh[it.task][i]);
@@ -198,7 +227,7 @@ static int64_t make_items(ffn_run *run, int32_t n_tasks, int kind) {
         const cb_ffn_task *t = &run->tasks[i];
         if (t->n == 0) continue;
         if (kind >= ITEMS_QUANT_X) {
-            if (!(kind == ITEMS_QUANT_X ? run->xq[i] : run->hq[i])) continue;
+            if (!(kind == ITEMS_QUANT_X ? run->xq[i] || run->xk[i] : run->hq[i] || run->hk[i])) continue;
             for (int64_t c = 0; c < t->n; c += TOKEN_CHUNK)
                 run->items[k++] = (ffn_item){i, (int32_t)c, (int32_t)(c + TOKEN_CHUNK < t->n ? c + TOKEN_CHUNK : t->n)};
             continue;
@@ -215,6 +244,14 @@ static int8_t **pre_buffers(cb_engine *e, size_t n, size_t bytes) {
     if (!bytes) return NULL;
     int8_t *buf = cb_arena_alloc(e->arena, n * bytes), **rows = cb_arena_alloc(e->arena, n * sizeof(void *));
     for (size_t t = 0; t < n; t++) rows[t] = buf + t * bytes;
+    return rows;
+}
+
+static cb_q8k_block **kq_buffers(cb_engine *e, size_t n, size_t bytes) {
+    if (!bytes) return NULL;
+    char *buf = cb_arena_alloc(e->arena, n * bytes);
+    cb_q8k_block **rows = cb_arena_alloc(e->arena, n * sizeof(void *));
+    for (size_t t = 0; t < n; t++) rows[t] = (cb_q8k_block *)(buf + t * bytes);
     return rows;
 }
 
@@ -238,6 +275,8 @@ void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
     run.hp = cb_arena_alloc(e->arena, ptrs);
     run.xpre = cb_arena_alloc(e->arena, ptrs);
     run.hpre = cb_arena_alloc(e->arena, ptrs);
+    run.xk = cb_arena_alloc(e->arena, ptrs);
+    run.hk = cb_arena_alloc(e->arena, ptrs);
     int64_t items = 0, q8_in = 0, q8_down = 0;
     for (int32_t i = 0; i < n_tasks; i++) {
         size_t n = (size_t)tasks[i].n, inter = (size_t)tasks[i].ex->gate.rows;
@@ -255,6 +294,9 @@ void cb_ffn_run(cb_engine *e, const cb_ffn_task *tasks, int32_t n_tasks) {
         if (uses_q8(e, &tasks[i], 0)) q8_down++, q8_buffers(e, n, inter, &run.hq[i], &run.sh[i]);
         run.xpre[i] = pre_buffers(e, n, pre_row_bytes(e, &tasks[i], 1));
         run.hpre[i] = pre_buffers(e, n, pre_row_bytes(e, &tasks[i], 0));
+        run.xk[i] = kq_buffers(e, n, uses_kq(e, &tasks[i], 1) ? kq_row_bytes(&tasks[i], 1) : 0);
+        run.hk[i] = kq_buffers(e, n, uses_kq(e, &tasks[i], 0) ? kq_row_bytes(&tasks[i], 0) : 0);
+        q8_in += run.xk[i] != NULL, q8_down += run.hk[i] != NULL;
         run.xp[i] = uses_tiles(e, run.kt, &tasks[i], 1) ? cb_arena_alloc(e->arena, tile_bytes(&tasks[i], 1)) : NULL;
         run.hp[i] = uses_tiles(e, run.kt, &tasks[i], 0) ? cb_arena_alloc(e->arena, tile_bytes(&tasks[i], 0)) : NULL;
         items += max_items(&tasks[i]);

@@ -17,12 +17,16 @@ void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const 
     cb_kernels()->dot_rows(w, r0, r1, xs, outs, nt);
 }
 
-/* Encodings with an integer-activation kernel family (kernels_q8.c, kernels_q4.c, kernels_q6.c); others: f32. */
+/* Encodings with an integer-activation kernel family (kernels_q8.c, kernels_q4.c, kernels_q6.c, kernels_kq.c);
+ * others: f32. */
 static const int QPATH[CB_DTYPE_COUNT] = {
     [CB_I8_ROW] = CB_QPATH_W8A8,
     [CB_I4_G32] = CB_QPATH_W4A8,
     [CB_I4_G64] = CB_QPATH_W4A8,
     [CB_I6_G64] = CB_QPATH_W6A8,
+    [CB_Q4_K] = CB_QPATH_KQ,
+    [CB_Q5_K] = CB_QPATH_KQ,
+    [CB_Q6_K] = CB_QPATH_KQ,
 };
 
 int cb_qpath_of(int32_t dtype) { return dtype >= 0 && dtype < CB_DTYPE_COUNT ? QPATH[dtype] : CB_QPATH_NONE; }

@@ -33,6 +33,11 @@ typedef void cb_dot_rows_q4_k(const cb_matrix *w, int32_t r0, int32_t r1, const 
                               float *const *outs, int64_t nt);
 /* w6a8 (kernels_q6.c): CB_I6_G64 rows x activations prepared per token by cb_q6_prep (w4a8's signature). */
 typedef cb_dot_rows_q4_k cb_dot_rows_q6_k;
+/* k-quants x Q8_K (kernels_kq.c): CB_Q4_K / CB_Q5_K / CB_Q6_K rows x llama.cpp's Q8_K activation blocks
+ * (kquants.h cb_q8k_block, one per 256 inputs; xk[t] is token t's row of blocks). */
+typedef struct cb_q8k_block cb_q8k_block;
+typedef void cb_dot_rows_kq_k(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
+                              float *const *outs, int64_t nt);
 /* q[k] = clamp(rint(x[k] * inv), -127, 127): one rounded multiply, round half to even. */
 typedef void cb_quantize_q8_k(const float *x, int32_t K, float inv, int16_t *q);
 typedef float cb_amax_k(const float *x, int32_t K);   /* max |x[k]| (exact in any order) */
@@ -63,6 +68,7 @@ typedef struct {
     cb_dot_rows_q8_k *dot_rows_q8;
     cb_dot_rows_q4_k *dot_rows_q4;
     cb_dot_rows_q6_k *dot_rows_q6;  /* avx512 and amx use the avx2 kernel */
+    cb_dot_rows_kq_k *dot_rows_kq;  /* amx uses the avx512 kernel */
     cb_quantize_q8_k *quantize_q8;
     cb_amax_k *amax;
     cb_pack_q8_tiles_k *pack_q8_tiles;        /* NULL: this level has no tile unit */
@@ -98,6 +104,9 @@ cb_dot_rows_q4_k cb_dot_rows_q4, cb_dot_rows_q4_scalar, cb_dot_rows_q4_avx2, cb_
 size_t cb_q6_prep_bytes(int32_t K);              /* a multiple of 32 */
 void cb_q6_prep(const int16_t *xq, int32_t K, int8_t *out);
 cb_dot_rows_q6_k cb_dot_rows_q6, cb_dot_rows_q6_scalar, cb_dot_rows_q6_avx2;
+/* k-quants x Q8_K (kernels_kq.c): x [K] (K a multiple of 256) -> K / 256 activation blocks. */
+void cb_quantize_row_q8k(const float *x, int32_t K, cb_q8k_block *y);
+cb_dot_rows_kq_k cb_dot_rows_kq, cb_dot_rows_kq_scalar, cb_dot_rows_kq_avx2, cb_dot_rows_kq_avx512;
 cb_quantize_q8_k cb_quantize_q8_scalar, cb_quantize_q8_avx2, cb_quantize_q8_avx512;
 cb_amax_k cb_amax_scalar, cb_amax_avx2;
 cb_pack_q8_tiles_k cb_pack_q8_tiles_amx;
@@ -157,8 +166,8 @@ const float *cb_post_scale(const cb_matrix *w, int32_t r);  /* scale kind ROW: &
 float cb_dot_tail(const cb_matrix *w, int32_t r, const float *x, float s);
 /* The integer-activation path an encoding takes with the engine's w8a8 switch on (kernels.c):
  * CB_QPATH_W8A8 cb_dot_rows_q8, CB_QPATH_W4A8 cb_dot_rows_q4, CB_QPATH_W6A8 cb_dot_rows_q6,
- * CB_QPATH_NONE the f32 kernels. */
-enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2, CB_QPATH_W6A8 = 3 };
+ * CB_QPATH_KQ cb_dot_rows_kq on Q8_K activations (llama.cpp's), CB_QPATH_NONE the f32 kernels. */
+enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2, CB_QPATH_W6A8 = 3, CB_QPATH_KQ = 4 };
 int cb_qpath_of(int32_t dtype);
 /* The paths on prepared activations (w4a8, w6a8), for the callers (dense.c, ffn.c): bytes of one
  * token's prepared input for w (0 when w takes neither path), its preparation from the

@@ -1,0 +1,93 @@
+/* kernels_kq.c — k-quant weights (q4_k, q5_k, q6_k) x llama.cpp's Q8_K activations: the activation
+ * quantizer, the scalar reference and the entry point (AVX2: kernels_kq_avx2.c, AVX-512: kernels_kq_avx512.c).
+ *
+ * Role: the integer path these encodings take with the engine's w8a8 switch on (the default): the product
+ * llama.cpp computes for them (ggml_vec_dot_q4_K_q8_K / _q5_K_ / _q6_K_ on quantize_row_q8_K activations).
+ * Activations: per 256 inputs one cb_q8k_block (kquants.h: ggml's quantize_row_q8_K_ref values).
+ *
+ * Per output (t, r), with q[k] the weight's unsigned code, a[k] the activation code, and per super-block b
+ * (in order, s = 0 first) d, dmin the weight block's f16 factors (exact widening), da its activation block's d:
+ *   q4_k, q5_k: I = sum_{j<8} sc_j * sum_{k in 32-sub-block j} q[k] * a[k]            (exact int32)
+ *               M = sum_{j<8} m_j * (bsums[2j] + bsums[2j+1])                             (exact int32)
+ *               s = fma(d * da, (float)I, s);   s = fma(-(dmin * da), (float)M, s)
+ *   q6_k:       I = sum_{j<16} sc_j * sum_{k in 16-group j} (q[k] - 32) * a[k]           (exact int32)
+ *               s = fma(d * da, (float)I, s)
+ *   out = s
+ * Each product d * da rounded to f32, (float)I rounded to nearest. ggml's own levels combine the same
+ * integers in different float orders (8 lanes, a separate mins accumulator); this one order is ours, and
+ * every tile, thread split and SIMD level gives its bits (|I| < 2^28: 256 * 63 * 127 * 128).
+ */
+#include <math.h>
+#include <string.h>
+#include "cb_internal.h"
+#include "kernels.h"
+#include "kquants.h"
+
+void cb_quantize_row_q8k(const float *x, int32_t K, cb_q8k_block *y) {
+    const cb_kernel_table *kt = cb_kernels();
+    int16_t q[CB_QK_K];
+    for (int32_t b = 0; b < K / CB_QK_K; b++, x += CB_QK_K, y++) {
+        memset(y, 0, sizeof *y);
+        float amax = kt->amax(x, CB_QK_K);
+        if (!(amax > 0.0f)) continue;                   /* all zero (or not finite: IEEE, unspecified) */
+        int j = 0;
+        while (j < CB_QK_K - 1 && fabsf(x[j]) != amax) j++;   /* the first input of the largest |x| */
+        float iscale = -127.0f / x[j];
+        kt->quantize_q8(x, CB_QK_K, iscale, q);         /* rint(x * iscale), in [-127, 127] already */
+        for (int k = 0; k < CB_QK_K; k++) y->qs[k] = (int8_t)q[k];
+        for (int g = 0; g < 16; g++) {
+            int32_t s = 0;
+            for (int k = 0; k < 16; k++) s += q[16 * g + k];
+            y->bsums[g] = (int16_t)s;
+        }
+        for (int g = 0; g < 8; g++) y->bsums32[g] = (int16_t)(y->bsums[2 * g] + y->bsums[2 * g + 1]);
+        y->d = 1.0f / iscale;
+    }
+}
+
+/* Unsigned code k (0..255) of a q4_k / q5_k block. */
+static int32_t code_q45(int32_t dtype, const unsigned char *blk, size_t k) {
+    if (dtype == CB_Q4_K) return (*cb_q4_k_qs(blk, k) >> cb_q4_k_shift(k)) & 15;
+    return ((*cb_q5_k_qs(blk, k) >> cb_q4_k_shift(k)) & 15) | (((*cb_q5_k_qh(blk, k) >> (k / 32)) & 1) << 4);
+}
+
+/* One super-block of the reference: the integer sums from the codes, then the float step. */
+static float block_step(int32_t dtype, const unsigned char *blk, const cb_q8k_block *x, float s) {
+    int32_t I = 0, M = 0;
+    if (dtype == CB_Q6_K) {
+        for (size_t j = 0; j < 16; j++) {
+            int32_t p = 0;
+            for (size_t k = 16 * j; k < 16 * j + 16; k++) p += cb_q6_k_code(blk, k) * x->qs[k];
+            I += (int32_t)(int8_t)blk[192 + j] * p;
+        }
+        return fmaf(cb_kq_half(blk + 208) * x->d, (float)I, s);
+    }
+    for (size_t j = 0; j < 8; j++) {
+        int sc, m;
+        int32_t p = 0;
+        cb_q4_k_scale_min(blk, 32 * j, &sc, &m);
+        for (size_t k = 32 * j; k < 32 * j + 32; k++) p += code_q45(dtype, blk, k) * x->qs[k];
+        I += sc * p;
+        M += m * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+    }
+    s = fmaf(cb_kq_half(blk) * x->d, (float)I, s);
+    return fmaf(-(cb_kq_half(blk + 2) * x->d), (float)M, s);
+}
+
+void cb_dot_rows_kq_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
+                           float *const *outs, int64_t nt) {
+    size_t nb = (size_t)w->cols / CB_QK_K, rb = (size_t)cb_row_bytes(w->dtype, w->cols), bb = rb / nb;
+    for (int32_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + (size_t)r * rb;
+        for (int64_t t = 0; t < nt; t++) {
+            float s = 0.0f;
+            for (size_t b = 0; b < nb; b++) s = block_step(w->dtype, row + b * bb, &xk[t][b], s);
+            outs[t][r] = s;
+        }
+    }
+}
+
+void cb_dot_rows_kq(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk, float *const *outs,
+                    int64_t nt) {
+    cb_kernels()->dot_rows_kq(w, r0, r1, xk, outs, nt);
+}

@@ -1,0 +1,156 @@
+/* k-quants x Q8_K on odd shapes: the active level's cb_dot_rows_kq equals the scalar reference bit for bit, and
+ * the scalar reference equals an independent formula written here from ggml's block loops (ggml-quants.c
+ * dequantize_row_q4_K / _q5_K / _q6_K walk the codes; integer sums, then the spec's float order of kernels_kq.c).
+ * The quantizer equals quantize_row_q8_K_ref written out here. K = 1..5 super-blocks, row ranges starting
+ * mid-matrix, 1..20 tokens, extreme codes and scales (all 15 / 31 / 63, scale 63 / -128) against +-127
+ * activations. The weights end at a PROT_NONE page, so a read past the last row faults. Run per level by
+ * `make check`. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "colibri.h"
+#include "kernels.h"
+#include "kquants.h"
+#include "check.h"
+#include "guarded.h"
+
+enum { MAX_T = 20, MAX_NB = 5, ROWS = 24 };
+
+static cb_q8k_block xk[MAX_T][MAX_NB];
+static float xf[MAX_T][MAX_NB * 256], got[MAX_T][ROWS], want[MAX_T][ROWS], naive[MAX_T][ROWS];
+
+static float half(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return cb_f16_to_f32(h);
+}
+
+/* ggml's loops: codes[256] (unsigned), per 32 (q4/q5) or 16 (q6) elements a scale, per 32 a min. */
+static void unpack(int32_t dtype, const unsigned char *b, int32_t q[256], int32_t sc[16], int32_t mn[8]) {
+    if (dtype == CB_Q6_K) {
+        const unsigned char *ql = b, *qh = b + 128;
+        for (int n = 0; n < 256; n += 128, ql += 64, qh += 32)
+            for (int l = 0; l < 32; l++) {
+                q[n + l] = (ql[l] & 0xF) | ((qh[l] >> 0 & 3) << 4);
+                q[n + l + 32] = (ql[l + 32] & 0xF) | ((qh[l] >> 2 & 3) << 4);
+                q[n + l + 64] = (ql[l] >> 4) | ((qh[l] >> 4 & 3) << 4);
+                q[n + l + 96] = (ql[l + 32] >> 4) | ((qh[l] >> 6 & 3) << 4);
+            }
+        for (int j = 0; j < 16; j++) sc[j] = (int8_t)b[192 + j];
+        return;
+    }
+    const unsigned char *s = b + 4, *qs = b + (dtype == CB_Q5_K ? 48 : 16), *qh = b + 16;
+    for (int j = 0; j < 8; j++) {
+        sc[j] = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        mn[j] = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    for (int j = 0; j < 256; j += 64, qs += 32)
+        for (int l = 0; l < 32; l++) {
+            q[j + l] = qs[l] & 0xF, q[j + l + 32] = qs[l] >> 4;
+            if (dtype == CB_Q5_K) q[j + l] += (qh[l] >> (j / 32) & 1) << 4, q[j + l + 32] += (qh[l] >> (j / 32 + 1) & 1) << 4;
+        }
+}
+
+static float spec_dot(int32_t dtype, const unsigned char *row, int32_t nb, size_t bb, const cb_q8k_block *x) {
+    float s = 0.0f;
+    for (int32_t b = 0; b < nb; b++, row += bb, x++) {
+        int32_t q[256], sc[16], mn[8], I = 0, M = 0, g = dtype == CB_Q6_K ? 16 : 32;
+        unpack(dtype, row, q, sc, mn);
+        for (int k = 0; k < 256; k++) I += sc[k / g] * (q[k] - (dtype == CB_Q6_K ? 32 : 0)) * x->qs[k];
+        if (dtype == CB_Q6_K) {
+            s = fmaf(half(row + 208) * x->d, (float)I, s);
+            continue;
+        }
+        for (int k = 0; k < 256; k++) M += mn[k / 32] * x->qs[k];
+        s = fmaf(half(row) * x->d, (float)I, s);
+        s = fmaf(-(half(row + 2) * x->d), (float)M, s);
+    }
+    return s;
+}
+
+/* quantize_row_q8_K_ref, written out: the first largest |x| sets iscale = -127 / max; codes rint, min 127. */
+static int quantizer_ok(const float *x, const cb_q8k_block *y) {
+    float amax = 0.0f, max = 0.0f;
+    for (int k = 0; k < 256; k++)
+        if (fabsf(x[k]) > amax) amax = fabsf(x[k]), max = x[k];
+    float iscale = amax ? -127.0f / max : 0.0f;
+    if (memcmp(&y->d, &(float){amax ? 1.0f / iscale : 0.0f}, 4)) return 0;
+    for (int g = 0; g < 16; g++) {
+        int32_t sum = 0;
+        for (int k = 16 * g; k < 16 * g + 16; k++) {
+            float v = rintf(iscale * x[k]);
+            int32_t c = amax ? (int32_t)(v < 127.0f ? v : 127.0f) : 0;
+            if (y->qs[k] != c) return 0;
+            sum += c;
+        }
+        if (y->bsums[g] != sum || (g % 2 && y->bsums32[g / 2] != y->bsums[g - 1] + sum)) return 0;
+    }
+    return 1;
+}
+
+static int shape(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
+    const cb_q8k_block *xs[MAX_T];
+    float *g[MAX_T], *h[MAX_T];
+    int32_t nb = m->cols / 256;
+    size_t rb = (size_t)cb_matrix_data_bytes(m->dtype, 1, m->cols);
+    for (int t = 0; t < MAX_T; t++) xs[t] = xk[t], g[t] = got[t], h[t] = want[t];
+    memset(got, 0, sizeof got), memset(want, 0, sizeof want);
+    cb_dot_rows_kq(m, r0, r1, xs, g, nt);
+    cb_dot_rows_kq_scalar(m, r0, r1, xs, h, nt);
+    for (int t = 0; t < nt; t++)
+        for (int32_t r = r0; r < r1; r++)
+            naive[t][r] = spec_dot(m->dtype, (const unsigned char *)m->data + (size_t)r * rb, nb, rb / (size_t)nb, xk[t]);
+    for (int t = 0; t < nt; t++)
+        for (int32_t r = r0; r < r1; r++)
+            if (memcmp(&got[t][r], &want[t][r], 4) || memcmp(&want[t][r], &naive[t][r], 4)) return 0;
+    return 1;
+}
+
+/* Random blocks (finite f16 factors), or extreme ones: every code and scale byte at its top, d = 1. */
+static void fill(unsigned *s, int32_t dtype, unsigned char *w, size_t bytes, size_t bb, int32_t K, int extreme) {
+    for (size_t i = 0; i < bytes; i++) w[i] = extreme ? 0xff : (unsigned char)(rnd(s) * 128.0f + 128.0f);
+    for (size_t b = 0; b < bytes / bb; b++) {
+        unsigned char *blk = w + b * bb;
+        uint16_t d = extreme ? 0x3c00 : (uint16_t)(0x2000 + (unsigned)((rnd(s) + 1.0f) * 4096.0f)), dm = d ^ 0x8000;
+        if (dtype == CB_Q6_K) {
+            memcpy(blk + 208, &d, 2);
+            if (extreme) memset(blk + 192, 0x80, 8);    /* half the scales -128, half -1 (0xff) */
+        } else {
+            memcpy(blk, &d, 2), memcpy(blk + 2, &dm, 2);
+        }
+    }
+    for (int t = 0; t < MAX_T; t++) {
+        for (int32_t k = 0; k < K; k++) xf[t][k] = extreme ? ((t + k) % 2 ? -1.0f : 1.0f) : rnd(s) * (t % 3 ? 1.0f : 1e-3f);
+        if (t == 1) memset(xf[t], 0, 256 * sizeof(float));     /* an all-zero block: d = 0 */
+        cb_quantize_row_q8k(xf[t], K, xk[t]);
+        for (int32_t b = 0; b < K / 256; b++) CHECK(quantizer_ok(xf[t] + 256 * b, &xk[t][b]));
+    }
+}
+
+int main(void) {
+    printf("simd level %s\n", cb_simd_name());
+    static const int32_t Rs[][2] = {{0, 1}, {0, 3}, {0, 4}, {5, 17}, {3, 24}, {23, 24}};
+    static const int32_t DT[] = {CB_Q4_K, CB_Q5_K, CB_Q6_K};
+    unsigned s = 17;
+    for (int e = 0; e < 3; e++)
+        for (int32_t nb = 1; nb <= MAX_NB; nb++) {
+            int32_t K = 256 * nb;
+            size_t bytes = (size_t)cb_matrix_data_bytes(DT[e], ROWS, K), map_bytes;
+            unsigned char *map, *w = guarded(bytes, &map, &map_bytes);
+            CHECK(w != NULL);
+            if (!w) return 1;
+            for (int extreme = 0; extreme < 2; extreme++) {
+                fill(&s, DT[e], w, bytes, bytes / (size_t)ROWS / (size_t)nb, K, extreme);
+                cb_matrix m = {w, NULL, NULL, DT[e], ROWS, K};
+                for (size_t b = 0; b < sizeof Rs / sizeof Rs[0]; b++)
+                    for (int64_t nt = 1; nt <= MAX_T; nt++) {
+                        int ok = shape(&m, Rs[b][0], Rs[b][1], nt);
+                        CHECK(ok);
+                        if (!ok) fprintf(stderr, "  dtype %d K=%d rows [%d, %d) tokens %lld extreme %d\n", (int)DT[e],
+                                         (int)K, (int)Rs[b][0], (int)Rs[b][1], (long long)nt, extreme);
+                    }
+            }
+            munmap(map, map_bytes);
+        }
+    CHECK_DONE();
+}

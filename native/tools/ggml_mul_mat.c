@@ -1,0 +1,110 @@
+/* ggml_mul_mat.c — the peer of `python -m colibri_dist.bench kquants`: ggml's CPU mul_mat of a k-quant matrix.
+ *
+ * Role: times what llama.cpp runs for one weight matrix [rows, cols] of Q4_K / Q5_K / Q6_K blocks times
+ * `tokens` f32 columns on its CPU backend with `threads` threads: the weights live in the backend's first
+ * extra buffer type when that type takes the tensor (the REPACK layout llama.cpp loads Q4_K into on AVX2),
+ * else in the plain CPU buffer; the activations are quantized to Q8_K inside the op, as in a model. The
+ * matrix is copied into enough tensors to fill `mib` MiB (weights stream from memory); one graph runs one
+ * mul_mat per copy. Built against the llama.cpp build by the benchmark (not part of libcolibri).
+ * Usage: ggml_mul_mat q4_k|q5_k|q6_k ROWS COLS TOKENS THREADS MIB REPS
+ * Prints: median_ms=<ms per mul_mat, median over REPS graph runs> best_ms=<...> buffer=<buffer type name>
+ */
+#define _POSIX_C_SOURCE 199309L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The backend's first extra buffer type that supports a mul_mat with weight w (NULL: none). */
+static ggml_backend_buffer_type_t extra_buft(ggml_backend_t be, struct ggml_tensor *op) {
+    ggml_backend_dev_t dev = ggml_backend_get_device(be);
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+    ggml_backend_dev_get_extra_bufts_t get =
+        (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+    if (!get) return NULL;
+    for (ggml_backend_buffer_type_t *b = get(dev); b && *b; b++) {
+        struct ggml_tensor *w = op->src[0];
+        ggml_backend_buffer_t probe = ggml_backend_buft_alloc_buffer(*b, ggml_nbytes(w) + 4096);
+        if (!probe) continue;
+        w->buffer = probe;                       /* supports_op looks at the weight's buffer type */
+        int ok = ggml_backend_dev_supports_op(dev, op);
+        w->buffer = NULL;
+        ggml_backend_buffer_free(probe);
+        if (ok) return *b;
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 8) {
+        fprintf(stderr, "usage: %s q4_k|q5_k|q6_k ROWS COLS TOKENS THREADS MIB REPS\n", argv[0]);
+        return 2;
+    }
+    enum ggml_type type = !strcmp(argv[1], "q4_k") ? GGML_TYPE_Q4_K : !strcmp(argv[1], "q5_k") ? GGML_TYPE_Q5_K
+                        : !strcmp(argv[1], "q6_k") ? GGML_TYPE_Q6_K : GGML_TYPE_COUNT;
+    int rows = atoi(argv[2]), cols = atoi(argv[3]), tokens = atoi(argv[4]), threads = atoi(argv[5]);
+    int mib = atoi(argv[6]), reps = atoi(argv[7]);
+    if (type == GGML_TYPE_COUNT || rows <= 0 || cols <= 0 || cols % 256 || tokens <= 0 || threads <= 0 || reps <= 0) {
+        fprintf(stderr, "bad arguments\n");
+        return 2;
+    }
+    size_t wbytes = ggml_row_size(type, cols) * (size_t)rows;
+    int copies = (int)(((size_t)mib << 20) / wbytes) + 1;
+    if (copies < 2) copies = 2;
+    ggml_backend_t be = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(be, threads);
+    struct ggml_init_params wp = {ggml_tensor_overhead() * (size_t)(copies + 8), NULL, true};
+    struct ggml_context *cw = ggml_init(wp), *ca = ggml_init(wp);
+    struct ggml_tensor *x = ggml_new_tensor_2d(ca, GGML_TYPE_F32, cols, tokens), *w[copies], *out[copies];
+    for (int i = 0; i < copies; i++) w[i] = ggml_new_tensor_2d(cw, type, cols, rows);
+    struct ggml_context *cg = ggml_init((struct ggml_init_params){ggml_tensor_overhead() * (size_t)(copies + 8) +
+                                                                  ggml_graph_overhead_custom((size_t)copies + 8, false), NULL, true});
+    struct ggml_cgraph *gf = ggml_new_graph_custom(cg, (size_t)copies + 8, false);
+    for (int i = 0; i < copies; i++) out[i] = ggml_mul_mat(ca, w[i], x), ggml_build_forward_expand(gf, out[i]);
+    ggml_backend_buffer_type_t buft = extra_buft(be, out[0]);
+    const char *bname = buft ? ggml_backend_buft_name(buft) : ggml_backend_buft_name(ggml_backend_get_default_buffer_type(be));
+    ggml_backend_buffer_t bw = ggml_backend_alloc_ctx_tensors_from_buft(cw, buft ? buft : ggml_backend_get_default_buffer_type(be));
+    ggml_backend_buffer_t ba = ggml_backend_alloc_ctx_tensors(ca, be);
+    if (!bw || !ba) {
+        fprintf(stderr, "allocation failed\n");
+        return 1;
+    }
+    float *src = malloc(sizeof(float) * (size_t)rows * (size_t)cols), *xs = malloc(sizeof(float) * (size_t)cols * (size_t)tokens);
+    void *q = malloc(wbytes);
+    unsigned s = 7;
+    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) s = s * 1664525u + 1013904223u, src[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 0.04f;
+    for (size_t i = 0; i < (size_t)cols * (size_t)tokens; i++) s = s * 1664525u + 1013904223u, xs[i] = (float)(s >> 8) / 8388608.0f - 1.0f;
+    ggml_quantize_chunk(type, src, q, 0, rows, cols, NULL);
+    for (int i = 0; i < copies; i++) ggml_backend_tensor_set(w[i], q, 0, wbytes);
+    ggml_backend_tensor_set(x, xs, 0, ggml_nbytes(x));
+    ggml_backend_graph_compute(be, gf);                                 /* warm-up */
+    double *ms = malloc(sizeof(double) * (size_t)reps);
+    for (int r = 0; r < reps; r++) {
+        double t = now();
+        ggml_backend_graph_compute(be, gf);
+        ms[r] = (now() - t) * 1e3 / copies;
+    }
+    qsort(ms, (size_t)reps, sizeof *ms, cmp);
+    printf("median_ms=%.4f best_ms=%.4f buffer=%s\n", ms[reps / 2], ms[0], bname);
+    free(ms), free(src), free(xs), free(q);
+    ggml_backend_buffer_free(bw), ggml_backend_buffer_free(ba);
+    ggml_free(cg), ggml_free(cw), ggml_free(ca);
+    ggml_backend_free(be);
+    return 0;
+}
