@@ -15,7 +15,8 @@ Either way each (token, slot) output comes from cb_expert_forward, so results do
 not depend on the cache budget, the tier or the policy.
 
 w8a8=True (the default): int8, int4 and int6 matrices multiply per-token int8 activations (w8a8 / w4a8 / w6a8,
-docs/KERNELS.md); w8a8=False is the exact-weights mode (f32 activations on the decoded weights).
+docs/KERNELS.md), and k-quant ones (q4_k / q5_k / q6_k, e.g. an imported Q4_K_M) llama.cpp's Q8_K activations as
+llama.cpp does; w8a8=False is the exact-weights mode (f32 activations on the decoded weights).
 
 Lookahead prefetch: while layer l runs, the next MoE layer's gate is applied to
 l's input and the predicted experts are prefetched; stats()["lookahead"] reports

@@ -2,10 +2,11 @@
 import importlib
 import sys
 
-NAMES = ["kernels", "kquants", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve", "peer", "prefix", "levels",
-         "scale", "structured"]
+NAMES = ["kernels", "kquants", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve",
+         "peer", "prefix", "levels", "scale", "structured"]
 # NAME -> its module under colibri_dist.bench: one folder per family
-MODULES = {"kernels": "kernels.run", "kquants": "kernels.kquants", "levels": "kernels.levels", "model_ops": "kernels.ops",
+MODULES = {"kernels": "kernels.run", "kquants": "kernels.kquants", "levels": "kernels.levels",
+           "model_ops": "kernels.ops",
            "model": "model.run", "peer": "model.peer", "scale": "scale.run",
            "store": "store.run", "convert": "format.convert", "integrity": "format.integrity",
            "pool": "pool.run", "numa": "numa.run",

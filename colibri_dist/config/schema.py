@@ -109,7 +109,7 @@ class JobSection:
     on_error: Optional[str] = one_of("continue", "fail", default=None)
     max_num_seqs: int = 64
     prefill_chunk: Optional[int] = None
-    w8a8: bool = True        # int8/int4 matrices x int8 activations (w8a8/w4a8); false = the exact-weights mode
+    w8a8: bool = True        # int8/4/6 x int8 activations (w8a8/w4a8/w6a8), k-quants x Q8_K; false = exact weights
     kv_cache_bytes: Optional[Size] = None
     kv_cache_dtype: str = one_of(*KV_CACHE_DTYPES, default="f32")
     max_seq_len: Optional[int] = None

@@ -98,7 +98,9 @@ class Runtime(ModelOps):
     per-token int8 activations with exact integer dots (w8a8), and int4 ones ("int4-g32",
     "int4-g64") and int6 ones ("int6-g64") take the same activations through the w4a8 / w6a8
     kernels (about 1.5x the f32 path's throughput for int8 at large batch, 2-4x for int4; slightly less accurate:
-    docs/KERNELS.md). Still batch invariant and the same bits on every SIMD level.
+    docs/KERNELS.md); llama.cpp's k-quants ("q4_k", "q5_k", "q6_k") take llama.cpp's own Q8_K activations
+    (per 256 inputs) and integer dots, the product llama.cpp computes for them. Still batch invariant and the
+    same bits on every SIMD level.
     The worker threads do not survive fork(): create a Runtime in the process that uses it.
     """
 

@@ -151,9 +151,11 @@ static cb_status kq_input(cb_engine *e, const cb_matrix *const *ws, const float 
             xk[i] = xk[j];
             return CB_OK;
         }
-    if (!(xk[i] = cb_arena_alloc(e->arena, kq_bytes(w, n)))) return cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted");
+    if (!(xk[i] = cb_arena_alloc(e->arena, kq_bytes(w, n))))
+        return cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted");
     size_t nb = (size_t)w->cols / CB_QK_K;
-    for (int64_t t = 0; t < n; t++) cb_quantize_row_q8k(xs[i] + (size_t)t * (size_t)x_stride, w->cols, xk[i] + (size_t)t * nb);
+    for (int64_t t = 0; t < n; t++)
+        cb_quantize_row_q8k(xs[i] + (size_t)t * (size_t)x_stride, w->cols, xk[i] + (size_t)t * nb);
     return CB_OK;
 }
 
@@ -162,8 +164,8 @@ static size_t q_scratch(const cb_engine *e, int32_t n_mats, const cb_matrix *con
     size_t bytes = 4 * cb_arena_need(sizeof(void *) * (size_t)n_mats);
     for (int32_t i = 0; i < n_mats; i++) {
         if (uses_q8(e, ws[i]))
-            bytes += cb_arena_need(sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols) + cb_arena_need(sizeof(float) * (size_t)n) +
-                     cb_arena_need(pre_bytes(e, ws[i]) * (size_t)n);
+            bytes += cb_arena_need(sizeof(int16_t) * (size_t)n * (size_t)ws[i]->cols) +
+                     cb_arena_need(sizeof(float) * (size_t)n) + cb_arena_need(pre_bytes(e, ws[i]) * (size_t)n);
         if (uses_kq(e, ws[i])) bytes += cb_arena_need(kq_bytes(ws[i], n));
     }
     return bytes;

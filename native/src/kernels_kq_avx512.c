@@ -1,6 +1,101 @@
-/* kernels_kq_avx512.c — TEMPORARY: forwards to the AVX2 kernel until the zmm kernel is written. */
+/* kernels_kq_avx512.c — the AVX-512 kernel of k-quant weights x Q8_K activations (kernels_kq.c has the spec).
+ *
+ * Role: cb_dot_rows_kq at the avx512 and amx levels: the AVX2 kernel's arithmetic on 64 codes per register.
+ * Per 64 consecutive elements of a row (Q4_K / Q5_K: the two 32-sub-blocks of one 32-byte code run, their low
+ * and high nibbles; Q6_K: two 32-quarters of a 128-half, the low or high nibbles of its 64 ql bytes) one zmm of
+ * unsigned codes (the 32 code bytes broadcast to both halves, one variable shift per half), the scales per int16
+ * lane by one vpermw, then per token one vpmaddubsw and one vpmaddwd (the AVX2 level's products, twice as wide)
+ * into a 16-lane int32 accumulator whose halves are added into the 8 lanes the shared code reduces. The integer
+ * sums are exact, and the rest (q6's offset, the mins, the reductions, the float step) is literally the AVX2
+ * code (kernels_kq_x86.h, kernels_kq_tiles.h): the same bits as the scalar reference. Not run on the development
+ * host (Zen 3, no AVX-512): the level tests compare it with the scalar kernel where the CPU has it.
+ */
 #include "kernels.h"
+#include "kquants.h"
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "kernels_kq_x86.h"
+
+#define A512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
+#define A512_FN static inline __attribute__((always_inline, target(A512_TARGET)))
+#define A512_OUTLINE __attribute__((noinline, target(A512_TARGET)))
+
+/* int16 lane n of a vpermw index: the scale of the 16 elements (two int16 pair sums per 4 bytes) lane n covers. */
+static const int16_t PERM4[4][32] __attribute__((aligned(64))) = {     /* q4/q5 pair p: sc[2p] | sc[2p+1] */
+#define H16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
+    {H16(0), H16(1)}, {H16(2), H16(3)}, {H16(4), H16(5)}, {H16(6), H16(7)}
+#undef H16
+};
+static const int16_t PERM6[4][32] __attribute__((aligned(64))) = {     /* q6 run u: groups 4u .. 4u+3, 8 lanes each */
+#define Q8(v) v, v, v, v, v, v, v, v
+    {Q8(0), Q8(1), Q8(2), Q8(3)}, {Q8(4), Q8(5), Q8(6), Q8(7)}, {Q8(8), Q8(9), Q8(10), Q8(11)},
+    {Q8(12), Q8(13), Q8(14), Q8(15)}
+#undef Q8
+};
+
+/* Per-int16 shift counts: the low half of a zmm by lo, the high half by hi. */
+A512_FN __m512i halves_by(int lo, int hi) {
+    return _mm512_inserti64x4(_mm512_set1_epi16((short)lo), _mm256_set1_epi16((short)hi), 1);
+}
+
+/* Run u (0..3) of a block: 64 consecutive unsigned codes (elements e .. e+63) and their 16-bit scales. */
+A512_FN __m512i run_of(int ENC, const unsigned char *blk, const kqblock *kb, int u, __m512i *sc, int *e) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i c;
+    if (ENC == CB_Q6_K) {     /* half h = u / 2, v = u % 2: quarters 2v, 2v+1 (ql nibble v, qh bits 4v, 4v+2) */
+        int h = u >> 1, v = u & 1;
+        __m512i ql = _mm512_loadu_si512((const void *)(blk + 64 * h));
+        c = _mm512_and_si512(v ? _mm512_srli_epi16(ql, 4) : ql, m4);
+        __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)));
+        __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(qh, halves_by(4 * v, 4 * v + 2)), _mm512_set1_epi8(3));
+        c = _mm512_or_si512(c, _mm512_slli_epi16(hb, 4));
+        __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(kb->sc)));
+        *sc = _mm512_permutexvar_epi16(_mm512_load_si512((const void *)PERM6[u]), sc16);
+        *e = 128 * h + 64 * v;
+        return c;
+    }
+    const unsigned char *q = blk + (ENC == CB_Q5_K ? 48 : 16) + 32 * u;
+    __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q));
+    c = _mm512_and_si512(_mm512_srlv_epi16(qs, halves_by(0, 4)), m4);
+    if (ENC == CB_Q5_K) {              /* 5th bits: bit 2u (low half) and 2u+1 (high half) of each qh byte */
+        __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)));
+        __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(qh, halves_by(2 * u, 2 * u + 1)), _mm512_set1_epi8(1));
+        c = _mm512_or_si512(c, _mm512_slli_epi16(hb, 4));
+    }
+    *sc = _mm512_permutexvar_epi16(_mm512_load_si512((const void *)PERM4[u]), _mm512_castsi256_si512(kb->sc));
+    *e = 64 * u;
+    return c;
+}
+
+/* Row j's integer lanes of super-block b for every token: four runs of 64 codes, the 16 lanes folded to 8. */
+A512_FN void row_ints(int ENC, int TT, int TR, int j, const unsigned char *blk, const kqblock *kb,
+                      const cb_q8k_block *const *xk, size_t b, __m256i iv[8]) {
+    __m512i acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++) acc[i] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++) {
+        __m512i sc;
+        int e;
+        __m512i c = run_of(ENC, blk, kb, u, &sc, &e);
+#pragma GCC unroll 8
+        for (int i = 0; i < TT; i++) {
+            __m512i p = _mm512_maddubs_epi16(c, _mm512_loadu_si512((const void *)(xk[i][b].qs + e)));
+            acc[i] = _mm512_add_epi32(acc[i], _mm512_madd_epi16(sc, p));
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++)
+        iv[i * TR + j] = _mm256_add_epi32(iv[i * TR + j], _mm256_add_epi32(_mm512_castsi512_si256(acc[i]),
+                                                                           _mm512_extracti64x4_epi64(acc[i], 1)));
+}
+
+#define KQ_FN A512_FN
+#define KQ_OUTLINE A512_OUTLINE
+#define KQ_ENTRY cb_dot_rows_kq_avx512
+#include "kernels_kq_tiles.h"
+#else
 void cb_dot_rows_kq_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
                            float *const *outs, int64_t nt) {
-    cb_dot_rows_kq_avx2(w, r0, r1, xk, outs, nt);
+    cb_dot_rows_kq_scalar(w, r0, r1, xk, outs, nt);
 }
+#endif

@@ -47,7 +47,9 @@ static void unpack(int32_t dtype, const unsigned char *b, int32_t q[256], int32_
     for (int j = 0; j < 256; j += 64, qs += 32)
         for (int l = 0; l < 32; l++) {
             q[j + l] = qs[l] & 0xF, q[j + l + 32] = qs[l] >> 4;
-            if (dtype == CB_Q5_K) q[j + l] += (qh[l] >> (j / 32) & 1) << 4, q[j + l + 32] += (qh[l] >> (j / 32 + 1) & 1) << 4;
+            if (dtype != CB_Q5_K) continue;
+            q[j + l] += (qh[l] >> (j / 32) & 1) << 4;
+            q[j + l + 32] += (qh[l] >> (j / 32 + 1) & 1) << 4;
         }
 }
 
@@ -99,7 +101,8 @@ static int shape(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
     cb_dot_rows_kq_scalar(m, r0, r1, xs, h, nt);
     for (int t = 0; t < nt; t++)
         for (int32_t r = r0; r < r1; r++)
-            naive[t][r] = spec_dot(m->dtype, (const unsigned char *)m->data + (size_t)r * rb, nb, rb / (size_t)nb, xk[t]);
+            naive[t][r] = spec_dot(m->dtype, (const unsigned char *)m->data + (size_t)r * rb, nb, rb / (size_t)nb,
+                                   xk[t]);
     for (int t = 0; t < nt; t++)
         for (int32_t r = r0; r < r1; r++)
             if (memcmp(&got[t][r], &want[t][r], 4) || memcmp(&want[t][r], &naive[t][r], 4)) return 0;
@@ -120,7 +123,8 @@ static void fill(unsigned *s, int32_t dtype, unsigned char *w, size_t bytes, siz
         }
     }
     for (int t = 0; t < MAX_T; t++) {
-        for (int32_t k = 0; k < K; k++) xf[t][k] = extreme ? ((t + k) % 2 ? -1.0f : 1.0f) : rnd(s) * (t % 3 ? 1.0f : 1e-3f);
+        for (int32_t k = 0; k < K; k++)
+            xf[t][k] = extreme ? ((t + k) % 2 ? -1.0f : 1.0f) : rnd(s) * (t % 3 ? 1.0f : 1e-3f);
         if (t == 1) memset(xf[t], 0, 256 * sizeof(float));     /* an all-zero block: d = 0 */
         cb_quantize_row_q8k(xf[t], K, xk[t]);
         for (int32_t b = 0; b < K / 256; b++) CHECK(quantizer_ok(xf[t] + 256 * b, &xk[t][b]));

@@ -51,60 +51,93 @@ static ggml_backend_buffer_type_t extra_buft(ggml_backend_t be, struct ggml_tens
     return NULL;
 }
 
-int main(int argc, char **argv) {
-    if (argc != 8) {
-        fprintf(stderr, "usage: %s q4_k|q5_k|q6_k ROWS COLS TOKENS THREADS MIB REPS\n", argv[0]);
-        return 2;
+typedef struct {
+    enum ggml_type type;
+    int rows, cols, tokens, threads, copies;
+    size_t wbytes;
+} job;
+
+/* Random weights quantized by ggml into every copy, random activations. */
+static void fill(const job *j, struct ggml_tensor **w, struct ggml_tensor *x) {
+    size_t nw = (size_t)j->rows * (size_t)j->cols, nx = (size_t)j->cols * (size_t)j->tokens;
+    float *src = malloc(sizeof(float) * nw), *xs = malloc(sizeof(float) * nx);
+    void *q = malloc(j->wbytes);
+    unsigned s = 7;
+    for (size_t i = 0; i < nw; i++) s = s * 1664525u + 1013904223u, src[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 0.04f;
+    for (size_t i = 0; i < nx; i++) s = s * 1664525u + 1013904223u, xs[i] = (float)(s >> 8) / 8388608.0f - 1.0f;
+    ggml_quantize_chunk(j->type, src, q, 0, j->rows, j->cols, NULL);
+    for (int i = 0; i < j->copies; i++) ggml_backend_tensor_set(w[i], q, 0, j->wbytes);
+    ggml_backend_tensor_set(x, xs, 0, ggml_nbytes(x));
+    free(src), free(xs), free(q);
+}
+
+/* Median and best ms per mul_mat over reps runs of the graph (one mul_mat per copy). */
+static void timed(ggml_backend_t be, struct ggml_cgraph *gf, const job *j, int reps, double *median, double *best) {
+    double *ms = malloc(sizeof(double) * (size_t)reps);
+    ggml_backend_graph_compute(be, gf);                                 /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        double t = now();
+        ggml_backend_graph_compute(be, gf);
+        ms[r] = (now() - t) * 1e3 / j->copies;
     }
-    enum ggml_type type = !strcmp(argv[1], "q4_k") ? GGML_TYPE_Q4_K : !strcmp(argv[1], "q5_k") ? GGML_TYPE_Q5_K
-                        : !strcmp(argv[1], "q6_k") ? GGML_TYPE_Q6_K : GGML_TYPE_COUNT;
-    int rows = atoi(argv[2]), cols = atoi(argv[3]), tokens = atoi(argv[4]), threads = atoi(argv[5]);
-    int mib = atoi(argv[6]), reps = atoi(argv[7]);
-    if (type == GGML_TYPE_COUNT || rows <= 0 || cols <= 0 || cols % 256 || tokens <= 0 || threads <= 0 || reps <= 0) {
-        fprintf(stderr, "bad arguments\n");
-        return 2;
-    }
-    size_t wbytes = ggml_row_size(type, cols) * (size_t)rows;
-    int copies = (int)(((size_t)mib << 20) / wbytes) + 1;
-    if (copies < 2) copies = 2;
+    qsort(ms, (size_t)reps, sizeof *ms, cmp);
+    *median = ms[reps / 2], *best = ms[0];
+    free(ms);
+}
+
+static int run(const job *j, int reps) {
     ggml_backend_t be = ggml_backend_cpu_init();
-    ggml_backend_cpu_set_n_threads(be, threads);
-    struct ggml_init_params wp = {ggml_tensor_overhead() * (size_t)(copies + 8), NULL, true};
-    struct ggml_context *cw = ggml_init(wp), *ca = ggml_init(wp);
-    struct ggml_tensor *x = ggml_new_tensor_2d(ca, GGML_TYPE_F32, cols, tokens), *w[copies], *out[copies];
-    for (int i = 0; i < copies; i++) w[i] = ggml_new_tensor_2d(cw, type, cols, rows);
-    struct ggml_context *cg = ggml_init((struct ggml_init_params){ggml_tensor_overhead() * (size_t)(copies + 8) +
-                                                                  ggml_graph_overhead_custom((size_t)copies + 8, false), NULL, true});
-    struct ggml_cgraph *gf = ggml_new_graph_custom(cg, (size_t)copies + 8, false);
-    for (int i = 0; i < copies; i++) out[i] = ggml_mul_mat(ca, w[i], x), ggml_build_forward_expand(gf, out[i]);
-    ggml_backend_buffer_type_t buft = extra_buft(be, out[0]);
-    const char *bname = buft ? ggml_backend_buft_name(buft) : ggml_backend_buft_name(ggml_backend_get_default_buffer_type(be));
-    ggml_backend_buffer_t bw = ggml_backend_alloc_ctx_tensors_from_buft(cw, buft ? buft : ggml_backend_get_default_buffer_type(be));
+    ggml_backend_cpu_set_n_threads(be, j->threads);
+    size_t meta = ggml_tensor_overhead() * (size_t)(j->copies + 8);
+    struct ggml_context *cw = ggml_init((struct ggml_init_params){meta, NULL, true});
+    struct ggml_context *ca = ggml_init((struct ggml_init_params){meta, NULL, true});
+    struct ggml_context *cg = ggml_init((struct ggml_init_params){
+        meta + ggml_graph_overhead_custom((size_t)j->copies + 8, false), NULL, true});
+    struct ggml_tensor *x = ggml_new_tensor_2d(ca, GGML_TYPE_F32, j->cols, j->tokens), **w, *out0 = NULL;
+    w = malloc(sizeof *w * (size_t)j->copies);
+    struct ggml_cgraph *gf = ggml_new_graph_custom(cg, (size_t)j->copies + 8, false);
+    for (int i = 0; i < j->copies; i++) {
+        w[i] = ggml_new_tensor_2d(cw, j->type, j->cols, j->rows);
+        struct ggml_tensor *o = ggml_mul_mat(ca, w[i], x);
+        ggml_build_forward_expand(gf, o);
+        if (!out0) out0 = o;
+    }
+    ggml_backend_buffer_type_t buft = extra_buft(be, out0);
+    if (!buft) buft = ggml_backend_get_default_buffer_type(be);
+    ggml_backend_buffer_t bw = ggml_backend_alloc_ctx_tensors_from_buft(cw, buft);
     ggml_backend_buffer_t ba = ggml_backend_alloc_ctx_tensors(ca, be);
     if (!bw || !ba) {
         fprintf(stderr, "allocation failed\n");
         return 1;
     }
-    float *src = malloc(sizeof(float) * (size_t)rows * (size_t)cols), *xs = malloc(sizeof(float) * (size_t)cols * (size_t)tokens);
-    void *q = malloc(wbytes);
-    unsigned s = 7;
-    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) s = s * 1664525u + 1013904223u, src[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 0.04f;
-    for (size_t i = 0; i < (size_t)cols * (size_t)tokens; i++) s = s * 1664525u + 1013904223u, xs[i] = (float)(s >> 8) / 8388608.0f - 1.0f;
-    ggml_quantize_chunk(type, src, q, 0, rows, cols, NULL);
-    for (int i = 0; i < copies; i++) ggml_backend_tensor_set(w[i], q, 0, wbytes);
-    ggml_backend_tensor_set(x, xs, 0, ggml_nbytes(x));
-    ggml_backend_graph_compute(be, gf);                                 /* warm-up */
-    double *ms = malloc(sizeof(double) * (size_t)reps);
-    for (int r = 0; r < reps; r++) {
-        double t = now();
-        ggml_backend_graph_compute(be, gf);
-        ms[r] = (now() - t) * 1e3 / copies;
-    }
-    qsort(ms, (size_t)reps, sizeof *ms, cmp);
-    printf("median_ms=%.4f best_ms=%.4f buffer=%s\n", ms[reps / 2], ms[0], bname);
-    free(ms), free(src), free(xs), free(q);
+    fill(j, w, x);
+    double median, best;
+    timed(be, gf, j, reps, &median, &best);
+    printf("median_ms=%.4f best_ms=%.4f buffer=%s\n", median, best, ggml_backend_buft_name(buft));
+    free(w);
     ggml_backend_buffer_free(bw), ggml_backend_buffer_free(ba);
     ggml_free(cg), ggml_free(cw), ggml_free(ca);
     ggml_backend_free(be);
     return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 8) {
+        fprintf(stderr, "usage: %s q4_k|q5_k|q6_k ROWS COLS TOKENS THREADS MIB REPS\n", argv[0]);
+        return 2;
+    }
+    job j = {!strcmp(argv[1], "q4_k") ? GGML_TYPE_Q4_K : !strcmp(argv[1], "q5_k") ? GGML_TYPE_Q5_K
+             : !strcmp(argv[1], "q6_k") ? GGML_TYPE_Q6_K : GGML_TYPE_COUNT,
+             atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), 0, 0};
+    int mib = atoi(argv[6]), reps = atoi(argv[7]);
+    if (j.type == GGML_TYPE_COUNT || j.rows <= 0 || j.cols <= 0 || j.cols % 256 || j.tokens <= 0 || j.threads <= 0 ||
+        mib <= 0 || reps <= 0) {
+        fprintf(stderr, "bad arguments: %s %s %s %s %s %s %s\n", argv[1], argv[2], argv[3], argv[4], argv[5], argv[6],
+                argv[7]);
+        return 2;
+    }
+    j.wbytes = ggml_row_size(j.type, j.cols) * (size_t)j.rows;
+    j.copies = (int)(((size_t)mib << 20) / j.wbytes) + 1;
+    if (j.copies < 2) j.copies = 2;
+    return run(&j, reps);
 }

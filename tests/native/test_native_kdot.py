@@ -126,7 +126,8 @@ def random_expert(rng, scheme, hidden, inter, down=None, blocks=random_blocks):
         return expert_view(blob, lay)
     other, olay = pack_expert(enc(down, inter, hidden), enc(down, inter, hidden), enc(down, hidden, inter), down)
     dl = dataclasses.replace(olay.down, data_offset=olay.down.data_offset + blob.size)
-    return expert_view(np.concatenate([blob, other]), ExpertLayout(lay.gate, lay.up, dl, blob.size + other.size, scheme))
+    both = ExpertLayout(lay.gate, lay.up, dl, blob.size + other.size, scheme)
+    return expert_view(np.concatenate([blob, other]), both)
 
 
 def quantized_blocks(rng, scheme, rows, cols):

@@ -72,54 +72,68 @@ def build_peer(workdir):
 
 
 def peer_ms(exe, scheme, rows, cols, tokens, threads, mib, reps):
-    """ggml's ms per matmul (median over reps of a pass over the copies), or None on failure."""
+    """ggml's ms per matmul (best of reps passes over the copies) and its weights' buffer type, or (None, None)."""
     r = subprocess.run([str(exe), scheme, str(rows), str(cols), str(tokens), str(threads), str(mib), str(reps)],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         print(f"  ggml peer failed: {r.stderr.strip()[:300]}", file=sys.stderr)
         return None, None
     out = dict(kv.split("=") for kv in r.stdout.split())
-    return float(out["median_ms"]), out.get("buffer")
+    return float(out["best_ms"]), out.get("buffer")
+
+
+def _rounds(args, old, new, views, x, peer):
+    """{mode: [(wall, cpu) seconds per round]}: each round times every mode, the order reversed every other round;
+    peer() (ggml, or None) runs its own process each round."""
+    times = {"decode": [], "q8k": [], "ggml": []}
+    modes = [("decode", old), ("q8k", new), ("ggml", None)]
+    for rnd in range(args.rounds):
+        for mode, rt in (modes if rnd % 2 == 0 else modes[::-1]):
+            if rt is None:
+                ms = peer() if peer else None
+                if ms is not None:
+                    times["ggml"].append((ms / 1e3, None))
+                continue
+            rt.matmul(x, views[0])
+            times[mode].append(min(_pass(rt, views, x) for _ in range(2)))
+    return times
 
 
 def measure(args, exe):
     rng = np.random.default_rng(7)
-    rows = []
-    for scheme in [s for s in args.schemes.split(",") if s]:
-        for shape in [s for s in args.shapes.split(",") if s]:
-            r_, c_ = SHAPES[shape]
-            views = _copies(scheme, r_, c_, args.mib, rng)
-            for threads in [int(t) for t in args.threads.split(",") if t]:
-                with Runtime(threads=threads, w8a8=False) as old, Runtime(threads=threads, w8a8=True) as new:
-                    for n in [int(t) for t in args.tokens.split(",") if t]:
-                        x = rng.standard_normal((n, c_), dtype=np.float32)
-                        times = {"decode": [], "q8k": []}
-                        for rnd in range(args.rounds):
-                            order = [("decode", old), ("q8k", new)]
-                            for mode, rt in (order if rnd % 2 == 0 else order[::-1]):
-                                rt.matmul(x, views[0])
-                                times[mode].append(min(_pass(rt, views, x) for _ in range(2)))
-                        row = {"scheme": scheme, "shape": shape, "rows": r_, "cols": c_, "tokens": n, "threads": threads,
-                               "bytes": views[0].layout.data_bytes}
-                        for m, v in times.items():
+    rows, buffers = [], {}
+    for scheme, shape in [(a, b) for a in args.schemes.split(",") if a for b in args.shapes.split(",") if b]:
+        r_, c_ = SHAPES[shape]
+        views = _copies(scheme, r_, c_, args.mib, rng)
+        for threads in [int(t) for t in args.threads.split(",") if t]:
+            with Runtime(threads=threads, w8a8=False) as old, Runtime(threads=threads, w8a8=True) as new:
+                for n in [int(t) for t in args.tokens.split(",") if t]:
+                    def peer():
+                        ms, buffers[scheme] = peer_ms(exe, scheme, r_, c_, n, threads, args.mib, 2)
+                        return ms
+                    times = _rounds(args, old, new, views, rng.standard_normal((n, c_), dtype=np.float32),
+                                    peer if exe else None)
+                    row = {"scheme": scheme, "shape": shape, "rows": r_, "cols": c_, "tokens": n,
+                           "threads": threads, "bytes": views[0].layout.data_bytes, "ggml_buffer": buffers.get(scheme)}
+                    for m, v in times.items():
+                        if v:
                             row[f"{m}_ms"] = statistics.median(w for w, _ in v) * 1e3
+                        if v and v[0][1] is not None:
                             row[f"{m}_cpu_ms"] = statistics.median(c for _, c in v) * 1e3
-                        if exe:
-                            row["ggml_ms"], row["ggml_buffer"] = peer_ms(exe, scheme, r_, c_, n, threads, args.mib,
-                                                                         args.rounds)
-                        rows.append(row)
-                        print(_line(row), flush=True)
+                    rows.append(row)
+                    print(_line(row), flush=True)
     return rows
 
 
 def _line(r):
     g = f"  ggml {r['ggml_ms']:7.3f} ms ({r.get('ggml_buffer')})" if r.get("ggml_ms") else ""
-    return (f"{r['scheme']} {r['shape']:18s} tokens {r['tokens']:3d} threads {r['threads']}: decode {r['decode_ms']:7.3f} ms"
-            f"  q8k {r['q8k_ms']:7.3f} ms ({r['decode_ms'] / r['q8k_ms']:.2f}x){g}")
+    return (f"{r['scheme']} {r['shape']:18s} tokens {r['tokens']:3d} threads {r['threads']}: "
+            f"decode {r['decode_ms']:7.3f} ms  q8k {r['q8k_ms']:7.3f} ms ({r['decode_ms'] / r['q8k_ms']:.2f}x){g}")
 
 
 def markdown(rows):
-    out = "| scheme | shape | tokens | threads | decode path ms | Q8_K path ms | ggml mul_mat ms |\n|---|---|---|---|---|---|---|\n"
+    out = ("| scheme | shape | tokens | threads | decode path ms | Q8_K path ms | ggml mul_mat ms |\n"
+           "|---|---|---|---|---|---|---|\n")
     for r in rows:
         g = f"{r['ggml_ms']:.3f}" if r.get("ggml_ms") else "-"
         out += (f"| {r['scheme']} | {r['shape']} | {r['tokens']} | {r['threads']} | {r['decode_ms']:.3f} | "

@@ -1,0 +1,110 @@
+/* kernels_kq_tiles.h — the tiles of a k-quant x Q8_K level, included by kernels_kq_avx2.c / kernels_kq_avx512.c.
+ *
+ * Role: one template for both x86 levels. The includer defines KQ_FN (its inline attribute), KQ_OUTLINE (its
+ * out-of-line attribute), KQ_ENTRY (the name of its cb_dot_rows_kq_k entry) and, before including,
+ * row_ints(ENC, TT, TR, j, blk, kb, xk, b, iv): row j's integer lanes of super-block b added to iv[i * TR + j]
+ * for each token i (8 int32 lanes, any split: only their sum is used). Everything after the integers (q6's
+ * offset, the mins, the reductions, the float step) is the shared code of kernels_kq_x86.h, so the levels give
+ * the same bits. Tiles: 1 token x 8 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4-8 tokens x 1 row.
+ */
+
+/* The integer lanes of one super-block b: rows one at a time (a row's scales live once), against every token;
+ * q6's offset correction per (token, row), q4/q5's mins sums M. */
+KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, const cb_q8k_block *const *xk,
+                      size_t b, __m256i *I, __m256i *M) {
+    __m256i iv[8];
+    __m128i mins[8], mv[8];
+#pragma GCC unroll 8
+    for (int n = 0; n < 8; n++) iv[n] = _mm256_setzero_si256(), mv[n] = _mm_setzero_si128();
+#pragma GCC unroll 8
+    for (int j = 0; j < TR; j++) {
+        kqblock kb = block_of(ENC, blk[j]);
+        mins[j] = kb.mins;
+        row_ints(ENC, TT, TR, j, blk[j], &kb, xk, b, iv);
+        if (ENC == CB_Q6_K) {              /* minus 32 * sum_g sc_g * bsums[g] */
+            __m256i sc16 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(kb.sc));
+#pragma GCC unroll 8
+            for (int i = 0; i < TT; i++) {
+                __m256i cs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xk[i][b].bsums));
+                iv[i * TR + j] = _mm256_sub_epi32(iv[i * TR + j], _mm256_slli_epi32(cs, 5));
+            }
+        }
+    }
+    *I = reduce(TT * TR, iv);
+    if (ENC == CB_Q6_K) return;
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++) {
+        __m128i bs = _mm_loadu_si128((const __m128i *)xk[i][b].bsums32);
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) mv[i * TR + j] = _mm_madd_epi16(mins[j], bs);
+    }
+    *M = reduce4(TT * TR, mv);
+}
+
+/* TT tokens x TR rows from row r (TT * TR <= 8); pf != 0: prefetch the bytes pf ahead (the next row tile). */
+KQ_FN void tile(int ENC, int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_block *const *xk,
+                  float *const *outs, size_t pf) {
+    const unsigned char *row = d->data + (size_t)r * d->rb, *blk[8];
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < d->nb; b++) {
+        if (pf) prefetch_span(row + pf, b * d->bb * (size_t)TR, (b + 1) * d->bb * (size_t)TR);
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) blk[j] = row + (size_t)j * d->rb + b * d->bb;
+        __m256i I, M = _mm256_setzero_si256();
+        block_ints(ENC, TT, TR, blk, xk, b, &I, &M);
+        acc = block_float(ENC, TT, TR, blk, I, M, da_of(TT, TR, xk, b), acc);
+    }
+    float out[8];
+    _mm256_storeu_ps(out, acc);
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) outs[i][r + j] = out[i * TR + j];
+}
+
+/* The rows r0..r1 for a group of m <= 8 tokens: 1 x 8 (one token, the next tile prefetched), 2 x 4, 3 x 2,
+ * else m x 1 (the first token group prefetches the next row); leftover rows one at a time. */
+KQ_FN void rows_for(int ENC, const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
+                      float *const *outs, int64_t m, int first) {
+    int32_t r = r0;
+#define KQ_ROWS(TT, TR, PF) \
+    for (; r + TR <= r1; r += TR) tile(ENC, TT, TR, d, r, xk, outs, PF);
+    switch (m) {
+    case 1: KQ_ROWS(1, 8, 8 * d->rb) break;
+    case 2: KQ_ROWS(2, 4, first ? 4 * d->rb : 0) break;
+    case 3: KQ_ROWS(3, 2, first ? 2 * d->rb : 0) break;
+    case 4: KQ_ROWS(4, 1, first ? d->rb : 0) break;
+    case 5: KQ_ROWS(5, 1, first ? d->rb : 0) break;
+    case 6: KQ_ROWS(6, 1, first ? d->rb : 0) break;
+    case 7: KQ_ROWS(7, 1, first ? d->rb : 0) break;
+    default: KQ_ROWS(8, 1, first ? d->rb : 0) break;
+    }
+#undef KQ_ROWS
+    for (; r < r1; r++)
+        for (int64_t i = 0; i < m; i++) tile(ENC, 1, 1, d, r, xk + i, outs + i, 0);
+}
+
+/* Token groups of 8 outer (their activation blocks stay in L1), rows inner. */
+KQ_FN void rows_of(int ENC, const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
+                     float *const *outs, int64_t nt) {
+    for (int64_t t = 0; t < nt; t += 8) rows_for(ENC, d, r0, r1, xk + t, outs + t, nt - t < 8 ? nt - t : 8, t == 0);
+}
+
+#define KQ_KERNEL(ID)                                                                                    \
+    static KQ_OUTLINE void k_##ID(const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_block *const *xk, \
+                                  float *const *outs, int64_t nt) {                                      \
+        rows_of(CB_##ID, d, r0, r1, xk, outs, nt);                                                        \
+    }
+KQ_KERNEL(Q4_K)
+KQ_KERNEL(Q5_K)
+KQ_KERNEL(Q6_K)
+#undef KQ_KERNEL
+
+void KQ_ENTRY(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk, float *const *outs,
+              int64_t nt) {
+    size_t nb = (size_t)w->cols / CB_QK_K, rb = (size_t)cb_row_bytes(w->dtype, w->cols);
+    kqdesc d = {(const unsigned char *)w->data, rb, rb / nb, nb};
+    if (w->dtype == CB_Q4_K) k_Q4_K(&d, r0, r1, xk, outs, nt);
+    else if (w->dtype == CB_Q5_K) k_Q5_K(&d, r0, r1, xk, outs, nt);
+    else k_Q6_K(&d, r0, r1, xk, outs, nt);
+}

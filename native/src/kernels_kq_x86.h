@@ -1,0 +1,148 @@
+/* kernels_kq_x86.h — the pieces of the k-quant x Q8_K kernels (kernels_kq.c has the spec) both x86 levels share.
+ *
+ * Role: the AVX2 building blocks kernels_kq_avx2.c and kernels_kq_avx512.c both use, so the two levels run the same
+ * unpacking of a block's scales and mins, the same exact integer reductions and literally the same float step per
+ * super-block: a block's 16-bit scales / mins (block_of), one pair of 32-code chunks unpacked for 256-bit registers
+ * (pair_of, pair_dot), the lane reductions (reduce, reduce4), the f16 factors and activation scales per lane
+ * (halves, da_of) and the float step (block_float). An AVX-512 function may inline these (its target includes
+ * AVX2's). kernels_kq_tiles.h builds the tiles on them and on the level's row_ints.
+ */
+#ifndef CB_KERNELS_KQ_X86_H
+#define CB_KERNELS_KQ_X86_H
+#include "kernels_x86.h"
+#include "kquants.h"
+
+typedef struct {
+    const unsigned char *data;
+    size_t rb, bb, nb;     /* row bytes, block bytes, blocks per row */
+} kqdesc;
+
+/* Byte pairs (2j, 2j+1) repeated: vpshufb of the 16-bit scales picks scale j for every int16 lane. */
+static const uint8_t K4_SHUF[8][32] __attribute__((aligned(32))) = {
+#define S2(j) 2 * j, 2 * j + 1
+#define S8(j) S2(j), S2(j), S2(j), S2(j), S2(j), S2(j), S2(j), S2(j)
+#define ROW(j) {S8(j), S8(j)}
+    ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7)
+#undef ROW
+#undef S8
+#undef S2
+};
+/* Q6_K: bytes 2i (x8) then 2i+1 (x8): the two 16-groups' int8 scales of 32-chunk i. */
+static const uint8_t K6_SHUF[8][16] __attribute__((aligned(16))) = {
+#define ROW6(i) {2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, \
+                 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1}
+    ROW6(0), ROW6(1), ROW6(2), ROW6(3), ROW6(4), ROW6(5), ROW6(6), ROW6(7)
+#undef ROW6
+};
+
+/* A row's super-block as the tiles use it: q4/q5 the 16-bit scales in both halves and the 8 mins, q6 its 16 int8
+ * scales (in the low 16 bytes of sc and in mins). */
+typedef struct { __m256i sc; __m128i mins; } kqblock;
+
+AVX2_FN kqblock block_of(int ENC, const unsigned char *blk) {
+    kqblock k;
+    if (ENC == CB_Q6_K) {
+        k.mins = _mm_loadu_si128((const __m128i *)(blk + 192));
+        k.sc = _mm256_castsi128_si256(k.mins);
+        return k;
+    }
+    uint32_t u[4];
+    cb_q4_k_scales_mins(blk, u);
+    __m256i ms = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+    __m128i sc = _mm256_castsi256_si128(ms);
+    k.sc = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+    k.mins = _mm256_extracti128_si256(ms, 1);
+    return k;
+}
+
+/* Chunk pair p (0..3) of a block: the unsigned codes of two 32-chunks (c[0], c[1]), their 16-bit scale
+ * vectors (s[0], s[1]), and the chunks' element offsets in the block (off[0], off[1]). */
+AVX2_FN void pair_of(int ENC, const unsigned char *blk, const kqblock *kb, int p, __m256i c[2], __m256i s[2],
+                     int off[2]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (ENC == CB_Q6_K) {             /* half h = p / 2, quarters t = p % 2 and t + 2 */
+        int h = p >> 1, t = p & 1;
+        __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * t));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        __m256i ha = t ? _mm256_slli_epi16(qh, 2) : _mm256_slli_epi16(qh, 4);   /* bits 2t, 2t+1 -> 4, 5 */
+        __m256i hb = t ? _mm256_srli_epi16(qh, 2) : qh;                          /* bits 2t+4, 2t+5 -> 4, 5 */
+        c[0] = _mm256_or_si256(_mm256_and_si256(ql, m4), _mm256_and_si256(ha, m30));
+        c[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), _mm256_and_si256(hb, m30));
+        off[0] = 128 * h + 32 * t, off[1] = off[0] + 64;
+        __m128i sc = _mm256_castsi256_si128(kb->sc);
+        s[0] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_load_si128((const __m128i *)K6_SHUF[off[0] / 32])));
+        s[1] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_load_si128((const __m128i *)K6_SHUF[off[1] / 32])));
+        return;
+    }
+    __m256i qs = _mm256_loadu_si256((const __m256i *)(blk + (ENC == CB_Q5_K ? 48 : 16) + 32 * p));
+    c[0] = _mm256_and_si256(qs, m4);
+    c[1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+    if (ENC == CB_Q5_K) {             /* 5th bits: bit 2p (chunk 2p) and 2p+1 of each qh byte */
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16)), one = _mm256_set1_epi8(1);
+        __m256i b0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p)), one);
+        __m256i b1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p + 1)), one);
+        c[0] = _mm256_or_si256(c[0], _mm256_slli_epi16(b0, 4));
+        c[1] = _mm256_or_si256(c[1], _mm256_slli_epi16(b1, 4));
+    }
+    off[0] = 64 * p, off[1] = 64 * p + 32;
+    s[0] = _mm256_shuffle_epi8(kb->sc, _mm256_load_si256((const __m256i *)K4_SHUF[2 * p]));
+    s[1] = _mm256_shuffle_epi8(kb->sc, _mm256_load_si256((const __m256i *)K4_SHUF[2 * p + 1]));
+}
+
+/* sum(scale * pairs of u * a) of one pair of chunks for one token, as 8 int32 lanes. */
+AVX2_FN __m256i pair_dot(const __m256i c[2], const __m256i s[2], const int8_t *a, const int off[2]) {
+    __m256i p0 = _mm256_maddubs_epi16(c[0], _mm256_loadu_si256((const __m256i *)(a + off[0])));
+    __m256i p1 = _mm256_maddubs_epi16(c[1], _mm256_loadu_si256((const __m256i *)(a + off[1])));
+    return _mm256_add_epi32(_mm256_madd_epi16(s[0], p0), _mm256_madd_epi16(s[1], p1));
+}
+
+/* Lane n of the result = the sum of v[n]'s 8 lanes, n < N (N <= 4: the sums in the low half, the rest 0): exact. */
+AVX2_FN __m256i reduce(int N, const __m256i v[8]) {
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    if (N <= 4)
+        return _mm256_zextsi128_si256(_mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+/* Lane n = the sum of v[n]'s 4 lanes, n < N. */
+AVX2_FN __m256i reduce4(int N, const __m128i v[8]) {
+    __m128i a = _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
+    if (N <= 4) return _mm256_zextsi128_si256(a);
+    __m128i b = _mm_hadd_epi32(_mm_hadd_epi32(v[4], v[5]), _mm_hadd_epi32(v[6], v[7]));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+}
+
+/* The f16 at byte o of each lane's block (lane n = token n / TR, row n % TR) widened (lanes past TT * TR: 0), built in
+ * registers (a store of 8 halves and a vector load would stall store forwarding). */
+AVX2_FN __m256 halves(int TT, int TR, const unsigned char *const *blk, size_t o) {
+    uint16_t h[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < TR; j++) __builtin_memcpy(&h[j], blk[j] + o, 2);
+    if (TR == 1) return _mm256_cvtph_ps(_mm_set1_epi16((short)h[0]));
+    short v[8];
+#pragma GCC unroll 8
+    for (int n = 0; n < 8; n++) v[n] = n < TT * TR ? (short)h[n % TR] : 0;
+    return _mm256_cvtph_ps(_mm_setr_epi16(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]));
+}
+/* The activation blocks' d per lane (token n / TR), in registers. */
+AVX2_FN __m256 da_of(int TT, int TR, const cb_q8k_block *const *xk, size_t b) {
+    if (TT == 1) return _mm256_broadcast_ss(&xk[0][b].d);
+    float d[8];
+#pragma GCC unroll 8
+    for (int n = 0; n < 8; n++) d[n] = n < TT * TR ? xk[n / TR][b].d : 0.0f;
+    return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+}
+
+/* One super-block's float step for the tile's TT x TR lanes (kernels_kq.c): acc = fma(d * da, I, acc), and for
+ * q4/q5 acc = fma(-(dmin * da), M, acc). I, M as integer lanes; da the activation blocks' d per lane. */
+AVX2_FN __m256 block_float(int ENC, int TT, int TR, const unsigned char *const *blk, __m256i I, __m256i M, __m256 da,
+                           __m256 acc) {
+    __m256 d = halves(TT, TR, blk, ENC == CB_Q6_K ? 208 : 0);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(I), acc);
+    if (ENC == CB_Q6_K) return acc;
+    __m256 dmin = halves(TT, TR, blk, 2);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(M), acc);
+}
+
+#endif
