@@ -22,6 +22,8 @@ ENGINES = {
     "colibri q4_k_m preset": (*PRESETS["q4_k_m"][:3], {"w8a8": False}),
     "colibri q4_k_m preset + w4a8": (*PRESETS["q4_k_m"][:3], {"w8a8": True}),
     "colibri int4-g64 all (lm_head too) + w4a8": ("int4-g64", "int4-g64", "int4-g64", {"w8a8": True}),
+    # llama.cpp's block encodings themselves (our quantizer), multiplied as llama.cpp does: Q8_K activations
+    "colibri q4_k (head q6_k) + Q8_K": ("q4_k", "q4_k", "q6_k", {"w8a8": True}),
 }
 
 
