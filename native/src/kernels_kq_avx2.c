@@ -12,17 +12,21 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels_kq_x86.h"
 
-/* Row j's integer lanes of super-block b for every token: four pairs of 32-code chunks. */
+/* Row j's integer lanes of super-block b for every token: the eight 32-code chunks one at a time, each against every
+ * token (one code and one scale register live beside the tile's accumulators). */
 AVX2_FN void row_ints(int ENC, int TT, int TR, int j, const unsigned char *blk, const kqblock *kb,
                       const cb_q8k_block *const *xk, size_t b, __m256i iv[8]) {
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) {
-        __m256i c[2], s[2];
-        int off[2];
-        pair_of(ENC, blk, kb, p, c, s, off);
 #pragma GCC unroll 8
-        for (int i = 0; i < TT; i++)
-            iv[i * TR + j] = _mm256_add_epi32(iv[i * TR + j], pair_dot(c, s, xk[i][b].qs, off));
+    for (int ch = 0; ch < 8; ch++) {
+        __m256i c, s;
+        int off = chunk_of(ENC, blk, kb, ch, &c, &s);
+#pragma GCC unroll 8
+        for (int i = 0; i < TT; i++) {
+            __m256i p = _mm256_maddubs_epi16(c, _mm256_loadu_si256((const __m256i *)(xk[i][b].qs + off)));
+            iv[i * TR + j] = _mm256_add_epi32(iv[i * TR + j], _mm256_madd_epi16(s, p));
+            __asm__("" : "+x"(iv[i * TR + j]));   /* the sum stays one chain in a register: gcc would re-associate
+                                                     * it into a tree of spilled partial sums (10-15% slower) */
+        }
     }
 }
 

@@ -2,8 +2,8 @@
  *
  * Role: the AVX2 building blocks kernels_kq_avx2.c and kernels_kq_avx512.c both use, so the two levels run the same
  * unpacking of a block's scales and mins, the same exact integer reductions and literally the same float step per
- * super-block: a block's 16-bit scales / mins (block_of), one pair of 32-code chunks unpacked for 256-bit registers
- * (pair_of, pair_dot), the lane reductions (reduce, reduce4), the f16 factors and activation scales per lane
+ * super-block: a block's 16-bit scales / mins (block_of), one 32-code chunk unpacked for 256-bit registers
+ * (chunk_of), the lane reductions (reduce, reduce4), the f16 factors and activation scales per lane
  * (halves, da_of) and the float step (block_float). An AVX-512 function may inline these (its target includes
  * AVX2's). kernels_kq_tiles.h builds the tiles on them and on the level's row_ints.
  */
@@ -39,6 +39,20 @@ static const uint8_t K6_SHUF[8][16] __attribute__((aligned(16))) = {
  * scales (in the low 16 bytes of sc and in mins). */
 typedef struct { __m256i sc; __m128i mins; } kqblock;
 
+/* A Q4_K / Q5_K block's 8 6-bit scales then 8 mins as 16 bytes (get_scale_min_k4 of ggml, vectorised): from the 12
+ * scale bytes s, sc[j] = s[j] & 63 and m[j] = s[j+4] & 63 for j < 4; for j >= 4 the low nibble (sc) or high nibble
+ * (m) of s[j+4] with the top two bits of s[j-4] (sc) or s[j] (m) as bits 4, 5. The 16-byte load ends inside the
+ * block (bytes 4 .. 19 of 144 / 176). */
+AVX2_FN __m128i scales_mins(const unsigned char *blk) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 4));
+    const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i t = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    __m128i lo = _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(a, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+    __m128i top = _mm_and_si128(_mm_srli_epi16(t, 2), _mm_set1_epi8(0x30));
+    return _mm_or_si128(_mm_or_si128(lo, hi), top);
+}
+
 AVX2_FN kqblock block_of(int ENC, const unsigned char *blk) {
     kqblock k;
     if (ENC == CB_Q6_K) {
@@ -46,55 +60,40 @@ AVX2_FN kqblock block_of(int ENC, const unsigned char *blk) {
         k.sc = _mm256_castsi128_si256(k.mins);
         return k;
     }
-    uint32_t u[4];
-    cb_q4_k_scales_mins(blk, u);
-    __m256i ms = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+    __m256i ms = _mm256_cvtepu8_epi16(scales_mins(blk));
     __m128i sc = _mm256_castsi256_si128(ms);
     k.sc = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
     k.mins = _mm256_extracti128_si256(ms, 1);
     return k;
 }
 
-/* Chunk pair p (0..3) of a block: the unsigned codes of two 32-chunks (c[0], c[1]), their 16-bit scale
- * vectors (s[0], s[1]), and the chunks' element offsets in the block (off[0], off[1]). */
-AVX2_FN void pair_of(int ENC, const unsigned char *blk, const kqblock *kb, int p, __m256i c[2], __m256i s[2],
-                     int off[2]) {
+/* Chunk ch (0..7) of a block, 32 codes: their unsigned codes (*c), their 16-bit scales per int16 lane (*s); returns
+ * the chunk's element offset in the block. Q4_K / Q5_K chunk ch is sub-block ch (the low nibbles of code bytes
+ * 32 (ch / 2) .. for even ch, the high ones for odd); Q6_K chunk ch is quarter t = (ch / 2) % 2 + 2 (ch % 2) of
+ * half h = ch / 4 (the low or high nibbles of 32 ql bytes, or'ed with qh bits 2t, 2t+1 moved to bits 4, 5). */
+AVX2_FN int chunk_of(int ENC, const unsigned char *blk, const kqblock *kb, int ch, __m256i *c, __m256i *s) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    if (ENC == CB_Q6_K) {             /* half h = p / 2, quarters t = p % 2 and t + 2 */
-        int h = p >> 1, t = p & 1;
-        __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * t));
+    int hi = ch & 1, p = ch >> 1;
+    if (ENC == CB_Q6_K) {
+        int h = p >> 1, t = (p & 1) + 2 * hi, off = 128 * h + 32 * t;
+        __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (p & 1)));
         __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
-        const __m256i m30 = _mm256_set1_epi8(0x30);
-        __m256i ha = t ? _mm256_slli_epi16(qh, 2) : _mm256_slli_epi16(qh, 4);   /* bits 2t, 2t+1 -> 4, 5 */
-        __m256i hb = t ? _mm256_srli_epi16(qh, 2) : qh;                          /* bits 2t+4, 2t+5 -> 4, 5 */
-        c[0] = _mm256_or_si256(_mm256_and_si256(ql, m4), _mm256_and_si256(ha, m30));
-        c[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), _mm256_and_si256(hb, m30));
-        off[0] = 128 * h + 32 * t, off[1] = off[0] + 64;
-        __m128i sc = _mm256_castsi256_si128(kb->sc);
-        s[0] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_load_si128((const __m128i *)K6_SHUF[off[0] / 32])));
-        s[1] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_load_si128((const __m128i *)K6_SHUF[off[1] / 32])));
-        return;
+        __m256i hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t));      /* bits 2t, 2t+1 -> 0, 1 */
+        *c = _mm256_or_si256(_mm256_and_si256(hi ? _mm256_srli_epi16(ql, 4) : ql, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(3)), 4));
+        __m128i sc = _mm_shuffle_epi8(_mm256_castsi256_si128(kb->sc), _mm_load_si128((const __m128i *)K6_SHUF[off / 32]));
+        *s = _mm256_cvtepi8_epi16(sc);
+        return off;
     }
     __m256i qs = _mm256_loadu_si256((const __m256i *)(blk + (ENC == CB_Q5_K ? 48 : 16) + 32 * p));
-    c[0] = _mm256_and_si256(qs, m4);
-    c[1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
-    if (ENC == CB_Q5_K) {             /* 5th bits: bit 2p (chunk 2p) and 2p+1 of each qh byte */
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16)), one = _mm256_set1_epi8(1);
-        __m256i b0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p)), one);
-        __m256i b1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p + 1)), one);
-        c[0] = _mm256_or_si256(c[0], _mm256_slli_epi16(b0, 4));
-        c[1] = _mm256_or_si256(c[1], _mm256_slli_epi16(b1, 4));
+    *c = _mm256_and_si256(hi ? _mm256_srli_epi16(qs, 4) : qs, m4);
+    if (ENC == CB_Q5_K) {             /* the 5th bit: bit ch of each qh byte */
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+        __m256i b = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(ch)), _mm256_set1_epi8(1));
+        *c = _mm256_or_si256(*c, _mm256_slli_epi16(b, 4));
     }
-    off[0] = 64 * p, off[1] = 64 * p + 32;
-    s[0] = _mm256_shuffle_epi8(kb->sc, _mm256_load_si256((const __m256i *)K4_SHUF[2 * p]));
-    s[1] = _mm256_shuffle_epi8(kb->sc, _mm256_load_si256((const __m256i *)K4_SHUF[2 * p + 1]));
-}
-
-/* sum(scale * pairs of u * a) of one pair of chunks for one token, as 8 int32 lanes. */
-AVX2_FN __m256i pair_dot(const __m256i c[2], const __m256i s[2], const int8_t *a, const int off[2]) {
-    __m256i p0 = _mm256_maddubs_epi16(c[0], _mm256_loadu_si256((const __m256i *)(a + off[0])));
-    __m256i p1 = _mm256_maddubs_epi16(c[1], _mm256_loadu_si256((const __m256i *)(a + off[1])));
-    return _mm256_add_epi32(_mm256_madd_epi16(s[0], p0), _mm256_madd_epi16(s[1], p1));
+    *s = _mm256_shuffle_epi8(kb->sc, _mm256_load_si256((const __m256i *)K4_SHUF[ch]));
+    return 32 * ch;
 }
 
 /* Lane n of the result = the sum of v[n]'s 8 lanes, n < N (N <= 4: the sums in the low half, the rest 0): exact. */

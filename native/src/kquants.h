@@ -79,17 +79,6 @@ static inline int32_t cb_q6_k_code(const unsigned char *blk, size_t k) {   /* q 
                      | (((*cb_q6_k_qh(blk, k) >> cb_q6_k_hi_shift(k)) & 3) << 4)) - 32;
 }
 
-/* The 8 scales (sc[j], sub-block j) and 8 mins of a Q4_K / Q5_K block at once, with ggml's kmask
- * shuffle of the 12 scale bytes (the SIMD kernels' form; equal to cb_q4_k_scale_min per sub-block). */
-static inline void cb_q4_k_scales_mins(const unsigned char *blk, uint32_t u[4]) {   /* u: sc[0..7], m[0..7] bytes */
-    memcpy(u, blk + 4, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    uint32_t a = u[1] & 0x3f3f3f3fu;
-    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    u[2] = a;
-    u[0] &= 0x3f3f3f3fu;
-}
-
 /* llama.cpp's Q8_K activations (the vec_dot type of Q4_K / Q5_K / Q6_K; values of ggml's quantize_row_q8_K_ref),
  * one block per 256 inputs (kernels_kq.c cb_quantize_row_q8k): d = 1 / (-127 / max), max the first input of the
  * largest |x| (d = 0, codes 0 when every input is 0); qs[k] = min(127, rint((-127 / max) * x[k])) (one rounded
