@@ -28,7 +28,9 @@ PRE_TOKENIZERS = {
     "llama-bpe": Pre(_LETTERS + r"\p{N}{1,3}|" + _REST, nfc=False, ignore_merges=True),
     "gpt-2": Pre(None, nfc=False, ignore_merges=False),
 }
-CONTROL, USER_DEFINED = 3, 4        # tokenizer.ggml.token_type values (llama.cpp's llama_token_attr types)
+CONTROL, USER_DEFINED, UNUSED = 3, 4, 5   # tokenizer.ggml.token_type values (llama.cpp's llama_token_attr types)
+HIDDEN = (CONTROL, UNUSED)   # special added tokens: left out of decoded text, as llama.cpp's token_to_piece does
+                             # (UNUSED: the [PADn] rows convert_hf_to_gguf.py pads a vocabulary with)
 _PREFIX = "tokenizer.ggml."
 
 
@@ -90,8 +92,8 @@ def _bpe(source):
     tok.normalizer = normalizers.NFC() if row.nfc else None
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    tok.add_tokens([AddedToken(tokens[i], special=types[i] == CONTROL, normalized=False)
-                    for i in range(len(tokens)) if types[i] in (CONTROL, USER_DEFINED)])
+    tok.add_tokens([AddedToken(tokens[i], special=types[i] in HIDDEN, normalized=False)
+                    for i in range(len(tokens)) if types[i] in (*HIDDEN, USER_DEFINED)])
     return tok
 
 
