@@ -48,6 +48,7 @@ class Detokenizer:
         self.tokenizer = tokenizer
         self.texts = texts if texts is not None else TokenTexts(tokenizer)   # logprobs' decoded_token
         self.skip = skip_special_tokens
+        self.skipped = None   # the special ids decoding drops (resolved at the first token, once)
         self.ids = []         # every token (finish() decodes them all once)
         self.window = []      # the tokens that can add text: all but the special ones skip_special_tokens drops
         self.prefix = 0       # first token of the decode window (one token of context for spacing)
@@ -62,11 +63,15 @@ class Detokenizer:
         skips never enters the window, so a run of them (12k repeated eos) costs O(1) each, not O(run)."""
         token_id = int(token_id)
         self.ids.append(token_id)
-        if self.skip and token_id in self.texts.special:
+        skipped = self.skipped
+        if skipped is None:
+            skipped = self.skipped = self.texts.special if self.skip else frozenset()
+        if token_id in skipped:
             return ""
         self.window.append(token_id)
-        prefix_text = self._decode(self.window[self.prefix:self.read])
-        new_text = self._decode(self.window[self.prefix:])
+        prefix_text = safe_decode(self.tokenizer, self.window[self.prefix:self.read], self.skip)   # raises
+        #                                                               DecodeFailed: the request's error
+        new_text = safe_decode(self.tokenizer, self.window[self.prefix:], self.skip)
         if len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd"):
             return ""
         if not new_text.startswith(prefix_text):

@@ -9,7 +9,8 @@ Role in the data flow: LLM.generate/chat/score (api.py), the pool's SequenceRunn
                                              (prompt_)logprobs above max_logprobs are refused
     abort(request_id)                        frees its KV blocks at once (after the in-flight model
                                              call when another thread is stepping)
-    step() -> list[RequestOutput]            one batched model call (scheduler.py); an output for
+    step() -> list[RequestOutput]            one batched model call (scheduler.py's schedule(), the
+                                             model, its update()); an output for
                                              every request that got a token or finished (cumulative
                                              text / token_ids / logprobs, or only the new ones, or
                                              only the final one: SamplingParams.output_kind), and
@@ -53,18 +54,23 @@ class _Group:
         self.seed_key = request_id               # what unseeded samples derive their seed from
 
     def finished(self):
-        return all(c.finished for c in self.children)
+        for c in self.children:
+            if not c.finished:
+                return False
+        return True
 
-    def output(self):
+    def output(self, finished=None):
+        """The RequestOutput now (finished: self.finished() when the caller has it)."""
         first, delta = self.children[0], self.output_kind == RequestOutputKind.DELTA
-        error = next((c.error for c in self.children if c.error is not None), None)
+        error = first.error if len(self.children) == 1 else \
+            next((c.error for c in self.children if c.error is not None), None)
         prompt_lps = None if first.prompt_k is None else [None] + list(first.prompt_lps)
         if delta and self.sent_prompt:
             prompt_lps = None if prompt_lps is None else []
         self.sent_prompt = True
         outs = [] if self.kind == "score" else [c.completion_output(delta) for c in self.children]
         return RequestOutput(self.request_id, self.prompt_text, list(self.prompt_ids), prompt_lps, outs,
-                             self.finished(), first.metrics(), error)
+                             self.finished() if finished is None else finished, first.metrics(), error)
 
 
 class LLMEngine:
@@ -76,6 +82,8 @@ class LLMEngine:
         self.scheduler_config = scheduler_config or SchedulerConfig()
         self.default_params = dict(default_params or {})
         self.scheduler = Scheduler(model, self.scheduler_config)
+        # the model call of a step: its inputs come from requests add_request checked (see LLM.forward_trusted)
+        self._forward = getattr(model, "forward_trusted", None) or model.forward
         self._texts = TokenTexts(tokenizer) if tokenizer is not None else None   # decoded_token cache
         self._lock = threading.Lock()
         self._groups = {}            # request_id -> _Group: every unfinished request
@@ -169,7 +177,8 @@ class LLMEngine:
                     self.scheduler.add(c)
             self._stepping = True
         try:
-            progressed = self.scheduler.step(on_token, on_step)
+            plan = self.scheduler.schedule()
+            progressed = self.scheduler.update(plan, self._execute(plan), on_token, on_step)
         except BaseException:
             self._fail_all()
             raise
@@ -186,7 +195,7 @@ class LLMEngine:
                 if finished:
                     del self._groups[group.request_id]
                 if finished or group.output_kind != RequestOutputKind.FINAL_ONLY:
-                    outs.append(group.output())
+                    outs.append(group.output(finished))
         return outs
 
     def stream(self, on_token=None, on_step=None):
@@ -195,6 +204,17 @@ class LLMEngine:
             yield from self.step(on_token, on_step)
 
     # ------------------------------------------------------------ internals
+    def _execute(self, plan):
+        """The model call of a plan -> its logits ([] for an empty plan); structured outputs' masks are filled
+        on the grammar thread meanwhile."""
+        if not plan.batch:
+            return []
+        masks = plan.start_masks()
+        outs = self._forward(plan.model_inputs())
+        if masks is not None:
+            masks.join()
+        return outs
+
     def _abort_now(self, group):
         for c in group.children:
             self.scheduler.remove(c)
@@ -295,10 +315,8 @@ class LLMEngine:
 
 
 def _groups_of(requests):
-    """The distinct groups of these requests, in order of first appearance."""
-    seen, out = set(), []
+    """The distinct groups of these requests, in order of first appearance (a group hashes by identity)."""
+    groups = {}
     for r in requests:
-        if id(r.group) not in seen:
-            seen.add(id(r.group))
-            out.append(r.group)
-    return out
+        groups[r.group] = None
+    return list(groups)

@@ -41,7 +41,7 @@ class Request:
         return self.n_prompt + len(self.output)
 
     def num_pending(self):
-        return self.num_tokens() - self.computed
+        return self.n_prompt + len(self.output) - self.computed
 
     def pending(self, n):
         """The next n tokens to feed: tokens[computed:computed + n] of prompt + output."""

@@ -41,6 +41,7 @@ def make_rng(params, base_seed=0, request_id=0, sample_index=0):
 class Sampler:
     def __init__(self, params, base_seed=0, request_id=0, sample_index=0):
         self.params = params
+        self.greedy = params.greedy              # params are frozen: decided once, not per token
         self.rng = make_rng(params, base_seed, request_id, sample_index)
 
     def sample(self, logits, procs=None, output=()):
@@ -52,7 +53,7 @@ class Sampler:
         x = logits if procs is None else procs.apply(logits, output)
         if x is not logits:
             _check_finite(logits.max())        # a NaN the masks hid is still a broken row
-        if p.greedy:
+        if self.greedy:
             token = int(x.argmax())            # first maximum = lowest token id among ties
             _check_finite(x[token])            # argmax lands on a NaN or +inf if there is one
         else:

@@ -1,9 +1,10 @@
 """Continuous batching over a step model: admission, chunked prefill, preemption, stop conditions.
 
-Role in the data flow: the engine (engine.py) adds Requests and removes aborted ones; every
-`step()` builds ONE batched model call
+Role in the data flow: the engine (engine.py) adds Requests and removes aborted ones; each of its steps
+is vLLM's split: `schedule()` decides ONE batched model call (a StepPlan)
 that mixes the decode tokens of running sequences with prefill chunks of waiting ones, under
-`max_num_batched_tokens` and `max_num_seqs`, checking KV blocks before scheduling anything. When
+`max_num_batched_tokens` and `max_num_seqs`, checking KV blocks before scheduling anything; the engine
+runs the model on it; `update(plan, logits)` samples, checks stops and frees finished sequences. When
 blocks run out the NEWEST running sequence is preempted (released, requeued at the front of the
 waiting queue) and later recomputed from prompt + tokens generated so far. Otherwise FIFO.
 Because a sequence's logits depend only on its own history and each request samples with its own
@@ -16,6 +17,8 @@ StepModel protocol (duck-typed; the whole-model engine provides it):
     new_sequence() -> seq                an opaque handle with an empty cache
     release(seq) -> None                 frees its blocks
     forward([(seq, token_ids, want_all), ...]) -> [float32 [len(token_ids) or 1, vocab], ...]
+    forward_trusted(steps)               optional: forward of the plan's steps without re-checking them (the
+                                         engine calls it when there: they come from checked requests)
     match_prefix(seq, token_ids) -> int  optional (prefix caching): gives the new seq the cached KV of
                                          the first tokens (whole blocks, never the last token); the
                                          request's prefill then starts there
@@ -62,10 +65,25 @@ class StepPlan:
     failed: list                         # requests failed while scheduling (too big for the KV cache, ...)
     t0: float                            # when scheduling began (StepStats.t_start)
     preempted: int                       # the preemption count before it
+    decode: int = 0                      # tokens of the batch that are one running sequence's next token
+    prefill: int = 0                     # the others (prompt chunks, recomputation after a preemption)
 
     def model_inputs(self):
         """The model.forward argument: [(seq, token ids, want every position's logits)]."""
         return [(r.seq, r.pending(n), r.want_all()) for r, n in self.batch]
+
+    def start_masks(self):
+        """Start the batched next-token masks of the constrained sequences that sample in this step (their
+        last pending token is fed now), computed while the model runs; -> a Future, or None when none does."""
+        slots = []
+        for r, n in self.batch:
+            procs = r.procs
+            if procs is None or procs.grammar is None or r.kind == "score" or r.computed + n < r.num_tokens():
+                continue
+            slot = procs.grammar
+            if slot.matcher is not None and slot.after is None:
+                slots.append(slot)
+        return slots[0].grammars.start_fill(slots) if slots else None
 
 
 class Scheduler:
@@ -101,35 +119,30 @@ class Scheduler:
         for r in list(self.running) + list(self.waiting):
             self.remove(r)
 
-    def step(self, on_token=None, on_step=None):
-        """One batched model call; -> the requests that produced a token or finished in it (requests
-        failed while scheduling included). on_step(StepStats) after it. = schedule(), the model call on
-        its batch, update() (vLLM's split: whoever runs the model between them may be elsewhere)."""
-        plan = self.schedule()
-        if not plan.batch:
-            self._wait_for_grammar()
-            return plan.failed
-        masks = _start_masks(plan.batch)         # structured outputs: computed while the model runs
-        outs = self.model.forward(plan.model_inputs())
-        if masks is not None:
-            masks.join()
-        return self.update(plan, outs, on_token, on_step)
-
     def schedule(self):
         """-> StepPlan: the requests of the next model call and their token counts (running sequences first,
-        then admissions, under the token and KV budgets), and the requests that failed while scheduling."""
+        then admissions, under the token and KV budgets), and the requests that failed while scheduling. When
+        nothing can run and a request waits for its constraint's compile, it waits for it a little first (the
+        caller's loop does not spin). The caller runs model.forward(plan.model_inputs()), then update()."""
         t0, preempted = time.perf_counter(), self.stats["preemptions"]
         self._failed_now = []
-        batch = self._schedule()
-        return StepPlan(batch, list(self._failed_now), t0, preempted)
+        plan = StepPlan([], [], t0, preempted)
+        self._schedule(plan)
+        plan.failed = list(self._failed_now)
+        if not plan.batch:
+            self._wait_for_grammar()
+        return plan
 
     def update(self, plan, outs, on_token=None, on_step=None):
         """Apply the model's logits of plan's batch: sample, check stops, free finished sequences; -> the
-        requests that progressed (the plan's failed ones first). on_step(StepStats) after it."""
+        requests that progressed (the plan's failed ones first). on_step(StepStats) after it (not for an
+        empty plan: no model call)."""
         sched = plan.batch
+        if not sched:
+            return list(plan.failed)
         if len(outs) != len(sched):
             raise InvalidArgument(f"model.forward returned {len(outs)} results for {len(sched)} steps")
-        prefill, decode = self._count(sched)
+        self._count(plan)
         progressed = list(plan.failed)
         for (r, n), logits in zip(sched, outs):
             before = len(r.output)
@@ -145,8 +158,9 @@ class Scheduler:
                 progressed.append(r)
         if on_step is not None:
             done = sum(r.finished for r in progressed)
-            on_step(StepStats(plan.t0, time.perf_counter(), prefill, decode, len(self.running), len(self.waiting),
-                              self.model.free_blocks(), done, self.stats["preemptions"] - plan.preempted))
+            on_step(StepStats(plan.t0, time.perf_counter(), plan.prefill, plan.decode, len(self.running),
+                              len(self.waiting), self.model.free_blocks(), done,
+                              self.stats["preemptions"] - plan.preempted))
         return progressed
 
     def _advance(self, r, n, logits, on_token):
@@ -170,57 +184,54 @@ class Scheduler:
                 raise
             return r.fail(exc)
 
-    def _count(self, sched):
-        """Update the totals; -> (prefill tokens, decode tokens) of this step."""
+    def _count(self, plan):
+        """Add the step's tokens to the totals."""
         st = self.stats
         st["steps"] += 1
-        decode = sum(n for r, n in sched if r.kind != "score" and r.computed == r.num_tokens() - 1 and n == 1
-                     and r.computed >= len(r.prompt))
-        prefill = sum(n for _, n in sched) - decode
-        st["decode_tokens"] += decode
-        st["prefill_tokens"] += prefill
+        st["decode_tokens"] += plan.decode
+        st["prefill_tokens"] += plan.prefill
         st["max_running"] = max(st["max_running"], len(self.running))
-        st["max_batch_tokens"] = max(st["max_batch_tokens"], prefill + decode)
-        return prefill, decode
+        st["max_batch_tokens"] = max(st["max_batch_tokens"], plan.prefill + plan.decode)
 
     def _chunk(self, r, budget):
         n = min(r.num_pending(), budget)
         return min(n, self.cfg.prefill_chunk_size) if self.cfg.prefill_chunk_size else n
 
-    def _schedule(self):
-        """[(request, n_tokens)]: running sequences first (oldest first), then admissions (FIFO)."""
-        budget, reserved, sched, preempted = self.cfg.max_num_batched_tokens, 0, [], False
+    def _schedule(self, plan):
+        """Fill plan.batch [(request, n_tokens)]: running sequences first (oldest first), then admissions
+        (FIFO, when nothing was preempted)."""
+        budget, reserved, preempted = self.cfg.max_num_batched_tokens, 0, False
+        free = self.model.free_blocks()        # changes only when a preemption releases blocks
         i = 0
         while i < len(self.running) and budget > 0:
             r = self.running[i]
             n = self._chunk(r, budget)
             need = self.model.blocks_needed(r.seq, n)
-            while need > self.model.free_blocks() - reserved:
+            while need > free - reserved:
                 if i == 0 and len(self.running) == 1:
                     self._fail_too_big(r, need)
                     self.running.pop()
                     break
                 victim = self.running.pop()
                 self._preempt(victim)
-                preempted = True
+                preempted, free = True, self.model.free_blocks()
                 if victim is r:
                     break
             if i >= len(self.running) or self.running[i] is not r:
                 break                          # r itself was preempted or failed: nothing after it
             reserved += need
-            sched.append((r, n))
+            _add(plan, r, n)
             budget -= n
             i += 1
-        if not preempted:
-            self._admit(sched, budget, reserved)
-        return sched
+        if not preempted and self.waiting:
+            self._admit(plan, budget, reserved)
 
-    def _admit(self, sched, budget, reserved):
+    def _admit(self, plan, budget, reserved):
         """FIFO admissions, except requests that wait for a prompt being computed now: a sibling sample
         (n > 1) until its sample 0 has computed the prompt (then it forks it, _fork_siblings), and, with
         prefix caching, a prompt whose full blocks another sequence computes in this step (it matches
         them in the next one, so co-admitted rows compute a shared prefix once)."""
-        inflight = self._inflight(sched)
+        inflight = self._inflight(plan.batch)
         i = 0
         while i < len(self.waiting) and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             r = self.waiting[i]
@@ -250,7 +261,7 @@ class Scheduler:
                 r.t_sched = time.perf_counter()
             self.running.append(r)
             reserved += need
-            sched.append((r, n))
+            _add(plan, r, n)
             budget -= n
 
     def _inflight(self, sched):
@@ -356,6 +367,15 @@ class Scheduler:
         self.stats["failed"] += 1
 
 
+def _add(plan, r, n):
+    """Put n tokens of r in the plan, counted as decode when they are a sampling sequence's one next token."""
+    plan.batch.append((r, n))
+    if n == 1 and r.kind != "score" and r.computed >= r.n_prompt and r.num_pending() == 1:
+        plan.decode += 1
+    else:
+        plan.prefill += n
+
+
 def _slot(r):
     procs = r.procs
     return None if procs is None else procs.grammar
@@ -364,11 +384,3 @@ def _slot(r):
 def _grammar_ready(r):
     slot = _slot(r)
     return slot is None or slot.ready()
-
-
-def _start_masks(sched):
-    """Start the batched next-token masks of the constrained sequences that sample in this step (their
-    last pending token is fed now); -> a Future, or None when none does."""
-    slots = [_slot(r) for r, n in sched if r.kind != "score" and r.computed + n >= r.num_tokens()]
-    slots = [s for s in slots if s is not None and s.matcher is not None and s.after is None]
-    return slots[0].grammars.start_fill(slots) if slots else None

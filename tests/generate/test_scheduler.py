@@ -293,26 +293,34 @@ def test_long_vocabulary_sampling_is_batch_invariant():
     assert len({t for c in alone for t in c.token_ids}) > 12            # it sampled, not argmax alone
 
 
-def test_schedule_then_update_is_step():
-    """The split step (issue 30): schedule() -> the model call on plan.model_inputs() -> update() gives the
-    same outputs, bit for bit, as step(), with the plan's batch under the budgets."""
+def test_engine_step_is_schedule_then_update():
+    """The split step (issue 30): LLMEngine.step() = the scheduler's schedule(), the model call on
+    plan.model_inputs(), its update(); a scheduler driven that way by hand gives the engine's outputs bit for
+    bit, with every plan's batch under the budgets and its decode / prefill counts adding up to its tokens."""
     from colibri_dist.generate.request import Request
     from colibri_dist.generate.sampler import Sampler
     from colibri_dist.generate.scheduler import Scheduler
+    cfg = SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=3)
+    prompts, params = _mixed_requests(7, seed=4)
 
-    def run(split):
+    def by_hand():
         model = FakeStepModel(vocab_size=VOCAB)
-        sch = Scheduler(model, SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=3))
-        prompts, params = _mixed_requests(7, seed=4)
+        sch = Scheduler(model, cfg)
         reqs = [Request(i, i, "generate", p, q, Sampler(q, 0, i)) for i, (p, q) in enumerate(zip(prompts, params))]
         for r in reqs:
             sch.add(r)
         while sch.has_work():
-            if split:
-                plan = sch.schedule()
-                assert sum(n for _, n in plan.batch) <= 16 and len(plan.batch) <= 3
-                sch.update(plan, model.forward(plan.model_inputs()) if plan.batch else [])
-            else:
-                sch.step()
-        return [(r.output, r.finish_reason) for r in reqs]
-    assert run(True) == run(False)
+            plan = sch.schedule()
+            assert sum(n for _, n in plan.batch) == plan.decode + plan.prefill <= 16 and len(plan.batch) <= 3
+            sch.update(plan, model.forward(plan.model_inputs()) if plan.batch else [])
+        return [(r.output, r.finish_reason) for r in reqs], model.calls
+
+    def engine():
+        model = FakeStepModel(vocab_size=VOCAB)
+        eng = LLMEngine(model, scheduler_config=cfg)
+        for i, (p, q) in enumerate(zip(prompts, params)):
+            eng.add_request(i, p, q)
+        done = {o.request_id: o.outputs[0] for o in eng.stream() if o.finished}
+        return [(done[i].token_ids, done[i].finish_reason) for i in range(len(prompts))], model.calls
+    hand, eng = by_hand(), engine()
+    assert hand == eng and len(hand[1]) > 7                 # the same tokens and the same batches
