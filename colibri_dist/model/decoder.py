@@ -14,13 +14,14 @@ as one native call (native.layer_forward: the same ops in C, the same bits); MLA
 behind a RAM budget or on pool workers take the op-by-op path (decoder.fused = False forces it).
 """
 import os
+from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
 from ..errors import InvalidArgument, NativeError
 from .. import native
 from .attention import Batch, attend, attn_spec
-from .kv_cache import KVCacheFull
 from .weights import check_ids
 
 DEBUG_CHECKS = os.environ.get("COLIBRI_DEBUG_CHECKS", "") not in ("", "0")   # every native call checks its args
@@ -32,18 +33,27 @@ class Decoder:
         self.fused = True                                   # the switch; fusing() says whether it applies now
         self._plans = {}                                    # layer -> (MoeLayer or None, native.LayerPlan)
         self._plans_at, self._plan_list = None, None        # the expert-set version the fused plans are of
+        self._head = None                                   # native.StepHead of the fused steps (made once)
         self.salt = salt                                    # () -> what the KV bits depend on (prefix cache key)
         self.moe = moe if moe is not None else engine      # anything with moe_forward(layer, x)
         self.rt = engine.runtime
         self.specs = [attn_spec(arch, i, cache) for i in range(arch.n_layers)]
         self.tokens_processed = 0
 
-    def _plan(self, steps):
-        """Check every step, then reserve KV blocks for all (nothing reserved when one cannot fit).
-        -> (every step's new token ids concatenated, int32; their counts; the rows of logits each asks for)."""
+    def _plan(self, steps, trusted):
+        """Lay the steps out (checked unless trusted), then reserve KV blocks for all (nothing reserved when one
+        cannot fit). -> StepLayout."""
         if not steps:
             raise InvalidArgument("forward: no steps given")
-        ids, counts, picks, need, seen = [], [], [], 0, set()
+        lay = _trusted_layout(steps) if trusted else self._checked_layout(steps)
+        lay.pos0 = [seq.length for seq, _, _ in steps]
+        self.cache.reserve_all([seq for seq, _, _ in steps], lay.counts)
+        return lay
+
+    def _checked_layout(self, steps):
+        """StepLayout of steps from anywhere: each sequence once, token ids 1-D integers in the vocabulary,
+        want a bool or row indices (InvalidArgument naming the step otherwise)."""
+        ids, counts, picks, seen = [], [], [], set()
         for i, (seq, tokens, want) in enumerate(steps):
             if id(seq) in seen:
                 raise InvalidArgument(f"forward: sequence {seq.id} appears twice in one step")
@@ -54,69 +64,65 @@ class Decoder:
             ids.append(t)
             counts.append(t.size)
             picks.append(_rows(want, t.size, i))
-            if seq.length + t.size > self.cache.max_seq_len:
-                raise KVCacheFull(f"step {i}: sequence {seq.id} would hold {seq.length + t.size} tokens, "
-                                  f"more than max_seq_len={self.cache.max_seq_len}")
-            need += self.cache.blocks_needed(seq, t.size)
         flat = np.concatenate(ids) if len(ids) > 1 else ids[0]
         if flat.min() < 0 or flat.max() >= self.arch.vocab_size:
             for i, ((seq, _, _), t) in enumerate(zip(steps, ids)):
                 check_ids(t, self.arch.vocab_size, f"step {i} (sequence {seq.id})")           # names the first
-        free = self.cache.free_blocks()
-        if need > free:
-            raise KVCacheFull(f"KV cache full: the step needs {need} more blocks, {free} of "
-                              f"{self.cache.n_blocks} are free")
-        for (seq, _, _), n in zip(steps, counts):
-            self.cache.reserve(seq, n)
-        return flat.astype(np.int32), counts, picks
+        starts = list(accumulate(counts, initial=0))
+        rows = np.concatenate([starts[i] + p for i, p in enumerate(picks)]) if len(picks) > 1 else picks[0]
+        return StepLayout(flat.tolist(), counts, starts, rows, [len(p) for p in picks])
 
     def sync_salt(self):
         """Re-key the prefix cache when what the KV bits depend on changed (e.g. a hot-added expert)."""
         if self.salt is not None:
             self.cache.set_salt(self.salt())
 
-    def forward(self, steps):
+    def forward(self, steps, trusted=False):
+        """steps: [(seq, token ids, want)] -> per step float32 logits [rows asked for, vocab]. trusted: the
+        generation engine's steps, made from requests add_request checked (token ids in the vocabulary, each
+        sequence once, want a bool), are not checked again (COLIBRI_DEBUG_CHECKS=1 checks them anyway)."""
         self.engine.model.check_unchanged()     # the mmap'd file edited in place: refuse (reader.py)
         self.sync_salt()
-        ids, counts, picks = self._plan(steps)
-        seq_start = np.zeros(len(counts) + 1, dtype=np.int32)
-        seq_start[1:] = np.cumsum(counts)
-        pos0 = np.array([s.length for s, _, _ in steps], dtype=np.int32)
-        tables = [s.table() for s, _, _ in steps]
-        positions = pos0 if ids.size == len(steps) else \
-            np.arange(ids.size, dtype=np.int32) + np.repeat(pos0 - seq_start[:-1], counts)   # decode: pos0
-        rows = np.concatenate([seq_start[i] + p for i, p in enumerate(picks)]) if len(picks) > 1 else picks[0]
+        lay = self._plan(steps, trusted and not DEBUG_CHECKS)
+        ids = np.array(lay.ids, dtype=np.int32)
         plans = self._fused_plans() if self.fusing() else None
         if plans and None not in plans and not DEBUG_CHECKS:
-            logits = self._whole_step(plans, ids, seq_start, pos0, positions, tables, rows)
+            logits = self._whole_step(plans, steps, lay, ids)
         else:
-            logits = self._layer_by_layer(plans, ids, seq_start, pos0, positions, tables, rows)
-        for i, (seq, _, _) in enumerate(steps):
-            self.cache.commit(seq, ids[seq_start[i]:seq_start[i + 1]])
-        self.tokens_processed += int(seq_start[-1])
+            logits = self._layer_by_layer(plans, steps, lay, ids)
+        for (seq, _, _), a, b in zip(steps, lay.starts, lay.starts[1:]):
+            self.cache.commit(seq, lay.ids[a:b])
+        self.tokens_processed += ids.size
         self.engine.model.check_unchanged()
         out, at = [], 0
-        for p in picks:
-            out.append(logits[at:at + len(p)])
-            at += len(p)
+        for n in lay.n_rows:
+            out.append(logits[at:at + n])
+            at += n
         return out
 
-    def _whole_step(self, plans, ids, seq_start, pos0, positions, tables, rows):
+    def _whole_step(self, plans, steps, lay, ids):
         """Every layer fused: the step is native.fused_forward (the same C calls, checked once above)."""
         heat = self.engine.count_routed if self.engine.heat.on else None
+        positions = lay.pos0 if len(lay.ids) == len(steps) else \
+            [p + j for p, n in zip(lay.pos0, lay.counts) for j in range(n)]                 # decode: pos0
+        packed = native.pack_step(lay.starts, lay.pos0, positions, [seq.blocks for seq, _, _ in steps])
+        if self._head is None:
+            self._head = native.StepHead(self.w.embed, self.w.final_norm, self.arch.rms_eps, self.w.lm_head)
         try:
-            return native.fused_forward(self.rt, plans, self.w.embed, ids, seq_start, pos0, positions, tables,
-                                        self.w.final_norm, self.arch.rms_eps, self.w.lm_head, rows,
-                                        self.engine.config.top_k, heat)
+            return native.fused_forward(self.rt, plans, self._head, ids, packed, lay.rows, self.engine.config.top_k,
+                                        heat)
         except NativeError as exc:
             layer = getattr(exc, "layer", None)
             if layer is None:
                 raise
             raise NativeError(f"{self.engine.path}: layer {layer}: {exc.message}", exc.code) from exc
 
-    def _layer_by_layer(self, plans, ids, seq_start, pos0, positions, tables, rows):
+    def _layer_by_layer(self, plans, steps, lay, ids):
         """Op by op (MLA, experts elsewhere), or fused layer by layer through the checked wrappers."""
-        batch = Batch(seq_start, pos0, positions, tables)
+        seq_start, pos0 = np.array(lay.starts, dtype=np.int32), np.array(lay.pos0, dtype=np.int32)
+        positions = pos0 if ids.size == len(steps) else \
+            np.arange(ids.size, dtype=np.int32) + np.repeat(pos0 - seq_start[:-1], lay.counts)   # decode: pos0
+        batch = Batch(seq_start, pos0, positions, [seq.table() for seq, _, _ in steps])
         h = native.embed(self.w.embed, ids)
         x = np.empty_like(h)     # every norm's output, reused: this call's own (lanes may run forward at once)
         step = native.Step(batch.seqs, positions, h, self.engine.config.top_k) if plans else None
@@ -129,6 +135,7 @@ class Decoder:
             h += attend(self.rt, self.arch, layer, lw, x, batch, self.cache, self.specs[layer])
             native.rmsnorm(h, lw.ln_mlp, self.arch.rms_eps, out=x)
             h += self.rt.shared_forward(x, lw.mlp) if lw.mlp is not None else self.moe.moe_forward(layer, x)
+        rows = lay.rows
         if not rows.size:
             return np.zeros((0, self.arch.vocab_size), np.float32)
         x = native.rmsnorm(np.ascontiguousarray(h[rows]), self.w.final_norm, self.arch.rms_eps)
@@ -180,3 +187,31 @@ def _rows(want, n, i):
     if rows.size and (rows.min() < -n or rows.max() >= n):
         raise InvalidArgument(f"step {i}: logits position out of range for {n} tokens: {want!r}")
     return np.where(rows < 0, rows + n, rows)
+
+
+@dataclass
+class StepLayout:
+    """One forward step's tokens laid out: every step's new token ids concatenated (Python ints), each step's
+    count and first index into them (starts, S + 1 of them), the rows of logits asked for (indices into the
+    step's tokens, int64), how many of them each step asked, and each sequence's first position (_plan)."""
+    ids: list
+    counts: list
+    starts: list
+    rows: object
+    n_rows: list
+    pos0: list = None
+
+
+def _trusted_layout(steps):
+    """StepLayout of the engine's steps (token ids lists of ints in the vocabulary, want a bool): no checks."""
+    ids, counts, rows, n_rows = [], [], [], []
+    for _, tokens, want in steps:
+        at, n = len(ids), len(tokens)
+        ids += tokens
+        counts.append(n)
+        if want:
+            rows += range(at, at + n)
+        else:
+            rows.append(at + n - 1)
+        n_rows.append(n if want else 1)
+    return StepLayout(ids, counts, list(accumulate(counts, initial=0)), np.array(rows, dtype=np.int64), n_rows)

@@ -105,10 +105,29 @@ class KVCache:
             seq.blocks.append(b)
         self.peak_blocks = max(self.peak_blocks, self.n_blocks - free + need)
 
+    def reserve_all(self, seqs, counts):
+        """reserve(seqs[i], counts[i]) for every step of a forward call, all or nothing: KVCacheFull naming the
+        step (nothing reserved) when a sequence would pass max_seq_len or the blocks of all do not fit."""
+        need, bs = 0, self.block_size
+        for i, (seq, n) in enumerate(zip(seqs, counts)):
+            if seq.length + n > self.max_seq_len:
+                raise KVCacheFull(f"step {i}: sequence {seq.id} would hold {seq.length + n} tokens, "
+                                  f"more than max_seq_len={self.max_seq_len}")
+            more = -(-(seq.length + n) // bs) - len(seq.blocks)
+            need += more if more > 0 else 0
+        if need:
+            free = self.free_blocks()
+            if need > free:
+                raise KVCacheFull(f"KV cache full: the step needs {need} more blocks, {free} of "
+                                  f"{self.n_blocks} are free")
+            for seq, n in zip(seqs, counts):
+                self.reserve(seq, n)
+
     def commit(self, seq, tokens):
-        """The positions of `tokens` (just reserved and computed) now hold their keys and values."""
+        """The positions of `tokens` (a list of Python ints, just reserved and computed) now hold their keys
+        and values."""
         seq.length += len(tokens)
-        seq.tokens.extend(int(t) for t in tokens)
+        seq.tokens += tokens
         if self.prefix is None or seq.epoch != self.epoch:
             return
         bs = self.block_size

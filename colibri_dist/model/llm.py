@@ -198,6 +198,13 @@ class LLM:
         self._check_open()
         return self.decoder.forward(steps)
 
+    def forward_trusted(self, steps):
+        """forward() of the generation engine's steps (LLMEngine calls this when the model has it): they
+        come from requests add_request checked (token ids in the vocabulary, each sequence once, want_all a
+        bool), so the decoder does not check them again each step (COLIBRI_DEBUG_CHECKS=1 does)."""
+        self._check_open()
+        return self.decoder.forward(steps, trusted=True)
+
     # -- teacher-forced logits ---------------------------------------------------
     def logits(self, token_ids, last_only=False, positions=None):
         """float32 [len(token_ids), vocab]: the logits after each position of one sequence; last_only=True

@@ -18,7 +18,7 @@ from .gating import GATING_KINDS, Gating
 from .model_ops import (AttnSpec, MatrixView, embed, kv_write, log_softmax, matrix_from_array, matrix_view,
                         quantized_matrix, rmsnorm, rope_apply, seq_batch)
 from .runtime import ExpertTable, MoeLayer, Runtime, combine, gate_logits
-from .fused_step import fused_forward
+from .fused_step import StepHead, fused_forward, pack_step
 from .layer_ops import LayerPlan, Step, layer_forward
 from .views import ExpertView, expert_view
 
@@ -28,4 +28,4 @@ __all__ = ["Gating", "GATING_KINDS", "Runtime", "ExpertTable", "MoeLayer", "Laye
            "simd_name", "simd_force", "simd_levels", "simd_available", "check_status", "NATIVE_ERRORS",
            "MatrixView", "matrix_view", "matrix_from_array", "quantized_matrix", "rmsnorm", "embed", "rope_apply",
            "log_softmax", "seq_batch",
-           "AttnSpec", "kv_write"]
+           "AttnSpec", "kv_write", "StepHead", "pack_step"]

@@ -80,6 +80,33 @@ def test_a_bad_token_id_is_named_by_its_step(whole_model):
         assert llm.cache.free_blocks() == llm.cache.n_blocks        # nothing reserved by a refused step
 
 
+def run_trusted(llm):
+    """run()'s steps with want a bool (the engine's steps) through forward_trusted, and the same through forward."""
+    out = []
+    for forward in (llm.forward_trusted, llm.forward):
+        a, b = llm.new_sequence(), llm.new_sequence()
+        got = forward([(a, ids(19, 1), True), (b, ids(6, 2), False)])
+        got += forward([(a, ids(4, 3), False), (b, ids(11, 4), True)])
+        for t in range(3):
+            got += forward([(b, [t + 5], False), (a, [t + 9], True)])
+        out.append(np.concatenate([o.reshape(-1) for o in got]))
+        llm.release(a), llm.release(b)
+    return out
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_engines_trusted_steps_give_the_checked_steps_bits(whole_model, fused):
+    """LLM.forward_trusted (the generation engine's call: its steps come from requests add_request checked) skips
+    the decoder's per-step checks, not a bit of the result: fused whole step or op by op, the same logits."""
+    path, _ = whole_model("qwen3_moe", experts="int8", dense="int8")
+    with cd.LLM(path) as llm:
+        llm.decoder.fused = fused
+        trusted, checked = run_trusted(llm)
+        assert trusted.size == checked.size and np.array_equal(trusted, checked)
+        with pytest.raises(cd.InvalidArgument, match="outside"):       # forward itself still checks
+            llm.forward([(llm.new_sequence(), [97], False)])
+
+
 def test_mla_and_budgeted_experts_take_the_op_by_op_path(whole_model, tmp_path):
     path, _ = whole_model("deepseek_v3", experts="int8", dense="int8")
     with cd.LLM(path) as llm:
