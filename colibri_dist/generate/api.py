@@ -3,7 +3,8 @@
 Role in the data flow: normalize prompts (str | token ids | {"prompt"} | {"prompt_token_ids"} or a
 list of them) and sampling params (one for all, or one per prompt, SamplingParams or dict), add every
 request to an LLMEngine (engine.py: the LLM's persistent one, or a fresh one over a bare step model)
-and drive its step() loop until they are all finished; results in prompt order. errors="raise"
+through the engine client (client.py InProcessClient: submit FINAL_ONLY, poll = one step) and poll
+until they are all finished; results in prompt order. errors="raise"
 (vLLM's LLM.generate, what cd.LLM asks): a bad prompt or bad per-request params raise InvalidArgument
 (a ValueError) naming the request, and so does a request that fails while it runs (its tokenizer,
 non-finite logits: that error's class). errors="return" (the default here; the batch jobs'): that
@@ -16,8 +17,9 @@ position in the call (as before the ids were fresh), so repeating a call repeats
 """
 from dataclasses import replace
 
-from ..errors import ColibriError, InvalidArgument
+from ..errors import InvalidArgument
 from .chat import renderer
+from .client import InProcessClient
 from .outputs import Score, failed_output
 from .params import RequestOutputKind, SamplingParams
 from .prompts import as_prompt_list
@@ -41,9 +43,10 @@ def generate(model, tokenizer, prompts, sampling_params=None, scheduler_config=N
     params = _params_list(sampling_params, len(items))
     eng = _engine(model, tokenizer, scheduler_config, engine)
     rids, keys = _rids(request_ids, len(items), eng), _seed_keys(request_ids, len(items))
-    adds = [(lambda it=it, sp=sp, rid=rid, k=k: eng.add_request(rid, it, sp, output_kind=FINAL_ONLY, seed_key=k))
+    client = InProcessClient(eng)
+    adds = [(lambda it=it, sp=sp, rid=rid, k=k: client.submit(rid, it, sp, output_kind=FINAL_ONLY, seed_key=k))
             for it, sp, rid, k in zip(items, params, rids, keys)]
-    return _drive(eng, adds, rids, on_token, on_step, use_tqdm, errors=errors)
+    return _drive(client, adds, rids, on_token, on_step, use_tqdm, errors=errors)
 
 
 def chat(model, tokenizer, template, conversations, sampling_params=None, scheduler_config=None,
@@ -58,15 +61,16 @@ def chat(model, tokenizer, template, conversations, sampling_params=None, schedu
     render = renderer(template, add_generation_prompt, continue_final_message, tools, chat_template_kwargs)
     eng = _engine(model, tokenizer, scheduler_config, engine)
     rids, keys = _rids(request_ids, len(convs), eng), _seed_keys(request_ids, len(convs))
+    client = InProcessClient(eng)
 
     def add(conv, sp, rid, key):
         try:
             text = render(conv)
         except InvalidArgument as exc:
             raise InvalidArgument(f"request {rid!r}: {exc}", parameter=exc.parameter, value=exc.value) from None
-        eng.add_request(rid, text, sp, add_special_tokens=False, output_kind=FINAL_ONLY, seed_key=key)
+        client.submit(rid, text, sp, add_special_tokens=False, output_kind=FINAL_ONLY, seed_key=key)
     adds = [(lambda c=c, sp=sp, rid=rid, k=k: add(c, sp, rid, k)) for c, sp, rid, k in zip(convs, params, rids, keys)]
-    return _drive(eng, adds, rids, on_token, on_step, use_tqdm, errors=errors)
+    return _drive(client, adds, rids, on_token, on_step, use_tqdm, errors=errors)
 
 
 def score(model, tokenizer, prompts, scheduler_config=None, request_ids=None, on_step=None, engine=None,
@@ -76,14 +80,16 @@ def score(model, tokenizer, prompts, scheduler_config=None, request_ids=None, on
     items = as_prompt_list(prompts)
     eng = _engine(model, tokenizer, scheduler_config, engine)
     rids = _rids(request_ids, len(items), eng)
-    adds = [(lambda it=it, rid=rid: eng.add_request(rid, it, kind="score")) for it, rid in zip(items, rids)]
-    outs = _drive(eng, adds, rids, None, on_step, use_tqdm, kind="score", errors=errors)
+    client = InProcessClient(eng)
+    adds = [(lambda it=it, rid=rid: client.submit(rid, it, output_kind=FINAL_ONLY, kind="score"))
+            for it, rid in zip(items, rids)]
+    outs = _drive(client, adds, rids, None, on_step, use_tqdm, kind="score", errors=errors)
     return [o if isinstance(o, Score) or o is None else Score.from_output(o) for o in outs]
 
 
-def _drive(eng, adds, rids, on_token, on_step, use_tqdm, kind="generate", errors="return"):
-    """Add the requests, step until all are finished. A failed add or a request failing while it runs:
-    raised (errors="raise") or that request's error (errors="return")."""
+def _drive(client, adds, rids, on_token, on_step, use_tqdm, kind="generate", errors="return"):
+    """Add the requests (each add submits one to the client), poll until all are finished. A failed add or
+    a request failing while it runs: raised (errors="raise") or that request's error (errors="return")."""
     if errors not in ERRORS:
         raise InvalidArgument(f"errors must be one of {ERRORS}, got {errors!r}", parameter="errors", value=errors)
     if len(set(map(_hashable, rids))) != len(rids):
@@ -99,13 +105,12 @@ def _drive(eng, adds, rids, on_token, on_step, use_tqdm, kind="generate", errors
                 if errors == "raise":
                     raise
                 results[i] = failed_output(rid, None, exc, kind)
-        cb = None if on_token is None else (lambda ev: on_token(replace(ev, index=pos[ev.request_id]))
-                                            if ev.request_id in pos else None)
+        client.on_token = None if on_token is None else (lambda ev: on_token(replace(ev, index=pos[ev.request_id]))
+                                                         if ev.request_id in pos else None)
+        client.on_step = on_step
         todo = set(pos)
         while todo:
-            if not eng.has_unfinished():
-                raise ColibriError(f"the engine finished without requests {sorted(map(str, todo))[:5]}")
-            for out in eng.step(cb, on_step):
+            for out in client.poll():
                 if out.finished and out.request_id in todo:
                     if out.error is not None and errors == "raise":
                         raise out.error
@@ -115,7 +120,7 @@ def _drive(eng, adds, rids, on_token, on_step, use_tqdm, kind="generate", errors
                         bar.update(1)
     except BaseException:
         for rid in pos:
-            eng.abort(rid)
+            client.abort(rid)
         raise
     finally:
         if bar is not None:

@@ -10,9 +10,9 @@ work, under one `turn` lock that the ExpertClient releases while a layer's exper
 B's attention runs while lane A waits (two-batch overlap).
 `poll` hands the driver, atomically per step, the tokens committed since the last poll and the
 finished results, so a lost runner's requests resume elsewhere from their last committed token.
-Served requests (`"stream": True`, the HTTP server's runners, serve/runner_backend.py) run with
-cumulative outputs: `poll` also hands the latest RequestOutput of each since the last poll
-("outputs"), and `abort` stops one (its KV blocks are freed at once, or after the in-flight step).
+Served requests (output_kind DELTA, the HTTP server's, through runner_client.py) are streamed: `poll`
+also hands every output of each since the last poll, in order ("outputs": the engine's own deltas),
+and `abort` stops one (its KV blocks are freed at once, or after the in-flight step).
 
 Bits: a request's logits depend only on its own tokens (row-wise ops, cb_expert_forward / cb_combine
 in the workers and the client), and each request samples with its own RNG (seed from base_seed and
@@ -62,7 +62,7 @@ class SequenceRunner:
         self._next_lane = 0
         self.kinds = {}                        # rid -> kind of the requests in the engines
         self.lane_of, self.streamed = {}, set()  # rid -> lane; rids whose every output is published
-        self.outputs = {}                      # streamed rid -> its latest (cumulative) RequestOutput
+        self.outputs = {}                      # streamed rid -> its RequestOutputs (deltas) since the last poll
         self.tombstones = set()                # aborts that overtook their submit (threaded actor)
         self.served = self.tokens = 0
         self.steps = 0
@@ -73,12 +73,17 @@ class SequenceRunner:
 
     # ------------------------------------------------------------------ work
     def submit(self, items):
-        """items: [{"rid", "kind" ("generate"|"score"), "prompt", "params", "resume": (tokens, logprobs)}].
+        """items: [{"rid", "kind" ("generate"|"score"), "prompt", "params", "resume": (tokens, logprobs),
+        "output_kind" (FINAL_ONLY: a job's, the default; DELTA: streamed)}].
         Returns at once; the lanes' threads step their engines."""
         from ..generate.outputs import failed_output
+        from ..generate.params import RequestOutputKind
+        final = RequestOutputKind.FINAL_ONLY
         failed = []
         for j, item in enumerate(items):
-            lane, rid, stream = (self._next_lane + j) % self.lanes, item["rid"], bool(item.get("stream"))
+            lane, rid = (self._next_lane + j) % self.lanes, item["rid"]
+            kind_out = RequestOutputKind(item.get("output_kind", final))
+            stream = kind_out != final
             with self.out_lock:
                 if rid in self.tombstones:       # aborted before it arrived
                     self.tombstones.discard(rid)
@@ -88,8 +93,8 @@ class SequenceRunner:
                     self.streamed.add(rid)
             try:
                 self.engines[lane].add_request(rid, item["prompt"], item["params"], kind=item["kind"],
-                                               resume=item.get("resume"), output_kind=0 if stream else 2)
-            except InvalidArgument as exc:       # 0: cumulative (served), 2: final only (jobs)
+                                               resume=item.get("resume"), output_kind=kind_out)
+            except InvalidArgument as exc:
                 self._forget(rid)
                 failed.append(failed_output(rid, None, exc, item["kind"]))
                 continue
@@ -158,14 +163,14 @@ class SequenceRunner:
         return Score.from_output(out) if self.kinds.pop(out.request_id, None) == "score" else out
 
     def _publish(self, events, outs):
-        """A step's token events and outputs: a streamed request's latest output goes to `outputs`
-        (cumulative: the latest carries everything), a job request's final one to `results`."""
+        """A step's token events and outputs: a streamed request's outputs go to `outputs` (each a
+        delta, kept in order), a job request's final one to `results`."""
         with self.out_lock:
             self.events.extend(e for e in events if e[0] not in self.streamed)   # jobs' resume record
             for o in outs:
                 rid = o.request_id
                 if rid in self.streamed:
-                    self.outputs[rid] = o
+                    self.outputs.setdefault(rid, []).append(o)
                 elif o.finished:
                     self.results[rid] = self._result(o)
                 if o.finished:
@@ -175,8 +180,9 @@ class SequenceRunner:
             self.out_lock.notify_all()
 
     def poll(self, wait_s=0.2):
-        """{"events": [(rid, token, logprob)], "results": {rid: Completion|Score}, "errors": [...],
-        "busy": lanes still running}: everything since the last poll (waits up to wait_s for some)."""
+        """{"events": [(rid, token, logprob)], "results": {rid: Completion|Score}, "outputs": {rid:
+        [RequestOutput]} (streamed), "errors": [...], "busy": lanes still running}: everything since the
+        last poll (waits up to wait_s for some)."""
         with self.out_lock:
             if not (self.events or self.results or self.errors or self.outputs):
                 self.out_lock.wait(timeout=wait_s)

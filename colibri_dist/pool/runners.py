@@ -4,23 +4,26 @@ Role in the data flow:
     RunnerPool(path, runners=R, workers=W)  ->  a Pool (Router control plane + W ExpertWorkers)
                                                + R SequenceRunner actors (runner.py), each routing
                                                its own MoE traffic over the W workers
-    generate(prompts, params)               ->  request i goes to live runner i mod R, with its
-                                               global request id (its RNG seed), and the driver
-                                               polls every runner for committed tokens + results
-A runner that dies (SIGKILL, node removed) loses nothing: its unfinished requests are re-submitted
-to another live runner (or to the same actor once Ray restarted it) with the tokens committed so
-far, and continue exactly where they were (deterministic sampling). Results come back in prompt
-order, bit-identical to LLM(path).generate(...) in process.
+    generate(prompts, params)               ->  every request submitted FINAL_ONLY to the engine client
+                                               over the runners (runner_client.py: the least loaded
+                                               runner, i.e. request i on runner i mod R), with its
+                                               global request id (its RNG seed), and polled until all
+                                               are finished
+A runner that dies loses nothing: the client re-submits its unfinished requests to another live
+runner (or to the same actor once Ray restarted it) with the tokens committed so far, and they
+continue exactly where they were (deterministic sampling). Results come back in prompt order,
+bit-identical to LLM(path).generate(...) in process.
 """
 import dataclasses
 
 import ray
 
-from ..errors import InvalidArgument, PoolError
-from .client import DEAD
+from ..errors import InvalidArgument
+from ..generate.client import FINAL_ONLY
 from .facade import Pool, _unwrap
 from .ray_setup import numa_slots, slot_count
 from .runner import SequenceRunner
+from .runner_client import RunnerClient
 
 RunnerActor = ray.remote(SequenceRunner)
 LLM_KEYS = ("threads", "kv_cache_bytes", "max_seq_len", "kv_cache_dtype", "block_size", "max_num_batched_tokens",
@@ -57,8 +60,7 @@ class RunnerPool:
             if self._owns_pool:
                 self.pool.shutdown(stop_service=True)
             raise
-        self.resubmits = self.resumed_tokens = 0
-        self.lost = []
+        self.client = RunnerClient(self.runners)
 
     @staticmethod
     def _check(runners, lanes, llm, runner_resources):
@@ -110,91 +112,37 @@ class RunnerPool:
     def _run(self, items):
         if len({it["rid"] for it in items}) != len(items):
             raise InvalidArgument("RunnerPool: request ids must be unique")
-        by_rid = {it["rid"]: it for it in items}
-        self._submits = {}
-        committed = {rid: ([], []) for rid in by_rid}
-        results, owner = {}, {}
-        shares = {}
-        for j, it in enumerate(items):
-            shares.setdefault(j % len(self.runners), []).append(it)
-        for i, share in shares.items():
-            self._submit(i, share, owner)
-        polls = {self.runners[i].poll.remote(): i for i in shares}
-        while len(results) < len(items):
-            if not polls:
-                raise PoolError("RunnerPool: requests outstanding but no runner is working on them")
-            ref = ray.wait(list(polls), num_returns=1)[0][0]
-            i = polls.pop(ref)
-            try:
-                out = ray.get(ref)
-            except DEAD:
-                self._recover(i, by_rid, committed, results, owner, polls)
-                continue
-            self._apply(out, committed, results)
-            if out["errors"]:
-                raise PoolError(f"runner {i} failed: {out['errors'][0]}")
-            if any(owner.get(rid) == i for rid in by_rid if rid not in results):
-                if out["busy"] == 0:
-                    self._check_submits(i, committed, results, lambda: [r for r in by_rid if owner.get(r) == i
-                                                                         and r not in results])
-                polls[self.runners[i].poll.remote()] = i
+        client, results = self.client, {}
+        client.revive()
+        client.sent = {}                   # this call's submits per runner (one per runner and resubmission)
+        try:
+            for it in items:
+                client.submit(it["rid"], it["prompt"], it["params"], output_kind=FINAL_ONLY, kind=it["kind"])
+            while len(results) < len(items):
+                for out in client.poll(None):
+                    results[out.request_id] = out
+        except BaseException:
+            for it in items:
+                if it["rid"] not in results:
+                    client.abort(it["rid"])
+            raise
         return [results[it["rid"]] for it in items]
 
-    def _submit(self, i, share, owner):
-        self._submits.setdefault(i, []).append(self.runners[i].submit.remote(share))
-        for it in share:
-            owner[it["rid"]] = i
+    @property
+    def _submits(self):
+        return self.client.sent
 
-    def _check_submits(self, i, committed, results, unfinished):
-        """Runner i is idle with requests outstanding: fine while a submit is still queued; a submit
-        that failed raises here; all submits done and still idle after a fresh poll is a bug."""
-        refs = self._submits.get(i, [])
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        if len(ready) < len(refs):
-            return
-        for ref in ready:
-            _unwrap(ref)
-        out = ray.get(self.runners[i].poll.remote(0.0))
-        self._apply(out, committed, results)
-        if out["busy"] == 0 and unfinished():
-            raise PoolError(f"runner {i} is idle but requests {unfinished()[:5]} are unfinished")
+    @property
+    def resubmits(self):
+        return self.client.resubmits
 
-    @staticmethod
-    def _apply(out, committed, results):
-        for rid, token, lp in out["events"]:
-            if rid in committed and rid not in results:
-                committed[rid][0].append(token)
-                committed[rid][1].append(lp)
-        results.update(out["results"])
+    @property
+    def resumed_tokens(self):
+        return self.client.resumed_tokens
 
-    def _recover(self, dead, by_rid, committed, results, owner, polls):
-        """Runner `dead` is gone: its unfinished requests continue on the other live runners."""
-        self.lost.append(dead)
-        todo = [rid for rid, r in owner.items() if r == dead and rid not in results]
-        live = [i for i in range(len(self.runners)) if i != dead and self._alive(i)] or [dead]
-        shares = {}
-        for k, rid in enumerate(todo):
-            it = dict(by_rid[rid])
-            toks, lps = committed[rid]
-            if it["kind"] == "generate" and toks:
-                it["resume"] = (list(toks), None if any(lp is None for lp in lps) else list(lps))
-                self.resumed_tokens += len(toks)
-            else:
-                committed[rid] = ([], [])
-            shares.setdefault(live[k % len(live)], []).append(it)
-            self.resubmits += 1
-        for i, share in shares.items():   # one submit per survivor: its lanes batch them (issue 21 item 9)
-            self._submit(i, share, owner)
-        for i in set(live):
-            if i not in polls.values():
-                polls[self.runners[i].poll.remote()] = i
-
-    def _alive(self, i, timeout=5.0):
-        try:
-            ray.get(self.runners[i].ping.remote(), timeout=timeout)
-            return True
-        except Exception:
-            return False
+    @property
+    def lost(self):
+        return self.client.lost
 
     # ------------------------------------------------------------------ status and lifetime
     def stats(self):

@@ -7,8 +7,8 @@
     app = colibri_dist.serve.deployment("model.colibri", min_replicas=1, max_replicas=2)  # Ray Serve
 
 Rooms inside: config (flags + security rules), params (request field tables), state (model checks),
-backend (the engine thread and per-request queues), runner_backend (--runners M: the requests spread
-over M pool sequence runners), generation/responses/logprobs/sse (the OpenAI
+backend (the driver thread over the engine client: in process, the engine process or --runners M pool
+sequence runners; per-request queues), generation/responses/logprobs/sse (the OpenAI
 shapes), chat_output (a chat choice's reasoning_content / content / tool_calls: reasoning.py, then the
 tools/ parsers), metrics (Prometheus text), security (key + body limits), admin (experts at run time),
 app (routes), launch (open model, run uvicorn), ray_serve (the only module here that imports ray).

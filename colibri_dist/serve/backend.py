@@ -1,14 +1,19 @@
-"""EngineBackend: one thread drives the generation engine; each request reads its outputs from an asyncio queue.
+"""EngineBackend: one thread drives the generation engine through the engine client; each request reads its
+outputs from an asyncio queue.
 
 Role in the data flow: the HTTP layer (app.py, in the event loop) calls `submit` (-> a RequestStream),
-`abort` and `exclusive`; the engine thread is the only caller of the engine: it takes new requests and
-aborts from an inbox between steps, calls engine.step(), and hands each RequestOutput to its request's
-queue with loop.call_soon_threadsafe. The HTTP layer never touches scheduler internals.
+`abort` and `exclusive`; the driver thread is the only caller of the engine client (generate/client.py:
+submit / abort / poll): it takes new requests and aborts from an inbox between polls, polls, and hands
+each RequestOutput (a DELTA: only what is new) to its request's queue with loop.call_soon_threadsafe.
+The client is an InProcessClient over this process's LLMEngine or the engine process's RemoteEngine
+(engine_process.py), or the RunnerClient of M Ray sequence runners (pool/serving.py RunnerSet: the runner
+is chosen there, least loaded). The HTTP layer never touches scheduler internals.
 
 Admission: `submit` refuses (APIError 429 or 503, the --overload-status flag) when more than
-`max_waiting` requests already wait beyond the running batch. `exclusive(fn)` drains: requests admitted
-before it finish on the model as it was, new ones wait in the inbox, fn runs on the engine thread with
-nothing in flight, then the inbox is admitted (the hot-add/remove rule of the admin endpoint).
+`max_waiting` requests already wait beyond the running batch(es). `exclusive(fn)` drains: requests admitted
+before it finish on the model as it was, new ones wait in the inbox, fn runs on the driver thread with
+nothing in flight, then the inbox is admitted (the hot-add/remove rule of the admin endpoint). A request
+lost with its engine (a dead runner: EngineLost) is answered 503; the other requests go on.
 """
 import asyncio
 import logging
@@ -16,10 +21,11 @@ import threading
 import time
 from collections import deque
 
-from ..generate.params import RequestOutputKind
+from ..generate.client import DELTA, EngineLost, InProcessClient
 from .errors import APIError
 
 log = logging.getLogger("colibri.serve")
+POLL_TIMEOUT_S = 0.01      # how long a poll of Ray runners waits for outputs before the inbox is looked at again
 
 
 class RequestStream:
@@ -39,23 +45,30 @@ class RequestStream:
 
 
 class EngineBackend:
-    deltas = True            # the engine hands over only what is new (RequestOutputKind.DELTA): a slow reader's
+    deltas = True            # every client hands over only what is new (RequestOutputKind.DELTA): a slow reader's
                              # queue holds O(tokens), never a copy of everything so far per step
 
     def __init__(self, engine, metrics, max_num_seqs, max_waiting, overload_status=429, stats_fn=None,
                  pool_stats_fn=None):
-        self.engine, self.metrics = engine, metrics
+        """engine: an engine client (generate/client.py), or an engine (LLMEngine, RemoteEngine) to drive
+        through an InProcessClient with these stats_fn / pool_stats_fn."""
+        self.client = engine if hasattr(engine, "poll") else InProcessClient(engine, stats_fn, pool_stats_fn)
+        self.metrics = metrics
         self.max_num_seqs, self.max_waiting, self.overload_status = max_num_seqs, max_waiting, overload_status
-        self.capacity = max_num_seqs            # requests that can run at once (runner_backend: M x this)
-        self.stats_fn, self.pool_stats_fn = stats_fn, pool_stats_fn
-        self.lock = threading.Lock()            # held around every engine call (step, add, abort, stats)
+        self.capacity = self.client.engines * max_num_seqs    # requests that can run at once
+        self.lock = self.client.lock            # held around every engine call (poll, submit, abort, stats)
         self._inbox, self._aborts, self._control = deque(), deque(), deque()
-        self._active = {}                       # request id -> RequestStream (in the engine)
+        self._active = {}                       # request id -> RequestStream (submitted to the client)
         self._wake = threading.Event()
         self._stop = False
         self.steps = 0
         self.last_error = None
         self._thread = threading.Thread(target=self._loop, name="colibri-engine", daemon=True)
+
+    @property
+    def engine(self):
+        """The in-process engine the client steps (None for Ray runners)."""
+        return getattr(self.client, "engine", None)
 
     def start(self):
         self._thread.start()
@@ -63,7 +76,7 @@ class EngineBackend:
 
     @property
     def alive(self):
-        return self._thread.is_alive() and not self._stop and getattr(self.engine, "alive", True)
+        return self._thread.is_alive() and not self._stop and self.client.alive
 
     # ------------------------------------------------------------ HTTP side (event loop thread)
     def submit(self, request_id, prompt, params, prompt_len, queue=None):
@@ -86,31 +99,22 @@ class EngineBackend:
         self._wake.set()
 
     async def exclusive(self, fn):
-        """Run fn() on the engine thread once every request admitted so far has finished."""
+        """Run fn() on the driver thread once every request admitted so far has finished."""
         fut = asyncio.get_running_loop().create_future()
         self._control.append((fn, fut, fut.get_loop()))
         self._wake.set()
         return await fut
 
     def load(self):
-        """(running, waiting) requests: oldest first, those whose samples fit the batch's max_num_seqs
-        sequences (a request of n samples counts once and takes n), and the rest (engine queue + inbox)."""
-        ns = [s.n for s in list(self._active.values())] + [item[0].n for item in list(self._inbox)]
-        running = requests_fitting(ns, self.max_num_seqs)
+        """(running, waiting) requests: oldest first, those whose samples fit max_num_seqs sequences of an
+        engine (a request of n samples counts once and takes n; client.running), and the rest (queued + inbox)."""
+        ns = [(rid, s.n) for rid, s in list(self._active.items())] + [(None, item[0].n) for item in list(self._inbox)]
+        running = self.client.running(ns, self.max_num_seqs)
         return running, len(ns) - running
 
     def model_stats(self):
-        """LLM.stats() (and the pool's) read between two engine steps."""
-        stats = pool = None
-        with self.lock:
-            if self.stats_fn is not None:
-                stats = self.stats_fn()
-        if self.pool_stats_fn is not None:
-            try:
-                pool = self.pool_stats_fn()
-            except Exception as exc:          # a pool hiccup must not break /metrics
-                log.warning("pool stats failed: %s", exc)
-        return stats, pool
+        """LLM.stats() (and the pool's) read between two engine steps, or the runners' sums and figures."""
+        return self.client.stats()
 
     def close(self, timeout=10.0):
         self._stop = True
@@ -118,7 +122,7 @@ class EngineBackend:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
-    # ------------------------------------------------------------ engine thread
+    # ------------------------------------------------------------ driver thread
     def _loop(self):
         while not self._stop:
             self._wake.clear()
@@ -137,13 +141,13 @@ class EngineBackend:
 
     def _take_inbox(self):
         while self._inbox and not self._control:         # a pending change stops admissions at once
-            stream, prompt, params = self._inbox[0]      # counted as waiting until it is in the engine
+            stream, prompt, params = self._inbox[0]      # counted as waiting until it is submitted
             try:
-                with self.lock:
-                    self.engine.add_request(stream.request_id, prompt, params, output_kind=RequestOutputKind.DELTA)
+                self.client.submit(stream.request_id, prompt, params, output_kind=DELTA)
             except Exception as exc:
                 self._inbox.popleft()
-                self._deliver(stream, exc)
+                self._deliver(stream, APIError(503, str(exc), code="engine_stopped")
+                              if isinstance(exc, EngineLost) else exc)
                 self.metrics.finished("error")
                 continue
             self._active[stream.request_id] = stream
@@ -159,13 +163,8 @@ class EngineBackend:
                     break
             stream = self._active.pop(rid, None)
             if stream is not None:
-                self._abort_running(rid)
+                self.client.abort(rid)          # where it runs: its KV blocks are freed
                 self.metrics.finished("aborted", time.perf_counter() - stream.t_arrival, stream.prompt_len)
-
-    def _abort_running(self, rid):
-        """Stop an admitted request where it runs (here: this process's engine, which frees its KV blocks)."""
-        with self.lock:
-            self.engine.abort(rid)
 
     def _run_control(self):
         fn, fut, loop = self._control.popleft()
@@ -178,8 +177,7 @@ class EngineBackend:
 
     def _step(self):
         try:
-            with self.lock:
-                outs = self.engine.step()
+            outs = self.client.poll(POLL_TIMEOUT_S)
         except Exception as exc:             # the batch is lost: tell every request, free everything
             log.exception("engine step failed")
             self.last_error = f"{type(exc).__name__}: {exc}"
@@ -192,14 +190,18 @@ class EngineBackend:
             stream = self._active.get(out.request_id)
             if stream is None:
                 continue                     # aborted meanwhile
-            self._account(stream, out, now)
-            batch.append((stream, out))
+            batch.append((stream, self._account(stream, out, now)))
             if out.finished:
                 del self._active[out.request_id]
         self._deliver_many(batch)
 
     def _account(self, stream, out, now):
-        n = sum(len(o.token_ids) for o in out.outputs) + (stream.tokens if self.deltas else 0)
+        """Count the output's tokens; -> what goes to the request's queue (a lost request: a 503)."""
+        if isinstance(out.error, EngineLost):
+            self.last_error = str(out.error)
+            self.metrics.finished("error")
+            return APIError(503, str(out.error), code="engine_error")
+        n = stream.tokens + sum(len(o.token_ids) for o in out.outputs)
         if n > stream.tokens:
             if stream.t_first is None:
                 stream.t_first = now
@@ -207,7 +209,9 @@ class EngineBackend:
             self.metrics.tokens(n - stream.tokens, now)
             stream.tokens = n
         if out.finished:
-            self.metrics.finished("finished", now - stream.t_arrival, stream.prompt_len)
+            self.metrics.finished("finished" if out.error is None else "error", now - stream.t_arrival,
+                                  stream.prompt_len)
+        return out
 
     def _deliver(self, stream, item):
         try:
@@ -229,8 +233,7 @@ class EngineBackend:
     def _fail_all(self, exc):
         for rid, stream in list(self._active.items()):
             try:
-                with self.lock:
-                    self.engine.abort(rid)
+                self.client.abort(rid)
             except Exception:
                 pass
             self._deliver(stream, exc)
@@ -243,17 +246,6 @@ class EngineBackend:
 def _put_all(items):
     for queue, item in items:
         queue.put_nowait(item)
-
-
-def requests_fitting(sample_counts, max_num_seqs):
-    """How many of these requests (their sample counts, oldest first) the scheduler's FIFO admission runs at
-    once: each takes n of the max_num_seqs sequences; the first always runs."""
-    used = count = 0
-    for n in sample_counts:
-        if count and used + n > max_num_seqs:
-            break
-        used, count = used + n, count + 1
-    return count
 
 
 def _samples(params):

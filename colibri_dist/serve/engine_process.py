@@ -3,7 +3,7 @@
 Role in the data flow: with ServeConfig.engine_process (the default of a server that opens its own model),
 launch.py starts a RemoteEngine: a spawned child process opens the model through front.open_llm (the
 experts in it, or on the pool it starts or attaches), builds the LLMEngine, and answers one call at a time
-over a pipe. EngineBackend's engine thread drives a RemoteEngine exactly as it drives an LLMEngine
+over a pipe. EngineBackend drives a RemoteEngine through an InProcessClient exactly as an LLMEngine
 (add_request / abort / step: the same admission, abort and drain rules), plus the model
 calls the server makes (stats, the pool's stats, expert admin). While the child steps, the HTTP process
 holds no lock the child needs and the child shares no GIL with the event loop. Outputs cross the pipe as
@@ -34,7 +34,7 @@ class RemoteEngine:
         self._lock = threading.Lock()
         self.facts = self._reply("start", START_TIMEOUT_S)    # vocab_size, max_seq_len, has_pool
 
-    # ---- what EngineBackend calls on an engine
+    # ---- what the engine client (generate/client.py InProcessClient) calls on an engine
     def add_request(self, request_id, prompt, params=None, output_kind=None):
         return self._call("add_request", request_id, prompt, params, output_kind=output_kind)
 

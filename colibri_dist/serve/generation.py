@@ -45,7 +45,7 @@ class Call:
         try:
             for i, ((ids, text, _), p) in enumerate(zip(prompts, params)):
                 rid = f"{self.id}-{i}"
-                self.trackers[rid] = rsp.Tracker(i, self.req.n, ids, text, delta=self.state.backend.deltas)
+                self.trackers[rid] = rsp.Tracker(i, self.req.n, ids, text)
                 self.state.backend.submit(rid, ids, p, len(ids), queue=self.queue)
                 self.rids.append(rid)
                 self.open.add(rid)

@@ -2,8 +2,9 @@
 
 Role in the data flow: ServeConfig -> cfg.engine_args() -> front.open_llm (cd.LLM in process; its MoE layers
 on a new Ray pool with --workers N, or on a named pool service with --pool NAME) -> the generation engine over it -> an
-EngineBackend thread (its engine in a child process of its own by default: engine_process.py; or, with
---runners M, M sequence runners over that pool driven by a RunnerBackend thread) -> ServerState -> build_app -> uvicorn on cfg.host:cfg.port. `Server` is the
+EngineBackend thread driving it through the engine client (generate/client.py; the engine in a child process
+of its own by default: engine_process.py; or, with --runners M, M sequence runners over that pool: pool/serving.py
+RunnerSet) -> ServerState -> build_app -> uvicorn on cfg.host:cfg.port. `Server` is the
 in-Python handle (start in a thread, url, stop) the tests and the benchmark use.
 """
 import dataclasses
@@ -63,9 +64,8 @@ def build_state(cfg, llm, pool=None, runner_set=None, remote=None):
     from ..generate.params import SamplingParams
     from .admin import ExpertAdmin
     metrics = Metrics()
-    if runner_set is not None:
-        from .runner_backend import RunnerBackend
-        backend = RunnerBackend(runner_set, metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status).start()
+    if runner_set is not None:              # the runners' engine client: routing, deltas and stats are its own
+        backend = EngineBackend(runner_set, metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status).start()
     elif remote is not None:
         backend = EngineBackend(remote, metrics, cfg.max_num_seqs, cfg.max_waiting, cfg.overload_status,
                                 stats_fn=remote.stats,

@@ -126,7 +126,7 @@ def model_gauges(stats, running, waiting, pool_stats=None):
     return g
 
 
-RUNNER_GAUGES = (   # (name, help, key of a runner's entry in RunnerBackend.model_stats)
+RUNNER_GAUGES = (   # (name, help, key of a runner's entry in RunnerSet.stats: pool/serving.py)
     ("colibri_runner_requests_running", "requests in flight on each sequence runner", "requests_in_flight"),
     ("colibri_runner_requests_routed", "requests the server has given each sequence runner", "requests_routed"),
     ("colibri_runner_generation_tokens", "tokens each sequence runner has generated for the server",

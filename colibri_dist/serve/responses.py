@@ -1,9 +1,9 @@
 """OpenAI response and stream-chunk objects from the engine's RequestOutputs.
 
 Role in the data flow: the routes keep one Tracker per engine request (one prompt, n samples); each
-RequestOutput the backend hands over (the in-process engine's deltas, or a Ray runner's cumulative output)
-is turned into the new part of every sample (`Tracker.deltas`), which the routes pack into chunks, or, at
-the end, into one response.
+RequestOutput the backend hands over (a delta: only what is new, from whichever engine client runs it) is
+turned into the new part of every sample (`Tracker.deltas`), which the routes pack into chunks, or, at the
+end, into one response.
 Choice index = prompt index * n + sample index (OpenAI's order for a list of prompts with n).
 """
 from dataclasses import dataclass
@@ -24,32 +24,26 @@ class Delta:
 
 
 class Tracker:
-    def __init__(self, prompt_index, n, prompt_ids, prompt_text=None, delta=False):
-        """delta: the backend hands over only what is new of each output (RequestOutputKind.DELTA), else
-        everything so far (cumulative: the Ray runners' latest output)."""
+    def __init__(self, prompt_index, n, prompt_ids, prompt_text=None):
+        """Fed the request's outputs as the backend hands them over: each only what is new (DELTA)."""
         self.prompt_index, self.n, self.prompt_ids, self.prompt_text = prompt_index, n, prompt_ids, prompt_text
-        self.delta = delta
-        self.sent = {}           # sample index -> (chars, tokens) already handed out (cumulative outputs)
         self.finished = set()
         self.completion_tokens = {}
         self.prompt_logprobs = None
 
     def deltas(self, out):
         if getattr(out, "prompt_logprobs", None) is not None and self.prompt_logprobs is None:
-            self.prompt_logprobs = out.prompt_logprobs           # the first output carries them (both modes)
+            self.prompt_logprobs = out.prompt_logprobs           # the first output carries them
         got = []
         for o in out.outputs:
             j = getattr(o, "index", 0)
             if j in self.finished:
                 continue
-            chars, toks = (0, 0) if self.delta else self.sent.get(j, (0, 0))
             ids = list(o.token_ids)
-            lps = list(o.logprobs or [])
             reason = FINISH.get(o.finish_reason, o.finish_reason)
-            got.append(Delta(self.prompt_index * self.n + j, o.text[chars:], ids[toks:], lps[toks:], reason,
+            got.append(Delta(self.prompt_index * self.n + j, o.text, ids, list(o.logprobs or []), reason,
                              getattr(o, "stop_reason", None)))
-            self.sent[j] = (len(o.text), len(ids))
-            self.completion_tokens[j] = self.completion_tokens.get(j, 0) + len(ids) if self.delta else len(ids)
+            self.completion_tokens[j] = self.completion_tokens.get(j, 0) + len(ids)
             if reason is not None:
                 self.finished.add(j)
         return got
