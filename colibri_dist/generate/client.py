@@ -58,9 +58,9 @@ class InProcessClient:
             return []
         args = () if self.on_token is None and self.on_step is None else (self.on_token, self.on_step)
         with self.lock:
-            if not getattr(self.engine, "has_unfinished", lambda: True)():
-                raise ColibriError(f"the engine finished without requests {sorted(map(str, self.open))[:5]}")
             outs = self.engine.step(*args)
+            if not outs and not getattr(self.engine, "has_unfinished", _true)():
+                raise ColibriError(f"the engine finished without requests {sorted(map(str, self.open))[:5]}")
         for out in outs:
             if out.finished:
                 self.open.discard(out.request_id)
@@ -92,6 +92,10 @@ class InProcessClient:
                 self.abort(rid)
             except Exception:
                 pass
+
+
+def _true():
+    return True
 
 
 def requests_fitting(sample_counts, max_num_seqs):

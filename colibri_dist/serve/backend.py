@@ -197,7 +197,7 @@ class EngineBackend:
 
     def _account(self, stream, out, now):
         """Count the output's tokens; -> what goes to the request's queue (a lost request: a 503)."""
-        if isinstance(out.error, EngineLost):
+        if out.error is not None and isinstance(out.error, EngineLost):
             self.last_error = str(out.error)
             self.metrics.finished("error")
             return APIError(503, str(out.error), code="engine_error")
