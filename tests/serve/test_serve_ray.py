@@ -1,9 +1,10 @@
 """Experts on a 2-worker Ray pool: the in-process engine over it, and 2 sequence runners over it
 (`--workers 2 --runners 2`: requests spread over both, streamed or not, LLM.generate's bits; a vanished
-client frees its runner's KV blocks); and the same app as a Ray Serve deployment. One loopback Ray and
-one pool for the module."""
+client frees its runner's KV blocks; a dead runner's request is a 503, the other serves on); and the same
+app as a Ray Serve deployment. One loopback Ray and one pool for the module."""
 import asyncio
 import socket
+import threading
 import time
 
 import httpx
@@ -138,6 +139,35 @@ def test_a_vanished_client_frees_its_runners_kv_blocks(runners2):
     assert used == [0, 0], "KV blocks were not freed after the client went away"
     assert _metric(m, "colibri_requests_total", 'status="aborted"') == aborted + 1
     assert _metric(m, "colibri_requests_running") == 0
+
+
+def test_a_dead_runners_request_is_answered_503_and_the_other_runner_serves_on(runners2, reference_llm):
+    """The engine client hands a dead runner's DELTA requests back as EngineLost: 503, nothing resumed; the
+    survivor takes the next requests (runs last on runners2: a runner stays dead)."""
+    import ray
+    rs, got = runners2.runner_set, {}
+    body = {"model": "demo", "prompt": "count: one", "max_tokens": 150, "ignore_eos": True}
+    t = threading.Thread(target=lambda: got.setdefault("r", httpx.post(runners2.url + "/v1/completions", json=body,
+                                                                       timeout=120)))
+    t.start()
+    end = time.time() + 30
+    while not list(rs.owner.values()) and time.time() < end:
+        time.sleep(0.01)
+    (victim,) = list(rs.owner.values())
+    ray.kill(rs.runners[victim], no_restart=True)
+    t.join(120)
+    err = got["r"].json()["error"]
+    assert got["r"].status_code == 503 and err["code"] == "engine_error", got["r"].text
+    assert f"sequence runner {victim} died" in err["message"]
+    want = reference_llm.generate(["count: seven eight"], SamplingParams(max_tokens=5, temperature=0))[0].text
+    for _ in range(2):                                              # both to the survivor
+        ok = httpx.post(runners2.url + "/v1/completions", timeout=60,
+                        json={"model": "demo", "prompt": "count: seven eight", "max_tokens": 5, "temperature": 0})
+        assert ok.status_code == 200 and ok.json()["choices"][0]["text"] == want
+    m = httpx.get(runners2.url + "/metrics", timeout=60).text
+    assert _metric(m, "colibri_runner_alive", f'runner="{victim}"') == 0
+    assert _metric(m, "colibri_runner_alive", f'runner="{1 - victim}"') == 1
+    assert httpx.get(runners2.url + "/health", timeout=30).status_code == 200
 
 
 def _replicas_running():
