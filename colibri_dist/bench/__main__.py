@@ -3,7 +3,7 @@ import importlib
 import sys
 
 NAMES = ["kernels", "kquants", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve",
-         "peer", "prefix", "levels", "scale", "structured", "calls"]
+         "peer", "prefix", "levels", "scale", "structured", "calls", "template"]
 # NAME -> its module under colibri_dist.bench: one folder per family
 MODULES = {"kernels": "kernels.run", "kquants": "kernels.kquants", "levels": "kernels.levels",
            "model_ops": "kernels.ops",
@@ -11,7 +11,8 @@ MODULES = {"kernels": "kernels.run", "kquants": "kernels.kquants", "levels": "ke
            "store": "store.run", "convert": "format.convert", "integrity": "format.integrity",
            "pool": "pool.run", "numa": "numa.run",
            "generate": "generation.generate", "prefix": "generation.prefix", "serve": "generation.serve",
-           "structured": "generation.structured", "calls": "generation.calls"}
+           "structured": "generation.structured", "calls": "generation.calls",
+           "template": "generation.template"}
 
 
 def main(argv=None):
