@@ -1,61 +1,24 @@
 """Chat templates: render a conversation exactly as transformers' apply_chat_template(tokenize=False).
 
 Role in the data flow: chat() in api.py renders each conversation to a prompt string here, then
-encodes it without adding special tokens (the template writes them), as transformers does. The
-jinja2 environment copies transformers' conventions: sandboxed, trim_blocks + lstrip_blocks,
-loopcontrols, a `{% generation %}` block that just renders its body, `raise_exception`, `tojson`
-(json.dumps, no HTML escaping), `strftime_now`, and the tokenizer's named special tokens
-(bos_token, eos_token, ...) as variables, plus messages/tools/documents/add_generation_prompt.
-Rendering is bounded (template_sandbox.py) by the template's TemplateLimits (or a per-call one): time and the
-characters written / built. Whatever goes wrong in a template (Jinja's errors, any Python exception it
-raises, an overrun) is one InvalidArgument naming the template; KeyboardInterrupt / SystemExit propagate.
+encodes it without adding special tokens (the template writes them), as transformers does. Templates compile
+and render in a worker process (template_process.py) with transformers' conventions: sandboxed, trim_blocks +
+lstrip_blocks, loopcontrols, a `{% generation %}` block that just renders its body, `raise_exception`, `tojson`
+(json.dumps, no HTML escaping), `strftime_now`, and the tokenizer's named special tokens (bos_token, eos_token,
+...) as variables, plus messages/tools/documents/add_generation_prompt, all JSON data.
+Rendering is bounded by the template's TemplateLimits (or a per-call one): the worker is killed at timeout_s,
+stops writing past max_chars, and its memory is capped (template_process.memory_allowance). Whatever goes wrong
+in a template (Jinja's errors, any Python exception it raises, an overrun) is one InvalidArgument naming the
+template; KeyboardInterrupt / SystemExit propagate.
 """
 import json
 import os
-from datetime import datetime
-
-import jinja2
-import jinja2.ext
 
 from ..errors import InvalidArgument
 from .safe_text import TemplateLimits, describe
-from .template_sandbox import BoundedEnvironment, TemplateOverrun, bounded
+from .template_process import RenderError, run, template_key
 
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-
-
-class _Generation(jinja2.ext.Extension):
-    """`{% generation %}...{% endgeneration %}` (assistant-mask markers) renders its body unchanged."""
-    tags = {"generation"}
-
-    def parse(self, parser):
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
-        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
-
-    def _render(self, caller):
-        return caller()
-
-
-def _raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _strftime_now(fmt):
-    return datetime.now().strftime(fmt)
-
-
-def _environment(limits):
-    env = BoundedEnvironment(limits, trim_blocks=True, lstrip_blocks=True,
-                             extensions=[_Generation, jinja2.ext.loopcontrols])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env.seal()
 
 
 class ChatTemplate:
@@ -65,13 +28,8 @@ class ChatTemplate:
             raise InvalidArgument(f"{source}: the chat template must be a non-empty string")
         self.source, self.limits = source, limits or TemplateLimits()
         self.special_tokens = {k: v for k, v in (special_tokens or {}).items() if v is not None}
-        check_sandbox()
-        try:
-            self._template = _environment(self.limits).from_string(template)
-        except jinja2.TemplateSyntaxError as exc:
-            raise InvalidArgument(f"{source}: chat template syntax error at line {exc.lineno}: {exc.message}") from None
-        except Exception as exc:      # noqa: BLE001 - e.g. RecursionError from a deeply nested expression
-            raise InvalidArgument(f"{source}: chat template cannot be compiled: {describe(exc)}") from None
+        self.text, self._key = template, template_key(template)
+        self._run({}, self.limits, compile_only=True)        # syntax errors now, and a worker started
 
     @classmethod
     def from_dir(cls, path):
@@ -108,18 +66,18 @@ class ChatTemplate:
             if not isinstance(m, dict):
                 raise InvalidArgument(f"chat messages must be dicts, got {m!r}")
         msgs = [{k: v for k, v in m.items() if v is not None} for m in messages]
-        variables = {**self.special_tokens, **kwargs}
+        variables = {**self.special_tokens, **kwargs, "messages": msgs, "tools": tools, "documents": documents,
+                     "add_generation_prompt": add_generation_prompt}
+        return self._run(variables, limits or self.limits)
+
+    def _run(self, variables, limits, compile_only=False):
         try:
-            with bounded(limits or self.limits):
-                # Template.render without its handle_exception: rewriting a 1000-frame RecursionError
-                # traceback into template frames costs more than the time bound
-                ctx = self._template.new_context(dict(messages=msgs, tools=tools, documents=documents,
-                                                      add_generation_prompt=add_generation_prompt, **variables))
-                return "".join(self._template.root_render_func(ctx))
-        except (jinja2.TemplateError, TemplateOverrun) as exc:
-            raise InvalidArgument(f"{self.source}: chat template: {exc}") from None
-        except Exception as exc:      # noqa: BLE001 - any Python error a template raises is the request's error
-            raise InvalidArgument(f"{self.source}: chat template raised {describe(exc)}{_line(exc)}") from None
+            return run(self.text, variables, limits.timeout_s, limits.max_chars, limits.names, self._key, compile_only)
+        except RenderError as exc:
+            raise InvalidArgument(f"{self.source}: {exc}") from None
+        except (TypeError, ValueError, RecursionError) as exc:      # json.dumps of what is not JSON data
+            raise InvalidArgument(f"{self.source}: chat template input must be JSON data (str, number, bool, "
+                                  f"None, list, dict): {describe(exc)}") from None
 
 
 def renderer(template, add_generation_prompt=True, continue_final_message=False, tools=None, template_kwargs=None):
@@ -156,34 +114,6 @@ def _cut_after_final(text, conv):
             return text[:i + len(final)]
     raise InvalidArgument("continue_final_message: the chat template does not write the last message's content "
                           "verbatim, so it cannot be continued", parameter="continue_final_message", value=True)
-
-
-def _line(exc):
-    """' (template line N)': the innermost frame of the compiled template in the traceback, mapped back."""
-    tb, line = exc.__traceback__, None
-    while tb is not None:
-        template = tb.tb_frame.f_globals.get("__jinja_template__")
-        if template is not None:
-            line = template.get_corresponding_lineno(tb.tb_lineno)
-        tb = tb.tb_next
-    return f" (template line {line})" if line else ""
-
-
-_SANDBOX_OK = []
-
-
-def check_sandbox():
-    """Once per process: the bounded code generator's hooks are in the code jinja generates (a jinja2 whose
-    compiler changed would render unbounded: refuse instead)."""
-    if _SANDBOX_OK:
-        return
-    src = _environment(TemplateLimits()).compile("{% for x in y %}a{{ x ~ x }}{% endfor %}", raw=True)
-    missing = [h for h in ("environment.tick()", "environment.out_count(", "environment.concat_parts(")
-               if h not in src]
-    if missing:
-        raise RuntimeError(f"jinja2 {jinja2.__version__}: the bounded chat-template sandbox is not in effect "
-                           f"({', '.join(missing)} missing); use jinja2 3.1.x")
-    _SANDBOX_OK.append(True)
 
 
 def special_tokens_from_config(cfg):

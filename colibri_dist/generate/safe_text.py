@@ -6,7 +6,7 @@ safe_decode / tokenizer_call here, so that a lone surrogate (what Python makes o
 argv, or a JSON "\\udcff" escape), a Rust panic (pyo3's PanicException is a BaseException, not an
 Exception) or any exception of the tokenizer becomes one error naming the request / row / file, while
 KeyboardInterrupt and SystemExit still propagate. TemplateLimits is the setting chat.py renders under
-(template_sandbox.py enforces it).
+(template_process.py's worker processes enforce it).
 """
 import math
 import re
@@ -23,8 +23,8 @@ _MAX_REASON = 500
 
 @dataclass(frozen=True)
 class TemplateLimits:
-    """Bounds of one chat-template rendering: wall time (checked between template operations) and the
-    characters of the text written and of any one value built (integers: at most 10000 digits)."""
+    """Bounds of one chat-template rendering: wall time (the worker process is killed) and the characters of
+    the text written; the worker's memory cap follows max_chars (template_process.memory_allowance)."""
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_chars: int = DEFAULT_MAX_CHARS
     names: tuple = field(default=("TemplateLimits.timeout_s", "TemplateLimits.max_chars"), compare=False,

@@ -74,16 +74,17 @@ _IDLE, _LOCK, _PID = [], threading.Lock(), [os.getpid()]
 
 
 def _take():
+    """-> (worker, reused): an idle worker of this process, else a new one."""
     with _LOCK:
         if _PID[0] != os.getpid():                   # a forked child: the parent's workers are not its own
             _IDLE.clear()
             _PID[0] = os.getpid()
         while _IDLE:
             worker = _IDLE.pop()
-            if worker.proc.poll() is None:           # not killed while idle (the OOM killer, a stray signal)
-                return worker
+            if worker.proc.poll() is None:
+                return worker, True
             worker.close()
-    return _Worker()
+    return _Worker(), False
 
 
 def idle_pids():
@@ -115,14 +116,19 @@ def run(template, variables, timeout_s, max_chars, names, key=None, compile_only
     key = key or template_key(template)
     # ensure_ascii: lone surrogates travel as \udXXX escapes
     tail = json.dumps([variables, max_chars, memory_allowance(max_chars), list(names), compile_only])[1:]
-    worker, deadline = _take(), time.monotonic() + timeout_s
-    try:
-        kind, payload = worker.ask(f'["{key}", null, {tail}'.encode("ascii"), deadline)
-        if kind == "unknown":       # a new worker, or one whose cache let it go
-            kind, payload = worker.ask(f'["{key}", {json.dumps(template)}, {tail}'.encode("ascii"), deadline)
-    except BaseException:
-        worker.close()
-        raise
+    for _ in range(2):
+        worker, reused = _take()
+        deadline = time.monotonic() + timeout_s         # a worker's start is not the template's time
+        try:
+            kind, payload = worker.ask(f'["{key}", null, {tail}'.encode("ascii"), deadline)
+            if kind == "unknown":       # a new worker, or one whose cache let it go
+                kind, payload = worker.ask(f'["{key}", {json.dumps(template)}, {tail}'.encode("ascii"), deadline)
+        except BaseException:
+            worker.close()
+            raise
+        if kind != "died" or not reused:
+            break
+        worker.close()                  # killed while idle (the OOM killer, a stray signal): not this rendering's doing
     if kind in ("ok", "error"):
         with _LOCK:
             _IDLE.append(worker)
@@ -165,6 +171,7 @@ def _environment():
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[Generation, jinja2.ext.loopcontrols])
+    env.intercepted_binops = frozenset({"*", "**", "+", "%"})   # computed when rendering, not folded when compiling
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)

@@ -1,10 +1,12 @@
-"""Chat templates that raise, loop forever or grow without end (issue 21 items 5 and 7).
+"""Chat templates that raise, loop forever or grow without end (issue 21 items 5 and 7; issue 30 item 5).
 
 Every Python exception a template raises is that conversation's error (InvalidArgument naming the request
-and the template), the others go on; rendering is bounded in time (TemplateLimits.timeout_s) and in size
-(TemplateLimits.max_chars: the text written and every value built) with the overrun a request error, and
-RAM stays bounded while the bound is hit (the 3 GB string is never built).
+and the template), the others go on; rendering runs in a worker process (template_process.py) bounded in time
+(TemplateLimits.timeout_s: the worker is killed), in the text written (TemplateLimits.max_chars) and in memory
+(RLIMIT_AS: 64 MiB + 16 bytes per character of max_chars), with the overrun a request error naming the bound;
+the caller's RAM stays bounded while a bound is hit (the 3 GB string is never built, not even in the worker).
 """
+import json
 import threading
 import tracemalloc
 
@@ -12,6 +14,7 @@ import pytest
 
 from colibri_dist.errors import InvalidArgument
 from colibri_dist.generate import SamplingParams
+from colibri_dist.generate import template_process as tp
 from colibri_dist.generate.api import chat
 from colibri_dist.generate.chat import ChatTemplate
 from colibri_dist.generate.safe_text import TemplateLimits
@@ -76,22 +79,34 @@ class _Raises:
         raise self.exc
 
 
-def test_memory_error_and_arbitrary_exceptions_from_values_are_request_errors():
+def test_values_that_are_not_json_data_are_request_errors():
+    """The worker gets JSON data: an object (even one whose str() raises) is that conversation's error."""
     t = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}", source="m.colibri")
-
-    class Custom(Exception):
-        pass
-    for exc in (MemoryError(), Custom("mine"), RuntimeError("r"), AssertionError(), StopIteration()):
-        out = _chat(t, [OK, [{"role": "user", "content": _Raises(exc)}], OK])
-        assert type(exc).__name__ in str(out[1].error) and "request '1'" in str(out[1].error)
+    cyclic = []
+    cyclic.append(cyclic)
+    for value in (_Raises(MemoryError()), _Raises(RuntimeError("r")), object(), {1, 2}, cyclic):
+        out = _chat(t, [OK, [{"role": "user", "content": value}], OK])
+        msg = str(out[1].error)
+        assert msg.startswith("request '1': m.colibri: chat template input must be JSON data"), msg
         assert out[0].error is None and out[2].error is None
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3)])
-def test_interrupts_still_propagate(exc):
+def test_interrupts_still_propagate(exc, monkeypatch):
+    """An interrupt while waiting for the worker propagates; that worker is killed, the next rendering works."""
     t = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
+    used, real = [], tp._Worker.ask
+
+    def interrupted(self, request, deadline):
+        used.append(self.proc)
+        real(self, request, deadline)
+        raise exc
+    monkeypatch.setattr(tp._Worker, "ask", interrupted)
     with pytest.raises(type(exc)):
-        _chat(t, [OK, [{"role": "user", "content": _Raises(exc)}]])
+        _chat(t, [OK])
+    monkeypatch.undo()
+    assert used and used[0].poll() is not None
+    assert t.render(OK) == "one two"
 
 
 def test_a_template_that_cannot_compile_is_invalid_argument():
@@ -114,9 +129,10 @@ SPIN = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% e
 
 def test_nested_loops_hit_the_time_bound():
     t = ChatTemplate("{% if messages[0].content == 'boom' %}" + SPIN + "{% endif %}x", source="m.colibri",
-                     limits=TemplateLimits(timeout_s=0.05))
+                     limits=TemplateLimits(timeout_s=1.0))
     out = _chat(t, [OK, BOOM, OK])
-    assert "request '1': m.colibri: chat template: rendering took longer than 0.05 s" in str(out[1].error)
+    assert "request '1': m.colibri: chat template: rendering took longer than 1 s (TemplateLimits.timeout_s)" in \
+        str(out[1].error)
     assert out[0].error is None and out[2].error is None
 
 
@@ -152,7 +168,7 @@ def test_default_limits_stop_the_dos_template():
 
 # ---------------------------------------------------------------- size
 
-GROW = {   # each would build (or write) gigabytes without the bound
+GROW = {   # each would build (or write) hundreds of megabytes or more without the bounds, or run for hours
     "out-loops": "{% for i in range(100000) %}{% for j in range(30000) %}x{% endfor %}{% endfor %}",
     "out-value": "{% set s = 'y' * 5000 %}{% for i in range(100000) %}{{ s }}{% endfor %}",
     "macro-buffer": "{% macro m() %}{% for i in range(100000) %}{% for j in range(30000) %}x{% endfor %}{% endfor %}"
@@ -176,7 +192,7 @@ GROW = {   # each would build (or write) gigabytes without the bound
                        "{% endfor %}{{ ns.s|length }}",
     "plus-doubling": "{% set ns = namespace(s='xy') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
                      "{% endfor %}{{ ns.s|length }}",
-    "concat-chain": "{% set s = 'x' * 5000 %}{% set t = s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s %}"
+    "concat-chain": "{% set s = 'x' * 2000000 %}{% set t = s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s %}"
                     "{% set u = t ~ t ~ t ~ t ~ t ~ t ~ t ~ t ~ t ~ t %}{{ u|length }}",
     "nested-lists": "{% set ns = namespace(x=['ab']) %}{% for i in range(60) %}{% set ns.x = [ns.x, ns.x] %}"
                     "{% endfor %}{{ ns.x }}",
@@ -184,23 +200,23 @@ GROW = {   # each would build (or write) gigabytes without the bound
                            "{% set ns.x = [ns.x, ns.x] %}{% endfor %}{{ ns.x|string|length }}",
     "nested-tojson": "{% set ns = namespace(x=['ab']) %}{% for i in range(60) %}"
                      "{% set ns.x = [ns.x, ns.x] %}{% endfor %}{{ ns.x|tojson|length }}",
-    "replace-empty": "{% set s = 'x' * 5000 %}{{ s|replace('', s)|length }}",
-    "replace-method": "{% set s = 'x' * 5000 %}{{ s.replace('x', s)|length }}",
-    "join-filter": "{% set s = 'x' * 5000 %}{{ ([s] * 5000)|join(s)|length }}",
-    "join-method": "{% set s = 'x' * 5000 %}{{ s.join([s] * 5000)|length }}",
-    "join-generator": "{% set s = 'x' * 5000 %}{{ range(10000)|map('string')|join(s)|length }}",
-    "indent": "{% set s = 'x\n' * 4000 %}{{ s|indent(s)|length }}",
+    "replace-empty": "{% set s = 'x' * 20000 %}{{ s|replace('', s)|length }}",
+    "replace-method": "{% set s = 'x' * 20000 %}{{ s.replace('x', s)|length }}",
+    "join-filter": "{% set s = 'x' * 20000 %}{{ ([s] * 20000)|join(s)|length }}",
+    "join-method": "{% set s = 'x' * 20000 %}{{ s.join([s] * 20000)|length }}",
+    "join-generator": "{% set s = 'x' * 50000 %}{{ range(10000)|map('string')|join(s)|length }}",
+    "indent": "{% set s = 'x\n' * 20000 %}{{ s|indent(s)|length }}",
     "indent-width": "{{ 'a\nb'|indent(3000000000)|length }}",
-    "wordwrap": "{% set s = 'x ' * 4000 %}{{ s|wordwrap(1, wrapstring=s)|length }}",
+    "wordwrap": "{% set s = 'x ' * 20000 %}{{ s|wordwrap(1, wrapstring=s)|length }}",
     "tojson-indent": "{{ range(1000)|list|tojson(indent=3000000)|length }}",
     "expandtabs": "{{ ('\t' * 4000).expandtabs(1000000)|length }}",
-    "translate": "{% set s = 'x' * 5000 %}{{ s.translate({120: s})|length }}",
+    "translate": "{% set s = 'x' * 20000 %}{{ s.translate({120: s})|length }}",
     "batch-fill": "{{ [1]|batch(3000000000, 'x')|list|length }}",
     "slice-fill": "{{ range(3)|slice(3000000000, 'x')|list|length }}",
     "sum-lists": "{{ ([[1] * 4000] * 4000)|sum(start=[])|length }}",
     "lipsum": "{{ lipsum(100000)|length }}",
-    "urlize": "{% set s = 'x' * 5000 %}{{ ('a.com ' * 1500)|urlize(target=s)|length }}",
-    "list-of-str": "{{ ('x' * 5000)|list|join(' ' * 5000)|length }}",
+    "urlize": "{% set s = 'x' * 100000 %}{{ ('http://a.com ' * 1500)|urlize(target=s)|length }}",
+    "list-of-str": "{{ ('x' * 20000)|list|join(' ' * 20000)|length }}",
     "method-in-loop": "{% for m in messages %}{{ m.content.ljust(3000000000) }}{% endfor %}",
     "method-in-macro": "{% macro f() %}{{ 'x'.center(3000000000) }}{% endmacro %}{% for m in messages %}{{ f() }}"
                        "{% endfor %}",
@@ -208,37 +224,54 @@ GROW = {   # each would build (or write) gigabytes without the bound
     "format-in-loop": "{% for m in messages %}{{ '{:>{w}}'.format(1, w=3000000000) }}{% endfor %}",
     "compare-shared": "{% set ns = namespace(a=['x'], b=['x']) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}"
                       "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",
+    "plus-lists": "{% set ns = namespace(l=[[1] * 100]) %}{% for i in range(100000) %}{% set ns.l = ns.l + ns.l %}"
+                  "{% endfor %}{{ ns.l|length }}",
+}
+
+LIMITS = TemplateLimits(timeout_s=2.0, max_chars=20000)
+BOUND = (r"m.colibri: chat template: ("
+         r"the rendered text would be more than 20000 characters \(TemplateLimits.max_chars\)"
+         r"|rendering needed more than 64 MiB \(64 MiB \+ 16 bytes per character of TemplateLimits.max_chars = 20000\)"
+         r"|rendering took longer than 2 s \(TemplateLimits.timeout_s\))$")
+
+
+@pytest.mark.parametrize("name", list(GROW))
+def test_size_bound_is_a_request_error_and_ram_stays_bounded(name):
+    """Each is refused by one of the worker's bounds, named; the caller builds nothing of it."""
+    t = ChatTemplate(GROW[name], source="m.colibri")
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidArgument, match=BOUND):
+            t.render(OK, limits=LIMITS)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{name}: peak {peak} bytes while rendering"
+
+
+@pytest.mark.parametrize("text", ["{{ 'x' * 3000000000 }}", "{{ (2 ** 10000000000) > 1 }}",
+                                  "{{ ([1] * 3000000000)|length }}"])
+def test_the_worker_memory_is_capped(text):
+    """Without the RLIMIT_AS cap these would build gigabytes (then hit the text bound, or print True)."""
+    with pytest.raises(InvalidArgument, match=r"rendering needed more than 64 MiB \(64 MiB \+ 16 bytes per "
+                                              r"character of TemplateLimits.max_chars = 20000\)"):
+        ChatTemplate(text).render(OK, limits=LIMITS)
+
+
+HARMLESS = {   # shared references the in-process bounds refused by their whole size: cheap to build and compare
     "sort-shared": "{% set ns = namespace(a=['x'], b=['y']) %}{% for i in range(60) %}{% set ns.a = (ns.a, ns.a) %}"
                    "{% set ns.b = (ns.b, ns.b) %}{% endfor %}{{ [ns.a, ns.b]|sort|length }}",
     "dict-shared": "{% set ns = namespace(d={}) %}{% for i in range(60) %}{% set ns.d = {'a': ns.d, 'b': ns.d} %}"
                    "{% endfor %}{{ ns.d|length }}",
     "repeat-nested": "{% set a = [[[1] * 1000] * 1000] * 1000 %}{{ a == a|list }}",
-    "plus-lists": "{% set ns = namespace(l=[[1] * 100]) %}{% for i in range(100000) %}{% set ns.l = ns.l + ns.l %}"
-                  "{% endfor %}{{ ns.l|length }}",
+    "big-integers": "{% set a = 7 ** 12000 %}{{ a > 1 }}{{ (10 ** 9999 * 10 ** 9999) > 1 }}",
 }
 
-LIMITS = TemplateLimits(timeout_s=30.0, max_chars=20000)
 
-
-@pytest.mark.parametrize("name", list(GROW))
-def test_size_bound_is_a_request_error_and_ram_stays_bounded(name):
-    t = ChatTemplate(GROW[name], source="m.colibri")
-    tracemalloc.start()
-    try:
-        with pytest.raises(InvalidArgument, match=r"m.colibri: chat template: .*more than 20000 characters") as info:
-            t.render(OK, limits=LIMITS)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert "took longer" not in str(info.value)
-    assert peak < 8 << 20, f"{name}: peak {peak} bytes while rendering"
-
-
-@pytest.mark.parametrize("text", ["{{ (2 ** 10000000000) > 1 }}", "{{ (10 ** 9999 * 10 ** 9999) > 1 }}",
-                                  "{% set a = 7 ** 12000 %}{{ a > 1 }}"])
-def test_integers_are_bounded_in_digits(text):
-    with pytest.raises(InvalidArgument, match="an integer of more than 10000 digits"):
-        ChatTemplate(text).render(OK, limits=LIMITS)
+@pytest.mark.parametrize("name", list(HARMLESS))
+def test_cheap_structures_render(name):
+    expected = {"sort-shared": "2", "dict-shared": "2", "repeat-nested": "True", "big-integers": "TrueTrue"}
+    assert ChatTemplate(HARMLESS[name]).render(OK, limits=LIMITS) == expected[name]
 
 
 def test_size_overrun_names_the_request_and_the_others_go_on():
@@ -279,9 +312,8 @@ def test_real_templates_render_as_plain_jinja_does():
     """Bounds never change a normal template's text (test_chat.py checks against transformers too)."""
     import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
-    from colibri_dist.generate.chat import _tojson
     plain = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    plain.filters["tojson"] = _tojson
+    plain.filters["tojson"] = lambda x, **kw: json.dumps(x, **{"ensure_ascii": False, **kw})
     extra = ("{% for m in messages %}{{ m.content|upper|center(20)|indent(2) }}{{ m|tojson }}{{ '%5s|%-3d' % "
              "(m.role, loop.index) }}{{ '{:>6}'.format(m.role) }}{{ [m.role] * 2 }}{{ m.content.replace(' ', '_') }}"
              "{{ m.content.split()|join(', ') }}{% endfor %}{{ range(3)|batch(2, 0)|list }}{{ (2 ** 64) * 3 }}")

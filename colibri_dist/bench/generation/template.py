@@ -5,8 +5,10 @@ microseconds of one rendering of real templates (Qwen3 and gpt-oss from --templa
 models/templates when present; a Mixtral [INST] template always) with a six-message tool-calling conversation
 and two tools, for each variant, alternated round by round:
   * plain: jinja2's ImmutableSandboxedEnvironment in the caller, unbounded (the floor);
-  * bounded: the cooperative sandbox in the caller (template_sandbox.py, when this tree has it);
-  * process: generate/template_process.py, a worker process bounded by a kill, an output cap and RLIMIT_AS.
+  * process: ChatTemplate.render, i.e. generate/template_process.py's worker process bounded by a kill, an
+    output cap and RLIMIT_AS (the round trip included);
+  * bounded: the cooperative in-process sandbox it replaced (template_sandbox.py + template_growth.py), only
+    in a tree that has it: commit b852d55 (`git worktree add /tmp/t b852d55`, run this from there).
 Then the worker's cost (cold start, restart after a kill, resident memory), what a hostile template costs a
 neighbour thread (pure-Python work per second in the caller while another thread renders a spinning
 template until its 1 s bound), and how long each hostile template takes to be refused. Prints the load average.
@@ -82,24 +84,12 @@ def variants(text, conv, tools):
     env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)
     plain = env.from_string(text)
     vars_ = dict(messages=conv, tools=tools, documents=None, add_generation_prompt=True, **SPECIAL)
-    names, key = TemplateLimits().names, tp.template_key(text)
-    out = {"plain": lambda: plain.render(**vars_),
-           "process": lambda: tp.run(text, vars_, 2.0, 4 << 20, names, key=key)}
-    sandbox = _cooperative(text)
-    if sandbox is not None:
-        out["bounded"] = lambda: sandbox.render(conv, tools=tools)
+    chat_template = ChatTemplate(text, SPECIAL)
+    out = {"plain": lambda: plain.render(**vars_), "process": lambda: chat_template.render(conv, tools=tools)}
     texts = {k: f() for k, f in out.items()}
     if len(set(texts.values())) != 1:
         raise RuntimeError(f"bench template: the variants disagree: { {k: len(v) for k, v in texts.items()} }")
     return out
-
-
-def _cooperative(text):
-    try:
-        from ...generate import template_sandbox  # noqa: F401 - present before the render process replaced it
-    except ImportError:
-        return None
-    return ChatTemplate(text, SPECIAL)
 
 
 def per_render(fns, rounds, renders):
@@ -151,11 +141,8 @@ def _work_rate(seconds, stop_early=None):
 
 def neighbour(rounds):
     """Work per second of a thread while another renders SPIN until its 1 s bound: quiet / bounded / process."""
-    names = TemplateLimits(timeout_s=1.0).names
-    bomb = {"process": lambda: tp.run(SPIN, {}, 1.0, 4 << 20, names)}
-    if _cooperative(SPIN) is not None:
-        t = ChatTemplate(SPIN, limits=TemplateLimits(timeout_s=1.0))
-        bomb["bounded"] = lambda: t.render([{"role": "user", "content": "x"}])
+    t = ChatTemplate(SPIN, limits=TemplateLimits(timeout_s=1.0))
+    bomb = {"process": lambda: t.render([{"role": "user", "content": "x"}])}
     res = {k: [] for k in ["quiet", *bomb]}
     for _ in range(rounds):
         res["quiet"].append(round(_work_rate(0.9)))
@@ -180,10 +167,8 @@ def hostile(rounds):
     limits = TemplateLimits(timeout_s=2.0, max_chars=20000)
     out = {}
     for name, text in HOSTILE.items():
-        fns = {"process": lambda: tp.run(text, {}, limits.timeout_s, limits.max_chars, limits.names)}
-        if _cooperative(text) is not None:
-            t = ChatTemplate(text, limits=limits)
-            fns["bounded"] = lambda: t.render([{"role": "user", "content": "x"}])
+        t = ChatTemplate(text, limits=limits)
+        fns = {"process": lambda: t.render([{"role": "user", "content": "x"}])}
         for k, f in fns.items():
             times = []
             for _ in range(rounds):
