@@ -7,8 +7,8 @@ and two tools, for each variant, alternated round by round:
   * plain: jinja2's ImmutableSandboxedEnvironment in the caller, unbounded (the floor);
   * process: ChatTemplate.render, i.e. generate/template_process.py's worker process bounded by a kill, an
     output cap and RLIMIT_AS (the round trip included);
-  * bounded: the cooperative in-process sandbox it replaced (template_sandbox.py + template_growth.py), only
-    in a tree that has it: commit b852d55 (`git worktree add /tmp/t b852d55`, run this from there).
+  * bounded: the cooperative in-process sandbox it replaced (template_sandbox.py + template_growth.py): this
+    file as of commit 9f7b42e measures it beside the others (`git worktree add /tmp/t 9f7b42e`, run it there).
 Then the worker's cost (cold start, restart after a kill, resident memory), what a hostile template costs a
 neighbour thread (pure-Python work per second in the caller while another thread renders a spinning
 template until its 1 s bound), and how long each hostile template takes to be refused. Prints the load average.
