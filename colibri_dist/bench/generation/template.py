@@ -8,7 +8,7 @@ and two tools, for each variant, alternated round by round:
   * process: ChatTemplate.render, i.e. generate/template_process.py's worker process bounded by a kill, an
     output cap and RLIMIT_AS (the round trip included);
   * bounded: the cooperative in-process sandbox it replaced (template_sandbox.py + template_growth.py): this
-    file as of commit 9f7b42e measures it beside the others (`git worktree add /tmp/t 9f7b42e`, run it there).
+    file as of commit 0af6fce measures it beside the others (`git worktree add /tmp/t 0af6fce`, run it there).
 Then the worker's cost (cold start, restart after a kill, resident memory), what a hostile template costs a
 neighbour thread (pure-Python work per second in the caller while another thread renders a spinning
 template until its 1 s bound), and how long each hostile template takes to be refused. Prints the load average.
