@@ -8,13 +8,13 @@
  * thread or batch size changes a bit (K is never split). With the engine's
  * opt-in w8a8 mode, CB_I8_ROW matrices take per-token int8 activations and
  * exact integer dots (kernels_q8.c), and int4 / int6 matrices take the same activations,
- * prepared per token, through the w4a8 / w6a8 kernels (kernels_q4.c, kernels_q6.c), and k-quant
- * matrices (q4_k, q5_k, q6_k) take llama.cpp's Q8_K activations (kernels_kq.c), exactly as the experts do.
+ * prepared per token, through the w4a8 / w6a8 kernels (kernels_q4.c, kernels_q6.c), k-quant
+ * matrices (q4_k, q5_k, q6_k) take llama.cpp's Q8_K activations (kernels_kq.c) and q8_0 matrices its Q8_0
+ * activations (kernels_q80.c), exactly as the experts do.
  */
 #include <stdio.h>
 #include "cb_internal.h"
 #include "kernels.h"
-#include "kquants.h"
 
 #define ROW_BLOCK 64      /* output rows per item */
 #define TOKEN_CHUNK 16    /* tokens per pass over an item's weight rows */
@@ -32,7 +32,8 @@ typedef struct {
     int16_t *const *xq;        /* w8a8: per matrix its inputs quantized [n, cols] (NULL: f32 path) */
     float *const *sx;          /* w8a8: per matrix the per-token scales [n] */
     int8_t *const *xpre;       /* w4a8 / w6a8: per int4 / int6 matrix its inputs prepared [n, cb_qprep_bytes] */
-    cb_q8k_block *const *xk;   /* k-quants: per matrix its inputs as Q8_K blocks [n, cols / 256] (NULL: other paths) */
+    unsigned char *const *xk;  /* block paths (k-quants: Q8_K, q8_0: Q8_0): per matrix its inputs as activation
+                                * blocks [n, cb_qblocks_bytes] (NULL: other paths) */
 } mm_run;
 
 static void mm_block(void *ctx, int64_t item) {
@@ -43,23 +44,23 @@ static void mm_block(void *ctx, int64_t item) {
     const float *xs[TOKEN_CHUNK];
     const int16_t *xq[TOKEN_CHUNK];
     const int8_t *xp[TOKEN_CHUNK];
-    const cb_q8k_block *xk[TOKEN_CHUNK];
+    const void *xk[TOKEN_CHUNK];
     float *outs[TOKEN_CHUNK];
     const int16_t *q = run->xq ? run->xq[it.mat] : NULL;
     const int8_t *pre = run->xpre ? run->xpre[it.mat] : NULL;
     size_t pre_bytes = pre ? cb_qprep_bytes(w) : 0;
-    const cb_q8k_block *kq = run->xk ? run->xk[it.mat] : NULL;
-    size_t kq_blocks = (size_t)w->cols / CB_QK_K;
+    const unsigned char *kq = run->xk ? run->xk[it.mat] : NULL;
+    size_t kq_bytes = kq ? cb_qblocks_bytes(w) : 0;
     for (int64_t c = it.t0; c < it.t1; c += TOKEN_CHUNK) {
         int64_t m = it.t1 - c < TOKEN_CHUNK ? it.t1 - c : TOKEN_CHUNK;
         for (int64_t i = 0; i < m; i++) {
             xs[i] = run->xs[it.mat] + (size_t)(c + i) * (size_t)run->x_stride;
             if (q) xq[i] = q + (size_t)(c + i) * (size_t)w->cols;
             if (pre) xp[i] = pre + (size_t)(c + i) * pre_bytes;
-            if (kq) xk[i] = kq + (size_t)(c + i) * kq_blocks;
+            if (kq) xk[i] = kq + (size_t)(c + i) * kq_bytes;
             outs[i] = run->outs[it.mat] + (size_t)(c + i) * (size_t)run->out_stride;
         }
-        if (kq) cb_dot_rows_kq(w, it.r0, it.r1, xk, outs, m);
+        if (kq) cb_dot_rows_qblocks(cb_kernels(), w, it.r0, it.r1, xk, outs, m);
         else if (pre) cb_dot_rows_qprep(cb_kernels(), w, it.r0, it.r1, xp, run->sx[it.mat] + c, outs, m);
         else if (q) cb_dot_rows_q8(w, it.r0, it.r1, xq, run->sx[it.mat] + c, outs, m);
         else cb_dot_rows(w, it.r0, it.r1, xs, outs, m);
@@ -73,15 +74,14 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* w8a8 mode: matrices whose encoding has an int16-code path (cb_qpath_of: int8 rows w8a8, int4 w4a8,
  * int6 w6a8) with K inside the exact-int32 range take it; pre_bytes: bytes of one token's prepared
- * input (w4a8 / w6a8; 0: neither). k-quant matrices take Q8_K blocks (uses_kq; sums per 256: no K limit). */
+ * input (w4a8 / w6a8; 0: neither). k-quant and q8_0 matrices take llama.cpp's activation blocks (uses_kq:
+ * Q8_K / Q8_0; sums per block: no K limit). */
 static int uses_q8(const cb_engine *e, const cb_matrix *w) {
     int path = cb_qpath_of(w->dtype);
-    return e->w8a8 && path != CB_QPATH_NONE && path != CB_QPATH_KQ && w->cols <= CB_Q8_MAX_K;
+    return e->w8a8 && path != CB_QPATH_NONE && !cb_qpath_blocks(w->dtype) && w->cols <= CB_Q8_MAX_K;
 }
-static int uses_kq(const cb_engine *e, const cb_matrix *w) { return e->w8a8 && cb_qpath_of(w->dtype) == CB_QPATH_KQ; }
-static size_t kq_bytes(const cb_matrix *w, int64_t n) {
-    return sizeof(cb_q8k_block) * (size_t)n * (size_t)(w->cols / CB_QK_K);
-}
+static int uses_kq(const cb_engine *e, const cb_matrix *w) { return e->w8a8 && cb_qpath_blocks(w->dtype); }
+static size_t kq_bytes(const cb_matrix *w, int64_t n) { return cb_qblocks_bytes(w) * (size_t)n; }
 static size_t pre_bytes(const cb_engine *e, const cb_matrix *w) {
     return uses_q8(e, w) ? cb_qprep_bytes(w) : 0;
 }
@@ -142,20 +142,20 @@ static cb_status prepare_input(cb_engine *e, const cb_matrix *const *ws, const f
     return CB_OK;
 }
 
-/* k-quants: matrix i's input as Q8_K blocks (shared with an earlier k-quant matrix of the same input and width). */
+/* Block paths: matrix i's input as activation blocks (shared with an earlier matrix of the same input, width and
+ * path: Q8_K for k-quants, Q8_0 for q8_0). */
 static cb_status kq_input(cb_engine *e, const cb_matrix *const *ws, const float *const *xs, int64_t x_stride,
-                          cb_q8k_block **xk, int32_t i, int64_t n) {
+                          unsigned char **xk, int32_t i, int64_t n) {
     const cb_matrix *w = ws[i];
     for (int32_t j = 0; j < i; j++)
-        if (xk[j] && xs[j] == xs[i] && ws[j]->cols == w->cols) {
+        if (xk[j] && xs[j] == xs[i] && ws[j]->cols == w->cols && cb_qpath_of(ws[j]->dtype) == cb_qpath_of(w->dtype)) {
             xk[i] = xk[j];
             return CB_OK;
         }
     if (!(xk[i] = cb_arena_alloc(e->arena, kq_bytes(w, n))))
         return cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted");
-    size_t nb = (size_t)w->cols / CB_QK_K;
-    for (int64_t t = 0; t < n; t++)
-        cb_quantize_row_q8k(xs[i] + (size_t)t * (size_t)x_stride, w->cols, xk[i] + (size_t)t * nb);
+    size_t bytes = cb_qblocks_bytes(w);
+    for (int64_t t = 0; t < n; t++) cb_qblocks(w, xs[i] + (size_t)t * (size_t)x_stride, xk[i] + (size_t)t * bytes);
     return CB_OK;
 }
 
@@ -178,7 +178,7 @@ static cb_status quantize_inputs(cb_engine *e, int32_t n_mats, const cb_matrix *
     int16_t **xq = cb_arena_alloc(e->arena, ptrs);
     float **sx = cb_arena_alloc(e->arena, ptrs);
     int8_t **xpre = cb_arena_alloc(e->arena, ptrs);
-    cb_q8k_block **xk = cb_arena_alloc(e->arena, ptrs);
+    unsigned char **xk = cb_arena_alloc(e->arena, ptrs);
     if (!xq || !sx || !xpre || !xk) return cb_fail(CB_E_NOMEM, "cb_matmul_batch: scratch exhausted");
     run->xq = xq, run->sx = sx, run->xpre = xpre, run->xk = xk;
     cb_status s = CB_OK;

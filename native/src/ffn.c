@@ -12,7 +12,6 @@
 #include <math.h>
 #include "cb_internal.h"
 #include "kernels.h"
-#include "kquants.h"
 
 #define ROW_BLOCK 48    /* output rows per work item (multiple of the 3- and 8-row tiles) */
 #define ROW_BLOCK_FEW 192 /* ... when the task has <= TOKEN_CHUNK rows: its weights are streamed once,
@@ -32,32 +31,33 @@ typedef struct {
     int8_t ***xpre, ***hpre;
     /* w8a8 on a level with a tile unit (NULL otherwise): inputs packed per 16-token block */
     int8_t **xp, **hp;
-    /* k-quant matrices with w8a8 on (NULL otherwise): inputs as llama.cpp's Q8_K blocks, per token cols / 256 */
-    cb_q8k_block ***xk, ***hk;
+    /* k-quant / q8_0 matrices with w8a8 on (NULL otherwise): inputs as llama.cpp's Q8_K / Q8_0 activation blocks,
+     * per token cb_qblocks_bytes */
+    unsigned char ***xk, ***hk;
     const cb_kernel_table *kt;
 } ffn_run;
 
 /* Which integer path gate/up (in) or down (!in) of this task take with w8a8 on: w8a8 for int8 rows,
  * a prepared input for int4 (w4a8) and int6 (w6a8) (gate and up of one dtype: they share the prepared
  * input), Q8_K blocks for k-quants (gate and up any two of q4_k / q5_k / q6_k: one activation type),
- * else none (f32). */
+ * Q8_0 blocks for q8_0 (gate and up both q8_0), else none (f32). */
 enum { Q_NONE, Q_I8, Q_PRE, Q_KQ };
 static int q_kind(const cb_engine *e, const cb_ffn_task *t, int in) {
     const cb_matrix *a = in ? &t->ex->gate : &t->ex->down, *b = in ? &t->ex->up : a;
     int path = cb_qpath_of(a->dtype);
     if (!e->w8a8) return Q_NONE;
-    if (path == CB_QPATH_KQ) return cb_qpath_of(b->dtype) == CB_QPATH_KQ ? Q_KQ : Q_NONE;
+    if (cb_qpath_blocks(a->dtype)) return cb_qpath_of(b->dtype) == path ? Q_KQ : Q_NONE;
     if (a->dtype != b->dtype || a->cols > CB_Q8_MAX_K) return Q_NONE;
     return path == CB_QPATH_W8A8 ? Q_I8 : path == CB_QPATH_W4A8 || path == CB_QPATH_W6A8 ? Q_PRE : Q_NONE;
 }
-/* The int16-code paths (w8a8, w4a8, w6a8) and the k-quant one. */
+/* The int16-code paths (w8a8, w4a8, w6a8) and the block ones (k-quants, q8_0). */
 static int uses_q8(const cb_engine *e, const cb_ffn_task *t, int in) {
     int k = q_kind(e, t, in);
     return k == Q_I8 || k == Q_PRE;
 }
 static int uses_kq(const cb_engine *e, const cb_ffn_task *t, int in) { return q_kind(e, t, in) == Q_KQ; }
 static size_t kq_row_bytes(const cb_ffn_task *t, int in) {
-    return sizeof(cb_q8k_block) * (size_t)((in ? t->ex->gate.cols : t->ex->down.cols) / CB_QK_K);
+    return cb_qblocks_bytes(in ? &t->ex->gate : &t->ex->down);
 }
 
 /* Bytes of one token's prepared input (w4a8 / w6a8), 0 when the matrix takes neither path. */
@@ -140,9 +140,9 @@ static void phase_gate_up(void *ctx, int64_t item) {
             run->kt->dot_rows_q8_tiles(&t->ex->gate, it.r0, it.r1, p, xq, run->sx[it.task] + c, g + c, m);
             run->kt->dot_rows_q8_tiles(&t->ex->up, it.r0, it.r1, p, xq, run->sx[it.task] + c, u + c, m);
         } else if (run->xk[it.task]) {
-            const cb_q8k_block *const *xk = (const cb_q8k_block *const *)run->xk[it.task] + c;
-            run->kt->dot_rows_kq(&t->ex->gate, it.r0, it.r1, xk, g + c, m);
-            run->kt->dot_rows_kq(&t->ex->up, it.r0, it.r1, xk, u + c, m);
+            const void *const *xk = (const void *const *)run->xk[it.task] + c;
+            cb_dot_rows_qblocks(run->kt, &t->ex->gate, it.r0, it.r1, xk, g + c, m);
+            cb_dot_rows_qblocks(run->kt, &t->ex->up, it.r0, it.r1, xk, u + c, m);
         } else if (run->xpre[it.task]) {
             const int8_t *const *xp = (const int8_t *const *)run->xpre[it.task] + c;
             cb_dot_rows_qprep(run->kt, &t->ex->gate, it.r0, it.r1, xp, run->sx[it.task] + c, g + c, m);
@@ -172,8 +172,8 @@ static void phase_down(void *ctx, int64_t item) {
                                        (const int16_t *const *)run->hq[it.task] + c, run->sh[it.task] + c,
                                        t->outs + c, m);
         else if (run->hk[it.task])
-            run->kt->dot_rows_kq(&t->ex->down, it.r0, it.r1, (const cb_q8k_block *const *)run->hk[it.task] + c,
-                                 t->outs + c, m);
+            cb_dot_rows_qblocks(run->kt, &t->ex->down, it.r0, it.r1, (const void *const *)run->hk[it.task] + c,
+                                t->outs + c, m);
         else if (run->hpre[it.task])
             cb_dot_rows_qprep(run->kt, &t->ex->down, it.r0, it.r1, (const int8_t *const *)run->hpre[it.task] + c,
                               run->sh[it.task] + c, t->outs + c, m);
@@ -193,10 +193,10 @@ static void phase_down(void *ctx, int64_t item) {
 static void quantize_block(ffn_run *run, int64_t item, int in) {
     ffn_item it = run->items[item];
     const cb_ffn_task *t = &run->tasks[it.task];
-    cb_q8k_block **kq = in ? run->xk[it.task] : run->hk[it.task];
-    if (kq) {                                   /* k-quants: Q8_K blocks straight from the f32 rows */
+    unsigned char **kq = in ? run->xk[it.task] : run->hk[it.task];
+    if (kq) {                                   /* k-quants, q8_0: Q8_K / Q8_0 blocks straight from the f32 rows */
         for (int64_t i = it.r0; i < it.r1; i++)
-            cb_quantize_row_q8k(in ? t->xs[i] : run->g[it.task][i], in ? t->ex->gate.cols : t->ex->down.cols, kq[i]);
+            cb_qblocks(in ? &t->ex->gate : &t->ex->down, in ? t->xs[i] : run->g[it.task][i], kq[i]);
         return;
     }
     for (int64_t i = it.r0; i < it.r1; i++) {
@@ -247,11 +247,10 @@ static int8_t **pre_buffers(cb_engine *e, size_t n, size_t bytes) {
     return rows;
 }
 
-static cb_q8k_block **kq_buffers(cb_engine *e, size_t n, size_t bytes) {
+static unsigned char **kq_buffers(cb_engine *e, size_t n, size_t bytes) {
     if (!bytes) return NULL;
-    char *buf = cb_arena_alloc(e->arena, n * bytes);
-    cb_q8k_block **rows = cb_arena_alloc(e->arena, n * sizeof(void *));
-    for (size_t t = 0; t < n; t++) rows[t] = (cb_q8k_block *)(buf + t * bytes);
+    unsigned char *buf = cb_arena_alloc(e->arena, n * bytes), **rows = cb_arena_alloc(e->arena, n * sizeof(void *));
+    for (size_t t = 0; t < n; t++) rows[t] = buf + t * bytes;
     return rows;
 }
 

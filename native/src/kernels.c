@@ -11,14 +11,16 @@
 #include <string.h>
 #include "cb_internal.h"
 #include "kernels.h"
+#include "kquants.h"
+#include "q80.h"
 
 void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                  float *const *outs, int64_t nt) {
     cb_kernels()->dot_rows(w, r0, r1, xs, outs, nt);
 }
 
-/* Encodings with an integer-activation kernel family (kernels_q8.c, kernels_q4.c, kernels_q6.c, kernels_kq.c);
- * others: f32. */
+/* Encodings with an integer-activation kernel family (kernels_q8.c, kernels_q4.c, kernels_q6.c, kernels_kq.c,
+ * kernels_q80.c); others: f32. */
 static const int QPATH[CB_DTYPE_COUNT] = {
     [CB_I8_ROW] = CB_QPATH_W8A8,
     [CB_I4_G32] = CB_QPATH_W4A8,
@@ -27,6 +29,7 @@ static const int QPATH[CB_DTYPE_COUNT] = {
     [CB_Q4_K] = CB_QPATH_KQ,
     [CB_Q5_K] = CB_QPATH_KQ,
     [CB_Q6_K] = CB_QPATH_KQ,
+    [CB_Q8_0] = CB_QPATH_Q80,
 };
 
 int cb_qpath_of(int32_t dtype) { return dtype >= 0 && dtype < CB_DTYPE_COUNT ? QPATH[dtype] : CB_QPATH_NONE; }
@@ -48,6 +51,22 @@ void cb_dot_rows_qprep(const cb_kernel_table *kt, const cb_matrix *w, int32_t r0
                        const float *sx, float *const *outs, int64_t nt) {
     if (cb_qpath_of(w->dtype) == CB_QPATH_W6A8) kt->dot_rows_q6(w, r0, r1, xp, sx, outs, nt);
     else kt->dot_rows_q4(w, r0, r1, xp, sx, outs, nt);
+}
+
+size_t cb_qblocks_bytes(const cb_matrix *w) {
+    if (cb_qpath_of(w->dtype) == CB_QPATH_Q80) return sizeof(cb_q80_block) * cb_q80_blocks(w->cols);
+    return sizeof(cb_q8k_block) * (size_t)(w->cols / CB_QK_K);
+}
+
+void cb_qblocks(const cb_matrix *w, const float *x, void *out) {
+    if (cb_qpath_of(w->dtype) == CB_QPATH_Q80) cb_quantize_row_q80(x, w->cols, out);
+    else cb_quantize_row_q8k(x, w->cols, out);
+}
+
+void cb_dot_rows_qblocks(const cb_kernel_table *kt, const cb_matrix *w, int32_t r0, int32_t r1, const void *const *xa,
+                         float *const *outs, int64_t nt) {
+    if (cb_qpath_of(w->dtype) == CB_QPATH_Q80) kt->dot_rows_q80(w, r0, r1, (const cb_q80_block *const *)xa, outs, nt);
+    else kt->dot_rows_kq(w, r0, r1, (const cb_q8k_block *const *)xa, outs, nt);
 }
 
 cb_status cb_check_matrix(const cb_matrix *m, const char *what, int32_t rows, int32_t cols) {

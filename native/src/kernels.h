@@ -38,6 +38,11 @@ typedef cb_dot_rows_q4_k cb_dot_rows_q6_k;
 typedef struct cb_q8k_block cb_q8k_block;
 typedef void cb_dot_rows_kq_k(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
                               float *const *outs, int64_t nt);
+/* Q8_0 x Q8_0 (kernels_q80.c): CB_Q8_0 rows x llama.cpp's Q8_0 activation blocks (q80.h cb_q80_block, one per 32
+ * inputs; xa[t] is token t's row of blocks). */
+typedef struct cb_q80_block cb_q80_block;
+typedef void cb_dot_rows_q80_k(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q80_block *const *xa,
+                               float *const *outs, int64_t nt);
 /* q[k] = clamp(rint(x[k] * inv), -127, 127): one rounded multiply, round half to even. */
 typedef void cb_quantize_q8_k(const float *x, int32_t K, float inv, int16_t *q);
 typedef float cb_amax_k(const float *x, int32_t K);   /* max |x[k]| (exact in any order) */
@@ -69,6 +74,7 @@ typedef struct {
     cb_dot_rows_q4_k *dot_rows_q4;
     cb_dot_rows_q6_k *dot_rows_q6;  /* avx512 and amx use the avx2 kernel */
     cb_dot_rows_kq_k *dot_rows_kq;  /* amx uses the avx512 kernel */
+    cb_dot_rows_q80_k *dot_rows_q80; /* amx uses the avx512 kernel */
     cb_quantize_q8_k *quantize_q8;
     cb_amax_k *amax;
     cb_pack_q8_tiles_k *pack_q8_tiles;        /* NULL: this level has no tile unit */
@@ -107,6 +113,9 @@ cb_dot_rows_q6_k cb_dot_rows_q6, cb_dot_rows_q6_scalar, cb_dot_rows_q6_avx2;
 /* k-quants x Q8_K (kernels_kq.c): x [K] (K a multiple of 256) -> K / 256 activation blocks. */
 void cb_quantize_row_q8k(const float *x, int32_t K, cb_q8k_block *y);
 cb_dot_rows_kq_k cb_dot_rows_kq, cb_dot_rows_kq_scalar, cb_dot_rows_kq_avx2, cb_dot_rows_kq_avx512;
+/* Q8_0 x Q8_0 (kernels_q80.c): x [K] -> ceil(K / 32) activation blocks (a short last block: the zero-padded one). */
+void cb_quantize_row_q80(const float *x, int32_t K, cb_q80_block *y);
+cb_dot_rows_q80_k cb_dot_rows_q80, cb_dot_rows_q80_scalar, cb_dot_rows_q80_avx2, cb_dot_rows_q80_avx512;
 cb_quantize_q8_k cb_quantize_q8_scalar, cb_quantize_q8_avx2, cb_quantize_q8_avx512;
 cb_amax_k cb_amax_scalar, cb_amax_avx2;
 cb_pack_q8_tiles_k cb_pack_q8_tiles_amx;
@@ -130,6 +139,23 @@ static inline float cb_f16_to_f32(uint16_t h) {
     }
     union { uint32_t u; float f; } v = {bits};
     return v.f;
+}
+
+/* f32 -> IEEE half, round to nearest even (subnormals included; NaN stays a quiet NaN), as F16C's vcvtps2ph. */
+static inline uint16_t cb_f32_to_f16(float f) {
+    union { float f; uint32_t u; } v = {f};
+    uint32_t x = v.u, sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));   /* NaN, quiet */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);                           /* >= 65520: inf */
+    if (ax >= 0x38800000u) {                                                            /* normal half */
+        uint32_t r = ax - 0x38000000u;
+        r += 0xfffu + ((r >> 13) & 1u);
+        return (uint16_t)(sign | (r >> 13));
+    }
+    union { uint32_t u; float f; } a = {ax};
+    float s = a.f * 16777216.0f;        /* subnormal half: units of 2^-24, exact scaling; round half to even */
+    float r = (s + 8388608.0f) - 8388608.0f;
+    return (uint16_t)(sign | (uint32_t)r);
 }
 
 static inline float cb_bf16_to_f32(uint16_t h) {
@@ -166,9 +192,21 @@ const float *cb_post_scale(const cb_matrix *w, int32_t r);  /* scale kind ROW: &
 float cb_dot_tail(const cb_matrix *w, int32_t r, const float *x, float s);
 /* The integer-activation path an encoding takes with the engine's w8a8 switch on (kernels.c):
  * CB_QPATH_W8A8 cb_dot_rows_q8, CB_QPATH_W4A8 cb_dot_rows_q4, CB_QPATH_W6A8 cb_dot_rows_q6,
- * CB_QPATH_KQ cb_dot_rows_kq on Q8_K activations (llama.cpp's), CB_QPATH_NONE the f32 kernels. */
-enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2, CB_QPATH_W6A8 = 3, CB_QPATH_KQ = 4 };
+ * CB_QPATH_KQ cb_dot_rows_kq on Q8_K activations (llama.cpp's), CB_QPATH_Q80 cb_dot_rows_q80 on Q8_0 activations
+ * (llama.cpp's), CB_QPATH_NONE the f32 kernels. */
+enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2, CB_QPATH_W6A8 = 3, CB_QPATH_KQ = 4, CB_QPATH_Q80 = 5 };
 int cb_qpath_of(int32_t dtype);
+/* The block-activation paths (KQ, Q80: llama.cpp's vec_dot types), for the callers (dense.c, ffn.c): whether w takes
+ * one, bytes of one token's activation blocks for w, the blocks from an f32 row, and the product through table
+ * kt's kernel. Two matrices share activation blocks when their paths and widths are equal. */
+static inline int cb_qpath_blocks(int32_t dtype) {
+    int p = cb_qpath_of(dtype);
+    return p == CB_QPATH_KQ || p == CB_QPATH_Q80;
+}
+size_t cb_qblocks_bytes(const cb_matrix *w);
+void cb_qblocks(const cb_matrix *w, const float *x, void *out);
+void cb_dot_rows_qblocks(const cb_kernel_table *kt, const cb_matrix *w, int32_t r0, int32_t r1, const void *const *xa,
+                         float *const *outs, int64_t nt);
 /* The paths on prepared activations (w4a8, w6a8), for the callers (dense.c, ffn.c): bytes of one
  * token's prepared input for w (0 when w takes neither path), its preparation from the
  * cb_quantize_row_q8 codes, and the product through table kt's kernel for w's path. */

@@ -1,0 +1,24 @@
+/* kernels_q80_avx512.c — the AVX-512 build of the Q8_0 x Q8_0 kernel (kernels_q80.c has the spec).
+ *
+ * Role: cb_dot_rows_q80 at the avx512 and amx levels: kernels_q80_tiles.h (256-bit operations) compiled with the
+ * AVX-512 target, so the compiler may use EVEX encodings and the 32 vector registers; the arithmetic and the bits
+ * are the AVX2 level's (no 512-bit form yet: AVX-512 has no vpsignb, a zmm form needs masked negation). Not run
+ * on the development host (Zen 3, no AVX-512): the level tests compare it with the scalar kernel where the CPU
+ * has it.
+ */
+#include "kernels.h"
+#include "q80.h"
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "kernels_kq_x86.h"
+
+#define A512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
+#define Q80_FN static inline __attribute__((always_inline, target(A512_TARGET)))
+#define Q80_OUTLINE __attribute__((noinline, target(A512_TARGET)))
+#define Q80_ENTRY cb_dot_rows_q80_avx512
+#include "kernels_q80_tiles.h"
+#else
+void cb_dot_rows_q80_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q80_block *const *xa,
+                            float *const *outs, int64_t nt) {
+    cb_dot_rows_q80_scalar(w, r0, r1, xa, outs, nt);
+}
+#endif

@@ -1,0 +1,88 @@
+/* kernels_q80_tiles.h — the tiles of a Q8_0 x Q8_0 level, included by kernels_q80_avx2.c / kernels_q80_avx512.c.
+ *
+ * Role: one template for both x86 levels (kernels_q80.c has the spec). The includer defines Q80_FN (its inline
+ * attribute), Q80_OUTLINE (its out-of-line attribute) and Q80_ENTRY (the name of its cb_dot_rows_q80_k entry).
+ * Per block of 32 codes and (token, row) pair: |w| as u8 and the activation codes signed by w (vpsignb, as ggml's
+ * mul_sum_i8_pairs), one vpmaddubsw (|pair| <= 2 * 128 * 127: no saturation), one vpmaddwd by ones (int32 lanes);
+ * the pairs' 8 lanes summed exactly (kernels_kq_x86.h reduce), then per pair the float step
+ * s = fma(dw * da, (float)I, s) in one 8-lane register: the scalar reference's bits.
+ * Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4 x 2, 5-8 tokens x 1 row.
+ */
+
+typedef struct {
+    const unsigned char *data;
+    size_t rb, nb;         /* row bytes, blocks per row */
+} q80desc;
+
+/* The activation blocks' d per lane (token n / TR), in registers. */
+Q80_FN __m256 q80_da(int TT, int TR, const cb_q80_block *const *xa, size_t b) {
+    if (TT == 1) return _mm256_broadcast_ss(&xa[0][b].d);
+    float d[8];
+#pragma GCC unroll 8
+    for (int n = 0; n < 8; n++) d[n] = n < TT * TR ? xa[n / TR][b].d : 0.0f;
+    return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+}
+
+/* TT tokens x TR rows from row r (TT * TR <= 8); pf != 0: prefetch the bytes pf ahead (the next row tile). */
+Q80_FN void q80_tile(int TT, int TR, const q80desc *d, int32_t r, const cb_q80_block *const *xa, float *const *outs,
+                     size_t pf) {
+    const unsigned char *row = d->data + (size_t)r * d->rb, *blk[8];
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < d->nb; b++) {
+        if (pf) prefetch_span(row + pf, b * CB_Q8_0_BYTES * (size_t)TR, (b + 1) * CB_Q8_0_BYTES * (size_t)TR);
+        __m256i iv[8];
+#pragma GCC unroll 8
+        for (int n = TT * TR; n < 8; n++) iv[n] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) {
+            blk[j] = row + (size_t)j * d->rb + b * CB_Q8_0_BYTES;
+            __m256i w = _mm256_loadu_si256((const __m256i *)(blk[j] + 2)), aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 8
+            for (int i = 0; i < TT; i++) {
+                __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xa[i][b].qs), w);
+                iv[i * TR + j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones);
+            }
+        }
+        __m256i I = reduce(TT * TR, iv);
+        __m256 dd = _mm256_mul_ps(halves(TT, TR, blk, 0), q80_da(TT, TR, xa, b));
+        acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(I), acc);
+    }
+    float out[8];
+    _mm256_storeu_ps(out, acc);
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) outs[i][r + j] = out[i * TR + j];
+}
+
+/* The rows r0..r1 for a group of m <= 8 tokens (the first group prefetches the next tile); leftover rows one at
+ * a time. */
+Q80_FN void q80_rows_for(const q80desc *d, int32_t r0, int32_t r1, const cb_q80_block *const *xa, float *const *outs,
+                         int64_t m, int first) {
+    int32_t r = r0;
+#define Q80_ROWS(TT, TR, PF) \
+    for (; r + TR <= r1; r += TR) q80_tile(TT, TR, d, r, xa, outs, PF);
+    switch (m) {
+    case 1: Q80_ROWS(1, 4, 4 * d->rb) break;
+    case 2: Q80_ROWS(2, 4, first ? 4 * d->rb : 0) break;
+    case 3: Q80_ROWS(3, 2, first ? 2 * d->rb : 0) break;
+    case 4: Q80_ROWS(4, 2, first ? 2 * d->rb : 0) break;
+    case 5: Q80_ROWS(5, 1, first ? d->rb : 0) break;
+    case 6: Q80_ROWS(6, 1, first ? d->rb : 0) break;
+    case 7: Q80_ROWS(7, 1, first ? d->rb : 0) break;
+    default: Q80_ROWS(8, 1, first ? d->rb : 0) break;
+    }
+#undef Q80_ROWS
+    for (; r < r1; r++)
+        for (int64_t i = 0; i < m; i++) q80_tile(1, 1, d, r, xa + i, outs + i, 0);
+}
+
+/* Token groups of 8 outer (their activation blocks stay in L1), rows inner. */
+Q80_OUTLINE void Q80_ENTRY(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q80_block *const *xa,
+                           float *const *outs, int64_t nt) {
+    size_t nb = cb_q80_blocks(w->cols);
+    q80desc d = {(const unsigned char *)w->data, nb * CB_Q8_0_BYTES, nb};
+    for (int64_t t = 0; t < nt; t += 8)
+        q80_rows_for(&d, r0, r1, xa + t, outs + t, nt - t < 8 ? nt - t : 8, t == 0);
+}
