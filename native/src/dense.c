@@ -148,7 +148,8 @@ static cb_status kq_input(cb_engine *e, const cb_matrix *const *ws, const float 
                           unsigned char **xk, int32_t i, int64_t n) {
     const cb_matrix *w = ws[i];
     for (int32_t j = 0; j < i; j++)
-        if (xk[j] && xs[j] == xs[i] && ws[j]->cols == w->cols && cb_qpath_of(ws[j]->dtype) == cb_qpath_of(w->dtype)) {
+        if (xk[j] && xs[j] == xs[i] && ws[j]->cols == w->cols &&
+            cb_qpath_of(ws[j]->dtype) == cb_qpath_of(w->dtype)) {
             xk[i] = xk[j];
             return CB_OK;
         }
