@@ -66,6 +66,8 @@ _TABLE = (
     ("mxfp4", 15, 4, True, SCALE_SUPER, 32, False, 12, 17),
     ("iq4_xs", 16, 4, True, SCALE_SUPER, 256, False, 127, 136),
     ("iq4_nl", 17, 4, True, SCALE_SUPER, 32, False, 127, 18),
+    ("q5_0", 18, 5, True, SCALE_SUPER, 32, False, 16, 22),
+    ("q5_1", 19, 5, True, SCALE_SUPER, 32, False, 31, 24),
 )
 
 

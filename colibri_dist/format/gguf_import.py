@@ -3,7 +3,7 @@
 Role in the data flow: convert.py calls open_gguf for a `.gguf` source instead of reading a Hugging
 Face directory; everything after (family, plan, writer, checksums, tokenizer metadata) is the one
 converter. By default each part keeps the file's own encoding per matrix (F32/F16/BF16 as f32/f16/bf16; Q8_0, Q4_K,
-Q5_K, Q6_K, IQ4_XS, IQ4_NL and MXFP4 blocks as the encodings of those names: gguf_source.BLOCK_TYPES): every expert's gate/up/down, every dense matrix, the embedding
+Q5_K, Q6_K, IQ4_XS, IQ4_NL, MXFP4, Q5_0 and Q5_1 blocks as the encodings of those names: gguf_source.BLOCK_TYPES): every expert's gate/up/down, every dense matrix, the embedding
 and the LM head is written in the type its tensor has in the file, so a Q4_K_M file's Q4_K experts with Q6_K
 down projections on some layers, Q6_K value projections and Q8_0 fallbacks are all copied as they are (the
 part is then "mixed": format/scheme_plan.py). An explicit --experts/--dense/--lm-head/--preset re-encodes that

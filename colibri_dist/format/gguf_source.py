@@ -5,7 +5,7 @@ ref, read_f32, read_rows_f32, chunks) under Hugging Face names, plus the config.
 metadata stands for (the family entry's gguf row, families/_gguf.py, maps both). The file is parsed by the `gguf` package
 (llama.cpp's own reader: the optional extra `colibri-dist[gguf]`), never by hand. Every tensor's
 name and type is checked when the source opens, so an unsupported file fails before anything is
-written. Block-quantized tensors kept as they are (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL, MXFP4 -> the
+written. Block-quantized tensors kept as they are (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL, MXFP4, Q5_0, Q5_1 -> the
 encodings of those names in lower case: a Q4_K_M, Q5_K_M or IQ4_XS file's blocks, gpt-oss's MXFP4 experts) are
 also offered raw (`stored_scheme`, `read_encoded`, `read_rows_encoded`): the converter copies their blocks
 instead of requantizing; read_f32 decodes them with the package's own `dequantize`.
@@ -25,7 +25,7 @@ from .quantize import Encoded
 
 FLOAT_TYPES = ("F32", "F16", "BF16")          # imported as the same float encodings
 BLOCK_TYPES = {"Q8_0": "q8_0", "Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k",   # GGML type -> encoding keeping it
-               "MXFP4": "mxfp4", "IQ4_XS": "iq4_xs", "IQ4_NL": "iq4_nl"}
+               "MXFP4": "mxfp4", "IQ4_XS": "iq4_xs", "IQ4_NL": "iq4_nl", "Q5_0": "q5_0", "Q5_1": "q5_1"}
 INSTALL_HINT = "pip install 'colibri-dist[gguf]'"
 _LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
 MAX_INT = 2 ** 31        # metadata integers past this are refused by name (context_length 2^40 is no model's)

@@ -28,6 +28,9 @@ Schemes (value of element (r, c) after decoding, exactly as native/include/colib
   iq4_xs,      llama.cpp's IQ4_XS super-blocks of 256 (136 bytes) / IQ4_NL blocks of 32 (18 bytes): 4-bit indices
   iq4_nl       into kvalues_iq4nl times a (sub-)block scale: format/iquants.py (a plain reference quantizer,
                the exact dequantizer); a GGUF's blocks arrive as Encoded and are kept as they are
+  q5_0, q5_1   llama.cpp's Q5_0 / Q5_1 blocks of 32 (22 / 24 bytes: f16 d (and m), 5th bits, nibbles; llama-quantize's
+               fallback for rows not in 256-blocks): format/q5quants.py (ggml's reference quantizers, the exact
+               dequantizers); a GGUF's blocks arrive as Encoded and are kept as they are
 Rounding to codes is round-half-to-even (np.rint) except q8_0's. Inputs must be finite.
 """
 from dataclasses import dataclass
@@ -36,7 +39,7 @@ import numpy as np
 
 from ..encodings import BY_NAME, SCALE_BLOCK, SCALE_GROUP, SCALE_ROW, SCALE_SUPER, encoding
 from ..errors import InvalidArgument
-from . import iquants, kquants, mxfp4
+from . import iquants, kquants, mxfp4, q5quants
 from .layout import PART_ALIGN, SCHEMES, SILU, ExpertLayout, MatrixLayout, scheme_of
 
 
@@ -75,8 +78,9 @@ class Encoded:
         return (self.rows, self.cols)
 
 # the SCALE_SUPER encodings (llama.cpp's blocks kept whole), by scheme: their quantizer and exact dequantizer
-_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **mxfp4.QUANTIZE, **iquants.QUANTIZE}
-_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **mxfp4.DEQUANTIZE, **iquants.DEQUANTIZE}
+_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **mxfp4.QUANTIZE, **iquants.QUANTIZE, **q5quants.QUANTIZE}
+_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **mxfp4.DEQUANTIZE, **iquants.DEQUANTIZE,
+                           **q5quants.DEQUANTIZE}
 
 
 def quantize_matrix(w, scheme):

@@ -70,6 +70,11 @@ extern "C" {
  *                 first, as dequantize_row_iq4_xs; native/src/iquants.h)
  *   CB_IQ4_NL     d * kv[q]                            (llama.cpp's IQ4_NL blocks, bit for bit: a row is cols/32
  *                 blocks of 18 bytes: f16 d, 16 bytes of indices q as IQ4_XS's sub-blocks; iquants.h)
+ *   CB_Q5_0       (q - 16) * d                         (llama.cpp's Q5_0 blocks, bit for bit: a row is cols/32 blocks
+ *                 of 22 bytes: f16 d, qh (4 bytes, bit j: element j's 5th bit), 16 bytes of low nibbles as
+ *                 IQ4_NL's; q in [0, 31]; one rounded multiply; native/src/q5quants.h)
+ *   CB_Q5_1       q * d + m                            (llama.cpp's Q5_1 blocks, bit for bit: 24 bytes per 32:
+ *                 f16 d, f16 m, then Q5_0's qh and nibbles; the product rounded to f32, then the sum)
  *
  * CB_ENCODING_LIST is the one list of encodings: one row each, in cb_dtype code order
  * (the codes are stored in .colibri containers: never renumber a row). It generates the
@@ -99,7 +104,9 @@ extern "C" {
     X(Q5_K,     14, "q5_k",         5, 1, SUPER,  256, 0, 31,  176)   \
     X(MXFP4,    15, "mxfp4",        4, 1, SUPER,  32,  0, 12,  17)    \
     X(IQ4_XS,   16, "iq4_xs",       4, 1, SUPER,  256, 0, 127, 136)   \
-    X(IQ4_NL,   17, "iq4_nl",       4, 1, SUPER,  32,  0, 127, 18)
+    X(IQ4_NL,   17, "iq4_nl",       4, 1, SUPER,  32,  0, 127, 18)    \
+    X(Q5_0,     18, "q5_0",         5, 1, SUPER,  32,  0, 16,  22)    \
+    X(Q5_1,     19, "q5_1",         5, 1, SUPER,  32,  0, 31,  24)
 
 #define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
 typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;

@@ -14,6 +14,7 @@
 #include "kquants.h"
 #include "mxfp4.h"
 #include "iquants.h"
+#include "q5quants.h"
 
 static const unsigned char *row_of(const cb_matrix *w, int32_t r) {
     return (const unsigned char *)w->data + (size_t)r * (size_t)cb_row_bytes(w->dtype, w->cols);
@@ -151,6 +152,19 @@ static void dec_iq4_nl(const cb_matrix *w, int32_t r, size_t k0, size_t n, float
     }
 }
 
+/* llama.cpp Q5_0 / Q5_1 blocks (CB_Q5_0, CB_Q5_1, q5quants.h): (float)(q - 16) * d, or (float)q * d + m with the
+ * product rounded first, as dequantize_row_q5_0 / _q5_1 and gguf.quants compute them. */
+static void dec_q5(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const unsigned char *b = row_of(w, r);
+    size_t bb = cb_q5_block_bytes(w->dtype), qh = cb_q5_qh_at(w->dtype);
+    for (size_t k = k0; k < k0 + n; k++) {
+        const unsigned char *blk = b + k / CB_QK5 * bb;
+        int32_t q = cb_q5_code(blk + qh, k % CB_QK5);
+        out[k - k0] = w->dtype == CB_Q5_0 ? (float)(q - 16) * cb_q5_half(blk)
+                                          : (float)q * cb_q5_half(blk) + cb_q5_half(blk + 2);
+    }
+}
+
 /* The scalar kernel of every encoding, by code (encodings that share a storage format share one). */
 static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_F32] = dec_f32, [CB_F16] = dec_f16, [CB_BF16] = dec_bf16,
@@ -159,6 +173,7 @@ static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group, [CB_I6_G64] = dec_i6_group,
     [CB_Q8_0] = dec_q8_0, [CB_Q4_K] = dec_q4_k, [CB_Q6_K] = dec_q6_k, [CB_Q5_K] = dec_q5_k,
     [CB_MXFP4] = dec_mxfp4, [CB_IQ4_XS] = dec_iq4_xs, [CB_IQ4_NL] = dec_iq4_nl,
+    [CB_Q5_0] = dec_q5, [CB_Q5_1] = dec_q5,
 };
 
 cb_row_decoder cb_row_decoder_of(int32_t dtype) {

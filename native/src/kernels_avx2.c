@@ -67,6 +67,31 @@ AVX2_FN __m256 dec8_q8_0(const unsigned char *row, int32_t zero, size_t k) {
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + k % 32)))), d);
 }
 
+/* llama.cpp Q5_0 / Q5_1 codes k..k+7 (k a multiple of 8: inside one block, q5quants.h) as floats: 8 nibble bytes
+ * widened and shifted (element j >= 16: the high nibble), the 5th bits from qh by a variable shift; then the scalar
+ * decoder's value ((float)(q - 16) * d, or (float)q * d + m: two rounded operations). */
+AVX2_FN __m256 dec8_q5(const unsigned char *blk, size_t qh_at, size_t j, __m256i *q) {
+    uint32_t h;
+    __builtin_memcpy(&h, blk + qh_at, 4);
+    __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + qh_at + 4 + j % 16)));
+    lo = _mm256_and_si256(_mm256_srli_epi32(lo, j < 16 ? 0 : 4), _mm256_set1_epi32(15));
+    __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32((int)h), _mm256_add_epi32(_mm256_set1_epi32((int)j),
+                                                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    *q = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)), 4));
+    return _mm256_cvtph_ps(_mm_set1_epi16((short)(blk[0] | blk[1] << 8)));
+}
+AVX2_FN __m256 dec8_q5_0(const unsigned char *row, int32_t zero, size_t k) {
+    __m256i q;
+    __m256 d = dec8_q5(row + k / 32 * 22, 2, k % 32, &q);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(16))), d);
+}
+AVX2_FN __m256 dec8_q5_1(const unsigned char *row, int32_t zero, size_t k) {
+    const unsigned char *blk = row + k / 32 * 24;
+    __m256i q;
+    __m256 d = dec8_q5(blk, 4, k % 32, &q), m = _mm256_cvtph_ps(_mm_set1_epi16((short)(blk[2] | blk[3] << 8)));
+    return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q), d), m);
+}
+
 /* An f16 at p widened with F16C (exact: the same float as kquants.h cb_kq_half). */
 AVX2_FN float half_f16c(const unsigned char *p) {
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | p[1] << 8)));
@@ -196,7 +221,7 @@ AVX2_FN void rows_of(kspec ks, dec8_fn dec, const wdesc *d, int32_t r0, int32_t 
     K(I8_ROW, dec8_i8) K(I8_G32, dec8_i8) K(I8_G64, dec8_i8) K(I8_G128, dec8_i8)                  \
     K(I8_MINMAX, dec8_i8_zero) K(I4_G32, dec8_i4) K(I4_G64, dec8_i4) K(I6_G64, dec8_i6)            \
     K(Q8_0, dec8_q8_0) K(Q4_K, dec8_q4_k) K(Q6_K, dec8_q6_k) K(Q5_K, dec8_q5_k)                   \
-    K(MXFP4, dec8_mxfp4) K(IQ4_XS, dec8_iq4_xs) K(IQ4_NL, dec8_iq4_nl)
+    K(MXFP4, dec8_mxfp4) K(IQ4_XS, dec8_iq4_xs) K(IQ4_NL, dec8_iq4_nl) K(Q5_0, dec8_q5_0) K(Q5_1, dec8_q5_1)
 #define LEVEL_OUTLINE AVX2_OUTLINE
 LEVEL_KERNEL_TABLE(AVX2_KERNELS)
 

@@ -12,7 +12,8 @@ layers, Q4_K (Q5_K) for every other 2-D weight but the router: the mix of a real
 layer Q4_K and of the next Q6_K (the gguf package has no k-quant quantizer: colibri's reference one,
 format/kquants.py, makes the blocks; gguf.quants.dequantize stays the independent reader). The k-quants
 need cols in whole 256-element super-blocks, so such a model's sizes are multiples of 256. `qtype` IQ4_XS
-(IQ4_NL) is the same mix with IQ4_XS (IQ4_NL) blocks (colibri's format/iquants.py) in place of Q4_K; MXFP4_MOE
+(IQ4_NL) is the same mix with IQ4_XS (IQ4_NL) blocks (colibri's format/iquants.py) in place of Q4_K, Q5_0 (Q5_1)
+with Q5_0 (Q5_1) blocks by gguf.quants (llama-quantize's fallback for rows not in 256-blocks); MXFP4_MOE
 is llama-quantize's gpt-oss type: the expert stacks MXFP4, every other matrix Q8_0 (both by gguf.quants).
 """
 import re
@@ -230,7 +231,7 @@ def tensor_type(name, v, qtype, counts=None):
         if name.startswith("output.") or (m and more and use_more_bits(int(m.group(1)), counts[more])):
             return "Q6_K"
         return qtype[:4]
-    if qtype in ("IQ4_XS", "IQ4_NL"):
+    if qtype in ("IQ4_XS", "IQ4_NL", "Q5_0", "Q5_1"):
         return "Q6_K" if name.startswith("output.") else qtype
     return qtype
 
@@ -245,7 +246,7 @@ def _store(w, name, v, kind):
         q = q.reshape(v.shape[:-1] + (-1,))
         w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType[kind])
         return q
-    if kind in ("Q8_0", "MXFP4"):
+    if kind in ("Q8_0", "MXFP4", "Q5_0", "Q5_1"):
         q = gguf.quants.quantize(v, gguf.GGMLQuantizationType[kind])
         w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType[kind])
         return q

@@ -152,10 +152,11 @@ def test_q8_0_logits_equal_transformers_on_the_gguf_values_on_every_level(q8):
     assert rel_err(got["scalar"], reference(model, ids)) > 1e-6        # the file's values, not the float model's
 
 
-@pytest.fixture(scope="module", params=["MXFP4_MOE", "IQ4_XS", "IQ4_NL"])
+@pytest.fixture(scope="module", params=["MXFP4_MOE", "IQ4_XS", "IQ4_NL", "Q5_0", "Q5_1"])
 def blocks(tmp_path_factory, request):
     """A tiny Qwen3-MoE with every quantized matrix in whole 256-element super-blocks, written with IQ4_XS's
-    (IQ4_NL's) blocks (experts, attention and embedding; Q6_K output, router F32), or MXFP4_MOE's (MXFP4 experts,
+    (IQ4_NL's, Q5_0's, Q5_1's) blocks (experts, attention and embedding; Q6_K output, router F32), or MXFP4_MOE's
+    (MXFP4 experts,
     Q8_0 elsewhere), and imported: (qtype, stored arrays, container, model). The K-quant mixes:
     test_format_gguf_mix.py."""
     import transformers

@@ -162,16 +162,24 @@ def test_default_mode_rounds_activations_to_q8k_as_llama_cpp_and_lands_closer_to
     assert r["q8k"]["top1"] >= max(r["exact"]["top1"], 0.98)
 
 
-def test_a_fallback_type_we_lack_is_refused_by_name_before_anything_is_written(tmp_path):
+def test_llama_quantize_fallback_blocks_are_kept_bit_for_bit(tmp_path):
     """Rows not in whole 256-element super-blocks make llama-quantize fall back (tensor_type_fallback): Q4_K ->
-    Q5_0, Q6_K -> Q8_0. Q8_0 is kept; Q5_0 has no encoding here, so the file is refused naming the tensor and the
-    type, and no container (nor a .partial) is left (GLM-4.5-Air's 1408-wide expert rows meet this)."""
+    Q5_0, Q6_K -> Q8_0 (GLM-4.5-Air's 1408-wide expert rows meet this). Both are kept: every expert's down blocks
+    are the file's bytes and decode as gguf.quants does (Q5_0 was refused by name before the q5_0 encoding)."""
     write_checkpoint(tmp_path / "hf", 4, moe_inter=288)
     llama_cpp.convert_hf(TOOLS, tmp_path / "hf", tmp_path / "f32.gguf")
     log = llama_cpp.quantize(TOOLS, tmp_path / "f32.gguf", tmp_path / "q.gguf", "Q4_K_M")
     assert "falling back to    q5_0" in log and "falling back to    q8_0" in log
-    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(tmp_path / "q.gguf")).tensors}
-    assert types["blk.0.ffn_down_exps.weight"] == "Q5_0" and types["blk.1.ffn_down_exps.weight"] == "Q8_0"
-    with pytest.raises(FormatError, match=r"q\.gguf: tensor 'blk\.0\.ffn_down_exps\.weight' is Q5_0: not supported"):
-        convert(tmp_path / "q.gguf", tmp_path / "out.colibri", progress=False)
-    assert not [f for f in os.listdir(tmp_path) if f.startswith("out.colibri")]
+    reader = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "q.gguf")).tensors}
+    assert reader["blk.0.ffn_down_exps.weight"].tensor_type.name == "Q5_0"
+    assert reader["blk.1.ffn_down_exps.weight"].tensor_type.name == "Q8_0"
+    convert(tmp_path / "q.gguf", tmp_path / "out.colibri", progress=False)
+    with cd.open_model(tmp_path / "out.colibri") as m:
+        for name in ("blk.0.ffn_down_exps.weight", "blk.1.ffn_down_exps.weight"):
+            t = reader[name]
+            q = np.asarray(t.data).reshape(4, 256, -1)
+            for e, (blob, ml) in enumerate(kept_matrices(m, name, 4)):
+                assert DTYPE_NAMES[ml.dtype] == t.tensor_type.name.lower()
+                assert bytes(np.asarray(blob)[ml.data_offset:ml.data_offset + ml.data_bytes]) == q[e].tobytes()
+                assert np.array_equal(dequantize(blob, ml).view(np.uint32),
+                                      gguf.quants.dequantize(q[e], t.tensor_type).view(np.uint32))

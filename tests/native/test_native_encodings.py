@@ -27,3 +27,5 @@ def test_row_bytes_equal_the_c_rule():
     assert encodings.BY_NAME["mxfp4"].data_bytes(3, 64) == 3 * 2 * 17      # block_mxfp4: 1 + 16 bytes
     assert encodings.BY_NAME["iq4_xs"].data_bytes(3, 512) == 3 * 2 * 136   # block_iq4_xs: 2 + 2 + 4 + 128 bytes
     assert encodings.BY_NAME["iq4_nl"].data_bytes(3, 64) == 3 * 2 * 18     # block_iq4_nl: 2 + 16 bytes
+    assert encodings.BY_NAME["q5_0"].data_bytes(3, 64) == 3 * 2 * 22       # block_q5_0: 2 + 4 + 16 bytes
+    assert encodings.BY_NAME["q5_1"].data_bytes(3, 64) == 3 * 2 * 24       # block_q5_1: 2 + 2 + 4 + 16 bytes

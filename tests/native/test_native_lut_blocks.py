@@ -1,8 +1,9 @@
-"""llama.cpp's table-valued 4-bit blocks kept as they are (mxfp4: gpt-oss's MXFP4; iq4_xs, iq4_nl: the i-quants'
-IQ4_XS / IQ4_NL): the native decode equals gguf.quants.dequantize bit for bit on random blocks (random codes and
+"""llama.cpp's blocks of 32 / 256 kept as they are (mxfp4: gpt-oss's MXFP4; iq4_xs, iq4_nl: the i-quants'
+IQ4_XS / IQ4_NL; q5_0, q5_1: llama-quantize's fallbacks Q5_0 / Q5_1): the native decode equals gguf.quants.dequantize bit for bit on random blocks (random codes and
 sub-block scales, every E8M0 byte, finite f16 d over several magnitudes), through cb_embed (the scalar decoder)
 and through every SIMD level's matmul (the 8-lane decoders); expert and dense products give the same bits on
-every level on odd row counts; our quantizers write blocks gguf reads; cols that are not whole blocks are refused
+every level on odd row counts; our quantizers write blocks gguf reads (mxfp4, q5_0, q5_1: the very bytes of
+gguf.quants.quantize, ggml's reference quantizers); cols that are not whole blocks are refused
 naming the multiple."""
 import numpy as np
 import pytest
@@ -15,9 +16,8 @@ from colibri_dist.native import Runtime, embed, matrix_view, simd_force
 from native_helpers import AVAILABLE_LEVELS, decoded, ffn_ref, rand_expert, simd_params, view_of
 
 gguf = pytest.importorskip("gguf")
-SCHEMES = ["mxfp4", "iq4_xs", "iq4_nl"]
-QTYPE = {"mxfp4": gguf.GGMLQuantizationType.MXFP4, "iq4_xs": gguf.GGMLQuantizationType.IQ4_XS,
-         "iq4_nl": gguf.GGMLQuantizationType.IQ4_NL}
+SCHEMES = ["mxfp4", "iq4_xs", "iq4_nl", "q5_0", "q5_1"]
+QTYPE = {s: gguf.GGMLQuantizationType[s.upper()] for s in SCHEMES}
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,9 @@ def random_blocks(rng, scheme, rows, cols, scales=None):
     if scheme == "mxfp4":
         b[:, 0] = rng.choice(np.asarray(scales if scales is not None else np.arange(0, 200), np.uint8), n)
     else:
-        h = (rng.standard_normal(n) * rng.choice([1e-6, 1e-3, 1.0, 300.0], n)).astype(np.float16)
-        b[:, 0:2] = h.view(np.uint8).reshape(n, 2)
+        for o in (0, 2) if scheme == "q5_1" else (0,):         # d (and q5_1's m)
+            h = (rng.standard_normal(n) * rng.choice([1e-6, 1e-3, 1.0, 300.0], n)).astype(np.float16)
+            b[:, o:o + 2] = h.view(np.uint8).reshape(n, 2)
     return b.reshape(rows, -1)
 
 
@@ -115,13 +116,15 @@ def test_our_quantizer_writes_blocks_gguf_reads(scheme):
     raw = blob[:layout.data_bytes].reshape(5, -1)
     back = gguf.quants.dequantize(raw, QTYPE[scheme])
     assert same_bits(dequantize(blob, layout), back)
-    if scheme == "mxfp4":                                      # ggml's reference quantizer, as gguf's writes it
+    if scheme in ("mxfp4", "q5_0", "q5_1"):                    # ggml's reference quantizer, as gguf's writes it
         assert np.array_equal(raw, gguf.quants.quantize(w, QTYPE[scheme]))
     runs = np.abs(w).reshape(-1, 32).max(axis=1, keepdims=True)
     # mxfp4: the top gap (2^f .. 1.5 * 2^f) and the clip at 1.5 * 2^f (f = floor(log2 max|block|)) are both within
     # max / 4; the i-quants: half the widest gap (24 of 127) or the clip to 113 on the far side, plus the f16 and
     # 6-bit scale rounding, measured 0.12 on these normal weights
-    bound = {"mxfp4": 0.25, "iq4_xs": 0.15, "iq4_nl": 0.15}[scheme]
+    # q5_0: half a step of max / 16, or on the far side the clip to 15 steps (one step); q5_1: half a step of
+    # (max - min) / 31; plus the f16 rounding of d and m
+    bound = {"mxfp4": 0.25, "iq4_xs": 0.15, "iq4_nl": 0.15, "q5_0": 0.07, "q5_1": 0.04}[scheme]
     assert (np.abs(back - w).reshape(-1, 32) <= bound * runs).all()
 
 
