@@ -30,6 +30,7 @@ static const int QPATH[CB_DTYPE_COUNT] = {
     [CB_Q5_K] = CB_QPATH_KQ,
     [CB_Q6_K] = CB_QPATH_KQ,
     [CB_Q8_0] = CB_QPATH_Q80,
+    [CB_Q5_0] = CB_QPATH_Q80,
 };
 
 int cb_qpath_of(int32_t dtype) { return dtype >= 0 && dtype < CB_DTYPE_COUNT ? QPATH[dtype] : CB_QPATH_NONE; }

@@ -5,6 +5,7 @@
  */
 #include "kernels.h"
 #include "q80.h"
+#include "q5quants.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels_kq_x86.h"
 

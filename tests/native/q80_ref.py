@@ -1,9 +1,10 @@
-"""numpy reference of the Q8_0 x Q8_0 product (docs/KERNELS.md "Q8_0 x Q8_0"), exact to the bit.
+"""numpy reference of the Q8_0 / Q5_0 x Q8_0 product (docs/KERNELS.md "Q8_0 x Q8_0"), exact to the bit.
 
 quantize_q80 is ggml-cpu's x86 quantize_row_q8_0 (per 32 inputs: amax = max |x|, d = f16(amax / 127) (numpy's
 float16 cast: round to nearest even), id = 127 / amax (0 when amax = 0), q = rint(x * id)); a short last block is the
-zero-padded block's. q80_matmul: per output (t, r) and block b in order, the integer sum I = sum w * a (int64), then
-s = fma(dw * da, I, s), dw the weight block's f16 d, as ggml_vec_dot_q8_0_q8_0 adds its blocks.
+zero-padded block's. q80_matmul: per output (t, r) and block b in order, the integer sum I = sum w * a (int64; q5_0's
+w = q - 16 with q's 5th bit from qh, as gguf.quants unpacks it), then s = fma(dw * da, I, s), dw the weight block's
+f16 d, as ggml_vec_dot_q8_0_q8_0 / _q5_0_q8_0 add their blocks.
 """
 import numpy as np
 
@@ -28,17 +29,22 @@ def quantize_q80(x):
     return q, d
 
 
-def q80_parts(raw, rows, nb):
-    """uint8 [rows, nb * 34] -> (codes int64 [rows, nb, 32], d float32 [rows, nb])."""
-    blocks = np.asarray(raw, np.uint8).reshape(rows, nb, 34)
+def q80_parts(raw, rows, nb, scheme="q8_0"):
+    """uint8 [rows, nb * 34 (q5_0: 22)] -> (signed codes int64 [rows, nb, 32], d float32 [rows, nb])."""
+    blocks = np.asarray(raw, np.uint8).reshape(rows, nb, 34 if scheme == "q8_0" else 22)
     d = blocks[:, :, :2].copy().view(np.float16).astype(np.float32)[..., 0]
-    return blocks[:, :, 2:].view(np.int8).astype(np.int64), d
+    if scheme == "q8_0":
+        return blocks[:, :, 2:].view(np.int8).astype(np.int64), d
+    qh = blocks[:, :, 2:6].copy().view("<u4").astype(np.int64)                       # [rows, nb, 1]
+    hi = (qh >> np.arange(32)) & 1
+    qs = blocks[:, :, 6:22].astype(np.int64)
+    return np.concatenate([qs & 15, qs >> 4], axis=2) + 16 * hi - 16, d
 
 
-def q80_matmul(x, raw, rows, cols):
-    """out [n, rows] float32 of x [n, cols] times the q8_0 matrix of blocks raw [rows, row bytes]."""
+def q80_matmul(x, raw, rows, cols, scheme="q8_0"):
+    """out [n, rows] float32 of x [n, cols] times the q8_0 (q5_0) matrix of blocks raw [rows, row bytes]."""
     nb = -(-cols // QK)
-    codes, dw = q80_parts(raw, rows, nb)
+    codes, dw = q80_parts(raw, rows, nb, scheme)
     qa, da = quantize_q80(x)
     s = np.zeros((qa.shape[0], rows), np.float32)
     for b in range(nb):

@@ -1,5 +1,5 @@
-"""q8_0 weights x llama.cpp's Q8_0 activations (kernels_q80*.c): the integer path q8_0 matrices take with the w8a8
-switch on (the default of Engine / LLM), as ggml runs Q8_0 (its vec_dot_type is Q8_0).
+"""q8_0 and q5_0 weights x llama.cpp's Q8_0 activations (kernels_q80*.c): the integer path q8_0 and q5_0 matrices
+take with the w8a8 switch on (the default of Engine / LLM), as ggml runs Q8_0 and Q5_0 (their vec_dot_type is Q8_0).
 
 The scalar kernel equals a numpy model of ggml's formula (q80_ref.py: the blocks read as gguf.quants reads them,
 activations quantized as ggml-cpu's x86 quantize_row_q8_0, integer sums per block, the documented float order) bit
@@ -10,14 +10,14 @@ for dense matrices and experts; the switch off keeps the f32 decoders.
 import numpy as np
 import pytest
 
-from colibri_dist.format.quantize import Encoded, pack_matrix, quantize_q8_0
+from colibri_dist.format.quantize import Encoded, pack_matrix
 from colibri_dist.native import Runtime, matrix_view, simd_force
 from native_helpers import AVAILABLE_LEVELS, simd_params
 from q80_ref import q80_matmul, q80_parts, quantization_bound, quantize_q80
 from test_native_kdot import random_expert
 
 gguf = pytest.importorskip("gguf")
-Q8 = gguf.GGMLQuantizationType.Q8_0
+SCHEMES = ("q8_0", "q5_0")
 TOKENS = (1, 2, 3, 4, 5, 8, 9, 17, 32, 33)
 
 
@@ -30,18 +30,18 @@ def rts():
         v.close()
 
 
-def random_blocks(rng, rows, cols):
-    """uint8 [rows, ceil(cols / 32) * 34]: random codes (-128 included), f16 d of either sign over several
-    magnitudes."""
+def random_blocks(rng, rows, cols, scheme="q8_0"):
+    """uint8 [rows, ceil(cols / 32) * 34 (q5_0: 22)]: random codes (q8_0's -128 included), f16 d of either sign over
+    several magnitudes."""
     n = rows * -(-cols // 32)
-    b = rng.integers(0, 256, (n, 34), dtype=np.uint8)
+    b = rng.integers(0, 256, (n, 34 if scheme == "q8_0" else 22), dtype=np.uint8)
     h = (rng.standard_normal(n) * rng.choice([1e-6, 1e-3, 1.0, 300.0], n)).astype(np.float16)
     b[:, :2] = h.view(np.uint8).reshape(n, 2)
     return b.reshape(rows, -1)
 
 
-def view_of(raw, rows, cols):
-    return matrix_view(*pack_matrix(Encoded("q8_0", rows, cols, raw), "q8_0"))
+def view_of(raw, rows, cols, scheme="q8_0"):
+    return matrix_view(*pack_matrix(Encoded(scheme, rows, cols, raw), scheme))
 
 
 def activations(rng, n, cols):
@@ -58,11 +58,12 @@ def activations(rng, n, cols):
     return x
 
 
-def test_reference_reads_blocks_as_gguf_and_quantizes_as_ggml():
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_reference_reads_blocks_as_gguf_and_quantizes_as_ggml(scheme):
     rng = np.random.default_rng(2)
-    raw = random_blocks(rng, 9, 256)
-    codes, d = q80_parts(raw, 9, 8)
-    want = gguf.quants.dequantize(raw, Q8).astype(np.float32)
+    raw = random_blocks(rng, 9, 256, scheme)
+    codes, d = q80_parts(raw, 9, 8, scheme)
+    want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[scheme.upper()]).astype(np.float32)
     got = (codes.astype(np.float32) * d[..., None]).reshape(9, 256)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     x = activations(rng, 6, 64)
@@ -74,13 +75,15 @@ def test_reference_reads_blocks_as_gguf_and_quantizes_as_ggml():
     assert da[2].max() < 1e-7 and np.abs(q[2]).max() == 127
 
 
-@pytest.mark.parametrize("rows,cols", [(67, 512), (5, 32), (1, 96), (33, 1024), (7, 40), (3, 70)])
-def test_scalar_kernel_equals_the_numpy_model_of_ggml_formula(rts, rows, cols):
+@pytest.mark.parametrize("scheme,rows,cols", [(s, r, c) for s in SCHEMES
+                                              for r, c in [(67, 512), (5, 32), (1, 96), (33, 1024), (7, 40), (3, 70)]
+                                              if s == "q8_0" or c % 32 == 0])
+def test_scalar_kernel_equals_the_numpy_model_of_ggml_formula(rts, scheme, rows, cols):
     rng = np.random.default_rng(rows + cols)
-    raw = random_blocks(rng, rows, cols)
-    view = view_of(raw, rows, cols)
+    raw = random_blocks(rng, rows, cols, scheme)
+    view = view_of(raw, rows, cols, scheme)
     x = activations(rng, 33, cols)
-    ref = q80_matmul(x, raw, rows, cols)
+    ref = q80_matmul(x, raw, rows, cols, scheme)
     with simd_force("scalar"):
         for n in (1, 3, 32, 33):
             got = rts[1].matmul(np.ascontiguousarray(x[:n]), view)
@@ -90,30 +93,32 @@ def test_scalar_kernel_equals_the_numpy_model_of_ggml_formula(rts, rows, cols):
         assert not ref[1].any()                     # an all-zero input block: d = 0, codes 0, no NaN
 
 
-def test_product_is_within_the_activation_rounding_of_gguf_weights_times_x(rts):
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_product_is_within_the_activation_rounding_of_gguf_weights_times_x(rts, scheme):
     """|ours - gguf.dequantize(W) @ x| <= sum_b |da_b| (1/2 + d's f16 rounding) sum_{k in b} |W| (+ float slack)."""
     rng = np.random.default_rng(4)
-    raw = quantize_q8_0((rng.standard_normal((40, 1024)) * 0.05).astype(np.float32))
-    deq = gguf.quants.dequantize(raw, Q8).astype(np.float64)
+    raw = q8_blocks(rng, scheme, 40, 1024)
+    deq = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[scheme.upper()]).astype(np.float64)
     x = rng.standard_normal((8, 1024)).astype(np.float32)
-    got = rts[2].matmul(x, view_of(raw, 40, 1024)).astype(np.float64)
+    got = rts[2].matmul(x, view_of(raw, 40, 1024, scheme)).astype(np.float64)
     exact = x.astype(np.float64) @ deq.T
     bound = quantization_bound(x, deq) + 1e-5 * np.abs(exact).max()
     assert (np.abs(got - exact) <= bound).all()
     assert np.abs(got - exact).max() > 0                   # the activations really are quantized
     assert np.abs(got - exact).max() <= 0.02 * np.abs(exact).max()
-    plain = rts["plain"].matmul(x, view_of(raw, 40, 1024)).astype(np.float64)   # switch off: the f32 decoders
+    plain = rts["plain"].matmul(x, view_of(raw, 40, 1024, scheme)).astype(np.float64)   # switch off: the f32 decoders
     assert np.abs(plain - exact).max() <= 1e-5 * np.abs(exact).max() and not np.array_equal(plain, got)
 
 
 @pytest.mark.parametrize("level", simd_params())
-@pytest.mark.parametrize("rows,cols", [(67, 512), (8, 512), (3, 96), (1, 512), (9, 70)])
-def test_dense_every_level_tokens_rows_and_threads_equal_scalar(rts, level, rows, cols):
+@pytest.mark.parametrize("scheme,rows,cols", [("q8_0", 67, 512), ("q8_0", 8, 512), ("q8_0", 3, 96), ("q8_0", 1, 512),
+                                              ("q8_0", 9, 70), ("q5_0", 67, 512), ("q5_0", 3, 96), ("q5_0", 1, 64)])
+def test_dense_every_level_tokens_rows_and_threads_equal_scalar(rts, level, scheme, rows, cols):
     rng = np.random.default_rng(11 * rows + cols)
-    raw = random_blocks(rng, rows, cols)
-    view = view_of(raw, rows, cols)
+    raw = random_blocks(rng, rows, cols, scheme)
+    view = view_of(raw, rows, cols, scheme)
     x = activations(rng, max(TOKENS), cols)
-    ref = q80_matmul(x, raw, rows, cols)
+    ref = q80_matmul(x, raw, rows, cols, scheme)
     with simd_force(level):
         assert np.array_equal(rts[3].matmul(x, view), ref), level
         for n in TOKENS:
@@ -136,12 +141,15 @@ def test_matmul_many_gives_q8_0_and_k_quants_each_their_activations(rts):
 
 
 def q8_blocks(rng, scheme, rows, cols):
-    return quantize_q8_0((rng.standard_normal((rows, cols)) * 0.05).astype(np.float32))
+    """Blocks of our quantizers (q8_0, q5_0) on N(0, 0.05) weights."""
+    from colibri_dist.format.quantize import quantize_matrix
+    return quantize_matrix((rng.standard_normal((rows, cols)) * 0.05).astype(np.float32), scheme)[0].reshape(rows, -1)
 
 
-def test_expert_every_level_batch_rows_and_threads_equal_scalar(rts):
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_expert_every_level_batch_rows_and_threads_equal_scalar(rts, scheme):
     rng = np.random.default_rng(17)
-    view = random_expert(rng, "q8_0", 512, 224, blocks=q8_blocks)
+    view = random_expert(rng, scheme, 512, 224, blocks=q8_blocks)
     x = activations(rng, 33, 512) * np.float32(0.05)
     with simd_force("scalar"):
         ref = rts[1].expert_forward(x, view)
