@@ -38,8 +38,8 @@ typedef cb_dot_rows_q4_k cb_dot_rows_q6_k;
 typedef struct cb_q8k_block cb_q8k_block;
 typedef void cb_dot_rows_kq_k(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
                               float *const *outs, int64_t nt);
-/* Q8_0 x Q8_0 (kernels_q80.c): CB_Q8_0 rows x llama.cpp's Q8_0 activation blocks (q80.h cb_q80_block, one per 32
- * inputs; xa[t] is token t's row of blocks). */
+/* Q8_0 x Q8_0 (kernels_q80.c): CB_Q8_0 or CB_Q5_0 rows x llama.cpp's Q8_0 activation blocks (q80.h cb_q80_block, one
+ * per 32 inputs; xa[t] is token t's row of blocks). */
 typedef struct cb_q80_block cb_q80_block;
 typedef void cb_dot_rows_q80_k(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q80_block *const *xa,
                                float *const *outs, int64_t nt);

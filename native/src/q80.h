@@ -1,6 +1,6 @@
 /* q80.h — llama.cpp's Q8_0 activation blocks as colibri's Q8_0 x Q8_0 kernels read them.
  *
- * Role: the vec_dot type of Q8_0 weights (ggml-cpu's type_traits: Q8_0 x Q8_0). One block per 32 inputs with the
+ * Role: the vec_dot type of Q8_0 and Q5_0 weights (ggml-cpu's type_traits: Q8_0 x Q8_0, Q5_0 x Q8_0). One block per 32 inputs with the
  * values of ggml-cpu's x86 quantize_row_q8_0 (kernels_q80.c cb_quantize_row_q80): amax = max |x| over the block,
  * d = f16(amax / 127) (round to nearest even), qs[k] = rint(x[k] * (127 / amax)) (one rounded multiply, ties to
  * even; 0 when amax = 0). d is kept widened to f32 (the exact value of the half ggml stores). 36 bytes.
