@@ -5,7 +5,7 @@ Data actors, stress) builds one config.EngineArgs and calls here:
     open_llm(args)      -> cd.LLM whose MoE layers run in process (args' expert store), on a Ray pool of
                            args.workers started here, or on the running pool args.pool; closing the LLM
                            shuts what was started for it
-    open_experts(args)  -> the MoE executor alone (the in-process Engine or that pool): moe-layer jobs
+    open_experts(args)  -> the MoE executor alone (the in-process MoeExecutor or that pool): moe-layer jobs
     open_pool(args)     -> the pool of args (None in process)
     container(model)    -> the .colibri to open for `model`: itself, or a .gguf's cached import
                            (format/gguf_cache.py: converted once, reused while the file is unchanged); the
@@ -37,13 +37,13 @@ def open_llm(args, pool=None):
 
 
 def open_experts(args):
-    """The MoE executor of args: this process's Engine (its expert store) or the pool (close()/shutdown())."""
+    """The MoE executor of args: this process's MoeExecutor (its expert store) or the pool (close()/shutdown())."""
     args = _check_model(args)
     pool = open_pool(args)
     if pool is not None:
         return pool
-    from .engine import Engine
-    return Engine(args.model, threads=args.threads, cache_bytes=args.cache_bytes, offload_dir=args.offload_dir,
+    from .moe_executor import MoeExecutor
+    return MoeExecutor(args.model, threads=args.threads, cache_bytes=args.cache_bytes, offload_dir=args.offload_dir,
                   policy=args.policy, compression=args.offload_compression, w8a8=args.w8a8)
 
 

@@ -1,7 +1,7 @@
 """`colibri run [CONFIG] [--out DIR]`: run (or resume) a batch inference job from a YAML config.
 
 Role in the data flow: argv -> config.load_config (ConfigError -> exit 2) ->
-command-line overrides -> jobs.runner.run_job -> outputs, report.json,
+command-line overrides -> jobs.pipeline.run_job -> outputs, report.json,
 report.html and a summary table; exit 0, 1 (incomplete), 3 (rows errored, see exit_code); on Ctrl-C,
 what was kept and the command that resumes (resume_hint; exit 130).
 A no-CONFIG job (--model --input) runs in-process unless the model exceeds the available RAM or
@@ -55,7 +55,7 @@ def register(subparsers):
     p.add_argument("--kind", choices=["generate", "score"], default=None,
                    help="job kind when no CONFIG is given with --model (default: generate)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="override pool.workers (0 = run in-process on the Engine, no Ray)")
+                   help="override pool.workers (0 = run in-process on the MoeExecutor, no Ray)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="native threads: job.threads in-process, pool.threads_per_worker on a pool")
     p.add_argument("--executor", choices=["pool", "engine"], default=None, help="override job.executor")
@@ -166,7 +166,7 @@ def available_ram(meminfo="/proc/meminfo"):
 def main(args):
     from ..errors import ColibriError
     from ..jobs.run.executors import uses_pool
-    from ..jobs.runner import run_job
+    from ..jobs.pipeline import run_job
     cfg = load_job(args)
     if uses_pool(cfg) and not cfg.pool.name:
         warn_workers(cfg.pool.workers, "--workers" if args.workers is not None else "pool.workers")
@@ -183,7 +183,7 @@ def main(args):
 def resume_hint(args, cfg):
     """What an interrupted run kept, and the command that resumes it (the same one, without --restart)."""
     from ..jobs.run.partial import kept_count
-    from ..jobs.runner import DEFAULT_OUT
+    from ..jobs.pipeline import DEFAULT_OUT
     out = os.path.abspath(args.out or cfg.job.output or DEFAULT_OUT)
     argv = [a for a in getattr(args, "argv", None) or ["run"] if a != "--restart"]
     kept = kept_count(out)

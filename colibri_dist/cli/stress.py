@@ -17,7 +17,7 @@ def register(subparsers):
         "stress", help="stress the offload path with injected faults (default: configs/offload-stress.yaml)",
         description="Drive a Ray pool under a RAM budget far below the working set with the SSD tier on, "
                     "inject faults on a schedule, check every output bit for bit against an all-resident "
-                    "Engine, and write report.json (see docs/STRESS.md).")
+                    "MoeExecutor, and write report.json (see docs/STRESS.md).")
     p.add_argument("config", nargs="?", default=None, metavar="CONFIG",
                    help="stress config YAML (default: the packaged configs/offload-stress.yaml)")
     p.add_argument("--duration", type=float, default=None, metavar="S", help="override stress.duration_s")

@@ -83,7 +83,7 @@ class EngineArgs:
 
     @property
     def in_process(self):
-        """True when this process's own Engine runs the MoE layers."""
+        """True when this process's own MoeExecutor runs the MoE layers."""
         return not (self.workers or self.pool)
 
     def replace(self, **changes):

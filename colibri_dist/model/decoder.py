@@ -4,12 +4,12 @@ Role in the data flow: LLM (and the generation scheduler through it) calls forwa
 step = (sequence, new token ids, want): want True = logits after every new token, False = after the
 last one only, or a list of indices into the new tokens (negative from the end). The tokens of all steps go through the stack together:
 embed -> per layer [rmsnorm -> attention (attention.py, paged KV) -> residual -> rmsnorm ->
-MoE (Engine: route/group/experts/combine over the expert store) or dense MLP -> residual] ->
+MoE (MoeExecutor: route/group/experts/combine over the expert store) or dense MLP -> residual] ->
 final norm -> lm_head on the rows asked for. Every op is row-wise or per (token, head), so a
 sequence's logits are bit-identical whatever else is in the step, how its prompt was chunked,
 the thread count, the expert cache budget or tier.
 
-A GQA layer whose experts are mapped in this process (Engine.mapped_moe) or that has a dense MLP runs
+A GQA layer whose experts are mapped in this process (MoeExecutor.mapped_moe) or that has a dense MLP runs
 as one native call (native.layer_forward: the same ops in C, the same bits); MLA layers, experts
 behind a RAM budget or on pool workers take the op-by-op path (decoder.fused = False forces it).
 """
@@ -29,7 +29,7 @@ DEBUG_CHECKS = os.environ.get("COLIBRI_DEBUG_CHECKS", "") not in ("", "0")   # e
 
 class Decoder:
     def __init__(self, arch, weights, engine, cache, moe=None, salt=None):
-        self.arch, self.w, self.engine, self.cache = arch, weights, engine, cache
+        self.arch, self.w, self.executor, self.cache = arch, weights, engine, cache
         self.fused = True                                   # the switch; fusing() says whether it applies now
         self._plans = {}                                    # layer -> (MoeLayer or None, native.LayerPlan)
         self._plans_at, self._plan_list = None, None        # the expert-set version the fused plans are of
@@ -81,7 +81,7 @@ class Decoder:
         """steps: [(seq, token ids, want)] -> per step float32 logits [rows asked for, vocab]. trusted: the
         generation engine's steps, made from requests add_request checked (token ids in the vocabulary, each
         sequence once, want a bool), are not checked again (COLIBRI_DEBUG_CHECKS=1 checks them anyway)."""
-        self.engine.model.check_unchanged()     # the mmap'd file edited in place: refuse (reader.py)
+        self.executor.model.check_unchanged()     # the mmap'd file edited in place: refuse (reader.py)
         self.sync_salt()
         lay = self._plan(steps, trusted and not DEBUG_CHECKS)
         ids = np.array(lay.ids, dtype=np.int32)
@@ -93,7 +93,7 @@ class Decoder:
         for (seq, _, _), a, b in zip(steps, lay.starts, lay.starts[1:]):
             self.cache.commit(seq, lay.ids[a:b])
         self.tokens_processed += ids.size
-        self.engine.model.check_unchanged()
+        self.executor.model.check_unchanged()
         out, at = [], 0
         for n in lay.n_rows:
             out.append(logits[at:at + n])
@@ -102,20 +102,20 @@ class Decoder:
 
     def _whole_step(self, plans, steps, lay, ids):
         """Every layer fused: the step is native.fused_forward (the same C calls, checked once above)."""
-        heat = self.engine.count_routed if self.engine.heat.on else None
+        heat = self.executor.count_routed if self.executor.heat.on else None
         positions = lay.pos0 if len(lay.ids) == len(steps) else \
             [p + j for p, n in zip(lay.pos0, lay.counts) for j in range(n)]                 # decode: pos0
         packed = native.pack_step(lay.starts, lay.pos0, positions, [seq.blocks for seq, _, _ in steps])
         if self._head is None:
             self._head = native.StepHead(self.w.embed, self.w.final_norm, self.arch.rms_eps, self.w.lm_head)
         try:
-            return native.fused_forward(self.rt, plans, self._head, ids, packed, lay.rows, self.engine.config.top_k,
+            return native.fused_forward(self.rt, plans, self._head, ids, packed, lay.rows, self.executor.config.top_k,
                                         heat)
         except NativeError as exc:
             layer = getattr(exc, "layer", None)
             if layer is None:
                 raise
-            raise NativeError(f"{self.engine.path}: layer {layer}: {exc.message}", exc.code) from exc
+            raise NativeError(f"{self.executor.path}: layer {layer}: {exc.message}", exc.code) from exc
 
     def _layer_by_layer(self, plans, steps, lay, ids):
         """Op by op (MLA, experts elsewhere), or fused layer by layer through the checked wrappers."""
@@ -125,7 +125,7 @@ class Decoder:
         batch = Batch(seq_start, pos0, positions, [seq.table() for seq, _, _ in steps])
         h = native.embed(self.w.embed, ids)
         x = np.empty_like(h)     # every norm's output, reused: this call's own (lanes may run forward at once)
-        step = native.Step(batch.seqs, positions, h, self.engine.config.top_k) if plans else None
+        step = native.Step(batch.seqs, positions, h, self.executor.config.top_k) if plans else None
         for layer, lw in enumerate(self.w.layers):
             plan = plans[layer] if plans else None
             if plan is not None:
@@ -143,11 +143,11 @@ class Decoder:
 
     def fusing(self):
         """Layers may run fused: GQA, and the MoE executor is the engine itself (not a pool, a meter, a recorder)."""
-        return self.fused and not self.arch.mla and self.moe is self.engine
+        return self.fused and not self.arch.mla and self.moe is self.executor
 
     def _fused_plans(self):
         """Every layer's LayerPlan (None: op by op), rebuilt only when the expert set changed (a hot-add)."""
-        version = self.engine.segments.version
+        version = self.executor.segments.version
         if self._plans_at != version:
             self._plan_list = [self._plan_of(layer, lw) for layer, lw in enumerate(self.w.layers)]
             self._plans_at = version
@@ -155,7 +155,7 @@ class Decoder:
 
     def _plan_of(self, layer, lw):
         """The layer's native.LayerPlan, or None when its experts are not mapped here (a RAM budget)."""
-        moe = None if lw.mlp is not None else self.engine.mapped_moe(layer)
+        moe = None if lw.mlp is not None else self.executor.mapped_moe(layer)
         if lw.mlp is None and moe is None:
             return None
         cached = self._plans.get(layer)
@@ -170,10 +170,10 @@ class Decoder:
     def _fused_layer(self, layer, plan, step):
         try:
             native.layer_forward(self.rt, plan, step)
-        except NativeError as exc:                          # name the file and layer, as Engine.moe_forward does
-            raise NativeError(f"{self.engine.path}: layer {layer}: {exc.message}", exc.code) from exc
-        if plan.top_k and self.engine.heat.on:
-            self.engine.count_routed(layer, step.idx)
+        except NativeError as exc:                          # name the file and layer, as MoeExecutor.moe_forward does
+            raise NativeError(f"{self.executor.path}: layer {layer}: {exc.message}", exc.code) from exc
+        if plan.top_k and self.executor.heat.on:
+            self.executor.count_routed(layer, step.idx)
 
 
 def _rows(want, n, i):

@@ -1,7 +1,7 @@
 """LLM: a whole MoE language model in process — logits, generate, chat and score (vLLM's names).
 
 Role in the data flow: the user-facing object. It opens the container, builds the Architecture
-(arch.py) and the kernel-ready weights (weights.py), an Engine for the MoE layers (expert store:
+(arch.py) and the kernel-ready weights (weights.py), an MoeExecutor for the MoE layers (expert store:
 RAM cache, mmap, SSD offload, prefetch, hot-add) or a caller-given MoE executor (`moe=`, e.g. a
 Ray pool client: anything with moe_forward(layer, x)), a paged KVCache, and the Decoder. Besides
 the teacher-forced `logits` / `logits_batch` it is the step model the generation scheduler
@@ -46,7 +46,7 @@ class LLM:
         (the spilled experts under offload_dir). dtype, tensor_parallel_size, gpu_memory_utilization,
         trust_remote_code, enforce_eager: vLLM's, with their CPU meaning or refused (vllm_options.py);
         max_logprobs: vLLM's, the most logprobs / prompt_logprobs a request may ask (more: InvalidArgument)."""
-        from ..engine import Engine
+        from ..moe_executor import MoeExecutor
         from ..generate import SchedulerConfig
         if model is None:
             raise InvalidArgument("LLM: model (the .colibri path) is required", parameter="model", value=model)
@@ -62,21 +62,21 @@ class LLM:
         self.scheduler_config = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
                                                 max_num_seqs=max_num_seqs, base_seed=seed,
                                                 prefill_chunk_size=prefill_chunk_size, max_logprobs=max_logprobs)
-        self.engine = Engine(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
+        self.executor = MoeExecutor(path, threads=threads, cache_bytes=cache_bytes, offload_dir=offload_dir,
                              policy=policy, prefetch_workers=prefetch_workers, w8a8=w8a8, checksums=checksums,
                              compression=offload_compression)
         try:
             self._setup(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe, max_num_seqs,
                         _prefix_switch(enable_prefix_caching, moe), allow_long_context)
         except BaseException:
-            self.engine.close()
+            self.executor.close()
             raise
         self._closed = False
 
     @classmethod
     def from_args(cls, args, moe=None, owns_moe=False):
         """The LLM of a config.EngineArgs (its engine keywords; moe: where its MoE layers run, None = this
-        process's Engine with args' expert store): the one way EngineArgs reach an LLM. owns_moe: close()
+        process's MoeExecutor with args' expert store): the one way EngineArgs reach an LLM. owns_moe: close()
         also shuts moe (a pool started for this LLM)."""
         llm = cls(args.model, moe=moe, **args.llm_kwargs())
         llm._owned_moe = moe if owns_moe else None
@@ -84,8 +84,8 @@ class LLM:
 
     def _setup(self, kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, moe, max_num_seqs, prefix,
                allow_long_context):
-        model = self.engine.model
-        _check_moe_mode(moe, self.engine.runtime.w8a8, self.path)
+        model = self.executor.model
+        _check_moe_mode(moe, self.executor.runtime.w8a8, self.path)
         meta = model.meta if isinstance(model.meta, dict) else {}
         self.arch = architecture(model.config.family, meta.get("source_config"), where=self.path)
         self.weights = load_weights(model, self.arch)
@@ -94,8 +94,8 @@ class LLM:
         salt = self._salt_fn(moe) if prefix else None
         self.cache = self._kv_cache(kv_cache_bytes, max_seq_len, kv_cache_dtype, block_size, max_num_seqs, prefix,
                                     salt)
-        self.moe = moe                    # the caller-given MoE executor (a Pool), or None: self.engine
-        self.decoder = Decoder(self.arch, self.weights, self.engine, self.cache, moe=moe, salt=salt)
+        self.moe = moe                    # the caller-given MoE executor (a Pool), or None: self.executor
+        self.decoder = Decoder(self.arch, self.weights, self.executor, self.cache, moe=moe, salt=salt)
         files = model.tokenizer_files()
         self.tokenizer = load_tokenizer(files, self.path)
         self.tokenizer_config = tokenizer_config(files, self.path)
@@ -134,7 +134,7 @@ class LLM:
         if moe is not None:
             ident = getattr(moe, "kv_identity", None)
             return (lambda: ("moe", ident())) if callable(ident) else (lambda: ("moe", id(moe)))
-        segments = self.engine.segments
+        segments = self.executor.segments
         return lambda: ("engine", segments.version)
 
     # -- facts ------------------------------------------------------------------
@@ -319,7 +319,7 @@ class LLM:
 
     # -- lifecycle ---------------------------------------------------------------
     def stats(self):
-        s = dict(self.engine.stats())
+        s = dict(self.executor.stats())
         s["kv_cache"] = {"blocks": self.cache.n_blocks, "block_size": self.cache.block_size,
                          "used_blocks": self.cache.used_blocks(), "peak_blocks": self.cache.peak_blocks,
                          "bytes": self.cache.nbytes(), "dtype": self.cache.dtype,
@@ -338,7 +338,7 @@ class LLM:
         if not getattr(self, "_closed", True):
             self._closed = True
             try:
-                self.engine.close()
+                self.executor.close()
             finally:
                 owned = getattr(self, "_owned_moe", None)
                 if owned is not None:

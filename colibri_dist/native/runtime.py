@@ -1,6 +1,6 @@
 """Runtime: a cb_engine (thread pool + scratch arena) with numpy in/out and checked arguments.
 
-Role: what the Engine and the pool workers call to route tokens, run experts,
+Role: what the MoeExecutor and the pool workers call to route tokens, run experts,
 run the shared expert and the fused MoE layer. One caller thread at a time
 (a lock serialises calls); results are batch invariant, so splitting a batch
 across calls, threads or processes never changes a bit.

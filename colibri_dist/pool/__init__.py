@@ -1,7 +1,7 @@
 """Ray worker pool (the only room that imports ray): ExpertWorker actors, per-caller routing
 (ExpertClient), the Router control plane, sequence runners, and their facades.
 
-    with Pool(path, workers=2) as pool:      # same bits as Engine(path).moe_forward
+    with Pool(path, workers=2) as pool:      # same bits as MoeExecutor(path).moe_forward
         y = pool.moe_forward(layer, x)
     pool = Pool.attach("svc")                 # join a named pool from another process
     with RunnerPool(path, PoolConfig(workers=2), runners=2) as rp:

@@ -2,10 +2,10 @@
 
 Role in the data flow (one call = one MoE layer batch, in whatever process holds the client:
 the driver of a Pool, each sequence runner, or the Router actor for routing="router"):
-    route (an Engine's native Runtime.route)  ->  group per expert
+    route (an MoeExecutor's native Runtime.route)  ->  group per expert
     -> this client's balancer picks a replica per expert  ->  one request per worker per micro-batch
     -> all micro-batches in flight, replies gathered with ray.wait
-    -> scatter into slot_out[t, j] / shared[t]  ->  native.combine  (same bits as the Engine)
+    -> scatter into slot_out[t, j] / shared[t]  ->  native.combine  (same bits as the MoeExecutor)
 Every runner holds its own client, so no actor sits on the path of every token: each balances
 its own traffic over the shared workers (same deterministic placement, so an expert's home is
 the same worker for every runner: cache locality), and a runner lost takes only its own
@@ -29,7 +29,7 @@ from ..routing.balancer import make_balancer
 from ..routing.heat import ExpertHeat
 from ..routing.placement import LoadMeter, plan
 from ..routing.policy import BalancedRouting
-from . import engine_access as ea
+from . import executor_access as ea
 from .dispatch import build_batches, group_by_expert, scatter, shared_chunks, split_hot
 
 INLINE_BYTES = 100 * 1024  # smaller batches travel inline in each request (a put costs ~ms)
@@ -38,10 +38,10 @@ DEAD = (RayActorError, ActorUnavailableError)
 
 class ExpertClient:
     def __init__(self, engine, workers, cfg, info=None):
-        """engine: an Engine on the model (routing only; no expert runs on it); workers: the pool's
+        """engine: an MoeExecutor on the model (routing only; no expert runs on it); workers: the pool's
         ExpertWorker actor handles; cfg: its PoolConfig."""
         from .. import native
-        self.native, self.engine, self.workers, self.cfg = native, engine, list(workers), cfg
+        self.native, self.executor, self.workers, self.cfg = native, engine, list(workers), cfg
         self.path, self.n = str(engine.model.path), len(self.workers)
         self.info = list(info) if info is not None else ray.get([w.ping.remote() for w in self.workers])
         self.balancer = make_balancer(cfg.balancer_spec, self.n)
@@ -65,12 +65,12 @@ class ExpertClient:
 
     # ------------------------------------------------------------------ table
     def experts(self):
-        return self.engine.list_experts()
+        return self.executor.list_experts()
 
     def _manifest_stamp(self):
         from ..store.segments import segments_dir
         try:
-            st = os.stat(os.path.join(segments_dir(self.engine.model.path), "MANIFEST.json"))
+            st = os.stat(os.path.join(segments_dir(self.executor.model.path), "MANIFEST.json"))
         except (OSError, AttributeError, TypeError):
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -80,7 +80,7 @@ class ExpertClient:
         stamp = self._manifest_stamp()
         if stamp != self._manifest:
             self._manifest = stamp
-            self.engine.refresh()
+            self.executor.refresh()
             self.shared_cache.clear()
 
     def rebalance(self, replicas=None):
@@ -160,19 +160,19 @@ class ExpertClient:
         if layer not in self.layers:
             raise InvalidArgument(f"layer {layer} is not an MoE layer of {self.path} (MoE layers: {self.layers})")
         x = np.asarray(x)
-        h = ea.hidden(self.engine)
+        h = ea.hidden(self.executor)
         if x.ndim != 2 or x.shape[1] != h:
             raise InvalidArgument(f"layer {layer}: x must have shape [n, {h}], got {list(x.shape)}")
         if x.dtype != np.float32:
             raise InvalidArgument(f"layer {layer}: x must be float32, got {x.dtype}")
-        if not np.isfinite(x).all():  # the balanced policy does not go through the Engine's check
+        if not np.isfinite(x).all():  # the balanced policy does not go through the MoeExecutor's check
             raise InvalidArgument(f"layer {layer}: x contains NaN or Inf (non-finite input is rejected)")
         return np.ascontiguousarray(x)
 
     def _route(self, layer, x):
         if self.policy is None:
-            return self.engine.route(layer, x)
-        router, bias, gating, ids = ea.router_of(self.engine, layer)
+            return self.executor.route(layer, x)
+        router, bias, gating, ids = ea.router_of(self.executor, layer)
         idx, w = self.policy.route(layer, x, router, gating, bias)
         return ids[idx].astype(np.int32), w
 
@@ -182,7 +182,7 @@ class ExpertClient:
 
     def _has_shared(self, layer):
         if layer not in self.shared_cache:
-            self.shared_cache[layer] = ea.has_shared(self.engine, layer)
+            self.shared_cache[layer] = ea.has_shared(self.executor, layer)
         return self.shared_cache[layer]
 
     # ------------------------------------------------------------------ forward
@@ -192,7 +192,7 @@ class ExpertClient:
         x = self.check_x(layer, x)
         x_arg = x_ref if x_ref is not None else (x if x.nbytes < INLINE_BYTES else ray.put(x))
         self.refresh_down()
-        n, k, h = len(x), ea.top_k(self.engine), x.shape[1]
+        n, k, h = len(x), ea.top_k(self.executor), x.shape[1]
         if n == 0:
             return np.zeros((0, h), np.float32)
         idx_all, w_all = np.zeros((n, k), np.int32), np.zeros((n, k), np.float32)
@@ -234,7 +234,7 @@ class ExpertClient:
                                           expert_of=lambda key: (layer, key[0]), among=self._among(total))
         self.off_home += sum(1 for key, wk in assign.items() if wk != self._replicas(layer, key[0])[0])
         spans = shared_chunks(len(idx), self.balancer.live()) if with_shared else None
-        version = ea.table_version(self.engine)
+        version = ea.table_version(self.executor)
         for wk, batch in build_batches(groups, assign, spans).items():
             yield wk, batch, batch.request(layer, version, offset)
 

@@ -61,7 +61,7 @@ class PoolConfig:
     offload_dir: Optional[str] = None           # each worker spills under <dir>/worker-<i>/
     compression: Optional[str] = None           # None | "zstd" (spill files)
     policy: str = "lru"
-    w8a8: bool = True                           # the workers' Engine(w8a8=): False = exact weights
+    w8a8: bool = True                           # the workers' MoeExecutor(w8a8=): False = exact weights
     replicas: int = 0
     balancer: object = "token-bucket"           # kind string or {kind, window, threshold}
     routing_policy: str = "exact"

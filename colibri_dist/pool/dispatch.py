@@ -7,7 +7,7 @@ Role in the data flow:
         which travels once, by object reference (zero-copy on the receiving machine)
     worker replies --scatter--> slot_out[t, j, :] and shared[t, :]
 The router then calls native.combine(w, slot_out, shared), the same call the
-Engine makes, so the layer output is bit-identical to the Engine's.
+MoeExecutor makes, so the layer output is bit-identical to the MoeExecutor's.
 """
 from dataclasses import dataclass, field
 

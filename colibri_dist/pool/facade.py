@@ -1,7 +1,7 @@
 """Pool: the user-facing handle of a Router actor and its ExpertWorker actors.
 
 Role: `with Pool(path, workers=2) as pool: y = pool.moe_forward(layer, x)` gives the
-same bits as `Engine(path).moe_forward(layer, x)`. With routing_at="caller" (default) this
+same bits as `MoeExecutor(path).moe_forward(layer, x)`. With routing_at="caller" (default) this
 process routes, balances and combines itself (an ExpertClient over the Router's worker
 handles: one Ray hop per worker and micro-batch); with "router" it sends each layer batch
 to the Router actor, which does. With `name=...` the actors are named and detached (a
@@ -24,7 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..errors import ColibriError, PoolError
 from .config import config_from_kwargs
 from .ray_setup import NAMESPACE, connect, resolve_placement
-from . import engine_access as ea
+from . import executor_access as ea
 from .client import DEAD, INLINE_BYTES, ExpertClient
 from .router import RouterActor, spawn_workers
 
@@ -89,8 +89,8 @@ class Pool:
         self.config = h["config"]
         if self.config.routing_at != "caller":
             return None
-        from ..engine import Engine
-        engine = Engine(h["path"], threads=1)
+        from ..moe_executor import MoeExecutor
+        engine = MoeExecutor(h["path"], threads=1)
         client = ExpertClient(engine, h["workers"], h["config"], h["info"])
         client.turn = self._turn
         return client
@@ -189,7 +189,7 @@ class Pool:
             return self._call("table_version")
         with self._turn:
             self._client.maybe_refresh()
-            return ea.table_version(self._client.engine)
+            return ea.table_version(self._client.executor)
 
     def count_heat(self):
         """From now on count the tokens routed to each expert through this handle (heat())."""
@@ -253,7 +253,7 @@ class Pool:
             self._kill_router()
         self._router = None
         if getattr(self, "_client", None) is not None:
-            self._client.engine.close()
+            self._client.executor.close()
             self._client = None
         if self._started_ray:
             ray.shutdown()

@@ -9,12 +9,12 @@ are actors, on their own resources (*_map_kwargs; default num_cpus=0). If the ac
 each row function and of each stage feeding them (a read_json task) do not fit the cluster's CPUs (a
 pipeline that would wait forever), the actors' default reservation shrinks to fit, and an explicit
 num_cpus that cannot fit is an InvalidArgument (ray_data_cpus.py).
-A row the runner fails raises by default (ray.data.llm's should_continue_on_error=False); with
+A row the processor fails raises by default (ray.data.llm's should_continue_on_error=False); with
 should_continue_on_error=True it gets an `error` column and the pipeline goes on.
 Each actor takes a NUMA slot from a small counter actor, pins itself with the numa room's plan
 (pool/worker.py's _numa_pin: one slot per core group, round-robin over the nodes; pinning decides
-speed, never results), then opens ONE runner (`runner_factory(config, threads)`, e.g. an LLM) and
-sends it every batch as a list of row dicts. Input columns are carried over unchanged; the runner's
+speed, never results), then opens ONE batch processor (`processor_factory(config, threads)`, e.g. an LLM) and
+sends it every batch as a list of row dicts. Input columns are carried over unchanged; the processor's
 output columns are added (replacing input columns of the same name) with fixed Arrow types, so
 batches with only bad rows still have the same schema. Needs pyarrow (Ray Data does too): the
 `colibri-dist[data]` extra.
@@ -107,19 +107,19 @@ class _Slots:
 
 
 class ColibriPredictor:
-    """The map_batches callable class: one runner (LLM) per actor, NUMA-pinned at start."""
+    """The map_batches callable class: one batch processor (an LLM) per actor, NUMA-pinned at start."""
 
-    def __init__(self, config, runner_factory, slots=None):
+    def __init__(self, config, processor_factory, slots=None):
         from .worker import _numa_pin
         self.config = config
         self.slot = ray.get(slots.next.remote()) if slots is not None else 0
         self.numa_report, cpus = _numa_pin(self.slot, config.max_actors, config.numa)
-        self.runner = runner_factory(config, config.threads or (len(cpus) if cpus else None))
+        self.processor = processor_factory(config, config.threads or (len(cpus) if cpus else None))
         self.types = _types()[config.kind]
 
     def __call__(self, table):
         import pyarrow as pa
-        out = self.runner.run([_plain(r) for r in table.to_pylist()])
+        out = self.processor.run([_plain(r) for r in table.to_pylist()])
         if not self.config.should_continue_on_error:
             bad = next(((i, r) for i, r in enumerate(out) if r.get("error")), None)
             if bad is not None:
@@ -161,9 +161,9 @@ class RowFn:
 class Processor:
     """processor(ds) -> ds with the output columns (ray.data.llm's Processor shape)."""
 
-    def __init__(self, config, runner_factory, preprocess=None, postprocess=None, preprocess_map_kwargs=None,
+    def __init__(self, config, processor_factory, preprocess=None, postprocess=None, preprocess_map_kwargs=None,
                  postprocess_map_kwargs=None):
-        self.config, self.runner_factory = config, runner_factory
+        self.config, self.processor_factory = config, processor_factory
         self.preprocess, self.postprocess = preprocess, postprocess
         # the row functions reserve no CPU by default: the actors may hold every CPU of a small machine
         self.pre_kwargs = {"num_cpus": 0, **(preprocess_map_kwargs or {})}
@@ -193,18 +193,18 @@ class Processor:
         slots = _Slots.remote()
         pool = ray.data.ActorPoolStrategy(size=c.concurrency) if isinstance(c.concurrency, int) else \
             ray.data.ActorPoolStrategy(min_size=c.concurrency[0], max_size=c.concurrency[1])
-        ds = ds.map_batches(ColibriPredictor, fn_constructor_kwargs={"config": c, "runner_factory": self.runner_factory,
-                                                                     "slots": slots},
+        ds = ds.map_batches(ColibriPredictor, fn_constructor_kwargs={
+            "config": c, "processor_factory": self.processor_factory, "slots": slots},
                             batch_size=c.batch_size, batch_format="pyarrow", compute=pool, num_cpus=cpus)
         if self.postprocess is not None:
             ds = self._row_stage(ds, self.postprocess, self.post_kwargs)
         return ds
 
 
-def build_processor(config, runner_factory, preprocess=None, postprocess=None, preprocess_map_kwargs=None,
+def build_processor(config, processor_factory, preprocess=None, postprocess=None, preprocess_map_kwargs=None,
                     postprocess_map_kwargs=None):
-    """A Processor for `config` whose actors run `runner_factory(config, threads)` (see colibri_dist.ray_data)."""
+    """A Processor for `config` whose actors run `processor_factory(config, threads)` (see colibri_dist.ray_data)."""
     if not isinstance(config, ColibriProcessorConfig):
         raise InvalidArgument(f"build_processor: expected a ColibriProcessorConfig, got {type(config).__name__}")
-    return Processor(dataclasses.replace(config), runner_factory, preprocess, postprocess, preprocess_map_kwargs,
+    return Processor(dataclasses.replace(config), processor_factory, preprocess, postprocess, preprocess_map_kwargs,
                      postprocess_map_kwargs)

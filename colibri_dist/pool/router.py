@@ -4,7 +4,7 @@ Role: the Router actor holds the ExpertWorker actors (Ray restarts a dead one up
 max_restarts). The workers are spawned by the Pool driver (spawn_workers), not by the Router, so they
 do not share its fate: a Router that dies (Ray restarts it up to max_restarts, re-running __init__ with
 the same worker handles and re-reading hot-added experts from the manifest) costs the control plane a
-restart, never the workers or the data path; the Router persists hot-added experts through its private Engine (versioned manifest beside the
+restart, never the workers or the data path; the Router persists hot-added experts through its private MoeExecutor (versioned manifest beside the
 model) and tells the workers to refresh, and hands the worker handles to every caller that routes
 for itself (ExpertClient: the Pool driver, each sequence runner). With routing_at="router" (the
 design before sequence runners, kept for comparison) callers send it whole layer batches and its
@@ -16,7 +16,7 @@ import uuid
 
 import ray
 
-from . import engine_access as ea
+from . import executor_access as ea
 from .client import DEAD, ExpertClient
 from .stats import pool_stats
 from .worker import ExpertWorker
@@ -43,13 +43,13 @@ def _spawn(path, c, i, name):
 
 class Router:
     def __init__(self, path, cfg, worker_names=None):
-        from ..engine import Engine
+        from ..moe_executor import MoeExecutor
         self.path, self.cfg = str(path), cfg
-        self.engine = Engine(path, threads=1)       # hot-added experts: re-read from the manifest
+        self.executor = MoeExecutor(path, threads=1)       # hot-added experts: re-read from the manifest
         self.workers = [ray.get_actor(n, namespace=cfg.namespace) for n in worker_names] \
             if worker_names is not None else spawn_workers(path, cfg)[1]
         info = ray.get([w.ping.remote() for w in self.workers])
-        self.client = ExpertClient(self.engine, self.workers, cfg, info)
+        self.client = ExpertClient(self.executor, self.workers, cfg, info)
         self.started = os.getpid()
 
     def handles(self):
@@ -72,14 +72,14 @@ class Router:
     # ------------------------------------------------------------------ table
     def add_expert(self, layer, weights, router_row, bias=0.0):
         """Persist a new expert (Router engine), let every live worker see it; returns its id."""
-        new_id = int(self.engine.add_expert(layer, weights, router_row, bias=bias))
+        new_id = int(self.executor.add_expert(layer, weights, router_row, bias=bias))
         self._refresh_workers()
         self.client.placement.add_expert(layer, new_id)
         self.client._manifest = self.client._manifest_stamp()
         return new_id
 
     def remove_expert(self, layer, e):
-        self.engine.remove_expert(layer, e)
+        self.executor.remove_expert(layer, e)
         self._refresh_workers()
         self.client.placement.remove_expert(layer, int(e))
         self.client._manifest = self.client._manifest_stamp()
@@ -110,16 +110,16 @@ class Router:
 
     def stats(self, counters=None, routing_at="router"):
         """counters: the callers' ExpertClient.counters() (routing in the callers); None = this Router's."""
-        self.engine.refresh()
+        self.executor.refresh()
         entries = self.client.worker_stats()
         return pool_stats(entries, counters if counters is not None else [self.client.counters()],
-                          ea.table_version(self.engine), self.cfg.routing_policy, self.client.experts(),
+                          ea.table_version(self.executor), self.cfg.routing_policy, self.client.experts(),
                           routing_at, self.cfg)
 
     def table_version(self):
         """The expert set's version this Router routes with (Pool.kv_identity when the Router routes)."""
-        self.engine.refresh()
-        return ea.table_version(self.engine)
+        self.executor.refresh()
+        return ea.table_version(self.executor)
 
     def count_heat(self):
         self.client.heat.on = True
@@ -137,7 +137,7 @@ class Router:
                 ray.kill(w, no_restart=True)
             except Exception:
                 pass
-        self.engine.close()
+        self.executor.close()
         return True
 
 

@@ -47,7 +47,7 @@ class SequenceRunner:
         moe = _LateMoe()
         moe.w8a8 = cfg.w8a8                   # the workers' arithmetic: LLM refuses an llm w8a8 that differs
         self.llm = LLM(path, moe=moe, **dict(dict(w8a8=cfg.w8a8), **dict(llm_kwargs or {})))
-        self.client = ExpertClient(self.llm.engine, workers, cfg, info)
+        self.client = ExpertClient(self.llm.executor, workers, cfg, info)
         moe.client = self.client
         self.turn = threading.Lock()          # held by a lane except while its experts are away
         self.client.turn = self.turn

@@ -1,4 +1,4 @@
-"""ExpertWorker: a thin shell over one Engine, living in its own Ray actor process.
+"""ExpertWorker: a thin shell over one MoeExecutor, living in its own Ray actor process.
 
 Role in the data flow: receives one request per micro-batch from the Router
 (the layer batch x by object reference, read zero-copy from the object store,
@@ -46,7 +46,7 @@ class ExpertWorker:
 
     def __init__(self, path, index, cfg):
         """cfg: the pool's PoolConfig (pool/config.py), the same object the Router got."""
-        from ..engine import Engine
+        from ..moe_executor import MoeExecutor
         self.index, self.path = int(index), str(path)
         threads = cfg.threads_per_worker
         self.numa_report, cpus = _numa_pin(self.index, cfg.workers, cfg.numa, cfg.worker_numa_node_of(self.index))
@@ -56,7 +56,7 @@ class ExpertWorker:
         if offload_dir:
             offload_dir = os.path.join(offload_dir, f"worker-{self.index}")
             os.makedirs(offload_dir, exist_ok=True)
-        self.engine = Engine(path, threads=threads, cache_bytes=cfg.cache_bytes, offload_dir=offload_dir,
+        self.executor = MoeExecutor(path, threads=threads, cache_bytes=cfg.cache_bytes, offload_dir=offload_dir,
                              policy=cfg.policy, cpus=cpus, compression=cfg.compression, w8a8=cfg.w8a8,
                              source_delay_s=cfg.hooks.source_delay_s)
         self.cpus = cpus
@@ -72,11 +72,11 @@ class ExpertWorker:
                 "node": ray.get_runtime_context().get_node_id()}
 
     def table_version(self):
-        return int(self.engine.segments.version)
+        return int(self.executor.segments.version)
 
     def refresh(self):
         """See experts the Router added or removed (persisted beside the model); returns the version."""
-        self.engine.refresh()
+        self.executor.refresh()
         return self.table_version()
 
     def run(self, x, req):
@@ -92,12 +92,12 @@ class ExpertWorker:
         if any(self.sim):
             return self._simulate(x, req, started)
         layer = req["layer"]
-        outs = self.engine.experts_forward(layer, x, req["experts"])
+        outs = self.executor.experts_forward(layer, x, req["experts"])
         out = np.concatenate(outs) if outs else np.zeros((0, x.shape[1]), np.float32)
         shared = None
         if req["shared"] is not None:
             start, stop = req["shared"]
-            shared = self.engine.shared_forward(layer, x[start:stop])
+            shared = self.executor.shared_forward(layer, x[start:stop])
         self.requests += 1
         self.rows += len(out)
         return {"out": out, "shared": shared, "pid": os.getpid(), "busy_s": time.perf_counter() - started}
@@ -120,8 +120,8 @@ class ExpertWorker:
         return {"index": self.index, "pid": os.getpid(), "cpus": self.cpus, "version": self.table_version(),
                 "node": ray.get_runtime_context().get_node_id(),
                 "requests": self.requests, "rows": self.rows, "numa": self.numa_report,
-                "engine": self.engine.stats()}
+                "engine": self.executor.stats()}
 
     def close(self):
-        self.engine.close()
+        self.executor.close()
         return True

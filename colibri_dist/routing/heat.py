@@ -1,8 +1,8 @@
 """ExpertHeat: tokens routed to each expert of each layer, counted where the routing happens.
 
-Role in the data flow: the in-process Engine (its op-by-op MoE forward and the fused layer's routing) and
+Role in the data flow: the in-process MoeExecutor (its op-by-op MoE forward and the fused layer's routing) and
 each pool ExpertClient add the expert ids they routed (`add(layer, idx)`) while `on` (jobs turn it on:
-Engine.heat.on = True, Pool.count_heat()); jobs and reports read `report()` and `rows` after the fact. Counting never changes a routed id, a weight or a bit of output.
+MoeExecutor.heat.on = True, Pool.count_heat()); jobs and reports read `report()` and `rows` after the fact. Counting never changes a routed id, a weight or a bit of output.
 """
 import threading
 

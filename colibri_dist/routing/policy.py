@@ -135,7 +135,7 @@ def route_balanced(policy, engine, layer, x):
 
 
 def forward_with_routing(engine, layer, x, idx, w):
-    """The layer output for a given routing, with the Engine's own kernels (expert, shared, combine)."""
+    """The layer output for a given routing, with the MoeExecutor's own kernels (expert, shared, combine)."""
     from .. import native
     n, k = idx.shape
     slot_out = np.empty((n, k, x.shape[1]), np.float32)

@@ -20,7 +20,7 @@ ROLES = {"gate": ("gate", "gate_proj", "w1"), "up": ("up", "up_proj", "w3"), "do
 class ExpertAdmin:
     def __init__(self, llm, pool, backend):
         self.backend = backend
-        self.target = pool if pool is not None else llm.engine      # a Pool, a RemoteEngine or the Engine
+        self.target = pool if pool is not None else llm.executor      # a Pool, a RemoteEngine or the MoeExecutor
         self.changes = 0
 
     def list(self):

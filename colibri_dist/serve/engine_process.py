@@ -112,7 +112,7 @@ def _serve(cfg, conn):
     except BaseException as exc:
         conn.send(("error", _portable(exc)))
         return
-    target = pool if pool is not None else llm.engine
+    target = pool if pool is not None else llm.executor
     ops = {"add_request": engine.add_request, "abort": engine.abort, "step": engine.step, "stats": llm.stats,
            "pool_stats": pool.stats if pool is not None else (lambda: None),
            "add_expert": target.add_expert, "remove_expert": target.remove_expert,

@@ -88,7 +88,7 @@ class ModelInfo:
 
 def _family(llm):
     try:
-        return llm.engine.model.config.family
+        return llm.executor.model.config.family
     except AttributeError:
         return None
 

@@ -1,4 +1,4 @@
-"""Counters of the expert store (names are part of Engine.stats()).
+"""Counters of the expert store (names are part of MoeExecutor.stats()).
 
 Role in the data flow: ExpertStore bumps these under its lock; stats() returns a
 plain dict. Definitions (docs/STORE.md):

@@ -1,4 +1,4 @@
-"""The truth a stress run is checked against: an in-process, all-resident Engine.
+"""The truth a stress run is checked against: an in-process, all-resident MoeExecutor.
 
 Role in the data flow: the harness gives every batch the pool answered to
 `Reference.forward(layer, x)` and compares bit for bit (np.array_equal, via
@@ -56,25 +56,25 @@ def worker_budget(pool, cache_fraction, experts_bytes):
 
 class Reference:
     def __init__(self, path, threads=1):
-        from ..engine import Engine
+        from ..moe_executor import MoeExecutor
         self.path = path
-        self.engine = Engine(path, threads=threads, cache_bytes=None, offload_dir=None)
+        self.executor = MoeExecutor(path, threads=threads, cache_bytes=None, offload_dir=None)
         self._lock = threading.Lock()
 
     def forward(self, layer, x):
         with self._lock:
-            return self.engine.moe_forward(layer, x)
+            return self.executor.moe_forward(layer, x)
 
     def add_expert(self, layer, weights, router_row, bias=0.0):
         with self._lock:
-            return int(self.engine.add_expert(layer, weights, router_row, bias=bias))
+            return int(self.executor.add_expert(layer, weights, router_row, bias=bias))
 
     def remove_expert(self, layer, e):
         with self._lock:
-            self.engine.remove_expert(layer, e)
+            self.executor.remove_expert(layer, e)
 
     def close(self):
-        self.engine.close()
+        self.executor.close()
 
 
 class ExpertTable:

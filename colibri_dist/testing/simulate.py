@@ -23,15 +23,15 @@ class SimRunner:
     """A sequence runner reduced to its MoE traffic (real ExpertClient, no dense compute)."""
 
     def __init__(self, path, cfg, workers, info, seed):
-        from ..engine import Engine
+        from ..moe_executor import MoeExecutor
         from ..pool.client import ExpertClient
-        self.engine = Engine(path, threads=1)
-        self.client = ExpertClient(self.engine, workers, cfg, info)
+        self.executor = MoeExecutor(path, threads=1)
+        self.client = ExpertClient(self.executor, workers, cfg, info)
         self.rng = np.random.default_rng(seed)
 
     def warm(self, batch, layers):
-        h = self.engine.model.config.hidden
-        self.moe = list(self.engine.model.moe_layers)
+        h = self.executor.model.config.hidden
+        self.moe = list(self.executor.model.moe_layers)
         self.xs = [self.rng.standard_normal((batch, h)).astype(np.float32) for _ in range(layers)]
         self.client.moe_forward(self.moe[0], self.xs[0])
         return True

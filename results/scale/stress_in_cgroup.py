@@ -2,7 +2,7 @@
 
 python results/scale/stress_in_cgroup.py CONFIG OUT [FRACTION] [RUNTIME_MIB]
 The group's limit is FRACTION (0.4) x the size of the config's model file + RUNTIME_MIB (1536: Ray's processes,
-the Python runtimes and the driver's all-resident reference Engine, whose mapped pages are reclaimable); the whole
+the Python runtimes and the driver's all-resident reference MoeExecutor, whose mapped pages are reclaimable); the whole
 process tree (driver, Ray, workers and their restarts) runs inside it. Prints the group's peak, failcnt, OOM kills.
 """
 import json

@@ -85,7 +85,7 @@ def test_workers_above_the_core_count_warn(monkeypatch, tmp_path, capsys):
     from colibri_dist.cli.common import core_count, warn_workers
     assert warn_workers(core_count()) is None
     assert "is more than the" in warn_workers(core_count() + 1)
-    import colibri_dist.jobs.runner as runner
+    import colibri_dist.jobs.pipeline as runner
     seen = []
     monkeypatch.setattr(runner, "run_job", lambda cfg, **kw: seen.append(cfg) or {"complete": True})
     assert main(["run", "--workers", str(core_count() + 14)]) == 0
@@ -95,7 +95,7 @@ def test_workers_above_the_core_count_warn(monkeypatch, tmp_path, capsys):
 
 
 def test_run_threads_model_input_without_a_yaml(monkeypatch, tmp_path, capsys):
-    import colibri_dist.jobs.runner as runner
+    import colibri_dist.jobs.pipeline as runner
     seen = []
     monkeypatch.setattr(runner, "run_job", lambda cfg, **kw: seen.append(cfg) or {"complete": True})
     monkeypatch.chdir(tmp_path)

@@ -1,7 +1,7 @@
 """`colibri run` as a user runs it: exit codes, --help everywhere, the demo on a Ray pool, kill and resume.
 
 One Ray session in this module (the default `colibri run`: the demo LLM on a pool, in a subprocess);
-everything else runs in-process or with `pool.workers: 0` (Engine, no Ray).
+everything else runs in-process or with `pool.workers: 0` (MoeExecutor, no Ray).
 """
 import json
 import os
@@ -15,7 +15,7 @@ import pytest
 from colibri_dist.cli import build_parser, main
 from colibri_dist.config import load_config
 from colibri_dist.demos.classifier import ensure_demo
-from colibri_dist.jobs.runner import run_job
+from colibri_dist.jobs.pipeline import run_job
 
 TINY = """\
 job: {{kind: token-classification, batch_tokens: {batch}}}

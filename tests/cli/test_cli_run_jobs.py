@@ -32,7 +32,7 @@ def test_bad_rows_exit_3_error_count_first_unless_on_error_continue(demo, tmp_pa
     rc = main(["run", "--model", art.model, "--input", prompts, "--out", out, "--progress", "log"])
     err = capsys.readouterr().err
     assert rc == EXIT_ROW_ERRORS == 3
-    assert "running in-process on the Engine (no Ray)" in err             # no-YAML default: no pool for this model
+    assert "running in-process on the MoeExecutor (no Ray)" in err             # no-YAML default: no pool for this model
     line = next(x for x in err.splitlines() if "rows failed" in x)
     assert "1 of 4 rows failed" in line and "prompts.jsonl:4: row 'bad': empty prompt" in line
     assert "job.on_error: continue" in line and "--restart" in line

@@ -1,7 +1,7 @@
 """The C reader (cb_model_*) sees the same model as the Python reader, bit for bit.
 
 A C program's path - cb_model_open -> cb_model_moe_layer -> cb_moe_forward -
-must give exactly the Engine's output, for every family (shared experts,
+must give exactly the MoeExecutor's output, for every family (shared experts,
 shared gate, DeepSeek bias and grouping included) and an int8 scheme.
 """
 import os
@@ -56,7 +56,7 @@ def test_c_reader_forward_equals_engine(converted, c_model, family, scheme):
     m = c_model(path)
     layer = cd.open_model(path).moe_layers[-1]
     x = np.random.default_rng(3).standard_normal((24, 32)).astype(np.float32)
-    with cd.Engine(path) as eng:
+    with cd.MoeExecutor(path) as eng:
         want = eng.moe_forward(layer, x)
     assert np.array_equal(c_moe_forward(m, layer, x), want)
 

@@ -9,7 +9,7 @@ import pytest
 
 import colibri_dist as cd
 from colibri_dist.errors import IntegrityError
-from colibri_dist.engine import Engine
+from colibri_dist.moe_executor import MoeExecutor
 
 
 def _edit_in_place(path, offset):
@@ -31,7 +31,7 @@ def model_copy(converted, tmp_path):
 
 
 def test_engine_refuses_a_file_edited_while_open(model_copy):
-    with Engine(model_copy) as eng:
+    with MoeExecutor(model_copy) as eng:
         layer = eng.model.moe_layers[0]
         x = np.random.default_rng(0).standard_normal((3, eng.model.config.hidden)).astype(np.float32)
         first = eng.moe_forward(layer, x)

@@ -1,5 +1,5 @@
 """Bounded container fuzzing (issue 15, "keep them found"): seeded mutations of real containers
-through `colibri inspect`, `colibri verify`, the Engine (mmap and tiny budget) and the C reader
+through `colibri inspect`, `colibri verify`, the MoeExecutor (mmap and tiny budget) and the C reader
 built with ASan/UBSan. Every case must end in a clear error or a correct result:
 
   - a signal, a hang (> DEADLINE_S per case), a traceback (anything but ColibriError) fails;
@@ -117,7 +117,7 @@ def mutations(original, seed):
 def _outputs(path, x, cache_bytes):
     """('ok', [outputs per MoE layer]) or ('error', type name); non-ColibriError exceptions propagate."""
     try:
-        with cd.Engine(path, threads=1, cache_bytes=cache_bytes, lookahead=False) as eng:
+        with cd.MoeExecutor(path, threads=1, cache_bytes=cache_bytes, lookahead=False) as eng:
             return "ok", [eng.moe_forward(layer, x) for layer in eng.model.moe_layers]
     except ColibriError as exc:
         assert str(path) in str(exc) or "layer" in str(exc), str(exc)

@@ -164,7 +164,7 @@ def test_the_c_reader_opens_a_mixed_container_and_gives_the_engines_bits(mix):
     try:
         x = np.random.default_rng(4).standard_normal((12, 256)).astype(np.float32)
         for layer in (0, 1):
-            with cd.Engine(path, w8a8=False) as eng:     # c_moe_forward's engine: the exact-weights mode
+            with cd.MoeExecutor(path, w8a8=False) as eng:     # c_moe_forward's engine: the exact-weights mode
                 want = eng.moe_forward(layer, x)
             assert np.array_equal(c_moe_forward(out[0], layer, x), want)
     finally:
@@ -189,7 +189,7 @@ def test_a_hot_added_expert_takes_its_layers_encodings(mix, tmp_path):
     w = {"gate": rng.standard_normal((256, 256)).astype(np.float32) * 0.05,
          "up": rng.standard_normal((256, 256)).astype(np.float32) * 0.05,
          "down": rng.standard_normal((256, 256)).astype(np.float32) * 0.05}
-    with cd.Engine(local) as eng:
+    with cd.MoeExecutor(local) as eng:
         e = eng.add_expert(1, w, np.zeros(256, np.float32))
         assert eng.store.source.layout(1, e).schemes == eng.model.expert_layout(1).schemes == (base, base, "q6_k")
         x = np.random.default_rng(1).standard_normal((3, 256)).astype(np.float32)

@@ -93,7 +93,7 @@ def test_bad_metadata_is_one_format_error(raw_model, capsys, meta, words):
     raw, path = raw_model
     _write(path, set_meta(raw, meta))
     with pytest.raises(FormatError, match=words):
-        cd.Engine(path)
+        cd.MoeExecutor(path)
     assert main(["inspect", str(path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("colibri: error:") and words in err[0]

@@ -1,6 +1,6 @@
 """THE LIVE ORACLE: converted tiny checkpoints reproduce the transformers MoE blocks.
 
-For each family (and both source layouts), the colibri Engine's moe_forward on
+For each family (and both source layouts), the colibri MoeExecutor's moe_forward on
 one MoE layer is compared with `model.model.layers[L].mlp` itself on random
 hidden states. f32 experts: max abs error <= 2e-5 * max|ref|; bf16/f16 within
 their rounding; int8 schemes: cosine >= 0.999; int4 per group: cosine >= 0.98.
@@ -22,7 +22,7 @@ def reference(hf, layer, x):
 
 
 def colibri(path, layer, x):
-    with cd.Engine(path) as eng:
+    with cd.MoeExecutor(path) as eng:
         return eng.moe_forward(layer, x)
 
 

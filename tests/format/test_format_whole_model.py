@@ -74,7 +74,7 @@ def test_existing_destination_is_refused_without_force(src, tmp_path):
 def test_force_replaces_model_and_drops_old_hot_added_experts(src, tmp_path):
     dst = tmp_path / "m.colibri"
     cd.convert(src, dst, experts="f32", progress=False)
-    with cd.Engine(dst) as eng:
+    with cd.MoeExecutor(dst) as eng:
         added = _hot_add(eng, 0, seed=0)
     assert os.path.isdir(str(dst) + ".experts")
     with pytest.raises(InvalidArgument, match="hot-added experts"):
@@ -82,7 +82,7 @@ def test_force_replaces_model_and_drops_old_hot_added_experts(src, tmp_path):
     cd.convert(src, dst, experts="int8", progress=False, force=True)
     assert not os.path.exists(str(dst) + ".experts")
     assert not [p for p in os.listdir(tmp_path) if ".replaced-" in p]
-    with cd.Engine(dst) as eng:
+    with cd.MoeExecutor(dst) as eng:
         assert eng.config.scheme == "int8"
         assert added not in eng.table(0).ids.tolist()
 
@@ -93,7 +93,7 @@ def test_inspect_lists_hot_added_experts(src, tmp_path, capsys):
     cd.convert(src, dst, experts="f32", progress=False)
     assert main(["inspect", str(dst)]) == 0
     assert "hot-added experts: none" in capsys.readouterr().out
-    with cd.Engine(dst) as eng:
+    with cd.MoeExecutor(dst) as eng:
         e = _hot_add(eng, 1, seed=1)
     assert main(["inspect", str(dst), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

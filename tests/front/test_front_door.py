@@ -38,7 +38,7 @@ def recorded(monkeypatch, tmp_path):
     class RecLLM(LLM):
         def __init__(self, model, moe=None, **kw):
             seen.append(("llm", dict(kw)))
-            self.moe, self.engine, self._closed = moe, None, False
+            self.moe, self.executor, self._closed = moe, None, False
             self.decoder = type("Decoder", (), {})()
 
         def close(self):
@@ -72,7 +72,7 @@ def _entry_points(tmp_path, model, spill):
     from colibri_dist.cli import build_parser
     from colibri_dist.cli import generate as cli_generate
     from colibri_dist.cli.serve import config_from_args
-    from colibri_dist.jobs.generation.batch import BatchRunner
+    from colibri_dist.jobs.generation.batch import BatchProcessor
     from colibri_dist.jobs.generation.llm import open_job_llm
     from colibri_dist.jobs.run.executors import open_executor
     from colibri_dist.serve.config import ServeConfig
@@ -89,7 +89,7 @@ def _entry_points(tmp_path, model, spill):
         "serve keywords": lambda: serve_open(ServeConfig(**serve_kw)),
         "job generate": lambda: open_job_llm(_yaml(tmp_path, model, spill)),
         "job moe-layer": lambda: open_executor(_yaml(tmp_path, model, spill, "moe-layer"), model, spill),
-        "ray data": lambda: BatchRunner(model, threads=1, engine_kwargs=dict(
+        "ray data": lambda: BatchProcessor(model, threads=1, engine_kwargs=dict(
             workers=2, w8a8=False, max_num_seqs=4, max_num_batched_tokens=256, kv_cache_bytes=1 << 20,
             max_seq_len=64, offload_dir=spill, **STORE)),
     }

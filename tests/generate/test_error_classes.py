@@ -15,7 +15,7 @@ from colibri_dist.errors import (ColibriError, IntegrityError, InvalidArgument, 
 from colibri_dist.generate import SamplingParams
 from colibri_dist.generate.engine import LLMEngine
 from colibri_dist.generate.sampler import NonFiniteLogits
-from colibri_dist.jobs.runner import run_generation_job
+from colibri_dist.jobs.pipeline import run_generation_job
 from colibri_dist.model import KVCacheFull
 from colibri_dist.pool.config import PoolConfig
 

@@ -8,7 +8,7 @@ from colibri_dist.config import load_config
 from colibri_dist.errors import ConfigError, InvalidArgument
 from colibri_dist.generate import SamplingParams
 from colibri_dist.generate.sampler import derive_seed
-from colibri_dist.jobs.runner import run_generation_job
+from colibri_dist.jobs.pipeline import run_generation_job
 
 from gen_fake_llm import FakeLLM
 
@@ -175,7 +175,7 @@ def test_parquet_input(tmp_path):
 
 
 def test_run_job_dispatches_generation_kinds(tmp_path):
-    from colibri_dist.jobs.runner import run_job
+    from colibri_dist.jobs.pipeline import run_job
     os.makedirs(tmp_path / "data")
     _write(tmp_path / "data" / "in.jsonl", GOOD[:1])
     cfg = _cfg(tmp_path)

@@ -16,7 +16,7 @@ from colibri_dist.config import load_config
 from colibri_dist.demos import llm as demo_llm
 from colibri_dist.jobs.generation import llm as job_llm
 from colibri_dist.jobs.run.partial import kept_count
-from colibri_dist.jobs.runner import run_job
+from colibri_dist.jobs.pipeline import run_job
 
 pytest.importorskip("tokenizers")
 STOP_AFTER = 5                       # finished rows before the interrupt

@@ -9,7 +9,7 @@ from colibri_dist.config import load_config
 from colibri_dist.errors import InvalidArgument
 from colibri_dist.generate.outputs import StreamEvent
 from colibri_dist.jobs.run.progress import RequestProgress
-from colibri_dist.jobs.runner import run_job
+from colibri_dist.jobs.pipeline import run_job
 
 from gen_fake_llm import FakeLLM
 

@@ -14,7 +14,7 @@ import pytest
 
 from colibri_dist.config import load_config
 from colibri_dist.errors import InvalidArgument
-from colibri_dist.jobs.runner import run_job
+from colibri_dist.jobs.pipeline import run_job
 
 from gen_fake_llm import FakeLLM
 
@@ -57,8 +57,8 @@ def _killed_run(tmp_path, out):
 
 
 def _hot_add(model):
-    from colibri_dist.engine import Engine
-    with Engine(model) as eng:
+    from colibri_dist.moe_executor import MoeExecutor
+    with MoeExecutor(model) as eng:
         c, rng = eng.config, np.random.default_rng(0)
         w = {"gate": rng.standard_normal((c.inter, c.hidden)).astype(np.float32),
              "up": rng.standard_normal((c.inter, c.hidden)).astype(np.float32),

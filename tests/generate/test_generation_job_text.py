@@ -11,7 +11,7 @@ from colibri_dist.config import JobSection, load_config
 from colibri_dist.errors import ConfigError
 from colibri_dist.generate.safe_text import TemplateLimits
 from colibri_dist.jobs.generation.job import GenerateKind
-from colibri_dist.jobs.runner import run_generation_job
+from colibri_dist.jobs.pipeline import run_generation_job
 
 from gen_fake_llm import TEMPLATE, FakeLLM
 from gen_hostile_tokenizers import panicky

@@ -8,7 +8,7 @@ import colibri_dist as cd
 from colibri_dist.cli import main
 from colibri_dist.config import load_config
 from colibri_dist.demos import llm as demo_llm
-from colibri_dist.jobs.runner import run_job
+from colibri_dist.jobs.pipeline import run_job
 
 pytest.importorskip("tokenizers")
 

@@ -34,7 +34,7 @@ def fake_job(tmp_path, tiny_container):
     state = SimpleNamespace(model=model, executors=[], cfg_path=str(cfg_path), data=str(data), tmp=tmp_path)
 
     def run(out, fail_after=None, restart=False, **overrides):
-        from colibri_dist.jobs.runner import run_job
+        from colibri_dist.jobs.pipeline import run_job
         cfg = load_config(state.cfg_path)
         for key, value in overrides.items():
             section, name = key.split("__")

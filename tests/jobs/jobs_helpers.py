@@ -2,9 +2,9 @@
 
 `FakeModel` mimics the container reader over the demo generator's float
 weights, and `FakeExecutor` is a plain numpy MoE (softmax top-k, renormalised)
-standing in for the Engine/Pool: enough to test the runner, resume, reports
+standing in for the MoeExecutor/Pool: enough to test the runner, resume, reports
 and the job kinds in isolation. Tests that need the real stack use the real
-reader and Engine instead.
+reader and MoeExecutor instead.
 """
 import os
 from types import SimpleNamespace
@@ -51,7 +51,7 @@ class FakeExecutor:
         self.m, self.calls, self.fail_after = model, 0, fail_after
         self.closed = False
         self.lookups = 0
-        self.heat = ExpertHeat()            # counted where it routes, as the Engine and the pool client do
+        self.heat = ExpertHeat()            # counted where it routes, as the MoeExecutor and the pool client do
 
     def route(self, layer, x):
         logits = x @ self.m.tensors[f"model.layers.{layer}.block_sparse_moe.gate.weight"].T

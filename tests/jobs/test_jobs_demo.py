@@ -1,4 +1,4 @@
-"""The real stack in-process (no Ray): demo generation + converter + Engine, against the numpy reference.
+"""The real stack in-process (no Ray): demo generation + converter + MoeExecutor, against the numpy reference.
 
 Tolerance of the reference comparison: the job runs float32 (native kernels on
 int8 experts, float32 numpy for the dense parts); the reference decodes the
@@ -17,7 +17,7 @@ import pytest
 from colibri_dist.config import load_config
 from colibri_dist.demos.classifier import ensure_demo
 from colibri_dist.demos.classifier_reference import reference_probs
-from colibri_dist.jobs.runner import run_job
+from colibri_dist.jobs.pipeline import run_job
 from jobs_helpers import output_rows, read_jsonl
 
 TINY = """\
@@ -142,7 +142,7 @@ def test_moe_layer_job_equals_engine_layers_in_sequence(demo_env, tmp_path):
                    f"model: {art.model}\npool: {{workers: 0}}\nreport: {{progress: none, summary: false, html: false}}\n")
     rep = run_job(load_config(str(job)), out_dir=str(tmp_path / "out"))
     assert rep["tokens"] == rep["rows"] == 49 and rep["shards"]["total"] == 3
-    with cd.Engine(art.model) as eng:
+    with cd.MoeExecutor(art.model) as eng:
         want = [eng.moe_forward(0, eng.moe_forward(2, a)) for a in arrays]
     got0 = np.concatenate([np.load(tmp_path / "out" / f"h0.part{i:05d}.npy") for i in (0, 1)])
     assert np.array_equal(got0, want[0])

@@ -80,7 +80,7 @@ def test_pool_stats_are_normalized_and_summed_over_workers():
 
 
 def test_executor_line_says_per_worker_only_for_a_pool(tmp_path):
-    from colibri_dist.jobs.runner import _executor_line
+    from colibri_dist.jobs.pipeline import _executor_line
     engine = _executor_line(cfg_with(tmp_path, "{workers: 0, cache_bytes: 2MiB}"), "/tmp/off")
     assert "in-process" in engine and "2.00 MiB" in engine and "per worker" not in engine
     pool = _executor_line(cfg_with(tmp_path, "{workers: 2, cache_bytes: 2MiB}"), "/tmp/off")
@@ -113,11 +113,11 @@ def test_a_pool_w8a8_that_disagrees_with_the_job_is_refused_before_the_pool_star
 @pytest.mark.parametrize("job, pool, want", [("", "", True), ("w8a8: false", "", False),
                                              ("w8a8: false", ", w8a8: false", False), ("", ", w8a8: true", True)])
 def test_the_jobs_own_pool_and_engine_run_the_jobs_arithmetic(tmp_path, monkeypatch, job, pool, want):
-    from colibri_dist import engine as engine_module
+    from colibri_dist import moe_executor as engine_module
     from colibri_dist import pool as pool_module
     seen = {}
     monkeypatch.setattr(pool_module, "Pool", lambda path, **kw: seen.setdefault("pool", kw["w8a8"]))
-    monkeypatch.setattr(engine_module, "Engine", lambda path, **kw: seen.setdefault("engine", kw["w8a8"]))
+    monkeypatch.setattr(engine_module, "MoeExecutor", lambda path, **kw: seen.setdefault("engine", kw["w8a8"]))
     path, model = tmp_path / "job.yaml", tmp_path / "m.colibri"
     model.write_bytes(b"x")
     path.write_text(f"job: {{kind: token-classification, {job}}}\npool: {{workers: 2{pool}}}\n")

@@ -140,7 +140,7 @@ def test_text_input_without_tokenizer_is_a_clear_error(fake_job, tmp_path):
 
 def _legacy_signature(cfg, model_path, paths, kind_settings):
     """The signature token-classification and moe-layer dirs were written under before the one runner
-    (jobs/runner.py job_signature of that colibri, verbatim): model path + mtime, no routing.policy."""
+    (jobs/pipeline.py job_signature of that colibri, verbatim): model path + mtime, no routing.policy."""
     import hashlib
     from colibri_dist.store import segments_dir
     st = os.stat(model_path)

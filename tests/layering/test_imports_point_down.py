@@ -16,7 +16,7 @@ RANKS = {
     "native": 2,
     "routing": 3, "numa": 3,
     "store": 4,
-    "engine": 5,
+    "moe_executor": 5,
     "generate": 6,
     "model": 7,
     "pool": 8,
@@ -122,7 +122,7 @@ def test_nothing_below_imports_serve():
 
 # inside jobs/: the job kinds sit on the shared run/ and reports/ machinery, the one runner on the kinds
 JOBS_RANKS = {"run": 0, "classifier_head": 0, "reports": 1, "moe_kind": 2, "generation": 2,
-              "moe_layer": 3, "token_classification": 3, "runner": 4}
+              "moe_layer": 3, "token_classification": 3, "pipeline": 4}
 
 
 def test_jobs_sub_rooms_point_down():

@@ -12,12 +12,12 @@ def test_llm_and_engine_default_to_the_integer_path_and_w8a8_false_is_exact(whol
     path, _ = whole_model("mixtral", experts="int4-g64", dense="int8")
     ids = np.arange(11) % 90
     with cd.LLM(path) as fast, cd.LLM(path, w8a8=False) as exact:
-        assert fast.engine.runtime.w8a8 and not exact.engine.runtime.w8a8
+        assert fast.executor.runtime.w8a8 and not exact.executor.runtime.w8a8
         a, b = fast.logits(ids), exact.logits(ids)
     assert not np.array_equal(a, b)                  # the two modes are different arithmetic
     cos = float(np.sum(a * b) / (np.linalg.norm(a) * np.linalg.norm(b)))
     assert cos >= 0.97, cos
-    engine = cd.Engine(path)
+    engine = cd.MoeExecutor(path)
     try:
         assert engine.runtime.w8a8 is True
     finally:
@@ -39,7 +39,7 @@ def test_an_moe_executor_in_the_other_mode_is_refused(whole_model, llm_w8a8):
                                               f"w8a8={not llm_w8a8}"):
         cd.LLM(path, w8a8=llm_w8a8, moe=_Executor(not llm_w8a8))
     with cd.LLM(path, w8a8=llm_w8a8, moe=_Executor(llm_w8a8)) as llm:   # the same mode: accepted
-        assert llm.engine.runtime.w8a8 is llm_w8a8
+        assert llm.executor.runtime.w8a8 is llm_w8a8
 
 
 @pytest.mark.parametrize("flags, want", [([], True), (["--weights-only"], False)])
@@ -50,7 +50,7 @@ def test_cli_generate_and_serve_take_weights_only(whole_model, flags, want):
     args = build_parser().parse_args(["generate", str(path), "hi", *flags])
     llm = open_llm(args)
     try:
-        assert llm.moe is None and llm.engine.runtime.w8a8 is want
+        assert llm.moe is None and llm.executor.runtime.w8a8 is want
     finally:
         llm.close()
     score = build_parser().parse_args(["score", str(path), "f.txt", *flags])

@@ -77,7 +77,7 @@ def test_moe_layer_only_container_is_refused(tmp_path):
     save_file({k: v for k, v in tensors.items() if "self_attn" not in k}, src / "model.safetensors")
     dst = tmp_path / "moe-only.colibri"
     cd.convert(src, dst, experts="f32", progress=False)
-    with cd.Engine(dst) as eng:                    # still a fine MoE-layer container
+    with cd.MoeExecutor(dst) as eng:                    # still a fine MoE-layer container
         assert eng.moe_forward(0, np.ones((1, eng.config.hidden), np.float32)).shape == (1, eng.config.hidden)
     with pytest.raises(FormatError, match=r"moe-only\.colibri: tensor 'model\.layers\.0\.self_attn\.q_proj\.weight' "
                                           r"is missing"):

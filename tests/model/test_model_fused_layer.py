@@ -115,7 +115,7 @@ def test_mla_and_budgeted_experts_take_the_op_by_op_path(whole_model, tmp_path):
     path, _ = whole_model("qwen3_moe", experts="int8", dense="int8")
     with cd.LLM(path) as ref:
         want = run(ref)
-    blob = ref.engine.model.expert_layout(ref.engine.model.moe_layers[0]).nbytes
+    blob = ref.executor.model.expert_layout(ref.executor.model.moe_layers[0]).nbytes
     with cd.LLM(path, cache_bytes=3 * blob, offload_dir=tmp_path / "off") as llm:
         got = run(llm)
         assert not any(plan for plan in llm.decoder._plans.values() if plan[0] is not None)
@@ -131,27 +131,27 @@ def test_an_executor_planted_in_the_decoder_sees_every_layer(whole_model):
         class Recorder:
             def moe_forward(self, layer, x):
                 seen.append(layer)
-                return llm.engine.moe_forward(layer, x)
+                return llm.executor.moe_forward(layer, x)
         llm.decoder.moe = Recorder()
         llm.forward([(llm.new_sequence(), ids(5, 1), False)])
-        assert not llm.decoder.fusing() and seen == list(llm.engine.model.moe_layers)
+        assert not llm.decoder.fusing() and seen == list(llm.executor.model.moe_layers)
 
 
 @pytest.mark.parametrize("case", ["mixtral", "qwen3_moe"])
 def test_expert_heat_is_counted_where_the_routing_happens_the_same_fused_or_not(whole_model, case):
-    """The Engine counts the experts each token went to (jobs' heat maps) on both paths, equal to what
-    Engine.route says of the same hidden states; nothing is planted in the decoder to count them."""
+    """The MoeExecutor counts the experts each token went to (jobs' heat maps) on both paths, equal to what
+    MoeExecutor.route says of the same hidden states; nothing is planted in the decoder to count them."""
     if case not in CASES:
         pytest.skip(f"{case} is not a model case here")
     path, _ = whole_model(case, experts="int8", dense="int8")
     with cd.LLM(path) as fused, cd.LLM(path) as plain:
         plain.decoder.fused = False
-        fused.engine.count_heat(), plain.engine.count_heat()
+        fused.executor.count_heat(), plain.executor.count_heat()
         run(fused), run(plain)
-        heat = fused.engine.heat.report()
-        assert heat == plain.engine.heat.report() and heat
-        assert fused.decoder.moe is fused.engine                    # no meter in the decoder
+        heat = fused.executor.heat.report()
+        assert heat == plain.executor.heat.report() and heat
+        assert fused.decoder.moe is fused.executor                    # no meter in the decoder
         n_tokens = 19 + 6 + 4 + 11 + 3 * 2
-        k = fused.engine.route(int(next(iter(heat))), np.zeros((1, fused.arch.hidden), np.float32))[0].shape[1]
+        k = fused.executor.route(int(next(iter(heat))), np.zeros((1, fused.arch.hidden), np.float32))[0].shape[1]
         assert all(sum(row) == n_tokens * k for row in heat.values())
-        assert fused.engine.heat.rows == n_tokens * len(heat)
+        assert fused.executor.heat.rows == n_tokens * len(heat)

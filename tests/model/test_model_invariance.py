@@ -94,7 +94,7 @@ def test_expert_cache_budget_and_offload_tier(case, tmp_path):
     target = ids(31, 6)
     with cd.LLM(case) as llm:
         ref = llm.logits(target)
-        blob = llm.engine.model.expert_layout(llm.engine.model.moe_layers[0]).nbytes
+        blob = llm.executor.model.expert_layout(llm.executor.model.moe_layers[0]).nbytes
     for budget in (2 * blob, 5 * blob):
         with cd.LLM(case, cache_bytes=budget, offload_dir=tmp_path / f"off{budget}") as llm:
             assert np.array_equal(llm.logits(target), ref)
@@ -133,7 +133,7 @@ def test_hot_added_expert_serves_the_whole_model_and_removal_restores_the_bits(w
     target = ids(21, 9)
     with cd.LLM(path) as llm:
         ref = llm.logits(target)
-        eng, h = llm.engine, llm.arch.hidden
+        eng, h = llm.executor, llm.arch.hidden
         inter = eng.model.expert_layout(0).inter
         rng = np.random.default_rng(0)
         w = {"gate": rng.standard_normal((inter, h)).astype(np.float32),
@@ -151,11 +151,11 @@ def _integer_mode_is_invariant(path, target, other):
     """Default (w8a8) logits of `target`: the same bits beside `other`, chunked and on every SIMD level, and not
     the weight-only bits (the integer path ran); returns their cosine to the w8a8=False logits."""
     with cd.LLM(path, w8a8=False) as llm:
-        assert not llm.engine.runtime.w8a8
+        assert not llm.executor.runtime.w8a8
         weight_only = llm.logits(target)
     with cd.LLM(path) as llm:
         ref = llm.logits(target)
-        assert llm.engine.runtime.w8a8
+        assert llm.executor.runtime.w8a8
         assert np.array_equal(llm.logits_batch([other, target])[1], ref)
         assert np.array_equal(chunked(llm, target, [4, 9]), ref)
         for level, missing in native.simd_levels().items():

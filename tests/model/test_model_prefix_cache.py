@@ -104,7 +104,7 @@ def test_a_hot_added_expert_forgets_every_cached_block(whole_model, tmp_path):
     prompt, p = SHARED + ids(5, 8), PARAMS[0]
     with cd.LLM(path) as llm:
         llm.generate([prompt], p)
-        h, eng = llm.arch.hidden, llm.engine
+        h, eng = llm.arch.hidden, llm.executor
         inter = eng.model.expert_layout(0).inter
         rng = np.random.default_rng(0)
         w = {k: rng.standard_normal(s).astype(np.float32) for k, s in
@@ -131,7 +131,7 @@ def test_a_moe_executor_without_kv_identity_turns_caching_off_by_default(case):
     with cd.LLM(case) as inner:
         class Executor:                      # what a pool client looks like to the LLM
             def moe_forward(self, layer, x):
-                return inner.engine.moe_forward(layer, x)
+                return inner.executor.moe_forward(layer, x)
         with cd.LLM(case, moe=Executor()) as llm:
             assert not llm.prefix_caching
         with cd.LLM(case, moe=Executor(), enable_prefix_caching=True) as llm:

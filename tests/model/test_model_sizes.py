@@ -109,6 +109,6 @@ def test_logits_of_the_last_positions_only(path):
 
 def test_checksums_option_reaches_the_container(path):
     with cd.LLM(path, checksums=False) as llm:
-        assert llm.engine.model.checksums is False
+        assert llm.executor.model.checksums is False
     with cd.LLM(path) as llm:
-        assert llm.engine.model.checksums is True
+        assert llm.executor.model.checksums is True

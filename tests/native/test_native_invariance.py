@@ -97,7 +97,7 @@ def test_no_allocation_after_warm_up(runtimes):
 
 
 def test_a_reused_expert_table_gives_the_same_bits_and_is_checked():
-    """ExpertTable is built once per layer and reused across calls (the Engine's mapped path):
+    """ExpertTable is built once per layer and reused across calls (the MoeExecutor's mapped path):
     same bits as passing the views; a table of the wrong shape is refused."""
     from colibri_dist.errors import InvalidArgument
     from colibri_dist.format.quantize import pack_expert

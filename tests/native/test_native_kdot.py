@@ -1,5 +1,5 @@
 """k-quant weights x llama.cpp's Q8_K activations (kernels_kq*.c): the integer path q4_k / q5_k / q6_k take with the
-w8a8 switch on (the default of Engine / LLM).
+w8a8 switch on (the default of MoeExecutor / LLM).
 
 The scalar kernel equals a numpy model of ggml's formula (kq_ref.py: the blocks read into codes / scales / mins
 whose dequantization equals gguf.quants.dequantize, activations quantized as quantize_row_q8_K_ref, integer sums,

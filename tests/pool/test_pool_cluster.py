@@ -40,7 +40,7 @@ def test_workers_land_one_per_raylet_by_numa_resource_and_match_the_engine(clust
     path = tiny_models["qwen2_moe"]
     layer = cd.open_model(path).moe_layers[-1]
     x = _x(40, 3)
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         y_ref = eng.moe_forward(layer, x)
     with Pool(path, workers=2, threads_per_worker=1, worker_resources="numa", micro_batch=8) as pool:
         st = pool.stats()
@@ -55,7 +55,7 @@ def test_removing_a_node_mid_batch_is_survived_bit_identically(cluster, tiny_mod
     layer = cd.open_model(path).moe_layers[-1]
     n, k = 96, 2
     x = _x(n, 5)
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         y_ref = eng.moe_forward(layer, x)
     with Pool(path, workers=2, threads_per_worker=1, worker_resources="numa", micro_batch=8,
               worker_delay_s=0.15) as pool:

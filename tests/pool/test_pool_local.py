@@ -1,4 +1,4 @@
-"""Pool on one local Ray (shared by the whole module): bit identity with the Engine, failover,
+"""Pool on one local Ray (shared by the whole module): bit identity with the MoeExecutor, failover,
 bad input, named service + hot-add from a second process through the CLI."""
 import json
 import os
@@ -34,7 +34,7 @@ def _x(n, h, seed):
 
 
 def _reference(path, layer, x):
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         return eng.moe_forward(layer, x), eng.route(layer, x)
 
 
@@ -85,7 +85,7 @@ def test_pool_equals_engine_bit_for_bit_with_and_without_replicas(ray_address, t
 
 
 def test_the_workers_run_the_pools_arithmetic_and_each_mode_equals_the_engines(ray_address, tiny_models):
-    """w8a8 (the default) and the exact-weights mode (w8a8=False) each give the in-process Engine's bits."""
+    """w8a8 (the default) and the exact-weights mode (w8a8=False) each give the in-process MoeExecutor's bits."""
     path = tiny_models["olmoe"]
     layer, h = cd.open_model(path).moe_layers[-1], cd.open_model(path).config.hidden
     x = _x(29, h, 7)
@@ -94,7 +94,7 @@ def test_the_workers_run_the_pools_arithmetic_and_each_mode_equals_the_engines(r
         with Pool(path, workers=2, threads_per_worker=1, micro_batch=8, w8a8=w8a8) as pool:
             assert pool.w8a8 is w8a8
             got[w8a8] = pool.moe_forward(layer, x)
-        with cd.Engine(path, threads=1, w8a8=w8a8) as eng:
+        with cd.MoeExecutor(path, threads=1, w8a8=w8a8) as eng:
             assert np.array_equal(got[w8a8], eng.moe_forward(layer, x))
     assert not np.array_equal(got[True], got[False])
     with pytest.raises(InvalidArgument, match="pool.w8a8 must be true or false"):
@@ -142,7 +142,7 @@ def test_bad_input_gets_named_errors_before_or_from_the_pool(ray_address, tiny_m
             pool.moe_forward(99, np.zeros((3, 32), np.float32))
         with pytest.raises(InvalidArgument, match="NaN"):
             pool.moe_forward(layer, np.full((2, 32), np.nan, np.float32))
-        assert pool.moe_forward(layer, np.zeros((0, 32), np.float32)).shape == (0, 32)  # like the Engine
+        assert pool.moe_forward(layer, np.zeros((0, 32), np.float32)).shape == (0, 32)  # like the MoeExecutor
         _check_identical(pool, path, n=5)  # still serving after the errors
         _check_identical(pool, path, n=1200)  # 150 KB: x travels by object reference, not inline
 
@@ -242,7 +242,7 @@ def test_named_service_started_by_cli_takes_a_hot_add_from_another_process(ray_a
         layer, h, inter = model.moe_layers[0], model.config.hidden, model.config.inter
         base = len(pool.list_experts()[layer])
         x = _x(64, h, 11)
-        with cd.Engine(path, threads=1) as eng:
+        with cd.MoeExecutor(path, threads=1) as eng:
             y_before = eng.moe_forward(layer, x)
         assert np.array_equal(pool.moe_forward(layer, x), y_before)
 
@@ -251,7 +251,7 @@ def test_named_service_started_by_cli_takes_a_hot_add_from_another_process(ray_a
                      "--weights", str(tmp_path / "expert.safetensors"), "--router-row", str(tmp_path / "row.npy"))
         assert f"added expert {base}" in added.stdout
         assert len(pool.list_experts()[layer]) == base + 1
-        with cd.Engine(path, threads=1) as eng:  # opens the persisted table, new expert included
+        with cd.MoeExecutor(path, threads=1) as eng:  # opens the persisted table, new expert included
             y_after = eng.moe_forward(layer, x)
             idx_after, _ = eng.route(layer, x)
         assert (idx_after == base).any()
@@ -267,7 +267,7 @@ def test_named_service_started_by_cli_takes_a_hot_add_from_another_process(ray_a
         assert f"layer {layer}: {base + 1} experts" in listed.stdout
 
         _cli("experts", "remove", "--pool", "svc", "--layer", str(layer), "--expert", "0")
-        with cd.Engine(path, threads=1) as eng:
+        with cd.MoeExecutor(path, threads=1) as eng:
             y_removed = eng.moe_forward(layer, x)
         idx, _ = pool.route(layer, x)
         assert not (idx == 0).any() and (idx == base).any()
@@ -285,7 +285,7 @@ def test_in_flight_batch_finishes_on_the_table_it_started_with(ray_address, fres
     model = cd.open_model(path)
     layer, h, inter = model.moe_layers[0], model.config.hidden, model.config.inter
     x = _x(64, h, 13)
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         y_before = eng.moe_forward(layer, x)
     weights, row = _new_expert_files(tmp_path, h, inter, seed=9)
     with Pool(path, workers=2, threads_per_worker=1, micro_batch=8, worker_delay_s=0.1, name="inflight") as pool:
@@ -297,7 +297,7 @@ def test_in_flight_batch_finishes_on_the_table_it_started_with(ray_address, fres
         new_id = other.add_expert(layer, weights, row)  # queued behind the running batch
         t.join(timeout=60)
         assert np.array_equal(out["y"], y_before)
-        with cd.Engine(path, threads=1) as eng:
+        with cd.MoeExecutor(path, threads=1) as eng:
             y_after = eng.moe_forward(layer, x)
             assert (eng.route(layer, x)[0] == new_id).any()
         assert np.array_equal(pool.moe_forward(layer, x), y_after)
@@ -315,7 +315,7 @@ def test_balanced_routing_policy_in_the_pool_matches_the_same_policy_in_process(
         with pytest.raises(InvalidArgument, match="NaN"):  # rejected before the policy sees it
             pool.moe_forward(layer, np.full((2, 32), np.inf, np.float32))
         y = pool.moe_forward(layer, x)
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         idx, w = route_balanced(BalancedRouting(64, 1.8), eng, layer, x)
         assert np.array_equal(y, forward_with_routing(eng, layer, x, idx, w))
         assert not np.array_equal(y, eng.moe_forward(layer, x))  # the policy really changed routing

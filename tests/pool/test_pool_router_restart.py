@@ -66,7 +66,7 @@ def test_router_kill_keeps_workers_and_bits(ray_address, fresh_model, routing_at
         assert pool._call("ready")["router_pid"] != old and pool.worker_pids() == workers
         weights, row = _expert(3)
         new_id = pool.add_expert(layer, weights, row)                  # the restarted control plane works
-        with cd.Engine(path, threads=1) as eng:
+        with cd.MoeExecutor(path, threads=1) as eng:
             want = eng.moe_forward(layer, x)
         assert new_id == 8 and np.array_equal(pool.moe_forward(layer, x), want)
         assert len(pool.stats()["workers"]) == 2                       # stats through the restarted Router

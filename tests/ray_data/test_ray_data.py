@@ -33,8 +33,8 @@ def demo(tmp_path_factory):
 
 
 def _expected(model, rows, kind="generate", **job):
-    from colibri_dist.jobs.generation.batch import BatchRunner
-    runner = BatchRunner(model, kind=kind, **job)
+    from colibri_dist.jobs.generation.batch import BatchProcessor
+    runner = BatchProcessor(model, kind=kind, **job)
     try:
         return runner.run([dict(r) for r in rows])
     finally:

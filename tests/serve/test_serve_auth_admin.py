@@ -79,7 +79,7 @@ def test_admin_disabled_without_a_key(demo_model):
 
 def _expert(server):
     llm = server.llm
-    h, inter = llm.arch.hidden, llm.engine.model.expert_layout(0).inter
+    h, inter = llm.arch.hidden, llm.executor.model.expert_layout(0).inter
     rng = np.random.default_rng(0)
     return save({"gate": rng.standard_normal((inter, h)).astype(np.float32) * 3,
                  "up": rng.standard_normal((inter, h)).astype(np.float32) * 3,

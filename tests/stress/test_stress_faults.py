@@ -121,7 +121,7 @@ def test_truncated_segment_is_ignored_on_reopen_and_check_catches_divergence(tmp
     assert rec.injected and os.path.getsize(seg) == rec.detail["kept_bytes"] < 4096 + 1000
     assert inj.verify(rec) is True
     x = np.random.default_rng(2).standard_normal((16, table.hidden)).astype(np.float32)
-    with __import__("colibri_dist").Engine(path) as reopened:      # a reopen serves the committed table
+    with __import__("colibri_dist").MoeExecutor(path) as reopened:      # a reopen serves the committed table
         assert np.array_equal(reopened.moe_forward(0, x), ref.forward(0, x))
     table.record_remove(0, 3)                       # the table now claims a change the files do not have
     assert inj.verify(rec) is False and "expected" in rec.checks

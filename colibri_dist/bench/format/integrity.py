@@ -1,7 +1,7 @@
 """`python -m colibri_dist.bench integrity`: what the first-use checks cost (docs/STORE.md).
 
 Role: measures the CRC-32 (zlib vs the native PCLMULQDQ path), the finiteness scan,
-Model.verify(), and an Engine's first vs second forward with checksums on and off,
+Model.verify(), and an MoeExecutor's first vs second forward with checksums on and off,
 on a Mixtral-shaped int8 container written to a temp dir (page cache warm).
 """
 import argparse
@@ -48,7 +48,7 @@ def _forwards(path, hidden, checksums, reps=3):
     x = np.random.default_rng(1).standard_normal((16, hidden)).astype(np.float32)
     runs = []
     for _ in range(reps):
-        with cd.Engine(path, threads=1, checksums=checksums) as eng:
+        with cd.MoeExecutor(path, threads=1, checksums=checksums) as eng:
             t0 = time.perf_counter()
             for layer in eng.model.moe_layers:
                 eng.moe_forward(layer, x)
@@ -78,7 +78,8 @@ def main(argv=None):
         print(f"count_nonfinite f32  {_rate(f32, lambda: integrity.count_nonfinite(f32, 0)):6.2f} GB/s")
         for checks in (True, False):
             first, second = _forwards(path, args.hidden, checks)
-            print(f"Engine checksums={checks!s:5}  first forward {first * 1e3:7.1f} ms, second {second * 1e3:7.1f} ms")
+            print(f"MoeExecutor checksums={checks!s:5}  first forward {first * 1e3:7.1f} ms, "
+                  f"second {second * 1e3:7.1f} ms")
         with cd.open_model(path) as m:
             t0 = time.perf_counter()
             m.verify(progress=False)

@@ -154,7 +154,7 @@ def extraction_job(rows, root):
     import jsonschema
 
     from ...config import load_config
-    from ...jobs.runner import run_job
+    from ...jobs.pipeline import run_job
     from ...testing import random_llm
     model = random_llm.build(os.path.join(root, "m.colibri"))
     with open(os.path.join(root, "in.jsonl"), "w") as fh:

@@ -62,7 +62,7 @@ def parse_args(argv):
 
 
 def schedule(names, rounds):
-    """Engine order per round: as given, reversed every other round (drift spreads over all)."""
+    """MoeExecutor order per round: as given, reversed every other round (drift spreads over all)."""
     return [list(names) if r % 2 == 0 else list(reversed(names)) for r in range(rounds)]
 
 

@@ -54,7 +54,7 @@ def check_experts(llm):
     """Runs every expert's first-use check (CRC and finite values, format/reader.py) before timing: the
     first timed prefill would otherwise pay it for every expert it routes to (llama.cpp checks nothing at
     run time). Returns the seconds it took."""
-    t, model = time.perf_counter(), llm.engine.model
+    t, model = time.perf_counter(), llm.executor.model
     for layer in model.moe_layers:
         for e in range(model.config.n_experts):
             model.expert_blob(layer, e)
@@ -101,5 +101,5 @@ def measure(path, kwargs, threads, runs, seed=0):
         run_pl(llm, rng, 16, 2, 1)                                   # warm-up: maps, arena, pool
         for prompt, gen, pls in runs:
             out[(prompt, gen)] = {pl: run_pl(llm, rng, prompt, gen, pl) for pl in pls}
-        nbytes = token_bytes.ours(llm.engine.model)["total"]
+        nbytes = token_bytes.ours(llm.executor.model)["total"]
     return out, nbytes

@@ -56,7 +56,7 @@ def decode_bytes_per_token(llm):
     """Bytes one decode token reads: every dense matrix (attention, lm_head, dense MLPs), the routers, shared
     experts and top_k experts per MoE layer (format/token_bytes.py, the same count `colibri convert` prints)."""
     from ...format import token_bytes
-    return token_bytes.ours(llm.engine.model)["total"]
+    return token_bytes.ours(llm.executor.model)["total"]
 
 
 def ours(path, cfg, threads, rng, w8a8=False):

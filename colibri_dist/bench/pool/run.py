@@ -1,10 +1,10 @@
-"""Pool benchmark: Ray pool vs in-process Engine, per-call overhead, worker imbalance per balancer.
+"""Pool benchmark: Ray pool vs in-process MoeExecutor, per-call overhead, worker imbalance per balancer.
 
 `python -m colibri_dist.bench pool [--quick] [--json PATH] [--skip layer,router,imbalance,gen,sim]`
 
 Role: measures, in one run and on one synthetic Mixtral-style model (demo
 generator: Zipf token popularity, a few hot experts):
-  throughput   tokens/s of Pool(workers=W, threads_per_worker=T/W) over Engine(threads=T)
+  throughput   tokens/s of Pool(workers=W, threads_per_worker=T/W) over MoeExecutor(threads=T)
                for layer batches 256..8192 (same machine, same total threads T); the pool
                first measures loads on one batch and rebalances with replicas = experts/2;
   overhead     one-token moe_forward latency through the pool vs the engine;
@@ -62,10 +62,10 @@ def _time(fn, reps):
 
 
 def throughput(path, batches, sizes, threads, workers, reps, replicas, routing_at="caller"):
-    from ...engine import Engine
+    from ...moe_executor import MoeExecutor
     from ...pool import Pool
     rows = []
-    with Engine(path, threads=threads) as eng, \
+    with MoeExecutor(path, threads=threads) as eng, \
             Pool(path, workers=workers, threads_per_worker=max(1, threads // workers), routing_at=routing_at) as pool:
         layer = eng.model.moe_layers[0]
         pool.moe_forward(layer, batches(2048))  # measure expert loads, then place homes + replicas
@@ -126,8 +126,8 @@ def imbalance(path, batches, n, n_batches, workers, replicas):
 
 
 def expert_skew(path, batches, n):
-    from ...engine import Engine
-    with Engine(path, threads=1) as eng:
+    from ...moe_executor import MoeExecutor
+    with MoeExecutor(path, threads=1) as eng:
         layer = eng.model.moe_layers[0]
         idx, _ = eng.route(layer, batches(n))
         counts = np.bincount(idx.ravel(), minlength=eng.model.config.n_experts)
@@ -135,9 +135,9 @@ def expert_skew(path, batches, n):
 
 
 def policy_cost(path, batches, n, n_batches):
-    from ...engine import Engine
+    from ...moe_executor import MoeExecutor
     from ...routing.policy import measure_cosine
-    with Engine(path, threads=1) as eng:
+    with MoeExecutor(path, threads=1) as eng:
         return measure_cosine(eng, eng.model.moe_layers[0], [batches(n) for _ in range(n_batches)])
 
 

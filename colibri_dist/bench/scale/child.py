@@ -28,7 +28,7 @@ STORE_COUNTS = ("hits", "misses", "bytes_loaded", "prefetch_issued", "prefetch_u
 
 
 def _store(llm):
-    st = llm.engine.stats()
+    st = llm.executor.stats()
     return {k: st[k] for k in STORE_COUNTS}
 
 
@@ -101,7 +101,7 @@ def main(argv=None):
         if args.profile_steps:
             from .step_profile import profile
             out["step_profile"] = profile(llm, rng, args.profile_steps)
-        out["simd"] = llm.engine.stats()["simd"]
+        out["simd"] = llm.executor.stats()["simd"]
         out["peak_rss"] = _peak_rss()
     json.dump(out, sys.stdout)
     return 0

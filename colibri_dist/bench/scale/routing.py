@@ -17,13 +17,13 @@ class Recorder:
     """moe_forward(layer, x) = the engine's, with each token's experts kept per layer."""
 
     def __init__(self, engine):
-        self.engine = engine
+        self.executor = engine
         self.picks = {}                  # layer -> list of int32 [k] arrays, one per token
 
     def moe_forward(self, layer, x):
-        idx, _ = self.engine.route(layer, x)
+        idx, _ = self.executor.route(layer, x)
         self.picks.setdefault(layer, []).extend(np.sort(idx, axis=1))
-        return self.engine.moe_forward(layer, x)
+        return self.executor.moe_forward(layer, x)
 
 
 def summarize(picks, n_experts, top_k):
@@ -50,13 +50,13 @@ def measure(path, threads, prompt=64, steps=64, seed=0, w8a8=True):
     rng = np.random.default_rng(seed)
     with LLM(path, threads=threads, w8a8=w8a8, kv_cache_bytes=256 << 20, max_seq_len=4096,
              enable_prefix_caching=False) as llm:
-        rec = llm.decoder.moe = Recorder(llm.engine)          # the decoder's executor: anything with moe_forward
+        rec = llm.decoder.moe = Recorder(llm.executor)          # the decoder's executor: anything with moe_forward
         seq = llm.new_sequence()
         llm.forward([(seq, rng.integers(0, llm.vocab_size, prompt).tolist(), False)])
         rec.picks.clear()                                      # decode tokens only
         for t in rng.integers(0, llm.vocab_size, steps):
             llm.forward([(seq, [int(t)], False)])
-        cfg = llm.engine.config
+        cfg = llm.executor.config
         return summarize(rec.picks, cfg.n_experts, cfg.gating.top_k)
 
 

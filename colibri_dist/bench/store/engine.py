@@ -1,4 +1,4 @@
-"""What the cache budget costs the Engine: one MoE layer's time per tier, same bits.
+"""What the cache budget costs the MoeExecutor: one MoE layer's time per tier, same bits.
 
 Role in the data flow: part of `python -m colibri_dist.bench store`. A random
 Mixtral-style checkpoint (numpy + safetensors, no torch) is converted to int8
@@ -43,7 +43,7 @@ def _time_layer(eng, x, reps):
 
 
 def engine_tiers(workdir, quick):
-    from ...engine import Engine
+    from ...moe_executor import MoeExecutor
     from ...format.convert import convert
     hidden, inter, n_exp, k = (512, 256, 16, 4) if quick else (2048, 1024, 64, 8)
     src = write_checkpoint(os.path.join(workdir, "engine-src"), hidden, inter, n_exp, k)
@@ -51,7 +51,7 @@ def engine_tiers(workdir, quick):
     convert(src, path, experts="int8", progress=False)
     x = np.random.default_rng(1).standard_normal((16, hidden)).astype(np.float32)
     reps = 3 if quick else 5
-    with Engine(path, threads=None) as eng:
+    with MoeExecutor(path, threads=None) as eng:
         nb = eng.store.source.nbytes(0, 0)
         base_t, base_y = _time_layer(eng, x, reps)
     rows = [{"setup": "all mapped (fused cb_moe_forward)", "ms": base_t * 1e3, "exact": True}]
@@ -60,7 +60,7 @@ def engine_tiers(workdir, quick):
               ("RAM cache of 2 experts, SSD spill", dict(cache_bytes=2 * nb,
                                                         offload_dir=os.path.join(workdir, "off")))]
     for name, kw in setups:
-        with Engine(path, threads=None, **kw) as eng:
+        with MoeExecutor(path, threads=None, **kw) as eng:
             t, y = _time_layer(eng, x, reps)
             st = eng.stats()
         rows.append({"setup": name, "ms": t * 1e3, "exact": bool(np.array_equal(y, base_y)),

@@ -2,7 +2,7 @@
 
 Role in the data flow: part of `python -m colibri_dist.bench store`. A tiny
 transformers checkpoint (format/tiny.py) is converted to .colibri and run
-through the Engine as a residual MoE stack (h += moe_l(rmsnorm(h) * n_l), no
+through the MoeExecutor as a residual MoE stack (h += moe_l(rmsnorm(h) * n_l), no
 attention): each batch's expert union per layer is one trace step. The engine
 runs with a small cache and lookahead on, so its stats give the recall of
 "next layer's gate on the current hidden states".
@@ -28,11 +28,11 @@ def _norm_weight(model, layer, hidden):
 
 def record_trace(colibri_path, batches, batch, seed=0, zipf_s=1.2, cache_experts=4):
     """(trace, lookahead predictions, engine stats) for one converted model."""
-    from ...engine import Engine
+    from ...moe_executor import MoeExecutor
     rng = np.random.default_rng(seed)
-    with Engine(colibri_path, threads=1, cache_bytes=None) as probe:
+    with MoeExecutor(colibri_path, threads=1, cache_bytes=None) as probe:
         layout = probe.store.source.layout(probe.model.moe_layers[0], 0)
-    with Engine(colibri_path, threads=1, cache_bytes=cache_experts * layout.nbytes, lookahead=True) as eng:
+    with MoeExecutor(colibri_path, threads=1, cache_bytes=cache_experts * layout.nbytes, lookahead=True) as eng:
         emb = np.asarray(eng.model.tensor("model.embed_tokens.weight"), dtype=np.float32)
         vocab, hidden = emb.shape
         p = np.arange(1, vocab + 1, dtype=np.float64) ** -zipf_s

@@ -1,8 +1,8 @@
 """Batches of row dicts through one LLM, with the columns of the generate/score jobs (the Ray Data path).
 
-Role in the data flow: colibri_dist.ray_data wires `open_runner` into the Ray Data actors of
-pool/ray_data.py; each actor opens one BatchRunner (one cd.LLM through front.open_llm; engine_kwargs are EngineArgs fields, as vLLM's) and hands it the
-rows of every batch: `runner.run(rows) -> output dicts`. Input and output columns are exactly those of
+Role in the data flow: colibri_dist.ray_data wires `open_processor` into the Ray Data actors of
+pool/ray_data.py; each actor opens one BatchProcessor (one cd.LLM through front.open_llm; engine_kwargs are EngineArgs fields, as vLLM's) and hands it the
+rows of every batch: `processor.run(rows) -> output dicts`. Input and output columns are exactly those of
 the jobs (rows.py / job.py): `prompt` | `messages` | `prompt_token_ids`, optional `id`
 and `sampling_params`; out `generated_text`, `generated_tokens`, `num_input_tokens`,
 `num_generated_tokens`, `finish_reason` (+ `logprobs`), or `prompt_logprobs`, `total_logprob`,
@@ -14,7 +14,7 @@ from ...config import JobSection, parse_section
 from .job import KINDS
 
 
-class BatchRunner:
+class BatchProcessor:
     def __init__(self, model, kind="generate", sampling_params=None, seed=0, threads=None, engine_kwargs=None):
         from ...config.engine_args import EngineArgs
         from ...front import open_llm
@@ -34,7 +34,7 @@ class BatchRunner:
         self.llm.close()
 
 
-def open_runner(config, threads=None):
+def open_processor(config, threads=None):
     """The factory the Ray Data actors call (a module-level function: pickled by reference)."""
-    return BatchRunner(config.model_source, kind=config.kind, sampling_params=config.sampling_params,
+    return BatchProcessor(config.model_source, kind=config.kind, sampling_params=config.sampling_params,
                        seed=config.seed, threads=threads or config.threads, engine_kwargs=config.engine_kwargs)

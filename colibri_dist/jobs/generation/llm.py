@@ -2,10 +2,10 @@
 
 Role in the data flow: run_job (kinds generate/score) calls `open_job_llm(cfg, offload_dir)` unless a
 test passes its own factory: EngineArgs.of_job(cfg) -> front.open_llm: cd.LLM over the model, its MoE
-layers on the in-process Engine (`pool.workers: 0` or `job.executor: engine`) or on a Ray pool (the job's
+layers on the in-process MoeExecutor (`pool.workers: 0` or `job.executor: engine`) or on a Ray pool (the job's
 own, or the running `pool.name`), the scheduler settings from `job.batch_tokens`, `job.max_num_seqs`,
 `job.prefill_chunk`, `job.seed`. Nothing is planted in the decoder: the expert heat the report shows is
-counted where the routing happens (the Engine, or the pool's client: executors.view_of(llm)). close()
+counted where the routing happens (the MoeExecutor, or the pool's client: executors.view_of(llm)). close()
 shuts the LLM and a pool started for it.
 """
 from ...errors import InvalidArgument

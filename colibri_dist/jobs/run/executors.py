@@ -1,10 +1,10 @@
-"""Where a job's MoE layers run: the Ray Pool or the in-process Engine, behind one small interface.
+"""Where a job's MoE layers run: the Ray Pool or the in-process MoeExecutor, behind one small interface.
 
 Role in the data flow: the runner opens an executor from the config
-(`pool.workers: 0` or `job.executor: engine` = in-process Engine; `pool.name`
+(`pool.workers: 0` or `job.executor: engine` = in-process MoeExecutor; `pool.name`
 set = attach to that running named pool; else a Pool owned by the job),
 and the MoE kinds call `moe_forward(layer, x)` on it; `heat_report()` is what the
-Engine or the pool client counted where it routed (routing/heat.py).
+MoeExecutor or the pool client counted where it routed (routing/heat.py).
 `stats()` returns one normalized shape whatever runs underneath:
     {"cache": {hits, misses, evictions, bytes_loaded},
      "workers": [{"id", "tokens", "experts", "cpus", "node"}], "retries": int}
@@ -25,13 +25,13 @@ def attaches_to_named_pool(cfg):
 
 
 def open_executor(cfg, model_path, offload_dir):
-    """An EngineExecutor or PoolExecutor for this job config (offload_dir already resolved): the MoE
+    """An InProcessExecutor or PoolExecutor for this job config (offload_dir already resolved): the MoE
     executor front.open_experts opens for EngineArgs.of_job(cfg)."""
     from ...config.engine_args import of_job
     from ...front import open_experts
     args = of_job(cfg).replace(model=model_path, offload_dir=offload_dir)
     experts = open_experts(args)
-    return EngineExecutor(experts, args.threads) if args.in_process else PoolExecutor(experts)
+    return InProcessExecutor(experts, args.threads) if args.in_process else PoolExecutor(experts)
 
 
 def view_of(llm, threads=None):
@@ -39,39 +39,39 @@ def view_of(llm, threads=None):
     moe = getattr(llm, "moe", None)
     if moe is not None:
         return PoolExecutor.wrap(moe)
-    return EngineExecutor.wrap(llm.engine, threads) if getattr(llm, "engine", None) is not None else None
+    return InProcessExecutor.wrap(llm.executor, threads) if getattr(llm, "executor", None) is not None else None
 
 
-class EngineExecutor:
+class InProcessExecutor:
     kind = "engine"
 
     def __init__(self, engine, threads=None, owned=True):
-        """engine: the in-process Engine; owned=False: close() leaves it open (the LLM's own)."""
-        self.engine, self.cpus, self.owned = engine, threads or os.cpu_count() or 1, owned
+        """engine: the in-process MoeExecutor; owned=False: close() leaves it open (the LLM's own)."""
+        self.executor, self.cpus, self.owned = engine, threads or os.cpu_count() or 1, owned
 
     @classmethod
     def wrap(cls, engine, threads=None):
         return cls(engine, threads, owned=False)
 
     def moe_forward(self, layer, x):
-        return self.engine.moe_forward(layer, x)
+        return self.executor.moe_forward(layer, x)
 
     def count_heat(self):
-        self.engine.count_heat()
+        self.executor.count_heat()
 
     def heat_report(self):
-        return self.engine.heat.report()
+        return self.executor.heat.report()
 
     def stats(self):
-        raw = self.engine.stats()
+        raw = self.executor.stats()
         cache = _cache_of(raw)
-        worker = {"id": "engine", "tokens": self.engine.heat.rows, "experts": _count_experts(raw),
+        worker = {"id": "engine", "tokens": self.executor.heat.rows, "experts": _count_experts(raw),
                   "cpus": self.cpus, "node": 0}
         return {"cache": cache, "workers": [worker], "retries": 0, "raw": raw}
 
     def close(self):
         if self.owned:
-            self.engine.close()
+            self.executor.close()
 
 
 class PoolExecutor:

@@ -1,4 +1,4 @@
-"""Engine: the in-process MoE executor = .colibri model + ExpertStore + native kernels.
+"""MoeExecutor: the in-process MoE executor = .colibri model + ExpertStore + native kernels.
 
 Role in the data flow: route(layer, x) and moe_forward(layer, x) for callers in
 one process (no Ray); expert_forward/shared_forward are what pool workers run.
@@ -33,7 +33,7 @@ from .store import ExpertStore, Segments
 from .store.routing_table import build_table
 
 
-class Engine:
+class MoeExecutor:
     def __init__(self, path, threads=None, cache_bytes=None, offload_dir=None, policy="lru", cpus=None,
                  compression=None, lookahead=True, prefetch_workers=2, source_delay_s=0.0,
                  numa_policy=None, numa_nodes=None, w8a8=True, checksums=True):

@@ -8,10 +8,10 @@ from engine_models import tokens
 def test_engine_lookahead_prefetch_counts(engine_models):
     path = engine_models["mixtral"]
     xs = [tokens(3, seed=s) for s in range(6)]
-    with cd.Engine(path, threads=1) as ref:
+    with cd.MoeExecutor(path, threads=1) as ref:
         want = [[ref.moe_forward(l, x) for l in (0, 1)] for x in xs]
         nb = ref.store.source.nbytes(0, 0)
-    with cd.Engine(path, threads=1, cache_bytes=6 * nb, lookahead=True) as eng:
+    with cd.MoeExecutor(path, threads=1, cache_bytes=6 * nb, lookahead=True) as eng:
         for x, (y0, y1) in zip(xs, want):
             assert np.array_equal(eng.moe_forward(0, x), y0)
             assert np.array_equal(eng.moe_forward(1, x), y1)
@@ -21,7 +21,7 @@ def test_engine_lookahead_prefetch_counts(engine_models):
     assert la["hit"] <= min(la["actual"], la["predicted"])
     assert st["prefetch_issued"] > 0 and st["prefetch_used"] <= st["prefetch_issued"]
     assert st["hits"] + st["misses"] == st["gets"]
-    with cd.Engine(path, threads=1, cache_bytes=6 * nb, lookahead=False) as eng:
+    with cd.MoeExecutor(path, threads=1, cache_bytes=6 * nb, lookahead=False) as eng:
         for x in xs:
             eng.moe_forward(0, x)
             eng.moe_forward(1, x)

@@ -219,7 +219,7 @@ def _executor_line(cfg, offload_dir):
     if pool:
         where = cfg.pool.ray_address or "a local Ray on loopback"
         return f"starting a pool of {cfg.pool.workers} workers on {where}; {cache}"
-    return f"running in-process on the Engine (no Ray); {cache}"
+    return f"running in-process on the MoeExecutor (no Ray); {cache}"
 
 
 def _offload_dir(cfg, out_dir):

@@ -12,13 +12,13 @@ BATCHES = [tokens(7, seed=1), tokens(1, seed=2), tokens(16, seed=3)]
 
 
 def reference(path):
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         return {(l, i): (eng.moe_forward(l, x), eng.route(l, x))
                 for l in eng.model.moe_layers for i, x in enumerate(BATCHES)}
 
 
 def run(path, **kw):
-    with cd.Engine(path, threads=1, **kw) as eng:
+    with cd.MoeExecutor(path, threads=1, **kw) as eng:
         out = {}
         for _ in range(2):                  # second round meets a warm cache / spilled experts
             for l in eng.model.moe_layers:
@@ -35,7 +35,7 @@ def assert_same(ref, got):
 
 
 def expert_bytes(path):
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         return eng.store.source.nbytes(eng.model.moe_layers[0], 0)
 
 
@@ -69,7 +69,7 @@ def test_engine_tiny_cache_counts_and_tiers(engine_models, tmp_path):
 def test_engine_batch_invariance_streamed(engine_models):
     path = engine_models["qwen2_moe"]
     x = tokens(9, seed=5)
-    with cd.Engine(path, threads=1, cache_bytes=expert_bytes(path) * 2) as eng:
+    with cd.MoeExecutor(path, threads=1, cache_bytes=expert_bytes(path) * 2) as eng:
         whole = eng.moe_forward(0, x)
         rows = np.concatenate([eng.moe_forward(0, x[i:i + 1]) for i in range(9)])
     assert np.array_equal(whole, rows)
@@ -79,7 +79,7 @@ def test_engine_expert_and_shared_forward_compose(engine_models):
     path = engine_models["qwen2_moe"]
     x = tokens(6, seed=7)
     from colibri_dist import native
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         idx, w = eng.route(0, x)
         slot = np.empty((6, 2, x.shape[1]), np.float32)
         for t in range(6):
@@ -90,13 +90,13 @@ def test_engine_expert_and_shared_forward_compose(engine_models):
 
 
 def test_engine_held_and_streamed_paths_both_exact(engine_models, monkeypatch):
-    from colibri_dist.engine import Engine
+    from colibri_dist.moe_executor import MoeExecutor
     path = engine_models["qwen2_moe"]
     ref = reference(path)
     nb = expert_bytes(path)
     calls = []
-    real = Engine._moe_held
-    monkeypatch.setattr(Engine, "_moe_held", lambda self, *a: calls.append(len(a[-1])) or real(self, *a))
+    real = MoeExecutor._moe_held
+    monkeypatch.setattr(MoeExecutor, "_moe_held", lambda self, *a: calls.append(len(a[-1])) or real(self, *a))
     got, _, _ = run(path, cache_bytes=3 * nb)
     assert_same(ref, got)
     assert calls and max(calls) <= 3            # small unions: fused over held experts

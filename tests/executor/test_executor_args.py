@@ -1,4 +1,4 @@
-"""Bad input at the Engine boundary: clear errors, never a crash."""
+"""Bad input at the MoeExecutor boundary: clear errors, never a crash."""
 import numpy as np
 import pytest
 
@@ -9,7 +9,7 @@ from engine_models import HIDDEN, tokens
 
 @pytest.fixture
 def eng(engine_models):
-    with cd.Engine(engine_models["mixtral"], threads=1, cache_bytes=1 << 20) as e:
+    with cd.MoeExecutor(engine_models["mixtral"], threads=1, cache_bytes=1 << 20) as e:
         yield e
 
 
@@ -40,7 +40,7 @@ def test_engine_rejects_bad_expert_and_rows(eng):
 
 
 def test_engine_closed(engine_models):
-    e = cd.Engine(engine_models["mixtral"], threads=1)
+    e = cd.MoeExecutor(engine_models["mixtral"], threads=1)
     e.close()
     e.close()
     with pytest.raises(InvalidArgument, match="closed"):
@@ -49,26 +49,26 @@ def test_engine_closed(engine_models):
 
 def test_engine_missing_or_bad_container(tmp_path):
     with pytest.raises(FormatError, match="missing.colibri"):
-        cd.Engine(tmp_path / "missing.colibri")
+        cd.MoeExecutor(tmp_path / "missing.colibri")
     junk = tmp_path / "junk.colibri"
     junk.write_bytes(b"not a container" * 100)
     with pytest.raises(FormatError, match="junk.colibri"):
-        cd.Engine(junk)
+        cd.MoeExecutor(junk)
     with pytest.raises(FormatError, match="colibri"):
-        cd.Engine(tmp_path)            # a directory
+        cd.MoeExecutor(tmp_path)            # a directory
 
 
 def test_engine_bad_options(engine_models):
     with pytest.raises(InvalidArgument, match="unknown cache policy"):
-        cd.Engine(engine_models["mixtral"], policy="random")
+        cd.MoeExecutor(engine_models["mixtral"], policy="random")
     with pytest.raises(InvalidArgument, match="compression"):
-        cd.Engine(engine_models["mixtral"], cache_bytes=1 << 20, offload_dir="/tmp", compression="lz4")
+        cd.MoeExecutor(engine_models["mixtral"], cache_bytes=1 << 20, offload_dir="/tmp", compression="lz4")
 
 
 def test_engine_bad_threads_cleans_up(engine_models, tmp_path):
     import threading
     before = threading.active_count()
     with pytest.raises(cd.ColibriError):
-        cd.Engine(engine_models["mixtral"], threads=-3, cache_bytes=1 << 20, offload_dir=str(tmp_path / "off"))
+        cd.MoeExecutor(engine_models["mixtral"], threads=-3, cache_bytes=1 << 20, offload_dir=str(tmp_path / "off"))
     assert threading.active_count() == before
     assert not list((tmp_path / "off").glob("colibri-spill-*"))

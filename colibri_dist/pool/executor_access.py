@@ -1,7 +1,7 @@
-"""The few Engine facts the Router needs, in one place (layers, experts, router, shared expert).
+"""The few MoeExecutor facts the Router needs, in one place (layers, experts, router, shared expert).
 
-Role: the Router holds a private Engine (no expert ever runs on it) to route with
-native Runtime.route on exactly the router matrix / bias / gating the Engine
+Role: the Router holds a private MoeExecutor (no expert ever runs on it) to route with
+native Runtime.route on exactly the router matrix / bias / gating the MoeExecutor
 uses, hot-added experts included, and to know each layer's shape.
 """
 
@@ -19,7 +19,7 @@ def top_k(engine):
 
 
 def router_of(engine, layer):
-    """(router float32[n_visible, h], bias | None, native.Gating, ids int32[n_visible]) as the Engine routes now.
+    """(router float32[n_visible, h], bias | None, native.Gating, ids int32[n_visible]) as the MoeExecutor routes now.
 
     Kernel indices over this router are compact; ids maps them to expert ids."""
     t = engine.table(layer)

@@ -27,7 +27,7 @@ def test_engine_add_expert_routes_persists_and_is_exact(model_copy, tmp_path):
     x = x + 3.0 * np.ones_like(x)               # a shared direction the new row can latch onto
     weights = expert_weights(seed=99)
     row = np.full(x.shape[1], 2.0, np.float32)
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         before = eng.moe_forward(0, x)
         new_id = eng.add_expert(0, weights, row)
         assert new_id == 8
@@ -40,7 +40,7 @@ def test_engine_add_expert_routes_persists_and_is_exact(model_copy, tmp_path):
         assert np.array_equal(eng.expert_forward(0, 8, x), direct)
         assert eng.add_expert(0, expert_weights(seed=100), -row) == 9
     for budget in [None, 2 * layout.nbytes]:      # reopen: mapped and streamed paths see both
-        with cd.Engine(path, threads=1, cache_bytes=budget, offload_dir=str(tmp_path / "off")) as eng:
+        with cd.MoeExecutor(path, threads=1, cache_bytes=budget, offload_dir=str(tmp_path / "off")) as eng:
             assert eng.store.n_experts(0) == 10 and eng.store.n_experts(1) == 8
             assert np.array_equal(eng.moe_forward(0, x), after_mapped)
             assert np.array_equal(eng.route(0, x)[0], idx)
@@ -49,7 +49,7 @@ def test_engine_add_expert_routes_persists_and_is_exact(model_copy, tmp_path):
 def test_engine_remove_expert_hides_it_exactly(model_copy):
     path = model_copy("mixtral")                 # softmax-top-k-renormalise: others' weights unchanged
     x = tokens(64, seed=12)
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         idx0, _ = eng.route(1, x)
         y0 = eng.moe_forward(1, x)
         victim = int(np.bincount(idx0.ravel()).argmax())
@@ -61,7 +61,7 @@ def test_engine_remove_expert_hides_it_exactly(model_copy):
         assert untouched.any() and (~untouched).any()
         assert np.array_equal(y1[untouched], y0[untouched])
         assert np.array_equal(idx1[untouched], idx0[untouched])
-    with cd.Engine(path, threads=1, cache_bytes=1 << 16) as eng:   # persisted; streamed path agrees
+    with cd.MoeExecutor(path, threads=1, cache_bytes=1 << 16) as eng:   # persisted; streamed path agrees
         assert np.array_equal(eng.moe_forward(1, x), y1)
         assert not (eng.route(1, x)[0] == victim).any()
 
@@ -76,20 +76,20 @@ def test_engine_crash_mid_add_keeps_previous_state(model_copy, monkeypatch):
             raise OSError("simulated crash between write and rename")
         real(src, dst)
 
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         y = eng.moe_forward(0, x)
         monkeypatch.setattr(segmod, "_rename", crash)
         with pytest.raises(OSError, match="simulated crash"):
             eng.add_expert(0, expert_weights(seed=1), np.ones(x.shape[1], np.float32))
         monkeypatch.setattr(segmod, "_rename", real)
         assert eng.store.n_experts(0) == 8 and np.array_equal(eng.moe_forward(0, x), y)
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         assert eng.store.n_experts(0) == 8 and np.array_equal(eng.moe_forward(0, x), y)
         assert eng.add_expert(0, expert_weights(seed=1), np.ones(x.shape[1], np.float32)) == 8
 
 
 def test_engine_hot_add_bad_input(model_copy):
-    with cd.Engine(model_copy("mixtral"), threads=1) as eng:
+    with cd.MoeExecutor(model_copy("mixtral"), threads=1) as eng:
         w = expert_weights(seed=3)
         with pytest.raises(InvalidArgument, match=r"weights\['up'\] has shape"):
             eng.add_expert(0, dict(w, up=w["up"][:, :-1]), np.ones(32, np.float32))
@@ -104,7 +104,7 @@ def test_engine_hot_add_bad_input(model_copy):
         with pytest.raises(InvalidArgument, match="fewer than top_k=2"):
             eng.remove_expert(0, 6)
         assert eng.store.n_experts(0) == 8
-    with cd.Engine(model_copy("deepseek_v3"), threads=1) as eng:
+    with cd.MoeExecutor(model_copy("deepseek_v3"), threads=1) as eng:
         with pytest.raises(InvalidArgument, match="group-limited gating"):
             eng.add_expert(0, expert_weights(seed=3), np.ones(32, np.float32))
 
@@ -122,7 +122,7 @@ def test_gpt_oss_add_expert_needs_and_keeps_the_expert_biases(tmp_path):
     biased = dict(weights, **{k: rng.standard_normal(n).astype(np.float32)
                               for k, n in (("gate_bias", 16), ("up_bias", 16), ("down_bias", 32))})
     row = np.full(x.shape[1], 0.5, np.float32)
-    with cd.Engine(str(path), threads=1) as eng:
+    with cd.MoeExecutor(str(path), threads=1) as eng:
         with pytest.raises(InvalidArgument, match="'gate_bias', 'up_bias' and 'down_bias'"):
             eng.add_expert(1, weights, row)
         assert eng.add_expert(1, biased, row, bias=0.25) == 8
@@ -132,5 +132,5 @@ def test_gpt_oss_add_expert_needs_and_keeps_the_expert_biases(tmp_path):
         assert new == layout and layout.act.kind == "swiglu_oai" and layout.biases is not None
         direct = eng.runtime.expert_forward(x, native.expert_view(blob, new))
         assert np.array_equal(eng.expert_forward(1, 8, x), direct)
-    with cd.Engine(str(path), threads=1) as eng:                     # reopened from the segment
+    with cd.MoeExecutor(str(path), threads=1) as eng:                     # reopened from the segment
         assert np.array_equal(eng.expert_forward(1, 8, x), direct)

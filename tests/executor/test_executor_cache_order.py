@@ -30,13 +30,13 @@ def test_resident_first_order_hits_where_a_fixed_order_thrashes_and_bits_do_not_
     path = engine_models["mixtral"]
     x = tokens(9, seed=3)
     rows = np.array([0, 2, 3, 8], dtype=np.int32)
-    with cd.Engine(path, threads=1) as ref:
+    with cd.MoeExecutor(path, threads=1) as ref:
         nb = ref.store.source.nbytes(0, 0)
         want = [[ref.expert_forward(l, e, x, rows) for e in range(N_EXPERTS)] for l in (0, 1)]
     budget = (N_EXPERTS + 2) * nb        # fewer than the 2 x 8 experts each round touches
-    with cd.Engine(path, threads=1, cache_bytes=budget, offload_dir=str(tmp_path / "a")) as eng:
+    with cd.MoeExecutor(path, threads=1, cache_bytes=budget, offload_dir=str(tmp_path / "a")) as eng:
         fixed, st_fixed = _cycle(eng, x, rows, rounds=4, fixed_order=True)
-    with cd.Engine(path, threads=1, cache_bytes=budget, offload_dir=str(tmp_path / "b")) as eng:
+    with cd.MoeExecutor(path, threads=1, cache_bytes=budget, offload_dir=str(tmp_path / "b")) as eng:
         smart, st_smart = _cycle(eng, x, rows, rounds=4, fixed_order=False)
     for i, outs in enumerate(fixed + smart):
         for got, exp in zip(outs, want[i % 2]):
@@ -47,9 +47,9 @@ def test_resident_first_order_hits_where_a_fixed_order_thrashes_and_bits_do_not_
 
 def test_a_get_that_waits_for_an_in_flight_prefetch_is_a_miss(engine_models):
     path = engine_models["mixtral"]
-    with cd.Engine(path, threads=1) as ref:
+    with cd.MoeExecutor(path, threads=1) as ref:
         nb = ref.store.source.nbytes(0, 0)
-    with cd.Engine(path, threads=1, cache_bytes=4 * nb, source_delay_s=0.2) as eng:
+    with cd.MoeExecutor(path, threads=1, cache_bytes=4 * nb, source_delay_s=0.2) as eng:
         store = eng.store
         assert store.prefetch(0, [1]) == 1
         with store.get(0, 1):             # the load takes 0.2 s: this get waits for it

@@ -1,4 +1,4 @@
-"""Damaged and hostile containers through the Engine (issue 15, defects 1 and 2).
+"""Damaged and hostile containers through the MoeExecutor (issue 15, defects 1 and 2).
 
 Every tensor is checked before its first use in a process, on every path
 (zero-copy mmap, RAM cache, tiny budget), so a flipped bit or a NaN scale gives
@@ -57,7 +57,7 @@ def _write_fix_crc(path, entry, rel, data):
 
 
 def _forward_error(path, cache_bytes, layer=0):
-    with cd.Engine(path, threads=1, cache_bytes=cache_bytes) as eng:
+    with cd.MoeExecutor(path, threads=1, cache_bytes=cache_bytes) as eng:
         with pytest.raises(FormatError) as info:
             eng.moe_forward(layer, tokens(64, seed=3))
     return str(info.value)
@@ -108,7 +108,7 @@ def test_checks_once_and_opt_out(model_copy):
     """The mmap path checks each tensor once per process; checksums=False is the explicit opt-out."""
     path = model_copy("mixtral")
     x = tokens(16, seed=4)
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         y = eng.moe_forward(0, x)
         checked = eng.model.integrity_stats()["checked"]
         assert checked >= 9                               # router + 8 experts of layer 0
@@ -116,7 +116,7 @@ def test_checks_once_and_opt_out(model_copy):
         assert eng.model.integrity_stats()["checked"] == checked
     e = _entry(path, lambda e: e.kind == spec.KIND_EXPERT and e.layer == 1 and e.expert == 3)
     _flip(path, e.offset + 9)
-    with cd.Engine(path, threads=1, checksums=False) as eng:
+    with cd.MoeExecutor(path, threads=1, checksums=False) as eng:
         assert np.array_equal(eng.moe_forward(0, x), y)   # layer 0 untouched; layer 1 unchecked
         eng.moe_forward(1, x)
 
@@ -125,7 +125,7 @@ def test_hot_add_rejects_overflowing_weights(model_copy):
     path = model_copy("mixtral")
     w = expert_weights(seed=5)
     w["up"] = np.full_like(w["up"], 3e38)
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         with pytest.raises(InvalidArgument, match="'up'.*magnitude"):
             eng.add_expert(0, w, np.ones(eng.config.hidden, np.float32))
         w = expert_weights(seed=5)
@@ -148,7 +148,7 @@ def test_overflowing_finite_weights_fail_the_same_on_every_budget(tmp_path):
     cd.convert(src, path, experts="f32", progress=False)
     messages = set()
     for cache_bytes in BUDGETS:
-        with cd.Engine(path, threads=1, cache_bytes=cache_bytes) as eng:
+        with cd.MoeExecutor(path, threads=1, cache_bytes=cache_bytes) as eng:
             with pytest.raises(NativeError, match="layer 0: non-finite MoE output") as info:
                 eng.moe_forward(0, tokens(16, seed=2))
             messages.add(str(info.value))
@@ -163,14 +163,14 @@ def test_the_benchmarks_expert_precheck_checks_every_expert_once(model_copy):
     from types import SimpleNamespace
     from colibri_dist.bench.model.peer_colibri import check_experts
     path = model_copy("mixtral")
-    with cd.Engine(path, threads=1) as eng:
+    with cd.MoeExecutor(path, threads=1) as eng:
         cfg = eng.model.config
-        check_experts(SimpleNamespace(engine=eng))
+        check_experts(SimpleNamespace(executor=eng))
         checked = eng.model.integrity_stats()["checked"]
         assert checked == len(eng.model.moe_layers) * cfg.n_experts
         eng.moe_forward(0, tokens(16, seed=4))
         assert eng.model.integrity_stats()["checked"] == checked + 1      # layer 0's router only
     e = _entry(path, lambda e: e.kind == spec.KIND_EXPERT and e.layer == 1 and e.expert == 3)
     _flip(path, e.offset + 9)
-    with cd.Engine(path, threads=1) as eng, pytest.raises(FormatError, match="layer 1 expert 3"):
-        check_experts(SimpleNamespace(engine=eng))
+    with cd.MoeExecutor(path, threads=1) as eng, pytest.raises(FormatError, match="layer 1 expert 3"):
+        check_experts(SimpleNamespace(executor=eng))
