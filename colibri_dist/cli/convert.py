@@ -19,8 +19,8 @@ def register(subparsers):
                                           "to a .colibri container. Families: Mixtral, Qwen2-MoE, Qwen3-MoE, "
                                           "OLMoE, DeepSeek-V3, GLM-4.5. Or import a llama.cpp GGUF file "
                                           "(architectures qwen3moe, qwen2moe, olmoe, llama (Mixtral), glm4moe, "
-                                          "deepseek2; F32/F16/BF16 tensors, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL and "
-                                          "MXFP4 blocks kept bit for bit; needs pip install 'colibri-dist[gguf]'): every "
+                                          "deepseek2, gpt-oss; F32/F16/BF16 tensors, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, "
+                                          "IQ4_XS, IQ4_NL and MXFP4 blocks kept bit for bit; needs pip install 'colibri-dist[gguf]'): every "
                                           "matrix keeps its own type in the file (a Q4_K_M file's Q4_K and Q6_K side by "
                                           "side) unless --experts/--dense/--lm-head/--preset choose one for the part.")
     p.add_argument("src", metavar="SRC", help="checkpoint directory, or a .gguf file")

@@ -1,7 +1,7 @@
 """LLM: a whole MoE language model in process — logits, generate, chat and score (vLLM's names).
 
 Role in the data flow: the user-facing object. It opens the container, builds the Architecture
-(arch.py) and the kernel-ready weights (weights.py), an MoeExecutor for the MoE layers (expert store:
+(arch.py) and the kernel-ready weights (weights.py), a MoeExecutor for the MoE layers (expert store:
 RAM cache, mmap, SSD offload, prefetch, hot-add) or a caller-given MoE executor (`moe=`, e.g. a
 Ray pool client: anything with moe_forward(layer, x)), a paged KVCache, and the Decoder. Besides
 the teacher-forced `logits` / `logits_batch` it is the step model the generation scheduler

@@ -2,7 +2,7 @@
 
 Role in the data flow (one call = one MoE layer batch, in whatever process holds the client:
 the driver of a Pool, each sequence runner, or the Router actor for routing="router"):
-    route (an MoeExecutor's native Runtime.route)  ->  group per expert
+    route (a MoeExecutor's native Runtime.route)  ->  group per expert
     -> this client's balancer picks a replica per expert  ->  one request per worker per micro-batch
     -> all micro-batches in flight, replies gathered with ray.wait
     -> scatter into slot_out[t, j] / shared[t]  ->  native.combine  (same bits as the MoeExecutor)
@@ -38,7 +38,7 @@ DEAD = (RayActorError, ActorUnavailableError)
 
 class ExpertClient:
     def __init__(self, engine, workers, cfg, info=None):
-        """engine: an MoeExecutor on the model (routing only; no expert runs on it); workers: the pool's
+        """engine: a MoeExecutor on the model (routing only; no expert runs on it); workers: the pool's
         ExpertWorker actor handles; cfg: its PoolConfig."""
         from .. import native
         self.native, self.executor, self.workers, self.cfg = native, engine, list(workers), cfg

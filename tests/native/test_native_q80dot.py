@@ -1,5 +1,6 @@
 """q8_0 and q5_0 weights x llama.cpp's Q8_0 activations (kernels_q80*.c): the integer path q8_0 and q5_0 matrices
-take with the w8a8 switch on (the default of MoeExecutor / LLM), as ggml runs Q8_0 and Q5_0 (their vec_dot_type is Q8_0).
+take with the w8a8 switch on (the default of MoeExecutor / LLM), as ggml runs Q8_0 and Q5_0 (their vec_dot_type
+is Q8_0).
 
 The scalar kernel equals a numpy model of ggml's formula (q80_ref.py: the blocks read as gguf.quants reads them,
 activations quantized as ggml-cpu's x86 quantize_row_q8_0, integer sums per block, the documented float order) bit

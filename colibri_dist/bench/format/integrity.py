@@ -1,7 +1,7 @@
 """`python -m colibri_dist.bench integrity`: what the first-use checks cost (docs/STORE.md).
 
 Role: measures the CRC-32 (zlib vs the native PCLMULQDQ path), the finiteness scan,
-Model.verify(), and an MoeExecutor's first vs second forward with checksums on and off,
+Model.verify(), and a MoeExecutor's first vs second forward with checksums on and off,
 on a Mixtral-shaped int8 container written to a temp dir (page cache warm).
 """
 import argparse
