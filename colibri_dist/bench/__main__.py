@@ -3,12 +3,13 @@ import importlib
 import sys
 
 NAMES = ["kernels", "kquants", "model", "model_ops", "store", "pool", "convert", "numa", "generate", "integrity", "serve",
-         "peer", "prefix", "levels", "scale", "structured", "calls", "template"]
+         "peer", "prefix", "levels", "scale", "structured", "calls", "template", "gguf-quality"]
 # NAME -> its module under colibri_dist.bench: one folder per family
 MODULES = {"kernels": "kernels.run", "kquants": "kernels.kquants", "levels": "kernels.levels",
            "model_ops": "kernels.ops",
            "model": "model.run", "peer": "model.peer", "scale": "scale.run",
            "store": "store.run", "convert": "format.convert", "integrity": "format.integrity",
+           "gguf-quality": "format.gguf_quality",
            "pool": "pool.run", "numa": "numa.run",
            "generate": "generation.generate", "prefix": "generation.prefix", "serve": "generation.serve",
            "structured": "generation.structured", "calls": "generation.calls",

@@ -66,6 +66,71 @@ def save_logprobs(tools, model, text, out, n_ctx=128, chunks=40, threads=1):
                  "--kl-divergence-base", str(out)], "llama-perplexity")
 
 
+def kl_divergence(tools, model, base, n_ctx=128, chunks=40, threads=1, tries=3):
+    """llama-perplexity --kl-divergence: `model` scored against the log-probs `base` saved (same settings as
+    save_logprobs; the tokens come from `base`) -> parse_kl of its log. Its logger is a thread whose queue is not
+    drained at exit (common/log.cpp leaks the singleton: llama.cpp issue 22142), so a run that exits 0 can lose its
+    last lines, the statistics among them (seen here, more often under load): such a run is made again, up to
+    `tries` times (the numbers are deterministic), then the ValueError stands (compare_saved is the fallback)."""
+    args = [tools.perplexity, "-m", str(model), "-c", str(n_ctx), "-b", str(n_ctx), "-t", str(threads), "-ctk", "f32",
+            "-ctv", "f32", "-fa", "off", "--chunks", str(chunks), "--kl-divergence-base", str(base), "--kl-divergence"]
+    for attempt in range(tries):
+        try:
+            return parse_kl(_run(args, "llama-perplexity --kl-divergence"))
+        except ValueError:
+            if attempt == tries - 1:
+                raise
+
+
+_KL_LINES = {"Mean    KLD:": "mean_kl", "Same top p:": "top1", "Mean PPL(Q) ": "ppl_q", "Mean PPL(base) ": "ppl_base",
+             "Maximum KLD:": "max_kl"}
+
+
+def parse_kl(log):
+    """llama-perplexity --kl-divergence's statistics: {"mean_kl", "max_kl", "top1" (a fraction), "ppl_q",
+    "ppl_base" (the quantized and the base model's perplexities)}; a missing one is a ValueError quoting the
+    log's tail."""
+    out = {}
+    for line in log.splitlines():
+        line = line.split(" I ", 1)[-1] if line[:1].isdigit() else line     # "0.00.123.456 I " log prefixes
+        for head, key in _KL_LINES.items():
+            if line.startswith(head):
+                value = float(line.split(":", 1)[1].split()[0])
+                out[key] = value / 100 if key == "top1" else value
+    missing = [k for k in _KL_LINES.values() if k not in out]
+    if missing:
+        raise ValueError(f"llama-perplexity --kl-divergence printed no {', '.join(missing)}:\n{log[-1500:]}")
+    return out
+
+
+def compare_saved(base, other):
+    """compare() of two of llama-perplexity's saved files on the same tokens (e.g. its Q4_K_M run against its F32
+    run: what its --kl-divergence computes, with both sides at the 16-bit codes' precision)."""
+    if base.tokens.shape != other.tokens.shape or not np.array_equal(base.tokens, other.tokens):
+        raise ValueError("the two saved log-prob files are not of the same tokens")
+    rows = iter(other.logprobs)
+
+    def logits_of(chunk):
+        out = np.zeros((len(chunk), other.logprobs.shape[-1]), np.float32)
+        out[base.first:-1] = next(rows)
+        return out
+    return compare(base, logits_of)
+
+
+def saved_ppl(saved):
+    """(perplexity, clipped) as llama-perplexity computes it, from its own saved log-probs of each next token on
+    the positions it scores (the second half of every chunk), to the 16-bit codes' precision; clipped: the fraction
+    of those next tokens below the codes' floor (max - 16), where the saved value is the floor: the perplexity is
+    then an underestimate."""
+    nll, clipped = 0.0, 0
+    for chunk, base, coded in zip(saved.tokens, saved.logprobs, saved.coded):
+        at = (np.arange(len(base)), chunk[saved.first + 1:])
+        nll -= float(base[at].sum())
+        clipped += int((~coded[at]).sum())
+    n = saved.logprobs.shape[0] * saved.logprobs.shape[1]
+    return float(np.exp(nll / n)), clipped / n
+
+
 @dataclass(frozen=True)
 class SavedLogprobs:
     tokens: np.ndarray      # int32 [chunks, n_ctx]: the ids llama.cpp ran, chunk by chunk from position 0
@@ -106,14 +171,16 @@ def compare(saved, logits_of, bos=None):
     `llama-perplexity --kl-divergence` scores two of its own runs: {"positions", "top1" (same argmax),
     "top1_code_ties" (the other positions where our top token's saved code is within one step of the saved top's:
     a tie the 16-bit codes cannot order), "mean_kl" (KL(llama.cpp || ours) over its entries above e^-16),
-    "max_abs_logprob_diff" (over coded entries)}. bos: the id llama-perplexity put first in each chunk when the
-    vocabulary adds one (tokenizer.ggml.add_bos_token; the file keeps the text's own first id)."""
+    "max_abs_logprob_diff" (over coded entries), "nll" (our mean negative log-likelihood of each next token over the
+    same positions: the log of the perplexity llama-perplexity reports)}. bos: the id llama-perplexity put first in
+    each chunk when the vocabulary adds one (tokenizer.ggml.add_bos_token; the file keeps the text's own first id)."""
     same = ties = positions = 0
-    kl = worst = 0.0
+    kl = worst = nll = 0.0
     for chunk, base, coded, step in zip(saved.tokens, saved.logprobs, saved.coded, saved.steps):
         if bos is not None:
             chunk = np.concatenate([[bos], chunk[1:]]).astype(chunk.dtype)
         ours = log_softmax(logits_of(chunk))[saved.first:-1]
+        nll -= float(ours[np.arange(len(ours)), chunk[saved.first + 1:]].sum())
         top = ours.argmax(axis=1)
         agree = top == base.argmax(axis=1)
         same += int(agree.sum())
@@ -122,4 +189,4 @@ def compare(saved, logits_of, bos=None):
         kl += float((np.exp(base) * (base - ours) * (base > -16)).sum())
         worst = max(worst, float(np.abs(ours - base)[coded].max()))
     return {"positions": positions, "top1": same / positions, "top1_code_ties": ties / positions,
-            "mean_kl": kl / positions, "max_abs_logprob_diff": worst}
+            "mean_kl": kl / positions, "max_abs_logprob_diff": worst, "nll": nll / positions}

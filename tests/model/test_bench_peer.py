@@ -24,6 +24,16 @@ def test_bad_arguments_exit_2_naming_the_flag(capsys, argv, flag):
     assert exc.value.code == 2 and flag in capsys.readouterr().err
 
 
+def test_an_imported_column_asks_for_llama_cpps_file_of_its_type():
+    """The imported Q4_K_M column runs on llama.cpp's Q4_K_M file: asking for it adds that type to --types."""
+    from colibri_dist.bench.model import peer_colibri
+    name = "colibri imported llama.cpp Q4_K_M + Q8_K"
+    a = peer.parse_args(["--llama-bin", "b", "--types", "Q8_0", "--engines", f"colibri int8,{name}"])
+    assert a.types == ["Q8_0", "Q4_K_M"] and a.engines == ["colibri int8", name]
+    assert peer_colibri.COLUMNS[name] == {"w8a8": True} and peer_colibri.encodings(name) == "imported llama.cpp Q4_K_M"
+    assert peer.parse_args(["--llama-bin", "b"]).engines[-1] == name     # a default column
+
+
 def test_missing_llama_build_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="llama-batched-bench is missing"):
         peer_llama.tools(tmp_path / "bin")

@@ -3,8 +3,9 @@
 Role: one run measures, on the whole-model benchmark's checkpoint (bench/model/run.py: OLMoE-shaped, 4 layers,
 hidden 2048, 64 experts top 8, vocab 50304, random bf16 weights), llama.cpp on GGUF files of it (f16 by its
 converter, then Q8_0 / Q4_0 / Q4_K_M by llama-quantize; peer_llama.py) and colibri in several encodings and
-modes (peer_colibri.py). Engines alternate within each round (the order reverses every other round), one
-model resident at a time; each round also measures the read bandwidth. Both sides are measured the way
+modes (peer_colibri.py), one column on llama.cpp's Q4_K_M file itself, imported (the same weights, bit for
+bit). Engines alternate within each round (the order reverses every other round), one model resident
+at a time; each round also measures the read bandwidth. Both sides are measured the way
 llama-batched-bench does: prefill of 1 x `--prompt` tokens, then aggregate decode of 1, 8 and 32 sequences
 after a `--decode-prompt`-token prompt each. Reported: medians over rounds, the 1-minute load average
 before each measurement (the machine may be shared), bytes per decode token (GGUF tensor table; container
@@ -31,8 +32,8 @@ def parse_args(argv):
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=2, help="alternated rounds; medians over them (default 2)")
     ap.add_argument("--types", default=",".join(TYPES), help="llama.cpp quantization types (comma-separated)")
-    ap.add_argument("--engines", default=",".join(peer_colibri.ENGINES),
-                    help="colibri columns (comma-separated) from: " + ", ".join(peer_colibri.ENGINES))
+    ap.add_argument("--engines", default=",".join(peer_colibri.COLUMNS),
+                    help="colibri columns (comma-separated) from: " + ", ".join(peer_colibri.COLUMNS))
     ap.add_argument("--prompt", type=int, default=512, help="prefill prompt length (1 sequence)")
     ap.add_argument("--decode-prompt", type=int, default=64, help="prompt length of each decoding sequence")
     ap.add_argument("--gen", type=int, default=32, help="decode steps per measurement")
@@ -46,9 +47,11 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     args.types = [t for t in args.types.split(",") if t]
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    bad = [e for e in args.engines if e not in peer_colibri.ENGINES]
+    bad = [e for e in args.engines if e not in peer_colibri.COLUMNS]
     if bad:
-        ap.error(f"--engines: unknown {bad[0]!r}; choose from {', '.join(peer_colibri.ENGINES)}")
+        ap.error(f"--engines: unknown {bad[0]!r}; choose from {', '.join(peer_colibri.COLUMNS)}")
+    args.types += [t for t in (peer_colibri.IMPORTED[e][0] for e in args.engines if e in peer_colibri.IMPORTED)
+                   if t not in args.types]      # an imported column needs llama.cpp's file of its type
     try:
         args.parallel = [int(p) for p in args.parallel.split(",")]
     except ValueError:
@@ -81,7 +84,7 @@ def _one(args, name, runs, files, paths, t):
         for prompt, gen, pls in runs:
             got[(prompt, gen)], _ = peer_llama.batched(t, files[name], args.threads, prompt, gen, pls)
     else:
-        got, _ = peer_colibri.measure(paths[name], peer_colibri.ENGINES[name][3], args.threads, runs)
+        got, _ = peer_colibri.measure(paths[name], peer_colibri.COLUMNS[name], args.threads, runs)
     return {"load_before": load, "runs": {f"{p}x{g}": v for (p, g), v in got.items()}}
 
 
@@ -116,7 +119,9 @@ def prepare(args, cfg):
     cache_dir = os.path.dirname(hf_dir)
     files = peer_llama.gguf_files(t, hf_dir, args.gguf_dir or os.path.join(cache_dir, "gguf"), args.types,
                                   args.threads)
-    paths = {name: peer_colibri.container(hf_dir, cache_dir, *peer_colibri.ENGINES[name][:3]) for name in args.engines}
+    imported, engines = peer_colibri.IMPORTED, peer_colibri.ENGINES
+    paths = {name: peer_colibri.imported(files[imported[name][0]], cache_dir) if name in imported
+             else peer_colibri.container(hf_dir, cache_dir, *engines[name][:3]) for name in args.engines}
     return t, files, paths
 
 
@@ -147,8 +152,8 @@ def main(argv=None):
               "machine": machine(), "threads": args.threads, "config": cfg}
     t, files, paths = prepare(args, cfg)
     report["llama_cpp"] = {"bin": t.bin, "gguf": files}
-    report["colibri"] = {name: {"path": p, "encodings": peer_colibri.ENGINES[name][:3],
-                                "llm_kwargs": peer_colibri.ENGINES[name][3]} for name, p in paths.items()}
+    report["colibri"] = {name: {"path": p, "encodings": peer_colibri.encodings(name),
+                                "llm_kwargs": peer_colibri.COLUMNS[name]} for name, p in paths.items()}
     report["bytes_per_token"], report["bytes_per_token_estimated"] = token_bytes(t, files, paths, cfg)
     report["rounds"] = rounds(args, files, paths, t)
     report["machine"]["loadavg_after"] = list(os.getloadavg())

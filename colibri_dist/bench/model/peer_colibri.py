@@ -2,7 +2,9 @@
 engine's measurements, shaped like llama-batched-bench's so the two sit in one table.
 
 Role: ENGINES names each column (container encodings + runtime mode); container() converts the bf16
-checkpoint once per encoding set into the cache folder; measure() opens one LLM (one model resident
+checkpoint once per encoding set into the cache folder; IMPORTED names the columns run on llama.cpp's own GGUF
+file of a type (peer_llama.py makes it), imported by colibri's GGUF import (imported(): the blocks kept bit for
+bit, so both engines read the very same weights); COLUMNS is both; measure() opens one LLM (one model resident
 at a time), prefills `prompt` tokens for each of `pl` sequences in one forward call and times it, then
 times `gen` decode steps of all of them together: prefill tok/s = pl*prompt / t_pp and aggregate decode
 tok/s = pl*gen / t_tg, as llama-batched-bench defines S_PP and S_TG.
@@ -25,6 +27,24 @@ ENGINES = {
     # llama.cpp's block encodings themselves (our quantizer), multiplied as llama.cpp does: Q8_K activations
     "colibri q4_k (head q6_k) + Q8_K": ("q4_k", "q4_k", "q6_k", {"w8a8": True}),
 }
+
+# column name: (the llama.cpp file type imported, LLM keyword arguments)
+IMPORTED = {"colibri imported llama.cpp Q4_K_M + Q8_K": ("Q4_K_M", {"w8a8": True})}
+COLUMNS = {**{k: v[3] for k, v in ENGINES.items()}, **{k: v[1] for k, v in IMPORTED.items()}}   # name: LLM kwargs
+
+
+def encodings(name):
+    """What a column's container holds, for the report: its (experts, dense, lm_head) or the imported file type."""
+    return ENGINES[name][:3] if name in ENGINES else f"imported llama.cpp {IMPORTED[name][0]}"
+
+
+def imported(gguf_path, cache_dir):
+    """Path of the container imported from llama.cpp's GGUF file (made once, beside the other containers)."""
+    from ...format.convert import convert
+    path = os.path.join(cache_dir, "imported-" + os.path.basename(gguf_path).removesuffix(".gguf") + ".colibri")
+    if not os.path.exists(path):
+        convert(gguf_path, path, progress=False, force=True)
+    return path
 
 
 def container(hf_dir, cache_dir, experts, dense, lm_head):
