@@ -22,6 +22,7 @@ GGML_TYPES = {"F32": (4, 1), "F16": (2, 1), "Q4_0": (18, 32), "Q4_1": (20, 32), 
               "Q5_1": (24, 32), "Q8_0": (34, 32), "Q4_K": (144, 256), "Q5_K": (176, 256), "Q6_K": (210, 256)}
 FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 FTYPES = {"Q8_0": "Q8_0", "Q4_0": "Q4_0", "Q4_K_M": "Q4_K"}     # file type -> its default tensor type
+EMBEDDING = "model.embed_tokens.weight"
 _ATTN = re.compile(r"^model\.layers\.(\d+)\.self_attn\.(\w+)_proj\.weight$")
 
 
@@ -44,6 +45,8 @@ def ours(model):
     """{"dense", "lm_head", "experts", "routers", "total"}: bytes a decode token reads from this container."""
     out = {"dense": 0, "lm_head": 0, "experts": 0, "routers": 0}
     for e in model.entries:
+        if e.name == EMBEDDING:                 # an encoded embedding (a GGUF import's token_embd): one row read
+            continue
         if e.kind in (spec.KIND_MATRIX, spec.KIND_DENSE_MLP):
             out["lm_head" if e.name == "lm_head.weight" else "dense"] += e.nbytes
         elif e.kind == spec.KIND_SHARED:

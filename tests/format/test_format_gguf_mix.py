@@ -114,6 +114,18 @@ def expected_counts(gguf_path, n_experts):
     return out
 
 
+def test_bytes_per_token_leave_the_encoded_embedding_out(mix):
+    """A decode token reads one row of the embedding: the imported token_embd (a k-quant matrix entry) is not
+    counted with the dense matrices (it was: the peer bench's imported Q4_K_M column read 306 MB a token beside
+    the file's 248 MB)."""
+    from colibri_dist.format import spec, token_bytes
+    _, _, path, _ = mix
+    with cd.open_model(path) as m:
+        dense = sum(e.nbytes for e in m.entries if e.kind in (spec.KIND_MATRIX, spec.KIND_DENSE_MLP)
+                    and e.name not in ("lm_head.weight", "model.embed_tokens.weight"))
+        assert m.matrix_encodings()["embedding"] and token_bytes.ours(m)["dense"] == dense
+
+
 def test_header_metadata_and_inspect_say_mixed_with_counts(mix, capsys):
     qtype, gguf_path, path, _ = mix
     base = ENCODING[qtype[:4]]
