@@ -18,6 +18,7 @@ FAMILY_SIZES = {   # over SIZES: the fields a family's tiny config names differe
     "deepseek_v3": dict(num_key_value_heads=4, q_lora_rank=256, kv_lora_rank=256, qk_rope_head_dim=64,
                         qk_nope_head_dim=256, v_head_dim=64, scoring_func="sigmoid", topk_method="noaux_tc"),
     "glm4_moe": dict(num_nextn_predict_layers=0),     # transformers' model has no MTP layer the converter would count
+    "olmoe": dict(num_key_value_heads=4),   # llama.cpp's OLMoE graph takes attn_k_norm over n_embd: no GQA
     "gpt_oss": dict(sliding_window=64, swiglu_limit=7.0,          # llama.cpp fixes the limit at 7.0 and yarn
                     rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
                                      "beta_slow": 1.0, "truncate": True, "original_max_position_embeddings": 4096}),
