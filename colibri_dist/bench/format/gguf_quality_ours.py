@@ -78,7 +78,7 @@ def score(path, saved, llm_kwargs, threads=1, bos=None):
     from ...testing.llama_cpp import compare
     with LLM(path, threads=threads, **llm_kwargs) as llm:
         out = compare(saved, llm.logits, bos=bos)
-        out["bits_per_weight"] = bits_per_weight(llm.engine.model)
+        out["bits_per_weight"] = bits_per_weight(llm.executor.model)
     return out
 
 
