@@ -54,12 +54,7 @@ KQ_FN void tile(int ENC, int TT, int TR, const kqdesc *d, int32_t r, const cb_q8
         block_ints(ENC, TT, TR, blk, xk, b, &I, &M);
         acc = block_float(ENC, TT, TR, blk, I, M, da_of(TT, TR, xk, b), acc);
     }
-    float out[8];
-    _mm256_storeu_ps(out, acc);
-#pragma GCC unroll 8
-    for (int i = 0; i < TT; i++)
-#pragma GCC unroll 8
-        for (int j = 0; j < TR; j++) outs[i][r + j] = out[i * TR + j];
+    tile_store(TT, TR, acc, outs, r);
 }
 
 /* The rows r0..r1 for a group of m <= 8 tokens: 1 x 4 (one token, the next tile prefetched: streamed from memory

@@ -4,8 +4,9 @@
  * unpacking of a block's scales and mins, the same exact integer reductions and literally the same float step per
  * super-block: a block's 16-bit scales / mins (block_of), one 32-code chunk unpacked for 256-bit registers
  * (chunk_of), the lane reductions (reduce, reduce4), the f16 factors and activation scales per lane
- * (halves, da_of) and the float step (block_float). An AVX-512 function may inline these (its target includes
- * AVX2's). kernels_kq_tiles.h builds the tiles on them and on the level's row_ints.
+ * (halves, da_of), the float step (block_float) and a tile's store (tile_store, the Q8_0 tiles' too). An AVX-512
+ * function may inline these (its target includes AVX2's). kernels_kq_tiles.h builds the tiles on them and on the
+ * level's row_ints.
  */
 #ifndef CB_KERNELS_KQ_X86_H
 #define CB_KERNELS_KQ_X86_H
@@ -142,6 +143,16 @@ AVX2_FN __m256 block_float(int ENC, int TT, int TR, const unsigned char *const *
     if (ENC == CB_Q6_K) return acc;
     __m256 dmin = halves(TT, TR, blk, 2);
     return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(M), acc);
+}
+
+/* A tile's 8 lanes (lane n = token n / TR, row n % TR) written to outs[token][r + row]. */
+AVX2_FN void tile_store(int TT, int TR, __m256 acc, float *const *outs, int32_t r) {
+    float out[8];
+    _mm256_storeu_ps(out, acc);
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) outs[i][r + j] = out[i * TR + j];
 }
 
 #endif

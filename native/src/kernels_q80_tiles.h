@@ -65,12 +65,7 @@ Q80_FN void q80_tile(int ENC, int TT, int TR, const q80desc *d, int32_t r, const
         __m256 dd = _mm256_mul_ps(halves(TT, TR, blk, 0), q80_da(TT, TR, xa, b));
         acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(I), acc);
     }
-    float out[8];
-    _mm256_storeu_ps(out, acc);
-#pragma GCC unroll 8
-    for (int i = 0; i < TT; i++)
-#pragma GCC unroll 8
-        for (int j = 0; j < TR; j++) outs[i][r + j] = out[i * TR + j];
+    tile_store(TT, TR, acc, outs, r);
 }
 
 /* The rows r0..r1 for a group of m <= 4 tokens (the first group prefetches the next tile); leftover rows one at
