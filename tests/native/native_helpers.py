@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from colibri_dist.format.quantize import dequantize, pack_expert
-from colibri_dist.native import Gating, expert_view, simd_levels
+from colibri_dist.native import Gating, Runtime, expert_view, simd_levels
 
 SCHEMES = ["f32", "f16", "bf16", "int8", "int8-g32", "int8-g64", "int8-g128", "int8-minmax", "int4-g32", "int4-g64",
            "int6-g64", "q8_0"]
@@ -17,6 +17,16 @@ def simd_params():
 
 
 AVAILABLE_LEVELS = [name for name, missing in simd_levels().items() if missing is None]
+
+
+def w8a8_runtimes():
+    """A module fixture's runtimes: the w8a8 switch on at 1, 2 and 3 threads, and "plain" (off, 2 threads);
+    closed after the module (use: `yield from w8a8_runtimes()`)."""
+    r = {t: Runtime(threads=t, w8a8=True) for t in (1, 2, 3)}
+    r["plain"] = Runtime(threads=2)
+    yield r
+    for v in r.values():
+        v.close()
 
 
 def rand_expert(rng, hidden, inter, scale=0.2):

@@ -15,9 +15,9 @@ import pytest
 from colibri_dist.format.kquants import QUANTIZE
 from colibri_dist.format.layout import ExpertLayout
 from colibri_dist.format.quantize import Encoded, pack_expert
-from colibri_dist.native import Runtime, expert_view, matrix_view, simd_force
+from colibri_dist.native import expert_view, matrix_view, simd_force
 from kq_ref import kq_matmul, kq_parts, parts_dequantize, quantization_bound
-from native_helpers import AVAILABLE_LEVELS, simd_params
+from native_helpers import AVAILABLE_LEVELS, simd_params, w8a8_runtimes
 from test_native_kquants import KQ, QTYPE, gguf, packed, random_blocks
 
 TOKENS = (1, 2, 3, 4, 5, 8, 9, 17, 32, 33)
@@ -25,11 +25,7 @@ TOKENS = (1, 2, 3, 4, 5, 8, 9, 17, 32, 33)
 
 @pytest.fixture(scope="module")
 def rts():
-    r = {t: Runtime(threads=t, w8a8=True) for t in (1, 2, 3)}
-    r["plain"] = Runtime(threads=2)
-    yield r
-    for v in r.values():
-        v.close()
+    yield from w8a8_runtimes()
 
 
 def activations(rng, n, cols):

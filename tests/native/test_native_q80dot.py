@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from colibri_dist.format.quantize import Encoded, pack_matrix
-from colibri_dist.native import Runtime, matrix_view, simd_force
-from native_helpers import AVAILABLE_LEVELS, simd_params
+from colibri_dist.native import matrix_view, simd_force
+from native_helpers import AVAILABLE_LEVELS, simd_params, w8a8_runtimes
 from q80_ref import q80_matmul, q80_parts, quantization_bound, quantize_q80
 from test_native_kdot import random_expert
 
@@ -24,11 +24,7 @@ TOKENS = (1, 2, 3, 4, 5, 8, 9, 17, 32, 33)
 
 @pytest.fixture(scope="module")
 def rts():
-    r = {t: Runtime(threads=t, w8a8=True) for t in (1, 2, 3)}
-    r["plain"] = Runtime(threads=2)
-    yield r
-    for v in r.values():
-        v.close()
+    yield from w8a8_runtimes()
 
 
 def random_blocks(rng, rows, cols, scheme="q8_0"):

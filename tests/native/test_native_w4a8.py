@@ -7,8 +7,9 @@ MoE layers; and a quality bound against the float64 reference on the original we
 import numpy as np
 import pytest
 
-from colibri_dist.native import Runtime, quantized_matrix, simd_force
-from native_helpers import AVAILABLE_LEVELS, cosine, ffn_ref, rand_expert, random_layer, simd_params, view_of
+from colibri_dist.native import quantized_matrix, simd_force
+from native_helpers import (AVAILABLE_LEVELS, cosine, ffn_ref, rand_expert, random_layer, simd_params, view_of,
+                            w8a8_runtimes)
 from w4a8_ref import w4a8_matmul
 
 SCHEMES4 = ["int4-g32", "int4-g64"]
@@ -16,11 +17,7 @@ SCHEMES4 = ["int4-g32", "int4-g64"]
 
 @pytest.fixture(scope="module")
 def rts():
-    r = {t: Runtime(threads=t, w8a8=True) for t in (1, 2, 3)}
-    r["plain"] = Runtime(threads=2)
-    yield r
-    for v in r.values():
-        v.close()
+    yield from w8a8_runtimes()
 
 
 @pytest.mark.parametrize("level", simd_params())
