@@ -48,13 +48,14 @@ SHARED_EXPERTS = {"ffn_gate_shexp.weight": "mlp.shared_experts.gate_proj.weight"
                   "ffn_up_shexp.weight": "mlp.shared_experts.up_proj.weight",
                   "ffn_down_shexp.weight": "mlp.shared_experts.down_proj.weight"}
 # DeepSeek-V3 multi-head latent attention. Newer llama.cpp writes kv_b_proj split (MLA absorption):
-# attn_k_b [heads, kv_lora_rank, qk_nope] (k transposed) and attn_v_b [heads, v_head_dim, kv_lora_rank];
-# gguf_source.py joins them back into kv_b_proj [heads * (qk_nope + v_head_dim), kv_lora_rank].
+# attn_k_b [heads, kv_lora_rank, qk_nope] (k transposed) and attn_v_b [heads, v_head_dim, kv_lora_rank], the
+# absorbed per-head matrices themselves; gguf_source.py offers them as k_b_proj [heads * kv_lora_rank, qk_nope] and
+# v_b_proj [heads * v_head_dim, kv_lora_rank] (heads stacked by rows, blocks as they are in the file).
 MLA = {"attn_q_a.weight": "self_attn.q_a_proj.weight", "attn_q_a_norm.weight": "self_attn.q_a_layernorm.weight",
        "attn_q_b.weight": "self_attn.q_b_proj.weight",
        "attn_kv_a_mqa.weight": "self_attn.kv_a_proj_with_mqa.weight",
        "attn_kv_a_norm.weight": "self_attn.kv_a_layernorm.weight", "attn_kv_b.weight": "self_attn.kv_b_proj.weight"}
-MLA_SPLIT = ("attn_k_b.weight", "attn_v_b.weight")
+MLA_SPLIT = {"attn_k_b.weight": "self_attn.k_b_proj.weight", "attn_v_b.weight": "self_attn.v_b_proj.weight"}
 CORRECTION_BIAS = {"exp_probs_b.bias": "mlp.gate.e_score_correction_bias"}
 
 # Per-layer vectors GGUF stores as [h] where the Hugging Face checkpoint holds [1, h].
@@ -108,7 +109,7 @@ class GgufArch:
     rope_permuted: bool = False     # attn_q/attn_k rows in llama.cpp's interleaved-rope order (LlamaModel.permute)
     partial_rotary: bool = False    # rope.dimension_count / head_dim -> partial_rotary_factor
     yarn: bool = False          # rope.scaling.type yarn imported (DeepSeek-V3's reading of its keys)
-    mla: bool = False           # MLA dims from key_length(_mla)/value_length(_mla); attn_k_b + attn_v_b joined
+    mla: bool = False           # MLA dims from key_length(_mla)/value_length(_mla); attn_k_b / attn_v_b kept
     expert_parts: tuple = ("gate_proj", "up_proj", "down_proj")   # the family's per-expert stems of the stacks
 
     def layer_names(self):

@@ -17,7 +17,7 @@ from . import spec
 from .quantize import pack_expert, pack_matrix, pack_matrix_stream, rows_separable
 from .scheme_plan import pick
 
-_PROJECTIONS = "q_proj|k_proj|v_proj|o_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj"
+_PROJECTIONS = "q_proj|k_proj|v_proj|o_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|k_b_proj|v_b_proj"
 EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"
 CHUNK_F32_BYTES = 64 << 20     # a big matrix is read and encoded this many bytes of float32 rows at a time
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")

@@ -6,9 +6,9 @@ converter. By default each part keeps the file's own encoding per matrix (F32/F1
 Q5_K, Q6_K, IQ4_XS, IQ4_NL, MXFP4, Q5_0 and Q5_1 blocks as the encodings of those names: gguf_source.BLOCK_TYPES): every expert's gate/up/down, every dense matrix, the embedding
 and the LM head is written in the type its tensor has in the file, so a Q4_K_M file's Q4_K experts with Q6_K
 down projections on some layers, Q6_K value projections and Q8_0 fallbacks are all copied as they are (the
-part is then "mixed": format/scheme_plan.py); the one matrix whose blocks cannot be copied (MLA's kv_b_proj, joined
-from the split form's transposed attn_k_b and attn_v_b) keeps its decoded values in f32, never requantized. An explicit --experts/--dense/--lm-head/--preset re-encodes that
-part from the exactly decoded values instead. A type none of our encodings holds was refused by name when
+part is then "mixed": format/scheme_plan.py), MLA's split attn_k_b / attn_v_b too (as k_b_proj / v_b_proj, the
+absorbed per-head matrices the model multiplies: gguf_source.py). An explicit --experts/--dense/--lm-head/--preset
+re-encodes that part from the exactly decoded values instead. A type none of our encodings holds was refused by name when
 the source opened (gguf_source.py), before anything is written.
 """
 from .gguf_source import BLOCK_TYPES, GgufSource
@@ -26,8 +26,7 @@ def open_gguf(path, experts=None, dense=None, lm_head=None, preset=None):
         hf = source.hf_config()
         files = tokenizer_files(source)
         if preset is None:
-            kept = {name: kept_scheme(ref, source.stored_scheme(name) is not None)
-                    for name, ref in source.refs.items()}
+            kept = {name: kept_scheme(ref) for name, ref in source.refs.items()}
             experts, dense, lm_head = experts or kept, dense or kept, lm_head or kept
         return source, hf, files, resolve(preset, experts, dense, lm_head)
     except BaseException:
@@ -35,12 +34,6 @@ def open_gguf(path, experts=None, dense=None, lm_head=None, preset=None):
         raise
 
 
-def kept_scheme(ref, blocks_kept=True):
-    """The colibri encoding that holds a GGUF tensor's values as they are. blocks_kept False: the source cannot
-    hand over its blocks as they are (the MLA split form: attn_k_b transposed and joined with attn_v_b into
-    kv_b_proj, rows along the other axis), so the decoded values are kept in f32: re-encoding them in the file's
-    block type would quantize them a second time (measured on a tiny DeepSeek-V3 Q4_K_M: top-1 agreement with
-    llama.cpp on the same file 0.754, mean KL 2.1e-2; bench gguf-quality)."""
-    if ref.dtype in _FLOAT_SCHEMES:
-        return _FLOAT_SCHEMES[ref.dtype]
-    return BLOCK_TYPES[ref.dtype] if blocks_kept else "f32"
+def kept_scheme(ref):
+    """The colibri encoding that holds a GGUF tensor's values as they are (its blocks, copied)."""
+    return _FLOAT_SCHEMES.get(ref.dtype) or BLOCK_TYPES[ref.dtype]

@@ -8,7 +8,8 @@ name and type is checked when the source opens, so an unsupported file fails bef
 written. Block-quantized tensors kept as they are (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL, MXFP4, Q5_0, Q5_1 -> the
 encodings of those names in lower case: a Q4_K_M, Q5_K_M or IQ4_XS file's blocks, gpt-oss's MXFP4 experts) are
 also offered raw (`stored_scheme`, `read_encoded`, `read_rows_encoded`): the converter copies their blocks
-instead of requantizing; read_f32 decodes them with the package's own `dequantize`.
+instead of requantizing; read_f32 decodes them with the package's own `dequantize`. MLA's split form (attn_k_b,
+attn_v_b: the absorbed per-head matrices) is offered as k_b_proj / v_b_proj, its heads stacked by rows.
 """
 import os
 import re
@@ -77,9 +78,8 @@ class GgufSource:
                         **{k: (p, "bias") for k, p in zip(EXPERT_BIAS_STACKS, self.arch.expert_parts)}}
         self._order = {}        # GGUF tensor -> its rows' order in the Hugging Face matrix (rope-permuted q/k)
         self.refs = {}
-        self._joined = {}       # kv_b_proj name -> (attn_k_b, attn_v_b) GGUF tensors (MLA split form)
         for t in self._reader.tensors:
-            for ref in self._refs_of(t) + self._join_of(t):
+            for ref in self._refs_of(t):
                 if ref.name in self.refs:
                     raise FormatError(f"{self.path}: tensor {ref.tensor!r} appears twice (as {ref.name!r})")
                 self.refs[ref.name] = ref
@@ -234,35 +234,17 @@ class GgufSource:
                                       f"metadata {a.arch}.expert_count is {n!r}")
 
     # ---- tensor names and types -----------------------------------------------------------------------
-    def _join_of(self, t):
-        """The MLA split form: attn_k_b (with its layer's attn_v_b) as kv_b_proj; [] for any other tensor."""
-        m = _LAYER.match(t.name)
-        if not (self.arch.mla and m and m.group(2) == MLA_SPLIT[0] and int(m.group(1)) < self.n_layers):
-            return []
-        v = self._tensors.get(f"blk.{m.group(1)}.{MLA_SPLIT[1]}")
-        kshape, vshape = (None if x is None else tuple(int(d) for d in reversed(x.shape.tolist())) for x in (t, v))
-        if v is None or len(kshape) != 3 or len(vshape) != 3 or kshape[0] != vshape[0] or kshape[1] != vshape[2]:
-            raise FormatError(f"{self.path}: tensor {t.name!r} {list(kshape)} needs blk.{m.group(1)}.{MLA_SPLIT[1]} "
-                              f"as [heads, v_head_dim, kv_lora_rank] (found {vshape and list(vshape)})")
-        if t.tensor_type.name != v.tensor_type.name:
-            raise FormatError(f"{self.path}: tensors {t.name!r} and {v.name!r} differ in type "
-                              f"({t.tensor_type.name}, {v.tensor_type.name})")
-        heads, rank, nope = kshape
-        name = f"model.layers.{int(m.group(1))}.self_attn.kv_b_proj.weight"
-        self._joined[name] = (t.name, v.name)
-        return [GgufRef(name, self.path, t.tensor_type.name, (heads * (nope + vshape[1]), rank),
-                        int(t.n_bytes) + int(v.n_bytes), t.name)]
-
-    def _read_joined(self, ref):
-        """kv_b_proj of the split form: per head attn_k_b transposed [qk_nope, rank] over attn_v_b [v, rank]."""
-        k, v = (self._tensors[n] for n in self._joined[ref.name])
-        kk, vv = (self._decode_tensor(x) for x in (k, v))
-        return np.concatenate([kk.transpose(0, 2, 1), vv], axis=1).reshape(ref.shape)
-
-    def _decode_tensor(self, t):
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-        ref = GgufRef(t.name, self.path, t.tensor_type.name, shape, int(t.n_bytes), t.name)
-        return self._decode(ref, self._raw(ref), int(np.prod(shape[:-1]))).reshape(shape)
+    def _mla_split(self, layer, shape):
+        """attn_k_b [heads, kv_lora_rank, qk_nope] / attn_v_b [heads, v_head_dim, kv_lora_rank] (MLA split form) as
+        the 2-D stack of its heads' matrices [heads * rows, cols]; the two halves of a layer must agree."""
+        names = [f"blk.{layer}.{n}" for n in MLA_SPLIT]
+        k, v = (self._tensors.get(n) for n in names)
+        k, v = (None if x is None else tuple(int(d) for d in reversed(x.shape.tolist())) for x in (k, v))
+        if not (k and v and len(k) == len(v) == 3 and k[0] == v[0] and k[1] == v[2]):
+            found = ", ".join(f"{n} {list(s) if s else '(absent)'}" for n, s in zip(names, (k, v)))
+            raise FormatError(f"{self.path}: tensors {found}: not MLA's split kv_b_proj, [heads, kv_lora_rank, "
+                              f"qk_nope] and [heads, v_head_dim, kv_lora_rank]")
+        return (shape[0] * shape[1], shape[2])
 
     def _refs_of(self, t):
         name, gtype = t.name, t.tensor_type.name
@@ -274,7 +256,8 @@ class GgufSource:
             raise FormatError(f"{self.path}: tensor {name!r} has shape {list(shape)}: an empty tensor")
         m = _LAYER.match(name)
         if self.arch.mla and m and m.group(2) in MLA_SPLIT and int(m.group(1)) < self.n_layers:
-            return []           # joined into kv_b_proj (_join_of)
+            return [GgufRef(f"model.layers.{int(m.group(1))}.{MLA_SPLIT[m.group(2)]}", self.path, gtype,
+                            self._mla_split(m.group(1), shape), int(t.n_bytes), name)]
         if m and int(m.group(1)) >= self.n_layers:     # a trailing extra (NextN) layer: named, never converted
             return [GgufRef(f"model.layers.{int(m.group(1))}.{m.group(2)}", self.path, gtype, shape,
                             int(t.n_bytes), name)]
@@ -349,21 +332,17 @@ class GgufSource:
             raise FormatError(f"{self.path}: {name!r}: a GGUF source has no fused expert tensors")
         want = tuple(shape)
         self._check(ref, want)
-        if ref.name in self._joined:
-            return self._read_joined(ref).reshape(want)
         rows = int(np.prod(ref.shape[:-1])) if len(ref.shape) > 1 else 1
         return np.array(self._decode(ref, self._raw(ref), rows)).reshape(want)
 
     def read_rows_f32(self, name, r0, r1):
         ref = self.ref(name)
-        if name in self._joined:
-            return self._read_joined(ref)[r0:r1]
         rb = ref.nbytes // ref.shape[0]
         return np.array(self._decode(ref, self._raw(ref)[r0 * rb:r1 * rb], r1 - r0))
 
     def stored_scheme(self, name):
         """The colibri encoding that keeps tensor `name`'s blocks as they are (None: a float or other type)."""
-        return None if name in self._joined else BLOCK_TYPES.get(self.ref(name).dtype)
+        return BLOCK_TYPES.get(self.ref(name).dtype)
 
     def read_encoded(self, name, shape):
         """A block-quantized matrix's bytes as they are in the file: Encoded(scheme, rows, cols, data)."""

@@ -6,10 +6,10 @@ maps it as opaque bytes) and the native bridge (which turns bytes + layout into
 a cb_expert). All offsets are relative to the blob start, so any copy of the
 blob (mmap view, RAM cache buffer, spill file read, Ray object) is usable as is.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 # Scheme names (user facing, CLI --experts) <-> cb_dtype codes, group sizes: the C table (encodings.py)
-from ..encodings import DTYPE_NAMES, GROUP_SIZE, SCHEMES  # noqa: F401  (re-exported)
+from ..encodings import DTYPE_NAMES, ENCODINGS, GROUP_SIZE, SCALE_MATRIX, SCHEMES  # noqa: F401  (re-exported)
 BLOB_ALIGN = 4096      # each expert blob starts on this boundary in the container
 PART_ALIGN = 64        # each part inside a blob starts on this boundary
 # The header's expert scheme when the expert matrices do not share one encoding (a GGUF import keeping each
@@ -34,6 +34,19 @@ class MatrixLayout:
     scale_offset: int = -1
     scale_count: int = 0
     zero_offset: int = -1
+
+
+def row_range(layout, r0, r1):
+    """The layout of rows r0:r1 of a matrix in the same bytes: every encoding stores whole rows one after another
+    (data, and per-row or per-group scales alike); a per-matrix scale and zero point are shared."""
+    enc = ENCODINGS[layout.dtype]
+    rows, cols = r1 - r0, layout.cols
+    scale_offset = layout.scale_offset
+    if scale_offset >= 0 and enc.scale_kind != SCALE_MATRIX:
+        scale_offset += 4 * r0 * enc.scale_count(1, cols)
+    return replace(layout, rows=rows, data_offset=layout.data_offset + r0 * enc.row_bytes(cols),
+                   data_bytes=enc.data_bytes(rows, cols), scale_offset=scale_offset,
+                   scale_count=enc.scale_count(rows, cols))
 
 
 ACTIVATIONS = {"silu": 0, "swiglu_oai": 1}    # cb_act codes (colibri.h); the container header's expert_act

@@ -4,7 +4,8 @@ Role in the data flow: the LLM builds these once from the container (format read
 tensor names of the family's table entry (arch.names, colibri_dist/families/): encoded
 matrices (attention projections, lm_head) as zero-copy native MatrixViews into the mmap, norms,
 biases and attention sinks as float32 arrays, dense MLP layers as ExpertViews; for DeepSeek MLA the per-head
-absorbed matrices W_kb^T [kv_lora, nope] and W_vb [v, kv_lora] are decoded once from kv_b_proj.
+absorbed matrices W_kb^T [kv_lora, nope] and W_vb [v, kv_lora] are row ranges of k_b_proj / v_b_proj in their
+own encoding when the container has them (a GGUF's split attn_k_b / attn_v_b), else decoded once from kv_b_proj.
 Missing attention tensors (an MoE-layer-only container) are a FormatError naming the tensor.
 """
 from dataclasses import dataclass, field
@@ -106,6 +107,10 @@ def _load_mla(r, arch, a, lw):
     lw.biases["kv_a"] = r.vector(a + "kv_a_proj_with_mqa.bias", m.kv_lora_rank + m.qk_rope_head_dim, required=False)
     lw.biases["o"] = r.vector(a + "o_proj.bias", arch.hidden, required=False)
     lw.norms["kv_a"] = r.vector(a + "kv_a_layernorm.weight", m.kv_lora_rank)
+    if r.model.has_tensor(a + "k_b_proj.weight"):     # the split form: each head's rows, as encoded
+        lw.mla_kb_t = _heads(r, a + "k_b_proj.weight", arch.n_heads, m.kv_lora_rank, m.qk_nope_head_dim)
+        lw.mla_vb = _heads(r, a + "v_b_proj.weight", arch.n_heads, m.v_head_dim, m.kv_lora_rank)
+        return
     kv_b = r.model.tensor_f32(r.need(a + "kv_b_proj.weight"))
     per = m.qk_nope_head_dim + m.v_head_dim
     if kv_b.shape != (arch.n_heads * per, m.kv_lora_rank):
@@ -114,6 +119,15 @@ def _load_mla(r, arch, a, lw):
     heads = kv_b.reshape(arch.n_heads, per, m.kv_lora_rank)
     lw.mla_kb_t = [native.matrix_from_array(np.ascontiguousarray(h[:m.qk_nope_head_dim].T)) for h in heads]
     lw.mla_vb = [native.matrix_from_array(np.ascontiguousarray(h[m.qk_nope_head_dim:])) for h in heads]
+
+
+def _heads(r, name, n_heads, rows, cols):
+    """n_heads MatrixViews [rows, cols]: the row ranges of matrix `name` [n_heads * rows, cols]."""
+    view = r.matrix(name)
+    if (view.rows, view.cols) != (n_heads * rows, cols):
+        raise FormatError(f"{r.model.path}: {name} has shape [{view.rows}, {view.cols}], expected "
+                          f"[{n_heads * rows}, {cols}] ({n_heads} heads of [{rows}, {cols}])")
+    return native.split_rows(view, n_heads)
 
 
 def _check_shapes(model, arch, layer, lw):

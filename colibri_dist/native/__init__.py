@@ -16,7 +16,7 @@ from . import checks as _checks
 from ._lib import NATIVE_ERRORS, check_status, simd_available, simd_force, simd_levels, simd_name
 from .gating import GATING_KINDS, Gating
 from .model_ops import (AttnSpec, MatrixView, embed, kv_write, log_softmax, matrix_from_array, matrix_view,
-                        quantized_matrix, rmsnorm, rope_apply, seq_batch)
+                        quantized_matrix, rmsnorm, rope_apply, seq_batch, split_rows)
 from .runtime import ExpertTable, MoeLayer, Runtime, combine, gate_logits
 from .fused_step import StepHead, fused_forward, pack_step
 from .layer_ops import LayerPlan, Step, layer_forward
@@ -26,6 +26,6 @@ _integrity.use_native(_checks)     # format/ checks CRCs and NaNs at memory spee
 
 __all__ = ["Gating", "GATING_KINDS", "Runtime", "ExpertTable", "MoeLayer", "LayerPlan", "Step", "layer_forward", "fused_forward", "combine", "gate_logits", "ExpertView", "expert_view",
            "simd_name", "simd_force", "simd_levels", "simd_available", "check_status", "NATIVE_ERRORS",
-           "MatrixView", "matrix_view", "matrix_from_array", "quantized_matrix", "rmsnorm", "embed", "rope_apply",
+           "MatrixView", "matrix_view", "matrix_from_array", "quantized_matrix", "split_rows", "rmsnorm", "embed", "rope_apply",
            "log_softmax", "seq_batch",
            "AttnSpec", "kv_write", "StepHead", "pack_step"]

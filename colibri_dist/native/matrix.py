@@ -4,13 +4,14 @@ Role: the whole-model path's counterpart of views.ExpertView. Attention and
 dense-MLP projections, embeddings and the LM head come from the container as
 blobs (mmap views, RAM copies) plus a MatrixLayout whose offsets are relative
 to the buffer start; matrix_view() wraps them without copying (the view keeps
-the buffer alive), matrix_from_array() wraps a float32 numpy matrix and
-quantized_matrix() quantizes one (format.quantize) into a fresh blob.
+the buffer alive), matrix_from_array() wraps a float32 numpy matrix,
+quantized_matrix() quantizes one (format.quantize) into a fresh blob and
+split_rows() views equal row ranges of one in place (MLA's per-head stacks).
 """
 import numpy as np
 
 from ..errors import InvalidArgument
-from ..format.layout import PART_ALIGN, SCHEMES, MatrixLayout
+from ..format.layout import PART_ALIGN, SCHEMES, MatrixLayout, row_range
 from ..format.quantize import quantize_matrix
 from ._lib import ffi
 from .views import _check_matrix
@@ -49,6 +50,16 @@ class MatrixView:
 def matrix_view(buffer, layout):
     """Wrap a buffer (bytes-like or uint8 array) and a MatrixLayout; no copy unless misaligned."""
     return MatrixView(buffer, layout)
+
+
+def split_rows(view, parts):
+    """`parts` MatrixViews of equal row ranges of `view` over its own buffer (no copy, the same encoding)."""
+    if not isinstance(view, MatrixView):
+        raise InvalidArgument(f"split_rows needs a MatrixView, got {type(view).__name__}")
+    if parts <= 0 or view.rows % parts:
+        raise InvalidArgument(f"a matrix of {view.rows} rows cannot be split into {parts} equal parts")
+    step = view.rows // parts
+    return [MatrixView(view.buffer, row_range(view.layout, i * step, (i + 1) * step)) for i in range(parts)]
 
 
 def matrix_from_array(a):

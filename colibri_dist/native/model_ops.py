@@ -13,9 +13,9 @@ from ..errors import InvalidArgument
 from . import _args
 from ._lib import check_status, ffi, lib
 from .kv_ops import CACHE_DTYPES, AttnSpec, SeqBatch, attention, kv_write, seq_batch
-from .matrix import MatrixView, matrix_from_array, matrix_view, quantized_matrix
+from .matrix import MatrixView, matrix_from_array, matrix_view, quantized_matrix, split_rows
 
-__all__ = ["ModelOps", "MatrixView", "matrix_view", "matrix_from_array", "quantized_matrix", "rmsnorm", "embed", "rope_apply",
+__all__ = ["ModelOps", "MatrixView", "matrix_view", "matrix_from_array", "quantized_matrix", "split_rows", "rmsnorm", "embed", "rope_apply",
            "log_softmax", "AttnSpec", "CACHE_DTYPES", "kv_write", "SeqBatch", "seq_batch"]
 
 
