@@ -83,3 +83,14 @@ def test_bench_bits_per_weight_of_the_imported_file_are_the_files(q8_file):
     path, _, _, file = q8_file
     with cd.open_model(path) as m:
         assert bits_per_weight(m) == gguf_bits(file) == 8.5
+
+
+def test_split_matrices_that_disagree_with_the_metadata_are_named(tmp_path):
+    """value_length_mla says 12 while attn_v_b holds heads of 8 rows: the model names v_b_proj and both shapes."""
+    from colibri_dist.errors import FormatError
+    from colibri_dist.format.tiny import tiny_model
+    write_gguf(tiny_model("deepseek_v3"), tmp_path / "m.gguf", values={"attention.value_length_mla": 12})
+    convert(tmp_path / "m.gguf", tmp_path / "g.colibri", progress=False)
+    with pytest.raises(FormatError, match=r"g\.colibri: model\.layers\.0\.self_attn\.v_b_proj\.weight has shape "
+                                          r"\[32, 16\], expected \[48, 16\] \(4 heads of \[12, 16\]\)"):
+        cd.LLM(tmp_path / "g.colibri")
