@@ -16,6 +16,9 @@ from .gguf_tokenizer import tokenizer_files
 from .presets import resolve
 
 _FLOAT_SCHEMES = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
+# Bumped when an import writes other matrices from the same file, so gguf_cache.py imports cached files again
+# (2: MLA's split attn_k_b / attn_v_b kept as k_b_proj / v_b_proj, no longer an f32 kv_b_proj).
+REVISION = 2
 
 
 def open_gguf(path, experts=None, dense=None, lm_head=None, preset=None):

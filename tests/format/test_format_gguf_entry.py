@@ -68,3 +68,15 @@ def test_serve_imports_a_gguf_once_and_answers(tiny, tmp_path, monkeypatch):
     finally:
         server.stop()
     assert len(cached(tmp_path)) == 1
+
+
+def test_a_newer_importer_imports_a_cached_file_again(tiny, tmp_path, monkeypatch):
+    """The cache key holds gguf_import.REVISION: an import an older importer made (DeepSeek's f32 kv_b_proj before
+    revision 2) is not reused once the importer writes the file's matrices differently."""
+    from colibri_dist.format import gguf_cache, gguf_import
+    path, _ = tiny
+    monkeypatch.setenv("COLIBRI_CACHE_DIR", str(tmp_path))
+    first = gguf_cache.cache_path(path)
+    assert gguf_cache.cache_path(path) == first
+    monkeypatch.setattr(gguf_import, "REVISION", gguf_import.REVISION + 1)
+    assert gguf_cache.cache_path(path) != first
