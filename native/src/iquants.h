@@ -29,11 +29,14 @@ static inline int cb_iq4_shift(size_t j) { return j % 32 < 16 ? 0 : 4; }
  * | ((scales_h >> 2s) & 3) << 4; element j = dl * kv[q] with dl = d * (ls - 32) rounded to f32 first. */
 #define CB_QK_IQ4_XS 256
 #define CB_IQ4_XS_BYTES 136
+/* Sub-block s's ls - 32 (in [-32, 31]). */
+static inline int cb_iq4_xs_scale(const unsigned char *blk, size_t s) {
+    int h = ((blk[2] | (blk[3] << 8)) >> (2 * s)) & 3;
+    return (((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | (h << 4)) - 32;
+}
 /* The sub-block's factor dl from d widened by the caller (any exact f16 widening: the same float). */
 static inline float cb_iq4_xs_factor_of(const unsigned char *blk, size_t j, float d) {
-    size_t s = j / 32;
-    int h = ((blk[2] | (blk[3] << 8)) >> (2 * s)) & 3, ls = ((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | (h << 4);
-    return d * (float)(ls - 32);
+    return d * (float)cb_iq4_xs_scale(blk, j / 32);
 }
 static inline float cb_iq4_xs_factor(const unsigned char *blk, size_t j) {
     return cb_iq4_xs_factor_of(blk, j, cb_iq_half(blk));

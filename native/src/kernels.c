@@ -20,7 +20,8 @@ void cb_dot_rows(const cb_matrix *w, int32_t r0, int32_t r1, const float *const 
 }
 
 /* Encodings with an integer-activation kernel family (kernels_q8.c, kernels_q4.c, kernels_q6.c, kernels_kq.c,
- * kernels_q80.c); others: f32. */
+ * kernels_q80.c); others: f32. The block paths follow ggml-cpu's type_traits_cpu vec_dot_type: Q8_K for the
+ * k-quants and IQ4_XS, Q8_0 for Q8_0 / Q5_0 / MXFP4 / IQ4_NL, Q8_1 for Q5_1. */
 static const int QPATH[CB_DTYPE_COUNT] = {
     [CB_I8_ROW] = CB_QPATH_W8A8,
     [CB_I4_G32] = CB_QPATH_W4A8,
@@ -31,6 +32,10 @@ static const int QPATH[CB_DTYPE_COUNT] = {
     [CB_Q6_K] = CB_QPATH_KQ,
     [CB_Q8_0] = CB_QPATH_Q80,
     [CB_Q5_0] = CB_QPATH_Q80,
+    [CB_MXFP4] = CB_QPATH_Q80,
+    [CB_IQ4_NL] = CB_QPATH_Q80,
+    [CB_Q5_1] = CB_QPATH_Q81,
+    [CB_IQ4_XS] = CB_QPATH_KQ,
 };
 
 int cb_qpath_of(int32_t dtype) { return dtype >= 0 && dtype < CB_DTYPE_COUNT ? QPATH[dtype] : CB_QPATH_NONE; }
@@ -55,19 +60,26 @@ void cb_dot_rows_qprep(const cb_kernel_table *kt, const cb_matrix *w, int32_t r0
 }
 
 size_t cb_qblocks_bytes(const cb_matrix *w) {
-    if (cb_qpath_of(w->dtype) == CB_QPATH_Q80) return sizeof(cb_q80_block) * cb_q80_blocks(w->cols);
-    return sizeof(cb_q8k_block) * (size_t)(w->cols / CB_QK_K);
+    switch (cb_qpath_of(w->dtype)) {
+    case CB_QPATH_Q80: return sizeof(cb_q80_block) * cb_q80_blocks(w->cols);
+    case CB_QPATH_Q81: return cb_q81_bytes(w->cols);
+    default: return sizeof(cb_q8k_block) * (size_t)(w->cols / CB_QK_K);
+    }
 }
 
 void cb_qblocks(const cb_matrix *w, const float *x, void *out) {
-    if (cb_qpath_of(w->dtype) == CB_QPATH_Q80) cb_quantize_row_q80(x, w->cols, out);
-    else cb_quantize_row_q8k(x, w->cols, out);
+    switch (cb_qpath_of(w->dtype)) {
+    case CB_QPATH_Q80: cb_quantize_row_q80(x, w->cols, out); break;
+    case CB_QPATH_Q81: cb_quantize_row_q81(x, w->cols, out); break;
+    default: cb_quantize_row_q8k(x, w->cols, out);
+    }
 }
 
+/* Q8_0 and Q8_1 rows both go to the 32-block kernel (a Q8_1 row: Q8_0 blocks, then s). */
 void cb_dot_rows_qblocks(const cb_kernel_table *kt, const cb_matrix *w, int32_t r0, int32_t r1, const void *const *xa,
                          float *const *outs, int64_t nt) {
-    if (cb_qpath_of(w->dtype) == CB_QPATH_Q80) kt->dot_rows_q80(w, r0, r1, (const cb_q80_block *const *)xa, outs, nt);
-    else kt->dot_rows_kq(w, r0, r1, (const cb_q8k_block *const *)xa, outs, nt);
+    if (cb_qpath_of(w->dtype) == CB_QPATH_KQ) kt->dot_rows_kq(w, r0, r1, (const cb_q8k_block *const *)xa, outs, nt);
+    else kt->dot_rows_q80(w, r0, r1, (const cb_q80_block *const *)xa, outs, nt);
 }
 
 cb_status cb_check_matrix(const cb_matrix *m, const char *what, int32_t rows, int32_t cols) {

@@ -38,8 +38,9 @@ typedef cb_dot_rows_q4_k cb_dot_rows_q6_k;
 typedef struct cb_q8k_block cb_q8k_block;
 typedef void cb_dot_rows_kq_k(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
                               float *const *outs, int64_t nt);
-/* Q8_0 x Q8_0 (kernels_q80.c): CB_Q8_0 or CB_Q5_0 rows x llama.cpp's Q8_0 activation blocks (q80.h cb_q80_block, one
- * per 32 inputs; xa[t] is token t's row of blocks). */
+/* x Q8_0 / x Q8_1 (kernels_q80.c): CB_Q8_0, CB_Q5_0, CB_MXFP4 or CB_IQ4_NL rows x llama.cpp's Q8_0 activation blocks
+ * (q80.h cb_q80_block, one per 32 inputs; xa[t] is token t's row of blocks), CB_Q5_1 rows x its Q8_1 rows (the Q8_0
+ * blocks followed by their s, q80.h). */
 typedef struct cb_q80_block cb_q80_block;
 typedef void cb_dot_rows_q80_k(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q80_block *const *xa,
                                float *const *outs, int64_t nt);
@@ -113,8 +114,10 @@ cb_dot_rows_q6_k cb_dot_rows_q6, cb_dot_rows_q6_scalar, cb_dot_rows_q6_avx2;
 /* k-quants x Q8_K (kernels_kq.c): x [K] (K a multiple of 256) -> K / 256 activation blocks. */
 void cb_quantize_row_q8k(const float *x, int32_t K, cb_q8k_block *y);
 cb_dot_rows_kq_k cb_dot_rows_kq, cb_dot_rows_kq_scalar, cb_dot_rows_kq_avx2, cb_dot_rows_kq_avx512;
-/* Q8_0 x Q8_0 (kernels_q80.c): x [K] -> ceil(K / 32) activation blocks (a short last block: the zero-padded one). */
+/* x Q8_0 (kernels_q80.c): x [K] -> ceil(K / 32) activation blocks (a short last block: the zero-padded one);
+ * x Q8_1: the same blocks, then their s (q80.h cb_q81_bytes in all). */
 void cb_quantize_row_q80(const float *x, int32_t K, cb_q80_block *y);
+void cb_quantize_row_q81(const float *x, int32_t K, cb_q80_block *y);
 cb_dot_rows_q80_k cb_dot_rows_q80, cb_dot_rows_q80_scalar, cb_dot_rows_q80_avx2, cb_dot_rows_q80_avx512;
 cb_quantize_q8_k cb_quantize_q8_scalar, cb_quantize_q8_avx2, cb_quantize_q8_avx512;
 cb_amax_k cb_amax_scalar, cb_amax_avx2;
@@ -193,15 +196,16 @@ float cb_dot_tail(const cb_matrix *w, int32_t r, const float *x, float s);
 /* The integer-activation path an encoding takes with the engine's w8a8 switch on (kernels.c):
  * CB_QPATH_W8A8 cb_dot_rows_q8, CB_QPATH_W4A8 cb_dot_rows_q4, CB_QPATH_W6A8 cb_dot_rows_q6,
  * CB_QPATH_KQ cb_dot_rows_kq on Q8_K activations (llama.cpp's), CB_QPATH_Q80 cb_dot_rows_q80 on Q8_0 activations
- * (llama.cpp's), CB_QPATH_NONE the f32 kernels. */
-enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2, CB_QPATH_W6A8 = 3, CB_QPATH_KQ = 4, CB_QPATH_Q80 = 5 };
+ * (llama.cpp's), CB_QPATH_Q81 cb_dot_rows_q80 on Q8_1 activations (llama.cpp's), CB_QPATH_NONE the f32 kernels. */
+enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2, CB_QPATH_W6A8 = 3, CB_QPATH_KQ = 4, CB_QPATH_Q80 = 5,
+       CB_QPATH_Q81 = 6 };
 int cb_qpath_of(int32_t dtype);
-/* The block-activation paths (KQ, Q80: llama.cpp's vec_dot types), for the callers (dense.c, ffn.c): whether w takes
+/* The block-activation paths (KQ, Q80, Q81: llama.cpp's vec_dot types), for the callers (dense.c, ffn.c): whether w takes
  * one, bytes of one token's activation blocks for w, the blocks from an f32 row, and the product through table
  * kt's kernel. Two matrices share activation blocks when their paths and widths are equal. */
 static inline int cb_qpath_blocks(int32_t dtype) {
     int p = cb_qpath_of(dtype);
-    return p == CB_QPATH_KQ || p == CB_QPATH_Q80;
+    return p == CB_QPATH_KQ || p == CB_QPATH_Q80 || p == CB_QPATH_Q81;
 }
 size_t cb_qblocks_bytes(const cb_matrix *w);
 void cb_qblocks(const cb_matrix *w, const float *x, void *out);

@@ -1,8 +1,9 @@
-/* kernels_kq.c — k-quant weights (q4_k, q5_k, q6_k) x llama.cpp's Q8_K activations: the activation
+/* kernels_kq.c — k-quant weights (q4_k, q5_k, q6_k) and iq4_xs x llama.cpp's Q8_K activations: the activation
  * quantizer, the scalar reference and the entry point (AVX2: kernels_kq_avx2.c, AVX-512: kernels_kq_avx512.c).
  *
- * Role: the integer path these encodings take with the engine's w8a8 switch on (the default): the product
- * llama.cpp computes for them (ggml_vec_dot_q4_K_q8_K / _q5_K_ / _q6_K_ on quantize_row_q8_K activations).
+ * Role: the integer path these encodings (and iq4_xs) take with the engine's w8a8 switch on (the default): the
+ * product llama.cpp computes for them (ggml_vec_dot_q4_K_q8_K / _q5_K_ / _q6_K_ / _iq4_xs_q8_K on quantize_row_q8_K
+ * activations).
  * Activations: per 256 inputs one cb_q8k_block (kquants.h: ggml's quantize_row_q8_K_ref values).
  *
  * Per output (t, r), with q[k] the weight's unsigned code, a[k] the activation code, and per super-block b
@@ -12,6 +13,8 @@
  *               s = fma(d * da, (float)I, s);   s = fma(-(dmin * da), (float)M, s)
  *   q6_k:       I = sum_{j<16} sc_j * sum_{k in 16-group j} (q[k] - 32) * a[k]           (exact int32)
  *               s = fma(d * da, (float)I, s)
+ *   iq4_xs:     I = sum_{j<8} (ls_j - 32) * sum_{k in 32-sub-block j} kvalues_iq4nl[q[k]] * a[k]  (exact int32,
+ *               as ggml's AVX2 level: |I| < 2^27) s = fma(d * da, (float)I, s)
  *   out = s
  * Each product d * da rounded to f32, (float)I rounded to nearest. ggml's own levels combine the same
  * integers in different float orders (8 lanes, a separate mins accumulator); this one order is ours, and
@@ -22,6 +25,7 @@
 #include "cb_internal.h"
 #include "kernels.h"
 #include "kquants.h"
+#include "iquants.h"
 
 void cb_quantize_row_q8k(const float *x, int32_t K, cb_q8k_block *y) {
     const cb_kernel_table *kt = cb_kernels();
@@ -54,6 +58,15 @@ static int32_t code_q45(int32_t dtype, const unsigned char *blk, size_t k) {
 /* One super-block of the reference: the integer sums from the codes, then the float step. */
 static float block_step(int32_t dtype, const unsigned char *blk, const cb_q8k_block *x, float s) {
     int32_t I = 0, M = 0;
+    if (dtype == CB_IQ4_XS) {
+        for (size_t j = 0; j < 8; j++) {
+            int32_t p = 0;
+            for (size_t k = 32 * j; k < 32 * j + 32; k++)
+                p += CB_IQ4_VALUES[(*cb_iq4_xs_qs(blk, k) >> cb_iq4_shift(k)) & 15] * x->qs[k];
+            I += cb_iq4_xs_scale(blk, j) * p;
+        }
+        return fmaf(cb_iq_half(blk) * x->d, (float)I, s);
+    }
     if (dtype == CB_Q6_K) {
         for (size_t j = 0; j < 16; j++) {
             int32_t p = 0;

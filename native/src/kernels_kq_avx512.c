@@ -8,7 +8,8 @@
  * into a 16-lane int32 accumulator whose halves are added into the 8 lanes the shared code reduces. The integer
  * sums are exact, and the rest (q6's offset, the mins, the reductions, the float step) is literally the AVX2
  * code (kernels_kq_x86.h, kernels_kq_tiles.h): the same bits as the scalar reference. Not run on the development
- * host (Zen 3, no AVX-512): the level tests compare it with the scalar kernel where the CPU has it.
+ * host (Zen 3, no AVX-512): the level tests compare it with the scalar kernel where the CPU has it. IQ4_XS (signed
+ * codes) runs the AVX2 level's 256-bit row_ints256 compiled for this target.
  */
 #include "kernels.h"
 #include "kquants.h"
@@ -69,6 +70,10 @@ A512_FN __m512i run_of(int ENC, const unsigned char *blk, const kqblock *kb, int
 /* Row j's integer lanes of super-block b for every token: four runs of 64 codes, the 16 lanes folded to 8. */
 A512_FN void row_ints(int ENC, int TT, int TR, int j, const unsigned char *blk, const kqblock *kb,
                       const cb_q8k_block *const *xk, size_t b, __m256i iv[8]) {
+    if (ENC == CB_IQ4_XS) {           /* signed codes: vpsignb has no zmm form; the 256-bit chunks */
+        row_ints256(ENC, TT, TR, j, blk, kb, xk, b, iv);
+        return;
+    }
     __m512i acc[8];
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++) acc[i] = _mm512_setzero_si512();

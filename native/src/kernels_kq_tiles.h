@@ -9,7 +9,7 @@
  */
 
 /* The integer lanes of one super-block b: rows one at a time (a row's scales live once), against every token;
- * q6's offset correction per (token, row), q4/q5's mins sums M. */
+ * q6's offset correction per (token, row), q4/q5's mins sums M (iq4_xs: neither). */
 KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, const cb_q8k_block *const *xk,
                       size_t b, __m256i *I, __m256i *M) {
     __m256i iv[8];
@@ -31,7 +31,7 @@ KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, 
         }
     }
     *I = reduce(TT * TR, iv);
-    if (ENC == CB_Q6_K) return;
+    if (ENC == CB_Q6_K || ENC == CB_IQ4_XS) return;
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++) {
         __m128i bs = _mm_loadu_si128((const __m128i *)xk[i][b].bsums32);
@@ -94,13 +94,17 @@ KQ_FN void rows_of(int ENC, const kqdesc *d, int32_t r0, int32_t r1, const cb_q8
 KQ_KERNEL(Q4_K)
 KQ_KERNEL(Q5_K)
 KQ_KERNEL(Q6_K)
+KQ_KERNEL(IQ4_XS)
 #undef KQ_KERNEL
+typedef void kq_kernel(const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_block *const *xk, float *const *outs,
+                       int64_t nt);
+static kq_kernel *const KQ_KERNELS[CB_DTYPE_COUNT] = {
+    [CB_Q4_K] = k_Q4_K, [CB_Q5_K] = k_Q5_K, [CB_Q6_K] = k_Q6_K, [CB_IQ4_XS] = k_IQ4_XS,
+};
 
 void KQ_ENTRY(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk, float *const *outs,
               int64_t nt) {
     size_t nb = (size_t)w->cols / CB_QK_K, rb = (size_t)cb_row_bytes(w->dtype, w->cols);
     kqdesc d = {(const unsigned char *)w->data, rb, rb / nb, nb};
-    if (w->dtype == CB_Q4_K) k_Q4_K(&d, r0, r1, xk, outs, nt);
-    else if (w->dtype == CB_Q5_K) k_Q5_K(&d, r0, r1, xk, outs, nt);
-    else k_Q6_K(&d, r0, r1, xk, outs, nt);
+    KQ_KERNELS[w->dtype](&d, r0, r1, xk, outs, nt);
 }

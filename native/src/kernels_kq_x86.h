@@ -12,6 +12,7 @@
 #define CB_KERNELS_KQ_X86_H
 #include "kernels_x86.h"
 #include "kquants.h"
+#include "iquants.h"
 
 typedef struct {
     const unsigned char *data;
@@ -56,6 +57,15 @@ AVX2_FN __m128i scales_mins(const unsigned char *blk) {
 
 AVX2_FN kqblock block_of(int ENC, const unsigned char *blk) {
     kqblock k;
+    if (ENC == CB_IQ4_XS) {           /* the 8 ls - 32 as int16, in both halves (as q4/q5's scales) */
+        __m128i sc = _mm_setr_epi16((short)cb_iq4_xs_scale(blk, 0), (short)cb_iq4_xs_scale(blk, 1),
+                                    (short)cb_iq4_xs_scale(blk, 2), (short)cb_iq4_xs_scale(blk, 3),
+                                    (short)cb_iq4_xs_scale(blk, 4), (short)cb_iq4_xs_scale(blk, 5),
+                                    (short)cb_iq4_xs_scale(blk, 6), (short)cb_iq4_xs_scale(blk, 7));
+        k.sc = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+        k.mins = _mm_setzero_si128();
+        return k;
+    }
     if (ENC == CB_Q6_K) {
         k.mins = _mm_loadu_si128((const __m128i *)(blk + 192));
         k.sc = _mm256_castsi128_si256(k.mins);
@@ -68,13 +78,21 @@ AVX2_FN kqblock block_of(int ENC, const unsigned char *blk) {
     return k;
 }
 
-/* Chunk ch (0..7) of a block, 32 codes: their unsigned codes (*c), their 16-bit scales per int16 lane (*s); returns
- * the chunk's element offset in the block. Q4_K / Q5_K chunk ch is sub-block ch (the low nibbles of code bytes
+/* Chunk ch (0..7) of a block, 32 codes: their unsigned codes (*c; iq4_xs: signed), their 16-bit scales per int16
+ * lane (*s); returns the chunk's element offset in the block. IQ4_XS chunk ch is sub-block ch. Q4_K / Q5_K chunk ch is sub-block ch (the low nibbles of code bytes
  * 32 (ch / 2) .. for even ch, the high ones for odd); Q6_K chunk ch is quarter t = (ch / 2) % 2 + 2 (ch % 2) of
  * half h = ch / 4 (the low or high nibbles of 32 ql bytes, or'ed with qh bits 2t, 2t+1 moved to bits 4, 5). */
 AVX2_FN int chunk_of(int ENC, const unsigned char *blk, const kqblock *kb, int ch, __m256i *c, __m256i *s) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     int hi = ch & 1, p = ch >> 1;
+    if (ENC == CB_IQ4_XS) {           /* signed: kvalues_iq4nl of sub-block ch's 16 bytes' low, then high nibbles */
+        const __m128i lut = _mm_loadu_si128((const __m128i *)CB_IQ4_VALUES), m = _mm_set1_epi8(0x0f);
+        __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 8 + 16 * ch));
+        *c = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(qs, 4), m)),
+                              _mm_shuffle_epi8(lut, _mm_and_si128(qs, m)));
+        *s = _mm256_shuffle_epi8(kb->sc, _mm256_load_si256((const __m256i *)K4_SHUF[ch]));
+        return 32 * ch;
+    }
     if (ENC == CB_Q6_K) {
         int h = p >> 1, t = (p & 1) + 2 * hi, off = 128 * h + 32 * t;
         __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (p & 1)));
@@ -140,9 +158,32 @@ AVX2_FN __m256 block_float(int ENC, int TT, int TR, const unsigned char *const *
                            __m256 acc) {
     __m256 d = halves(TT, TR, blk, ENC == CB_Q6_K ? 208 : 0);
     acc = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(I), acc);
-    if (ENC == CB_Q6_K) return acc;
+    if (ENC == CB_Q6_K || ENC == CB_IQ4_XS) return acc;
     __m256 dmin = halves(TT, TR, blk, 2);
     return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(M), acc);
+}
+
+/* Row j's integer lanes of super-block b for every token, 256 bits wide: the eight 32-code chunks one at a time, each
+ * against every token (one code and one scale register live beside the tile's accumulators); per token one
+ * vpmaddubsw (u8 x s8 -> int16 pairs; iq4_xs's signed codes as |w| and the activations signed by w, as ggml's
+ * mul_add_epi8; |pair| <= 2 * 127 * 127: no saturation) and one vpmaddwd by the 16-bit scales. The AVX2 level's
+ * row_ints, and the AVX-512 level's for iq4_xs. */
+AVX2_FN void row_ints256(int ENC, int TT, int TR, int j, const unsigned char *blk, const kqblock *kb,
+                         const cb_q8k_block *const *xk, size_t b, __m256i iv[8]) {
+#pragma GCC unroll 8
+    for (int ch = 0; ch < 8; ch++) {
+        __m256i c, s;
+        int off = chunk_of(ENC, blk, kb, ch, &c, &s);
+        __m256i u = ENC == CB_IQ4_XS ? _mm256_sign_epi8(c, c) : c;
+#pragma GCC unroll 8
+        for (int i = 0; i < TT; i++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(xk[i][b].qs + off));
+            __m256i p = _mm256_maddubs_epi16(u, ENC == CB_IQ4_XS ? _mm256_sign_epi8(a, c) : a);
+            iv[i * TR + j] = _mm256_add_epi32(iv[i * TR + j], _mm256_madd_epi16(s, p));
+            __asm__("" : "+x"(iv[i * TR + j]));   /* the sum stays one chain in a register: gcc would re-associate
+                                                     * it into a tree of spilled partial sums (10-15% slower) */
+        }
+    }
 }
 
 /* A tile's 8 lanes (lane n = token n / TR, row n % TR) written to outs[token][r + row]. */

@@ -1,4 +1,4 @@
-/* kernels_q80_avx2.c — the AVX2 kernel of Q8_0 weights x Q8_0 activations (kernels_q80.c has the spec).
+/* kernels_q80_avx2.c — the AVX2 kernel of 32-block weights x Q8_0 / Q8_1 activations (kernels_q80.c has the spec).
  *
  * Role: cb_dot_rows_q80 at the avx2 level: kernels_q80_tiles.h compiled for avx2 (the bits are the scalar
  * reference's).
@@ -6,6 +6,8 @@
 #include "kernels.h"
 #include "q80.h"
 #include "q5quants.h"
+#include "mxfp4.h"
+#include "iquants.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels_kq_x86.h"
 

@@ -1,4 +1,4 @@
-/* kernels_q80_avx512.c — the AVX-512 build of the Q8_0 x Q8_0 kernel (kernels_q80.c has the spec).
+/* kernels_q80_avx512.c — the AVX-512 build of the x Q8_0 / x Q8_1 kernel (kernels_q80.c has the spec).
  *
  * Role: cb_dot_rows_q80 at the avx512 and amx levels: kernels_q80_tiles.h (256-bit operations) compiled with the
  * AVX-512 target, so the compiler may use EVEX encodings and the 32 vector registers; the arithmetic and the bits
@@ -9,6 +9,8 @@
 #include "kernels.h"
 #include "q80.h"
 #include "q5quants.h"
+#include "mxfp4.h"
+#include "iquants.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels_kq_x86.h"
 

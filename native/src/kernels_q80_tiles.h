@@ -1,13 +1,14 @@
-/* kernels_q80_tiles.h — the tiles of a Q8_0 x Q8_0 level, included by kernels_q80_avx2.c / kernels_q80_avx512.c.
+/* kernels_q80_tiles.h — the tiles of a x Q8_0 (x Q8_1) level, included by kernels_q80_avx2.c / kernels_q80_avx512.c.
  *
  * Role: one template for both x86 levels (kernels_q80.c has the spec). The includer defines Q80_FN (its inline
  * attribute), Q80_OUTLINE (its out-of-line attribute) and Q80_ENTRY (the name of its cb_dot_rows_q80_k entry).
- * A block's 32 signed codes as one register (q8_0: loaded; q5_0: the nibbles, and where the 5th bit is clear the
- * high nibble 0xF, so the byte is q - 16, as ggml's bytes_from_bits_32 / andnot). Per block and (token, row) pair:
- * |w| as u8 and the activation codes signed by w (vpsignb, as ggml's
+ * A block's 32 integer codes as one register (q8_0: loaded; q5_0 / q5_1: the nibbles with the 5th bit, q5_0's
+ * where it is clear the high nibble 0xF, so the byte is q - 16, as ggml's bytes_from_bits_32 / andnot; mxfp4,
+ * iq4_nl: the nibbles looked up in the 16 values by vpshufb, as ggml's AVX2 vec_dot). Per block and (token, row)
+ * pair: |w| as u8 and the activation codes signed by w (vpsignb, as ggml's
  * mul_sum_i8_pairs), one vpmaddubsw (|pair| <= 2 * 128 * 127: no saturation), one vpmaddwd by ones (int32 lanes);
  * the pairs' 8 lanes summed exactly (kernels_kq_x86.h reduce), then per pair the float step
- * s = fma(dw * da, (float)I, s) in one 8-lane register: the scalar reference's bits.
+ * s = fma(dw * da, (float)I, s) (q5_1 then s = fma(m, sa, s)) in one 8-lane register: the scalar reference's bits.
  * Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4 x 2; more tokens go in groups of 4
  * (8 x 1 tiles measured 3x slower per token than two 4 x 2 passes: 8 activation d's gathered per block).
  */
@@ -17,26 +18,48 @@ typedef struct {
     size_t rb, nb, bb;     /* row bytes, blocks per row, block bytes */
 } q80desc;
 
-/* The 32 signed codes of a q8_0 (ENC == CB_Q8_0) or q5_0 block. */
+/* The 16 values mxfp4 / iq4_nl codes index (mxfp4.h, iquants.h). */
+Q80_FN __m128i q80_lut(int ENC) {
+    return _mm_loadu_si128((const __m128i *)(ENC == CB_MXFP4 ? CB_MXFP4_VALUES : CB_IQ4_VALUES));
+}
+
+/* The 32 integer codes of a block of encoding ENC (kernels_q80.c code_of). */
 Q80_FN __m256i q80_codes(int ENC, const unsigned char *blk) {
     if (ENC == CB_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    if (ENC == CB_MXFP4 || ENC == CB_IQ4_NL) {
+        __m128i qs = _mm_loadu_si128((const __m128i *)(blk + (ENC == CB_MXFP4 ? 1 : 2))), lut = q80_lut(ENC);
+        return _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(qs, 4), m4)),
+                                _mm_shuffle_epi8(lut, _mm_and_si128(qs, m4)));
+    }
+    size_t qh = ENC == CB_Q5_0 ? 2 : 4;
     uint32_t h;
-    __builtin_memcpy(&h, blk + 2, 4);
-    __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 6));
+    __builtin_memcpy(&h, blk + qh, 4);
+    __m128i qs = _mm_loadu_si128((const __m128i *)(blk + qh + 4));
     __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0f));
     const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
     __m256i bits = _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), shuf),
                                    _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
     __m256i set = _mm256_cmpeq_epi8(bits, _mm256_set1_epi64x(-1));          /* 0xff where the 5th bit is 1 */
+    if (ENC == CB_Q5_1) return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
     return _mm256_or_si256(nib, _mm256_andnot_si256(set, _mm256_set1_epi8((char)0xf0)));
 }
 
-/* The activation blocks' d per lane (token n / TR), in registers. */
-Q80_FN __m256 q80_da(int TT, int TR, const cb_q80_block *const *xa, size_t b) {
-    if (TT == 1) return _mm256_broadcast_ss(&xa[0][b].d);
+/* The weight blocks' factor dw per lane (row n % TR): the f16 d, or mxfp4's E8M0 half. */
+Q80_FN __m256 q80_dw(int ENC, int TT, int TR, const unsigned char *const *blk) {
+    if (ENC != CB_MXFP4) return halves(TT, TR, blk, 0);
     float d[8];
 #pragma GCC unroll 8
-    for (int n = 0; n < 8; n++) d[n] = n < TT * TR ? xa[n / TR][b].d : 0.0f;
+    for (int n = 0; n < 8; n++) d[n] = n < TT * TR ? cb_e8m0_half(blk[n % TR][0]) : 0.0f;
+    return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+}
+
+/* The activation blocks' d per lane (token n / TR), in registers; sa: their Q8_1 s instead (rows of nb blocks). */
+Q80_FN __m256 q80_da(int TT, int TR, const cb_q80_block *const *xa, size_t b, int sa, size_t nb) {
+    if (TT == 1) return _mm256_broadcast_ss(sa ? &cb_q81_s(xa[0], nb)[b] : &xa[0][b].d);
+    float d[8];
+#pragma GCC unroll 8
+    for (int n = 0; n < 8; n++) d[n] = n >= TT * TR ? 0.0f : sa ? cb_q81_s(xa[n / TR], nb)[b] : xa[n / TR][b].d;
     return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
 
@@ -62,8 +85,9 @@ Q80_FN void q80_tile(int ENC, int TT, int TR, const q80desc *d, int32_t r, const
             }
         }
         __m256i I = reduce(TT * TR, iv);
-        __m256 dd = _mm256_mul_ps(halves(TT, TR, blk, 0), q80_da(TT, TR, xa, b));
+        __m256 dd = _mm256_mul_ps(q80_dw(ENC, TT, TR, blk), q80_da(TT, TR, xa, b, 0, d->nb));
         acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(I), acc);
+        if (ENC == CB_Q5_1) acc = _mm256_fmadd_ps(halves(TT, TR, blk, 2), q80_da(TT, TR, xa, b, 1, d->nb), acc);
     }
     tile_store(TT, TR, acc, outs, r);
 }
@@ -87,6 +111,8 @@ Q80_FN void q80_rows_for(int ENC, const q80desc *d, int32_t r0, int32_t r1, cons
 }
 
 /* Token groups of 4 outer (their activation blocks stay in L1), rows inner; one specialisation per encoding. */
+typedef void q80_kernel(const q80desc *d, int32_t r0, int32_t r1, const cb_q80_block *const *xa, float *const *outs,
+                        int64_t nt);
 #define Q80_KERNEL(ID)                                                                                      \
     static Q80_OUTLINE void q80_##ID(const q80desc *d, int32_t r0, int32_t r1, const cb_q80_block *const *xa, \
                                      float *const *outs, int64_t nt) {                                     \
@@ -95,12 +121,17 @@ Q80_FN void q80_rows_for(int ENC, const q80desc *d, int32_t r0, int32_t r1, cons
     }
 Q80_KERNEL(Q8_0)
 Q80_KERNEL(Q5_0)
+Q80_KERNEL(Q5_1)
+Q80_KERNEL(MXFP4)
+Q80_KERNEL(IQ4_NL)
 #undef Q80_KERNEL
+static q80_kernel *const Q80_KERNELS[CB_DTYPE_COUNT] = {
+    [CB_Q8_0] = q80_Q8_0, [CB_Q5_0] = q80_Q5_0, [CB_Q5_1] = q80_Q5_1, [CB_MXFP4] = q80_MXFP4, [CB_IQ4_NL] = q80_IQ4_NL,
+};
 
 Q80_OUTLINE void Q80_ENTRY(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q80_block *const *xa,
                            float *const *outs, int64_t nt) {
-    size_t nb = cb_q80_blocks(w->cols), bb = w->dtype == CB_Q8_0 ? CB_Q8_0_BYTES : CB_Q5_0_BYTES;
+    size_t nb = cb_q80_blocks(w->cols), bb = (size_t)cb_encoding_of(w->dtype)->block_bytes;
     q80desc d = {(const unsigned char *)w->data, nb * bb, nb, bb};
-    if (w->dtype == CB_Q8_0) q80_Q8_0(&d, r0, r1, xa, outs, nt);
-    else q80_Q5_0(&d, r0, r1, xa, outs, nt);
+    Q80_KERNELS[w->dtype](&d, r0, r1, xa, outs, nt);
 }

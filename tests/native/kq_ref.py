@@ -6,14 +6,15 @@ against gguf.quants.dequantize, so the parts are the oracle's). quantize_q8k is 
 (per 256 inputs: max = the first input of the largest |x|, iscale = -127 / max, q = min(127, rint(iscale * x)),
 d = 1 / iscale, bsums of 16). kq_matmul: per output (t, r) and super-block b in order, integer sums in int64
 (I = sum_j sc_j * sum_{k in j} q * a, M = sum_j m_j * bsum32_j), then s = fma(d * da, I, s) and for q4_k / q5_k
-s = fma(-(dmin * da), M, s).
+s = fma(-(dmin * da), M, s). iq4_xs (block_iq4_xs, gguf.quants' kvalues): q the signed value, sc = ls - 32 per 32,
+no M, as ggml_vec_dot_iq4_xs_q8_K's AVX2 level sums its integers.
 """
 import numpy as np
 
 from w4a8_ref import fma32
 
 QK = 256
-BLOCK_BYTES = {"q4_k": 144, "q5_k": 176, "q6_k": 210}
+BLOCK_BYTES = {"q4_k": 144, "q5_k": 176, "q6_k": 210, "iq4_xs": 136}
 
 
 def _f16(raw, o):
@@ -35,9 +36,20 @@ def _scale_min_k4(s):
 
 
 def kq_parts(raw, scheme):
-    """raw uint8 [n blocks, block bytes] -> dict(codes int64 [n, 256] unsigned, sc, m (q4/q5), d, dmin (q4/q5))."""
+    """raw uint8 [n blocks, block bytes] -> dict(codes int64 [n, 256] unsigned (iq4_xs: gguf's kvalues, signed), sc,
+    m (q4/q5), d, dmin (q4/q5))."""
     raw = np.asarray(raw, np.uint8).reshape(-1, BLOCK_BYTES[scheme])
     n = raw.shape[0]
+    if scheme == "iq4_xs":               # block_iq4_xs: d, scales_h (2 bits per sub-block), scales_l, qs
+        import gguf
+        kv = np.asarray(gguf.quants.IQ4_NL.kvalues, np.int64)
+        qs = raw[:, 8:].reshape(n, 8, 16).astype(np.int64)
+        codes = kv[np.concatenate([qs & 15, qs >> 4], axis=2)].reshape(n, QK)
+        h = raw[:, 2:4].copy().view("<u2").astype(np.int64)                       # [n, 1]
+        lo = raw[:, 4:8].astype(np.int64)
+        j = np.arange(8)
+        sc = (((lo[:, j // 2] >> (4 * (j % 2))) & 15) | (((h >> (2 * j)) & 3) << 4)) - 32
+        return {"codes": codes, "sc": sc, "d": _f16(raw, 0)}
     if scheme == "q6_k":
         ql, qh = raw[:, :128].astype(np.int64), raw[:, 128:192].astype(np.int64)
         q = np.empty((n, QK), np.int64)
@@ -63,6 +75,9 @@ def kq_parts(raw, scheme):
 def parts_dequantize(p, scheme):
     """Weights [n, 256] float32 from the parts, in ggml's rounding order."""
     q = p["codes"].astype(np.float32)
+    if scheme == "iq4_xs":
+        f = (p["d"][:, None] * p["sc"].astype(np.float32)).astype(np.float32)
+        return (np.repeat(f, 32, axis=1) * q).astype(np.float32)
     if scheme == "q6_k":
         f = (p["d"][:, None] * p["sc"].astype(np.float32)).astype(np.float32)
         return (np.repeat(f, 16, axis=1) * (q - np.float32(32))).astype(np.float32)
@@ -95,7 +110,11 @@ def kq_matmul(x, raw, scheme, rows, cols):
     n = qa.shape[0]
     s = np.zeros((n, rows), np.float32)
     for b in range(nb):
-        if scheme == "q6_k":
+        if scheme == "iq4_xs":
+            sc = p["sc"].reshape(rows, nb, 8)[:, b]
+            prod = codes[None, :, b, :] * qa[:, None, b, :]
+            I = (prod.reshape(n, rows, 8, 32).sum(axis=3) * sc[None]).sum(axis=2)
+        elif scheme == "q6_k":
             sc = p["sc"].reshape(rows, nb, 16)[:, b]
             prod = (codes[None, :, b, :] - 32) * qa[:, None, b, :]               # [n, rows, 256]
             I = (prod.reshape(n, rows, 16, 16).sum(axis=3) * sc[None]).sum(axis=2)
@@ -108,7 +127,7 @@ def kq_matmul(x, raw, scheme, rows, cols):
         dw = p["d"].reshape(rows, nb)[:, b]
         dd = (dw[None, :] * da[:, b, None]).astype(np.float32)
         s = fma32(dd, I.astype(np.float32), s)
-        if scheme != "q6_k":
+        if scheme in ("q4_k", "q5_k"):
             dm = (p["dmin"].reshape(rows, nb)[:, b][None, :] * da[:, b, None]).astype(np.float32)
             s = fma32(-dm, M.astype(np.float32), s)
     return s

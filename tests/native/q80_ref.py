@@ -1,16 +1,19 @@
-"""numpy reference of the Q8_0 / Q5_0 x Q8_0 product (docs/KERNELS.md "Q8_0 x Q8_0"), exact to the bit.
+"""numpy reference of the 32-block x Q8_0 / Q8_1 products (docs/KERNELS.md "Q8_0 x Q8_0"), exact to the bit.
 
 quantize_q80 is ggml-cpu's x86 quantize_row_q8_0 (per 32 inputs: amax = max |x|, d = f16(amax / 127) (numpy's
 float16 cast: round to nearest even), id = 127 / amax (0 when amax = 0), q = rint(x * id)); a short last block is the
-zero-padded block's. q80_matmul: per output (t, r) and block b in order, the integer sum I = sum w * a (int64; q5_0's
-w = q - 16 with q's 5th bit from qh, as gguf.quants unpacks it), then s = fma(dw * da, I, s), dw the weight block's
-f16 d, as ggml_vec_dot_q8_0_q8_0 / _q5_0_q8_0 add their blocks.
+zero-padded block's; quantize_q81 adds quantize_row_q8_1's s = f16(f32(amax / 127) * sum q). q80_matmul: per output
+(t, r) and block b in order, the integer sum I = sum w * a (int64; q5_0's w = q - 16 and q5_1's w = q with q's 5th bit
+from qh, as gguf.quants unpacks them; mxfp4 / iq4_nl: gguf.quants' kvalues of the nibble), then s = fma(dw * da, I, s),
+dw the weight block's f16 d (mxfp4: gguf's e8m0_to_fp32_half(e)), and for q5_1 s = fma(m, sa, s), as
+ggml_vec_dot_q8_0_q8_0 / _q5_0_q8_0 / _mxfp4_q8_0 / _iq4_nl_q8_0 / _q5_1_q8_1 add their blocks.
 """
 import numpy as np
 
 from w4a8_ref import fma32
 
 QK = 32
+BLOCK_BYTES = {"q8_0": 34, "q5_0": 22, "q5_1": 24, "mxfp4": 17, "iq4_nl": 18}
 
 
 def quantize_q80(x):
@@ -29,28 +32,63 @@ def quantize_q80(x):
     return q, d
 
 
+def quantize_q81(x):
+    """x float32 [n, K] -> (qs, d, s float32 [n, nb]): quantize_q80's codes and d, and Q8_1's s."""
+    x = np.asarray(x, np.float32)
+    q, d = quantize_q80(x)
+    n, K = x.shape
+    xb = np.zeros((n, q.shape[1] * QK), np.float32)
+    xb[:, :K] = x
+    amax = np.abs(xb.reshape(n, -1, QK)).max(axis=2)
+    d32 = (amax / np.float32(127)).astype(np.float32)
+    s = (d32 * q.sum(axis=2).astype(np.float32)).astype(np.float32).astype(np.float16).astype(np.float32)
+    return q, d, s
+
+
+def _nibbles(qs):
+    """[..., 16] bytes -> [..., 32] nibbles: the low ones, then the high ones (element j < 16: low nibble of byte j)."""
+    qs = qs.astype(np.int64)
+    return np.concatenate([qs & 15, qs >> 4], axis=-1)
+
+
 def q80_parts(raw, rows, nb, scheme="q8_0"):
-    """uint8 [rows, nb * 34 (q5_0: 22)] -> (signed codes int64 [rows, nb, 32], d float32 [rows, nb])."""
-    blocks = np.asarray(raw, np.uint8).reshape(rows, nb, 34 if scheme == "q8_0" else 22)
-    d = blocks[:, :, :2].copy().view(np.float16).astype(np.float32)[..., 0]
+    """uint8 [rows, nb * block bytes] -> (integer codes int64 [rows, nb, 32], dw float32 [rows, nb], q5_1's m (else
+    None))."""
+    blocks = np.asarray(raw, np.uint8).reshape(rows, nb, BLOCK_BYTES[scheme])
+    half = lambda o: blocks[:, :, o:o + 2].copy().view(np.float16).astype(np.float32)[..., 0]
     if scheme == "q8_0":
-        return blocks[:, :, 2:].view(np.int8).astype(np.int64), d
-    qh = blocks[:, :, 2:6].copy().view("<u4").astype(np.int64)                       # [rows, nb, 1]
-    hi = (qh >> np.arange(32)) & 1
-    qs = blocks[:, :, 6:22].astype(np.int64)
-    return np.concatenate([qs & 15, qs >> 4], axis=2) + 16 * hi - 16, d
+        return blocks[:, :, 2:].view(np.int8).astype(np.int64), half(0), None
+    if scheme in ("mxfp4", "iq4_nl"):
+        import gguf
+        quant = gguf.quants.MXFP4 if scheme == "mxfp4" else gguf.quants.IQ4_NL
+        kv = np.asarray(quant.kvalues, np.int64)
+        if scheme == "mxfp4":
+            return kv[_nibbles(blocks[:, :, 1:])], quant.e8m0_to_fp32_half(blocks[:, :, 0].astype(np.uint32)), None
+        return kv[_nibbles(blocks[:, :, 2:])], half(0), None
+    o = 2 if scheme == "q5_0" else 4
+    qh = blocks[:, :, o:o + 4].copy().view("<u4").astype(np.int64)                       # [rows, nb, 1]
+    q = _nibbles(blocks[:, :, o + 4:o + 20]) + 16 * ((qh >> np.arange(32)) & 1)
+    return (q - 16, half(0), None) if scheme == "q5_0" else (q, half(0), half(2))
+
+
+def parts_dequantize(codes, dw, m):
+    """The weights [rows, nb * 32] from q80_parts, in ggml's dequantize order (q5_1: d * q + m)."""
+    w = (codes.astype(np.float32) * dw[..., None]).astype(np.float32)
+    return (w if m is None else (w + m[..., None]).astype(np.float32)).reshape(codes.shape[0], -1)
 
 
 def q80_matmul(x, raw, rows, cols, scheme="q8_0"):
-    """out [n, rows] float32 of x [n, cols] times the q8_0 (q5_0) matrix of blocks raw [rows, row bytes]."""
+    """out [n, rows] float32 of x [n, cols] times the matrix of blocks raw [rows, row bytes] (scheme's)."""
     nb = -(-cols // QK)
-    codes, dw = q80_parts(raw, rows, nb, scheme)
-    qa, da = quantize_q80(x)
+    codes, dw, m = q80_parts(raw, rows, nb, scheme)
+    qa, da, sa = quantize_q81(x)
     s = np.zeros((qa.shape[0], rows), np.float32)
     for b in range(nb):
         I = (qa[:, b, :] @ codes[:, b, :].T)                                  # [n, rows], exact in int64
         dd = (dw[None, :, b] * da[:, b, None]).astype(np.float32)
         s = fma32(dd, I.astype(np.float32), s)
+        if m is not None:
+            s = fma32(np.broadcast_to(m[None, :, b], s.shape), np.broadcast_to(sa[:, b, None], s.shape), s)
     return s
 
 

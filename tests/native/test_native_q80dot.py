@@ -59,7 +59,7 @@ def activations(rng, n, cols):
 def test_reference_reads_blocks_as_gguf_and_quantizes_as_ggml(scheme):
     rng = np.random.default_rng(2)
     raw = random_blocks(rng, 9, 256, scheme)
-    codes, d = q80_parts(raw, 9, 8, scheme)
+    codes, d, _ = q80_parts(raw, 9, 8, scheme)
     want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[scheme.upper()]).astype(np.float32)
     got = (codes.astype(np.float32) * d[..., None]).reshape(9, 256)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
