@@ -1,8 +1,10 @@
-/* k-quants x Q8_K on odd shapes: the active level's cb_dot_rows_kq equals the scalar reference bit for bit, and
- * the scalar reference equals an independent formula written here from ggml's block loops (ggml-quants.c
- * dequantize_row_q4_K / _q5_K / _q6_K walk the codes; integer sums, then the spec's float order of kernels_kq.c).
+/* k-quants and iq4_xs x Q8_K on odd shapes: the active level's cb_dot_rows_kq equals the scalar reference bit for
+ * bit, and the scalar reference equals an independent formula written here from ggml's block loops (ggml-quants.c
+ * dequantize_row_q4_K / _q5_K / _q6_K walk the codes, ggml_vec_dot_iq4_xs_q8_K_generic the iq4_xs scales; integer
+ * sums, then the spec's float order of kernels_kq.c).
  * The quantizer equals quantize_row_q8_K_ref written out here. K = 1..5 super-blocks, row ranges starting
- * mid-matrix, 1..20 tokens, extreme codes and scales (all 15 / 31 / 63, scale 63 / -128) against +-127
+ * mid-matrix, 1..20 tokens, extreme codes and scales (all 15 / 31 / 63, scale 63 / -128; iq4_xs: blocks of all
+ * 0xff (113, ls 63) and all 0x00 (-127, ls 0)) against +-127
  * activations. The weights end at a PROT_NONE page, so a read past the last row faults. Run per level by
  * `make check`. */
 #include <math.h>
@@ -11,6 +13,7 @@
 #include "colibri.h"
 #include "kernels.h"
 #include "kquants.h"
+#include "iquants.h"
 #include "check.h"
 #include "guarded.h"
 
@@ -25,8 +28,23 @@ static float half(const unsigned char *p) {
     return cb_f16_to_f32(h);
 }
 
-/* ggml's loops: codes[256] (unsigned), per 32 (q4/q5) or 16 (q6) elements a scale, per 32 a min. */
+/* ggml's loops: codes[256] (unsigned; iq4_xs: the kvalues_iq4nl value), per 32 (q4/q5, iq4_xs: ls - 32) or 16 (q6)
+ * elements a scale, per 32 a min. */
 static void unpack(int32_t dtype, const unsigned char *b, int32_t q[256], int32_t sc[16], int32_t mn[8]) {
+    if (dtype == CB_IQ4_XS) {
+        uint16_t h;
+        memcpy(&h, b + 2, 2);
+        for (int ib = 0; ib < 8; ib += 2, h >>= 4) {
+            sc[ib] = ((b[4 + ib / 2] & 0xf) | ((h << 4) & 0x30)) - 32;
+            sc[ib + 1] = ((b[4 + ib / 2] >> 4) | ((h << 2) & 0x30)) - 32;
+        }
+        for (int ib = 0; ib < 8; ib++)
+            for (int j = 0; j < 16; j++) {
+                q[32 * ib + j] = CB_IQ4_VALUES[b[8 + 16 * ib + j] & 0xf];
+                q[32 * ib + j + 16] = CB_IQ4_VALUES[b[8 + 16 * ib + j] >> 4];
+            }
+        return;
+    }
     if (dtype == CB_Q6_K) {
         const unsigned char *ql = b, *qh = b + 128;
         for (int n = 0; n < 256; n += 128, ql += 64, qh += 32)
@@ -59,8 +77,8 @@ static float spec_dot(int32_t dtype, const unsigned char *row, int32_t nb, size_
         int32_t q[256], sc[16], mn[8], I = 0, M = 0, g = dtype == CB_Q6_K ? 16 : 32;
         unpack(dtype, row, q, sc, mn);
         for (int k = 0; k < 256; k++) I += sc[k / g] * (q[k] - (dtype == CB_Q6_K ? 32 : 0)) * x->qs[k];
-        if (dtype == CB_Q6_K) {
-            s = fmaf(half(row + 208) * x->d, (float)I, s);
+        if (dtype == CB_Q6_K || dtype == CB_IQ4_XS) {
+            s = fmaf(half(row + (dtype == CB_Q6_K ? 208 : 0)) * x->d, (float)I, s);
             continue;
         }
         for (int k = 0; k < 256; k++) M += mn[k / 32] * x->qs[k];
@@ -115,11 +133,13 @@ static void fill(unsigned *s, int32_t dtype, unsigned char *w, size_t bytes, siz
     for (size_t b = 0; b < bytes / bb; b++) {
         unsigned char *blk = w + b * bb;
         uint16_t d = extreme ? 0x3c00 : (uint16_t)(0x2000 + (unsigned)((rnd(s) + 1.0f) * 4096.0f)), dm = d ^ 0x8000;
+        if (dtype == CB_IQ4_XS && extreme && b % 2) memset(blk, 0, bb);   /* codes -127, ls - 32 = -32 */
         if (dtype == CB_Q6_K) {
             memcpy(blk + 208, &d, 2);
             if (extreme) memset(blk + 192, 0x80, 8);    /* half the scales -128, half -1 (0xff) */
         } else {
-            memcpy(blk, &d, 2), memcpy(blk + 2, &dm, 2);
+            memcpy(blk, &d, 2);
+            if (dtype != CB_IQ4_XS) memcpy(blk + 2, &dm, 2);
         }
     }
     for (int t = 0; t < MAX_T; t++) {
@@ -134,10 +154,10 @@ static void fill(unsigned *s, int32_t dtype, unsigned char *w, size_t bytes, siz
 int main(void) {
     printf("simd level %s\n", cb_simd_name());
     static const int32_t Rs[][2] = {{0, 1}, {0, 3}, {0, 4}, {5, 17}, {3, 24}, {23, 24}};
-    static const int32_t DT[] = {CB_Q4_K, CB_Q5_K, CB_Q6_K};
+    static const int32_t DT[] = {CB_Q4_K, CB_Q5_K, CB_Q6_K, CB_IQ4_XS};
     unsigned s = 17;
-    for (int e = 0; e < 3; e++)
-        for (int32_t nb = 1; nb <= MAX_NB; nb++) {
+    for (int e = 0; e < 4; e++)
+        for (int32_t nb = 1; nb <= (DT[e] == CB_IQ4_XS ? 3 : MAX_NB); nb++) {
             int32_t K = 256 * nb;
             size_t bytes = (size_t)cb_matrix_data_bytes(DT[e], ROWS, K), map_bytes;
             unsigned char *map, *w = guarded(bytes, &map, &map_bytes);
