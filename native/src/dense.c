@@ -8,9 +8,9 @@
  * thread or batch size changes a bit (K is never split). With the engine's
  * opt-in w8a8 mode, CB_I8_ROW matrices take per-token int8 activations and
  * exact integer dots (kernels_q8.c), and int4 / int6 matrices take the same activations,
- * prepared per token, through the w4a8 / w6a8 kernels (kernels_q4.c, kernels_q6.c), k-quant
- * matrices (q4_k, q5_k, q6_k) take llama.cpp's Q8_K activations (kernels_kq.c) and q8_0 matrices its Q8_0
- * activations (kernels_q80.c), exactly as the experts do.
+ * prepared per token, through the w4a8 / w6a8 kernels (kernels_q4.c, kernels_q6.c), and llama.cpp's block
+ * encodings take its vec_dot types' activations (kernels.c QPATH): k-quant and iq4_xs matrices Q8_K (kernels_kq.c),
+ * q8_0 / q5_0 / mxfp4 / iq4_nl Q8_0 and q5_1 Q8_1 (kernels_q80.c), exactly as the experts do.
  */
 #include <stdio.h>
 #include "cb_internal.h"
@@ -32,7 +32,7 @@ typedef struct {
     int16_t *const *xq;        /* w8a8: per matrix its inputs quantized [n, cols] (NULL: f32 path) */
     float *const *sx;          /* w8a8: per matrix the per-token scales [n] */
     int8_t *const *xpre;       /* w4a8 / w6a8: per int4 / int6 matrix its inputs prepared [n, cb_qprep_bytes] */
-    unsigned char *const *xk;  /* block paths (k-quants: Q8_K, q8_0: Q8_0): per matrix its inputs as activation
+    unsigned char *const *xk;  /* block paths (Q8_K, Q8_0, Q8_1: kernels.c QPATH): per matrix its inputs as activation
                                 * blocks [n, cb_qblocks_bytes] (NULL: other paths) */
 } mm_run;
 
@@ -74,8 +74,8 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* w8a8 mode: matrices whose encoding has an int16-code path (cb_qpath_of: int8 rows w8a8, int4 w4a8,
  * int6 w6a8) with K inside the exact-int32 range take it; pre_bytes: bytes of one token's prepared
- * input (w4a8 / w6a8; 0: neither). k-quant and q8_0 matrices take llama.cpp's activation blocks (uses_kq:
- * Q8_K / Q8_0; sums per block: no K limit). */
+ * input (w4a8 / w6a8; 0: neither). llama.cpp's block encodings take its activation blocks (uses_kq:
+ * Q8_K / Q8_0 / Q8_1; sums per block: no K limit). */
 static int uses_q8(const cb_engine *e, const cb_matrix *w) {
     int path = cb_qpath_of(w->dtype);
     return e->w8a8 && path != CB_QPATH_NONE && !cb_qpath_blocks(w->dtype) && w->cols <= CB_Q8_MAX_K;
@@ -143,7 +143,7 @@ static cb_status prepare_input(cb_engine *e, const cb_matrix *const *ws, const f
 }
 
 /* Block paths: matrix i's input as activation blocks (shared with an earlier matrix of the same input, width and
- * path: Q8_K for k-quants, Q8_0 for q8_0). */
+ * path: Q8_K, Q8_0 or Q8_1). */
 static cb_status kq_input(cb_engine *e, const cb_matrix *const *ws, const float *const *xs, int64_t x_stride,
                           unsigned char **xk, int32_t i, int64_t n) {
     const cb_matrix *w = ws[i];

@@ -31,7 +31,7 @@ typedef struct {
     int8_t ***xpre, ***hpre;
     /* w8a8 on a level with a tile unit (NULL otherwise): inputs packed per 16-token block */
     int8_t **xp, **hp;
-    /* k-quant / q8_0 matrices with w8a8 on (NULL otherwise): inputs as llama.cpp's Q8_K / Q8_0 activation blocks,
+    /* llama.cpp's block encodings with w8a8 on (NULL otherwise): inputs as its Q8_K / Q8_0 / Q8_1 activation blocks,
      * per token cb_qblocks_bytes */
     unsigned char ***xk, ***hk;
     const cb_kernel_table *kt;
@@ -39,8 +39,8 @@ typedef struct {
 
 /* Which integer path gate/up (in) or down (!in) of this task take with w8a8 on: w8a8 for int8 rows,
  * a prepared input for int4 (w4a8) and int6 (w6a8) (gate and up of one dtype: they share the prepared
- * input), Q8_K blocks for k-quants (gate and up any two of q4_k / q5_k / q6_k: one activation type),
- * Q8_0 blocks for q8_0 (gate and up both q8_0), else none (f32). */
+ * input), llama.cpp's activation blocks for its block encodings (gate and up of one activation type: any two of
+ * q4_k / q5_k / q6_k / iq4_xs share Q8_K, of q8_0 / q5_0 / mxfp4 / iq4_nl Q8_0; q5_1 Q8_1), else none (f32). */
 enum { Q_NONE, Q_I8, Q_PRE, Q_KQ };
 static int q_kind(const cb_engine *e, const cb_ffn_task *t, int in) {
     const cb_matrix *a = in ? &t->ex->gate : &t->ex->down, *b = in ? &t->ex->up : a;
@@ -50,7 +50,7 @@ static int q_kind(const cb_engine *e, const cb_ffn_task *t, int in) {
     if (a->dtype != b->dtype || a->cols > CB_Q8_MAX_K) return Q_NONE;
     return path == CB_QPATH_W8A8 ? Q_I8 : path == CB_QPATH_W4A8 || path == CB_QPATH_W6A8 ? Q_PRE : Q_NONE;
 }
-/* The int16-code paths (w8a8, w4a8, w6a8) and the block ones (k-quants, q8_0). */
+/* The int16-code paths (w8a8, w4a8, w6a8) and the block ones (Q8_K, Q8_0, Q8_1). */
 static int uses_q8(const cb_engine *e, const cb_ffn_task *t, int in) {
     int k = q_kind(e, t, in);
     return k == Q_I8 || k == Q_PRE;
@@ -194,7 +194,7 @@ static void quantize_block(ffn_run *run, int64_t item, int in) {
     ffn_item it = run->items[item];
     const cb_ffn_task *t = &run->tasks[it.task];
     unsigned char **kq = in ? run->xk[it.task] : run->hk[it.task];
-    if (kq) {                                   /* k-quants, q8_0: Q8_K / Q8_0 blocks straight from the f32 rows */
+    if (kq) {                                   /* block encodings: Q8_K / Q8_0 / Q8_1 straight from the f32 rows */
         for (int64_t i = it.r0; i < it.r1; i++)
             cb_qblocks(in ? &t->ex->gate : &t->ex->down, in ? t->xs[i] : run->g[it.task][i], kq[i]);
         return;

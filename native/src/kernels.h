@@ -200,8 +200,8 @@ float cb_dot_tail(const cb_matrix *w, int32_t r, const float *x, float s);
 enum { CB_QPATH_NONE = 0, CB_QPATH_W8A8 = 1, CB_QPATH_W4A8 = 2, CB_QPATH_W6A8 = 3, CB_QPATH_KQ = 4, CB_QPATH_Q80 = 5,
        CB_QPATH_Q81 = 6 };
 int cb_qpath_of(int32_t dtype);
-/* The block-activation paths (KQ, Q80, Q81: llama.cpp's vec_dot types), for the callers (dense.c, ffn.c): whether w takes
- * one, bytes of one token's activation blocks for w, the blocks from an f32 row, and the product through table
+/* The block-activation paths (KQ, Q80, Q81: llama.cpp's vec_dot types), for the callers (dense.c, ffn.c): whether w
+ * takes one, bytes of one token's activation blocks for w, the blocks from an f32 row, and the product through table
  * kt's kernel. Two matrices share activation blocks when their paths and widths are equal. */
 static inline int cb_qpath_blocks(int32_t dtype) {
     int p = cb_qpath_of(dtype);

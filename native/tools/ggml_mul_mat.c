@@ -1,14 +1,14 @@
-/* ggml_mul_mat.c — the peer of `python -m colibri_dist.bench kquants`: ggml's CPU mul_mat of a k-quant (or Q8_0)
- * matrix.
+/* ggml_mul_mat.c — the peer of `python -m colibri_dist.bench kquants`: ggml's CPU mul_mat of a matrix of llama.cpp
+ * blocks (the k-quants, Q8_0, MXFP4, IQ4_XS, IQ4_NL, Q5_1).
  *
- * Role: times what llama.cpp runs for one weight matrix [rows, cols] of Q4_K / Q5_K / Q6_K / Q8_0 blocks times
+ * Role: times what llama.cpp runs for one weight matrix [rows, cols] of one of those block types times
  * `tokens` f32 columns on its CPU backend with `threads` threads: the weights live in the backend's first
  * extra buffer type when that type takes the tensor (the REPACK layout llama.cpp loads Q4_K into on AVX2),
- * else in the plain CPU buffer; the activations are quantized to Q8_K (Q8_0 for Q8_0) inside the op, as in a
- * model. The
+ * else in the plain CPU buffer; the activations are quantized to the type's vec_dot_type (Q8_K, Q8_0 or Q8_1)
+ * inside the op, as in a model. The
  * matrix is copied into enough tensors to fill `mib` MiB (weights stream from memory); one graph runs one
  * mul_mat per copy. Built against the llama.cpp build by the benchmark (not part of libcolibri).
- * Usage: ggml_mul_mat q4_k|q5_k|q6_k|q8_0 ROWS COLS TOKENS THREADS MIB REPS
+ * Usage: ggml_mul_mat TYPE ROWS COLS TOKENS THREADS MIB REPS (TYPE: a name of TYPES below)
  * Prints: median_ms=<ms per mul_mat, median over REPS graph runs> best_ms=<...> buffer=<buffer type name>
  */
 #define _POSIX_C_SOURCE 199309L
@@ -51,6 +51,18 @@ static ggml_backend_buffer_type_t extra_buft(ggml_backend_t be, struct ggml_tens
         if (ok) return *b;
     }
     return NULL;
+}
+
+/* The block types by colibri's encoding names. */
+static const struct { const char *name; enum ggml_type type; } TYPES[] = {
+    {"q4_k", GGML_TYPE_Q4_K}, {"q5_k", GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K}, {"q8_0", GGML_TYPE_Q8_0},
+    {"mxfp4", GGML_TYPE_MXFP4}, {"iq4_xs", GGML_TYPE_IQ4_XS}, {"iq4_nl", GGML_TYPE_IQ4_NL}, {"q5_1", GGML_TYPE_Q5_1},
+};
+
+static enum ggml_type type_of(const char *name) {
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
+        if (!strcmp(name, TYPES[i].name)) return TYPES[i].type;
+    return GGML_TYPE_COUNT;
 }
 
 typedef struct {
@@ -125,12 +137,11 @@ static int run(const job *j, int reps) {
 
 int main(int argc, char **argv) {
     if (argc != 8) {
-        fprintf(stderr, "usage: %s q4_k|q5_k|q6_k|q8_0 ROWS COLS TOKENS THREADS MIB REPS\n", argv[0]);
+        fprintf(stderr, "usage: %s TYPE ROWS COLS TOKENS THREADS MIB REPS (TYPE: q4_k, q5_k, q6_k, q8_0, mxfp4, "
+                "iq4_xs, iq4_nl, q5_1)\n", argv[0]);
         return 2;
     }
-    job j = {!strcmp(argv[1], "q4_k") ? GGML_TYPE_Q4_K : !strcmp(argv[1], "q5_k") ? GGML_TYPE_Q5_K
-             : !strcmp(argv[1], "q6_k") ? GGML_TYPE_Q6_K : !strcmp(argv[1], "q8_0") ? GGML_TYPE_Q8_0 : GGML_TYPE_COUNT,
-             atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), 0, 0};
+    job j = {type_of(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), 0, 0};
     int mib = atoi(argv[6]), reps = atoi(argv[7]);
     if (j.type == GGML_TYPE_COUNT || j.rows <= 0 || j.cols <= 0 || j.cols % ggml_blck_size(j.type) || j.tokens <= 0 ||
         j.threads <= 0 || mib <= 0 || reps <= 0) {

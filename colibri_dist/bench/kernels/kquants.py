@@ -1,9 +1,10 @@
-"""`python -m colibri_dist.bench kquants`: k-quant matmuls, the f32-decoder path vs the Q8_K integer path vs ggml.
+"""`python -m colibri_dist.bench kquants`: llama.cpp block matmuls, the f32-decoder path vs the integer path vs ggml.
 
-Role: ms per matmul of one q4_k / q6_k (or q5_k) matrix by 1, 4 and 32 tokens at 1 and 2 threads, on the shapes
-that matter (2048 x 2048, and Qwen3-30B-A3B's expert matrices: 768 x 2048 gate/up, 2048 x 768 down), for
-colibri's two paths: "decode" (w8a8 off: blocks decoded to f32, fma against f32 activations) and "q8k" (w8a8 on:
-the activations quantized to llama.cpp's Q8_K, integer dots; kernels_kq*.c), next to ggml's own mul_mat on the
+Role: ms per matmul of one q4_k / q6_k (or q5_k, q8_0, mxfp4, iq4_xs, iq4_nl, q5_1) matrix by 1, 4 and 32 tokens at
+1 and 2 threads, on the shapes that matter (2048 x 2048, and Qwen3-30B-A3B's expert matrices: 768 x 2048 gate/up,
+2048 x 768 down), for colibri's two paths: "decode" (w8a8 off: blocks decoded to f32, fma against f32 activations)
+and "q8k" (w8a8 on: the activations quantized to the type's llama.cpp vec_dot type, Q8_K, Q8_0 or Q8_1, integer
+dots; kernels_kq*.c, kernels_q80*.c; the JSON key keeps its first name), next to ggml's own mul_mat on the
 same block type (native/tools/ggml_mul_mat.c built against the llama.cpp build of shared/peers; its weights in
 the CPU backend's repack buffer when ggml takes them there, as llama.cpp loads a model). Each matrix is copied
 into more buffers than the last-level cache holds and one call (matmul_many; ggml: one graph of one mul_mat per
@@ -142,11 +143,11 @@ def measure(args, exe):
 def _line(r):
     g = f"  ggml {r['ggml_ms']:7.3f} ms ({r.get('ggml_buffer')})" if r.get("ggml_ms") else ""
     return (f"{r['scheme']} {r['shape']:18s} tokens {r['tokens']:3d} threads {r['threads']}: "
-            f"decode {r['decode_ms']:7.3f} ms  q8k {r['q8k_ms']:7.3f} ms ({r['decode_ms'] / r['q8k_ms']:.2f}x){g}")
+            f"decode {r['decode_ms']:7.3f} ms  integer {r['q8k_ms']:7.3f} ms ({r['decode_ms'] / r['q8k_ms']:.2f}x){g}")
 
 
 def markdown(rows):
-    out = ("| scheme | shape | tokens | threads | decode path ms | Q8_K path ms | ggml mul_mat ms |\n"
+    out = ("| scheme | shape | tokens | threads | decode path ms | integer path ms | ggml mul_mat ms |\n"
            "|---|---|---|---|---|---|---|\n")
     for r in rows:
         g = f"{r['ggml_ms']:.3f}" if r.get("ggml_ms") else "-"
