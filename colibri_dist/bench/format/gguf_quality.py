@@ -30,6 +30,8 @@ def parse_args(argv):
     ap.add_argument("--families", default=",".join(FAMILIES), help="tiny families (comma-separated, '' for none)")
     ap.add_argument("--olmoe", action="store_true", help="also the 4-layer OLMoE benchmark checkpoint (large)")
     ap.add_argument("--modes", default=",".join(ours.MODES), help="colibri modes: " + ", ".join(ours.MODES))
+    ap.add_argument("--types", default=",".join(peer.TYPES),
+                    help="llama-quantize types of the base file to score (e.g. Q8_0,Q4_K_M,MXFP4_MOE,IQ4_XS)")
     ap.add_argument("--ctx", type=int, default=128, help="tokens per chunk (llama-perplexity -c)")
     ap.add_argument("--chunks", type=int, default=40, help="chunks; scored tokens = chunks * (ctx/2 - 1)")
     ap.add_argument("--threads", type=int, default=1)
@@ -42,6 +44,7 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     args.families = [f for f in args.families.split(",") if f]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    args.types = tuple(t.strip() for t in args.types.split(",") if t.strip())
     for flag, names, known in (("--families", args.families, FAMILIES), ("--modes", args.modes, ours.MODES)):
         bad = [n for n in names if n not in known]
         if bad:
@@ -70,7 +73,7 @@ def run_one(name, args, tools, text):
     hf_dir, model, base = subject(name, args, work)
     rec, ggufs, saved, bos = {"model": name}, {}, None, None
     if tools:
-        ggufs = peer.files(tools, hf_dir, work, base, args.threads)
+        ggufs = peer.files(tools, hf_dir, work, base, args.threads, args.types)
         saved, rec["llama_cpp"] = peer.runs(tools, ggufs, text, work, args.ctx, args.chunks, args.threads)
         rec["llama_cpp_bits_per_weight"] = {t: ours.gguf_bits(p) for t, p in ggufs.items()}
         bos, ref = peer.bos(ggufs[base]), saved[base]
@@ -83,7 +86,7 @@ def run_one(name, args, tools, text):
         rec["reference"] = "transformers float32"
     rec["modes"] = {}
     for mode in args.modes:
-        if ours.MODES[mode][0] != "hf" and not ggufs:       # an imported file's mode needs llama.cpp's file
+        if ours.MODES[mode][0] != "hf" and ours.MODES[mode][0] not in ggufs:   # needs llama.cpp's file of the type
             continue
         path = ours.container(mode, hf_dir, ggufs, work)
         rec["modes"][mode] = ours.score(path, ref, ours.MODES[mode][2], args.threads, bos)

@@ -1,7 +1,7 @@
 """The llama.cpp side of `bench gguf-quality`: its GGUF files of a checkpoint and its own quality statistics.
 
 Role: files() makes, with llama.cpp's tools (testing/llama_cpp.py), the base GGUF (F32 by convert_hf_to_gguf.py;
-F16 for the large OLMoE checkpoint) and llama-quantize's Q8_0 and Q4_K_M of it; runs() saves llama-perplexity's
+F16 for the large OLMoE checkpoint) and llama-quantize's Q8_0 and Q4_K_M of it (or other types); runs() saves llama-perplexity's
 log-probabilities of each file on the text (f32 KV cache, no flash attention: only the weights' arithmetic
 differs from colibri's), its perplexity from those (testing/llama_cpp.saved_ppl), and runs `llama-perplexity
 --kl-divergence` of each quantized file against the base one's saved log-probs: llama.cpp's own mean KL, top-1
@@ -15,13 +15,15 @@ from ...testing import llama_cpp
 TYPES = ("Q8_0", "Q4_K_M")
 
 
-def files(tools, hf_dir, work, base="F32", threads=1):
-    """{"F32" (or "F16"): the converter's file, "Q8_0", "Q4_K_M": llama-quantize's} in `work` (made once)."""
+def files(tools, hf_dir, work, base="F32", threads=1, types=TYPES):
+    """{"F32" (or "F16"): the converter's file, then each of `types` ("Q8_0", "Q4_K_M", or any other llama-quantize
+    type, e.g. "MXFP4_MOE": MXFP4 experts, the rest Q8_0, as gpt-oss ships): llama-quantize's} in `work` (made
+    once)."""
     out = {base: os.path.join(work, f"{base}.gguf")}
     if not os.path.exists(out[base]):
         llama_cpp.convert_hf(tools, hf_dir, out[base] + ".partial", outtype=base.lower())
         os.replace(out[base] + ".partial", out[base])
-    for typ in TYPES:
+    for typ in types:
         out[typ] = os.path.join(work, f"{typ}.gguf")
         if not os.path.exists(out[typ]):
             llama_cpp.quantize(tools, out[base], out[typ] + ".partial", typ, threads)
