@@ -5,7 +5,8 @@ Q8_0, q5_1 x Q8_1 (kernels_q80*.c) and iq4_xs x Q8_K (kernels_kq*.c), as ggml-cp
 The numpy models (q80_ref.py, kq_ref.py) read the blocks into parts that dequantize to gguf.quants.dequantize bit for
 bit; the scalar kernel equals the model of ggml's formula bit for bit; the product sits within the activation
 rounding bound of gguf's dequantized weights times x; every SIMD level, token count, row subset and thread count
-gives the model's bits for dense matrices and experts; the switch off keeps the f32 decoders.
+gives the model's bits for dense matrices and experts; the switch off keeps the f32 decoders. Where llama.cpp is
+built, every block pair (the older ones too) sits within float reordering of ggml-cpu's own vec_dot (ggml_ref.py).
 """
 import numpy as np
 import pytest
@@ -167,3 +168,22 @@ def test_expert_every_level_batch_rows_and_threads_equal_scalar(rts, scheme):
                 assert np.array_equal(rts[2].expert_forward(np.ascontiguousarray(x[:n]), view), ref[:n]), (level, n)
             rows = np.array([20, 3, 3, 7, 0, 32])
             assert np.array_equal(rts[3].expert_forward(x, view, rows=rows), ref[rows]), level
+
+
+@pytest.mark.parametrize("scheme", SCHEMES + ("q8_0", "q5_0", "q4_k", "q5_k", "q6_k"))
+def test_products_are_ggml_cpus_own_vec_dot(rts, scheme):
+    """Against llama.cpp's own code (ggml_ref.py: its type_traits' from_float and vec_dot through ctypes on the
+    llama.cpp build): the same integers, ggml's float order (its 8 lanes) against ours, so within the reordering
+    bound of the block terms: (blocks + 16) * 2^-24 * sum |w| |x| (skipped when llama.cpp is not built)."""
+    from ggml_ref import ggml_products, load
+    libs = load()
+    if libs is None:
+        pytest.skip("llama.cpp's libggml-cpu.so is not built")
+    rng = np.random.default_rng(31)
+    raw = ours(rng, scheme, 48, 1024)
+    x = rng.standard_normal((5, 1024)).astype(np.float32)
+    want = ggml_products(libs, QTYPE.get(scheme, gguf.GGMLQuantizationType[scheme.upper()]), raw, x)
+    got = rts[2].matmul(x, view_of(raw, scheme, 48, 1024))
+    deq = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[scheme.upper()]).astype(np.float64)
+    bound = (1024 // 32 + 16) * 2.0 ** -24 * (np.abs(x).astype(np.float64) @ np.abs(deq).T)
+    assert (np.abs(got.astype(np.float64) - want) <= bound).all()
