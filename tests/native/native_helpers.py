@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from colibri_dist.format.quantize import dequantize, pack_expert
-from colibri_dist.native import Gating, Runtime, expert_view, simd_levels
+from colibri_dist.native import Gating, Runtime, expert_view, simd_force, simd_levels
 
 SCHEMES = ["f32", "f16", "bf16", "int8", "int8-g32", "int8-g64", "int8-g128", "int8-minmax", "int4-g32", "int4-g64",
            "int6-g64", "q8_0"]
@@ -27,6 +27,48 @@ def w8a8_runtimes():
     yield r
     for v in r.values():
         v.close()
+
+
+def assert_scalar_equals(rts, x, view, ref):
+    """The scalar kernel (1 thread) on the first 1, 3, 32 and 33 rows of x gives ref's bits; ref is finite."""
+    with simd_force("scalar"):
+        for n in (1, 3, 32, 33):
+            got = rts[1].matmul(np.ascontiguousarray(x[:n]), view)
+            assert np.array_equal(got.view(np.uint32), ref[:n].view(np.uint32)), n
+    assert np.isfinite(ref).all()
+
+
+def assert_dense_equals(rts, level, x, view, ref, tokens):
+    """At SIMD level `level`, the w8a8 runtimes' matmul of x [n, cols] (3 threads, then 2 threads on the first `n` of
+    every count in `tokens`, then 1 thread on tokens 0, 9 and 32 alone) equals ref bit for bit."""
+    with simd_force(level):
+        assert np.array_equal(rts[3].matmul(x, view), ref), level
+        for n in tokens:
+            assert np.array_equal(rts[2].matmul(np.ascontiguousarray(x[:n]), view), ref[:n]), (level, n)
+        for t in (0, 9, 32):
+            assert np.array_equal(rts[1].matmul(np.ascontiguousarray(x[t:t + 1]), view)[0], ref[t]), (level, t)
+
+
+def assert_experts_equal(rts, x, view, slack=None):
+    """The scalar kernel's expert_forward of x [33, hidden] with the w8a8 switch on is finite and differs from the
+    switched-off one (within `slack` of its largest output when given); on every available level the w8a8 runtimes
+    (1-3 threads, the first n of several counts, a row subset with a repeat) give its bits, the switched-off runtime
+    the switched-off bits."""
+    with simd_force("scalar"):
+        ref = rts[1].expert_forward(x, view)
+        plain = rts["plain"].expert_forward(x, view)
+    assert np.isfinite(ref).all() and not np.array_equal(plain, ref)      # the switch changes the arithmetic
+    if slack is not None:
+        assert np.abs(plain - ref).max() <= slack * np.abs(plain).max()
+    for level in AVAILABLE_LEVELS:
+        with simd_force(level):
+            for t in (1, 2, 3):
+                assert np.array_equal(rts[t].expert_forward(x, view), ref), (level, t)
+            for n in (1, 2, 3, 5, 16, 17, 32):
+                assert np.array_equal(rts[2].expert_forward(np.ascontiguousarray(x[:n]), view), ref[:n]), (level, n)
+            rows = np.array([20, 3, 3, 7, 0, 32])
+            assert np.array_equal(rts[3].expert_forward(x, view, rows=rows), ref[rows]), level
+            assert np.array_equal(rts["plain"].expert_forward(x, view), plain), level
 
 
 def rand_expert(rng, hidden, inter, scale=0.2):

@@ -17,7 +17,7 @@ from colibri_dist.format.layout import ExpertLayout
 from colibri_dist.format.quantize import Encoded, pack_expert
 from colibri_dist.native import expert_view, matrix_view, simd_force
 from kq_ref import kq_matmul, kq_parts, parts_dequantize, quantization_bound
-from native_helpers import AVAILABLE_LEVELS, simd_params, w8a8_runtimes
+from native_helpers import assert_dense_equals, assert_experts_equal, assert_scalar_equals, simd_params, w8a8_runtimes
 from test_native_kquants import KQ, QTYPE, gguf, packed, random_blocks
 
 TOKENS = (1, 2, 3, 4, 5, 8, 9, 17, 32, 33)
@@ -60,11 +60,7 @@ def test_scalar_kernel_equals_the_numpy_model_of_ggml_formula(rts, scheme, rows,
     view = matrix_view(*packed(raw, scheme, rows, cols))
     x = activations(rng, 33, cols)
     ref = kq_matmul(x, raw, scheme, rows, cols)
-    with simd_force("scalar"):
-        for n in (1, 3, 32, 33):
-            got = rts[1].matmul(np.ascontiguousarray(x[:n]), view)
-            assert np.array_equal(got.view(np.uint32), ref[:n].view(np.uint32)), n
-    assert np.isfinite(ref).all()
+    assert_scalar_equals(rts, x, view, ref)
     if cols == 256:
         assert not ref[1].any()                     # an all-zero input block: d = 0, codes 0, no NaN
 
@@ -93,12 +89,7 @@ def test_dense_every_level_tokens_rows_and_threads_equal_scalar(rts, level, sche
     view = matrix_view(*packed(raw, scheme, rows, 512))
     x = activations(rng, max(TOKENS), 512)
     ref = kq_matmul(x, raw, scheme, rows, 512)
-    with simd_force(level):
-        assert np.array_equal(rts[3].matmul(x, view), ref), level
-        for n in TOKENS:
-            assert np.array_equal(rts[2].matmul(np.ascontiguousarray(x[:n]), view), ref[:n]), (level, n)
-        for t in (0, 9, 32):
-            assert np.array_equal(rts[1].matmul(np.ascontiguousarray(x[t:t + 1]), view)[0], ref[t]), (level, t)
+    assert_dense_equals(rts, level, x, view, ref, TOKENS)
 
 
 def test_matmul_many_shares_one_q8k_input_across_k_quants(rts):
@@ -136,19 +127,7 @@ def test_expert_every_level_batch_rows_and_threads_equal_scalar(rts, scheme, dow
     rng = np.random.default_rng(17)
     view = random_expert(rng, scheme, 512, 256, down)
     x = activations(rng, 33, 512) * np.float32(0.05)
-    with simd_force("scalar"):
-        ref = rts[1].expert_forward(x, view)
-        plain = rts["plain"].expert_forward(x, view)
-    assert np.isfinite(ref).all() and not np.array_equal(plain, ref)      # the switch changes the arithmetic
-    for level in AVAILABLE_LEVELS:
-        with simd_force(level):
-            for t in (1, 2, 3):
-                assert np.array_equal(rts[t].expert_forward(x, view), ref), (level, t)
-            for n in (1, 2, 3, 5, 16, 17, 32):
-                assert np.array_equal(rts[2].expert_forward(np.ascontiguousarray(x[:n]), view), ref[:n]), (level, n)
-            rows = np.array([20, 3, 3, 7, 0, 32])
-            assert np.array_equal(rts[3].expert_forward(x, view, rows=rows), ref[rows]), level
-            assert np.array_equal(rts["plain"].expert_forward(x, view), plain), level
+    assert_experts_equal(rts, x, view)
 
 
 def test_expert_is_the_numpy_model_through_both_matrices(rts):

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from colibri_dist.format.quantize import pack_matrix
-from colibri_dist.native import matrix_view, simd_force
+from colibri_dist.native import matrix_view
 from kq_ref import kq_matmul, kq_parts
 from kq_ref import parts_dequantize as kq_dequantize
 from kq_ref import quantization_bound as q8k_bound
-from native_helpers import AVAILABLE_LEVELS, simd_params, w8a8_runtimes
+from native_helpers import assert_dense_equals, assert_experts_equal, assert_scalar_equals, simd_params, w8a8_runtimes
 from q80_ref import parts_dequantize, q80_matmul, q80_parts, quantize_q81
 from q80_ref import quantization_bound as q80_bound
 from test_native_kdot import activations as activations_256, random_expert
@@ -87,11 +87,7 @@ def test_scalar_kernel_equals_the_numpy_model_of_ggml_formula(rts, scheme, rows,
     view = view_of(raw, scheme, rows, cols)
     x = activations(rng, scheme, 33, cols)
     ref = model(x, raw, scheme, rows, cols)
-    with simd_force("scalar"):
-        for n in (1, 3, 32, 33):
-            got = rts[1].matmul(np.ascontiguousarray(x[:n]), view)
-            assert np.array_equal(got.view(np.uint32), ref[:n].view(np.uint32)), n
-    assert np.isfinite(ref).all()
+    assert_scalar_equals(rts, x, view, ref)
     if scheme == "iq4_xs" and cols == 256:
         assert not ref[1].any()                     # an all-zero input block: d = 0, codes 0, no NaN
 
@@ -127,12 +123,7 @@ def test_dense_every_level_tokens_rows_and_threads_equal_the_model(rts, level, s
     view = view_of(raw, scheme, rows, cols)
     x = activations(rng, scheme, max(TOKENS), cols)
     ref = model(x, raw, scheme, rows, cols)
-    with simd_force(level):
-        assert np.array_equal(rts[3].matmul(x, view), ref), level
-        for n in TOKENS:
-            assert np.array_equal(rts[2].matmul(np.ascontiguousarray(x[:n]), view), ref[:n]), (level, n)
-        for t in (0, 9, 32):
-            assert np.array_equal(rts[1].matmul(np.ascontiguousarray(x[t:t + 1]), view)[0], ref[t]), (level, t)
+    assert_dense_equals(rts, level, x, view, ref, TOKENS)
 
 
 def test_matmul_many_gives_each_pair_its_activations(rts):
@@ -155,19 +146,7 @@ def test_expert_every_level_batch_rows_and_threads_equal_scalar(rts, scheme):
     rng = np.random.default_rng(17)
     view = random_expert(rng, scheme, 512, 256, blocks=ours)
     x = activations(rng, scheme, 33, 512) * np.float32(0.05)
-    with simd_force("scalar"):
-        ref = rts[1].expert_forward(x, view)
-        plain = rts["plain"].expert_forward(x, view)
-    assert np.isfinite(ref).all() and not np.array_equal(plain, ref)      # the switch changes the arithmetic
-    assert np.abs(plain - ref).max() <= 0.05 * np.abs(plain).max()
-    for level in AVAILABLE_LEVELS:
-        with simd_force(level):
-            for t in (1, 2, 3):
-                assert np.array_equal(rts[t].expert_forward(x, view), ref), (level, t)
-            for n in (1, 2, 3, 5, 16, 17, 32):
-                assert np.array_equal(rts[2].expert_forward(np.ascontiguousarray(x[:n]), view), ref[:n]), (level, n)
-            rows = np.array([20, 3, 3, 7, 0, 32])
-            assert np.array_equal(rts[3].expert_forward(x, view, rows=rows), ref[rows]), level
+    assert_experts_equal(rts, x, view, slack=0.05)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES + ("q8_0", "q5_0", "q4_k", "q5_k", "q6_k"))

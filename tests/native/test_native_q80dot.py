@@ -13,7 +13,7 @@ import pytest
 
 from colibri_dist.format.quantize import Encoded, pack_matrix
 from colibri_dist.native import matrix_view, simd_force
-from native_helpers import AVAILABLE_LEVELS, simd_params, w8a8_runtimes
+from native_helpers import assert_dense_equals, assert_experts_equal, assert_scalar_equals, simd_params, w8a8_runtimes
 from q80_ref import q80_matmul, q80_parts, quantization_bound, quantize_q80
 from test_native_kdot import random_expert
 
@@ -81,11 +81,7 @@ def test_scalar_kernel_equals_the_numpy_model_of_ggml_formula(rts, scheme, rows,
     view = view_of(raw, rows, cols, scheme)
     x = activations(rng, 33, cols)
     ref = q80_matmul(x, raw, rows, cols, scheme)
-    with simd_force("scalar"):
-        for n in (1, 3, 32, 33):
-            got = rts[1].matmul(np.ascontiguousarray(x[:n]), view)
-            assert np.array_equal(got.view(np.uint32), ref[:n].view(np.uint32)), n
-    assert np.isfinite(ref).all()
+    assert_scalar_equals(rts, x, view, ref)
     if cols == 32:
         assert not ref[1].any()                     # an all-zero input block: d = 0, codes 0, no NaN
 
@@ -116,12 +112,7 @@ def test_dense_every_level_tokens_rows_and_threads_equal_scalar(rts, level, sche
     view = view_of(raw, rows, cols, scheme)
     x = activations(rng, max(TOKENS), cols)
     ref = q80_matmul(x, raw, rows, cols, scheme)
-    with simd_force(level):
-        assert np.array_equal(rts[3].matmul(x, view), ref), level
-        for n in TOKENS:
-            assert np.array_equal(rts[2].matmul(np.ascontiguousarray(x[:n]), view), ref[:n]), (level, n)
-        for t in (0, 9, 32):
-            assert np.array_equal(rts[1].matmul(np.ascontiguousarray(x[t:t + 1]), view)[0], ref[t]), (level, t)
+    assert_dense_equals(rts, level, x, view, ref, TOKENS)
 
 
 def test_matmul_many_gives_q8_0_and_k_quants_each_their_activations(rts):
@@ -148,20 +139,7 @@ def test_expert_every_level_batch_rows_and_threads_equal_scalar(rts, scheme):
     rng = np.random.default_rng(17)
     view = random_expert(rng, scheme, 512, 224, blocks=q8_blocks)
     x = activations(rng, 33, 512) * np.float32(0.05)
-    with simd_force("scalar"):
-        ref = rts[1].expert_forward(x, view)
-        plain = rts["plain"].expert_forward(x, view)
-    assert np.isfinite(ref).all() and not np.array_equal(plain, ref)      # the switch changes the arithmetic
-    assert np.abs(plain - ref).max() <= 0.05 * np.abs(plain).max()
-    for level in AVAILABLE_LEVELS:
-        with simd_force(level):
-            for t in (1, 2, 3):
-                assert np.array_equal(rts[t].expert_forward(x, view), ref), (level, t)
-            for n in (1, 2, 3, 5, 16, 17, 32):
-                assert np.array_equal(rts[2].expert_forward(np.ascontiguousarray(x[:n]), view), ref[:n]), (level, n)
-            rows = np.array([20, 3, 3, 7, 0, 32])
-            assert np.array_equal(rts[3].expert_forward(x, view, rows=rows), ref[rows]), level
-            assert np.array_equal(rts["plain"].expert_forward(x, view), plain), level
+    assert_experts_equal(rts, x, view, slack=0.05)
 
 
 def test_expert_is_the_numpy_model_through_both_matrices(rts):
