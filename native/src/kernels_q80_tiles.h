@@ -45,13 +45,19 @@ Q80_FN __m256i q80_codes(int ENC, const unsigned char *blk) {
     return _mm256_or_si256(nib, _mm256_andnot_si256(set, _mm256_set1_epi8((char)0xf0)));
 }
 
-/* The weight blocks' factor dw per lane (row n % TR): the f16 d, or mxfp4's E8M0 half. */
+/* The weight blocks' factor dw per lane (row n % TR): the f16 d, or mxfp4's E8M0 half built from its bits in
+ * registers as cb_e8m0_half builds them: (e - 1) << 23, and 0x00200000 << e for e < 2 (lanes past TT * TR: e = 0,
+ * a finite factor against an integer sum of 0). */
 Q80_FN __m256 q80_dw(int ENC, int TT, int TR, const unsigned char *const *blk) {
     if (ENC != CB_MXFP4) return halves(TT, TR, blk, 0);
-    float d[8];
+    short v[8];
 #pragma GCC unroll 8
-    for (int n = 0; n < 8; n++) d[n] = n < TT * TR ? cb_e8m0_half(blk[n % TR][0]) : 0.0f;
-    return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+    for (int n = 0; n < 8; n++) v[n] = n < TT * TR ? (short)blk[n % TR][0] : 0;
+    __m256i e = _mm256_cvtepu16_epi32(_mm_setr_epi16(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]));
+    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
 }
 
 /* The activation blocks' d per lane (token n / TR), in registers; sa: their Q8_1 s instead (rows of nb blocks). */
