@@ -29,17 +29,21 @@ static const uint8_t K4_SHUF[8][32] __attribute__((aligned(32))) = {
 #undef S8
 #undef S2
 };
-/* Q6_K: bytes 2i (x8) then 2i+1 (x8): the two 16-groups' int8 scales of 32-chunk i. */
-static const uint8_t K6_SHUF[8][16] __attribute__((aligned(16))) = {
-#define ROW6(i) {2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, \
-                 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1}
-    ROW6(0), ROW6(1), ROW6(2), ROW6(3), ROW6(4), ROW6(5), ROW6(6), ROW6(7)
+/* Q6_K: int16 words 2t (x8, low half) then 2t+1 (x8, high half): the two 16-groups' scales of quarter t of a half. */
+static const uint8_t K6_SHUF[4][32] __attribute__((aligned(32))) = {
+#define W2(w) 2 * (w), 2 * (w) + 1
+#define W8(w) W2(w), W2(w), W2(w), W2(w), W2(w), W2(w), W2(w), W2(w)
+#define ROW6(t) {W8(2 * t), W8(2 * t + 1)}
+    ROW6(0), ROW6(1), ROW6(2), ROW6(3)
 #undef ROW6
+#undef W8
+#undef W2
 };
 
 /* A row's super-block as the tiles use it: q4/q5 the 16-bit scales in both halves and the 8 mins, q6 its 16 int8
- * scales (in the low 16 bytes of sc and in mins). */
-typedef struct { __m256i sc; __m128i mins; } kqblock;
+ * scales (in the low 16 bytes of sc and in mins) and, widened to 16 bits once per block, scales 0-7 (s6[0]) and
+ * 8-15 (s6[1]) each in both halves (the AVX2 chunks pick theirs with one vpshufb). */
+typedef struct { __m256i sc; __m128i mins; __m256i s6[2]; } kqblock;
 
 /* A Q4_K / Q5_K block's 8 6-bit scales then 8 mins as 16 bytes (get_scale_min_k4 of ggml, vectorised): from the 12
  * scale bytes s, sc[j] = s[j] & 63 and m[j] = s[j+4] & 63 for j < 4; for j >= 4 the low nibble (sc) or high nibble
@@ -69,6 +73,9 @@ AVX2_FN kqblock block_of(int ENC, const unsigned char *blk) {
     if (ENC == CB_Q6_K) {
         k.mins = _mm_loadu_si128((const __m128i *)(blk + 192));
         k.sc = _mm256_castsi128_si256(k.mins);
+        __m256i s16 = _mm256_cvtepi8_epi16(k.mins);
+        k.s6[0] = _mm256_permute2x128_si256(s16, s16, 0x00);
+        k.s6[1] = _mm256_permute2x128_si256(s16, s16, 0x11);
         return k;
     }
     __m256i ms = _mm256_cvtepu8_epi16(scales_mins(blk));
@@ -97,11 +104,12 @@ AVX2_FN int chunk_of(int ENC, const unsigned char *blk, const kqblock *kb, int c
         int h = p >> 1, t = (p & 1) + 2 * hi, off = 128 * h + 32 * t;
         __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (p & 1)));
         __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
-        __m256i hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t));      /* bits 2t, 2t+1 -> 0, 1 */
+        /* bits 2t, 2t+1 of each qh byte -> bits 4, 5 (what crosses a byte inside the 16-bit shift is masked off) */
+        __m256i hb = t == 0 ? _mm256_slli_epi16(qh, 4) : t == 1 ? _mm256_slli_epi16(qh, 2) : t == 2 ? qh
+                   : _mm256_srli_epi16(qh, 2);
         *c = _mm256_or_si256(_mm256_and_si256(hi ? _mm256_srli_epi16(ql, 4) : ql, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(3)), 4));
-        __m128i sc = _mm_shuffle_epi8(_mm256_castsi256_si128(kb->sc), _mm_load_si128((const __m128i *)K6_SHUF[off / 32]));
-        *s = _mm256_cvtepi8_epi16(sc);
+                             _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+        *s = _mm256_shuffle_epi8(kb->s6[h], _mm256_load_si256((const __m256i *)K6_SHUF[t]));   /* groups 8h + 2t, +1 */
         return off;
     }
     __m256i qs = _mm256_loadu_si256((const __m256i *)(blk + (ENC == CB_Q5_K ? 48 : 16) + 32 * p));
