@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import colibri_dist as cd
+from colibri_dist import cli
 from colibri_dist.cli import main
 from colibri_dist.errors import ColibriError
 from colibri_dist.format import spec
@@ -149,6 +150,16 @@ def _c_status(path):
     if status == 0:
         lib.cb_model_close(out[0])
     return status
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_parser():
+    """`colibri`'s argparse parser built once for the module, not once per CLI call (~10 ms each, ~1,200
+    calls): the same parser `main` builds, each call still parses its argv and dispatches through `main`."""
+    parser = cli.build_parser()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cli, "build_parser", lambda: parser)
+        yield
 
 
 @pytest.fixture(scope="module")
