@@ -122,7 +122,7 @@ def test_whole_bench_on_a_toy_shape_writes_its_tables_and_cleans_up(tmp_path, sh
     work = tmp_path / "work"
     out = tmp_path / "scale.json"
     argv = ["--shape", shape, "--rounds", "2", "--prompt", "32", "--gen", "4", "--parallel", "1,2",
-            "--limits", "", "--pool-workers", "0", "--work", str(work), "--json", str(out),
+            "--limits", "", "--pool-workers", "0", "--bw-mib", "64", "--work", str(work), "--json", str(out),
             "--markdown", str(tmp_path / "scale.md"),
             "--plot", str(tmp_path / "scale.png")]
     assert run.main(argv) == 0
