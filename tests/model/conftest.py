@@ -1,6 +1,25 @@
+"""Shared fixtures for the model tests: whole models converted once per session, the transformers oracle on one
+torch thread."""
 import pytest
 
 import colibri_dist as cd
+
+
+@pytest.fixture(scope="module", autouse=True)
+def torch_one_thread():
+    """The transformers oracle on one intra-op thread, in each module here (put back after it: other directories
+    keep torch's default). Its tiny models gain nothing from more threads, and on 2 loaded cores torch's thread pool
+    made a generate ~20x slower (same tokens). The thread count is the machine's choice either way (CI's differs
+    from a laptop's), so no test here can depend on it."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
