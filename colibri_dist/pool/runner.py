@@ -186,8 +186,8 @@ class SequenceRunner:
         with self.out_lock:
             if not (self.events or self.results or self.errors or self.outputs):
                 self.out_lock.wait(timeout=wait_s)
-            self.threads = [t for t in self.threads if t.is_alive()]
-            busy = len(self.threads)  # counted before draining: busy == 0 means all is in this answer
+            with self.lane_lock:  # a lane goes inactive only after publishing its last outputs, so
+                busy = sum(self.active)   # busy == 0 (counted before draining) means all is in this answer
             out = {"events": self.events, "results": self.results, "errors": self.errors, "busy": busy,
                    "outputs": self.outputs}
             self.events, self.results, self.errors, self.outputs = [], {}, [], {}
