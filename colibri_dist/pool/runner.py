@@ -151,11 +151,11 @@ class SequenceRunner:
                 if self.hooks.runner_step_delay_s:
                     time.sleep(self.hooks.runner_step_delay_s)
         except BaseException as exc:  # reported by poll(); the driver re-runs the lane's requests
-            with self.lane_lock:
-                self.active[lane] = False
-            with self.out_lock:
+            with self.out_lock:       # the error first: an inactive lane has published all it will (poll's busy)
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 self.out_lock.notify_all()
+            with self.lane_lock:
+                self.active[lane] = False
 
     def _result(self, out):
         """A finished request as the driver wants it: a Score for score requests (as LLM.score)."""
