@@ -13,10 +13,12 @@ def test_the_bench_runs_and_every_hostile_template_is_refused(tmp_path):
     assert "qwen3" not in r                                   # no templates directory: only the built-in one
     assert r["worker"]["rss_mib"] > 0 and r["worker"]["cold_start_ms"] > 0
     assert set(r["neighbour"]) == {"quiet", "process"}
-    want = {"spin": "rendering took longer than 2 s (TemplateLimits.timeout_s)",
-            "repeat": "rendering needed more than 64 MiB",
-            "out-loops": "the rendered text would be more than 20000 characters",
-            "nested-lists": "rendering took longer than 2 s",
-            "recursion": "chat template raised RecursionError"}
-    for name, text in want.items():
-        assert text in r["hostile"][f"{name}/process"]["message"], (name, r["hostile"][f"{name}/process"])
+    time_bound, memory_bound = "rendering took longer than 2 s (TemplateLimits.timeout_s)", \
+        "rendering needed more than 64 MiB"
+    want = {"spin": (time_bound,), "repeat": (memory_bound,),
+            "out-loops": ("the rendered text would be more than 20000 characters",),
+            "nested-lists": (time_bound, memory_bound),   # grows slowly: whichever bound it meets first (seen both)
+            "recursion": ("chat template raised RecursionError",)}
+    for name, texts in want.items():
+        message = r["hostile"][f"{name}/process"]["message"]
+        assert any(text in message for text in texts), (name, r["hostile"][f"{name}/process"])
