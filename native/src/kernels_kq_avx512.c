@@ -4,11 +4,11 @@
  * Per 64 consecutive elements of a row (Q4_K / Q5_K: the two 32-sub-blocks of one 32-byte code run, their low
  * and high nibbles; Q6_K: two 32-quarters of a 128-half, the low or high nibbles of its 64 ql bytes) one zmm of
  * unsigned codes (the 32 code bytes broadcast to both halves, one variable shift per half), the scales per int16
- * lane by one vpermw, then per token one vpmaddubsw and one vpmaddwd (the AVX2 level's products, twice as wide)
- * into a 16-lane int32 accumulator whose halves are added into the 8 lanes the shared code reduces. The integer
- * sums are exact, and the rest (q6's offset, the mins, the reductions, the float step) is literally the AVX2
- * code (kernels_kq_x86.h, kernels_kq_tiles.h): the same bits as the scalar reference. Not run on the development
- * host (Zen 3, no AVX-512): the level tests compare it with the scalar kernel where the CPU has it. IQ4_XS (signed
+ * lane by one vpermw, then per token one vpmaddubsw and one vpdpwssd (AVX512-VNNI: the AVX2 level's vpmaddwd and
+ * vpaddd in one instruction, the same non-saturating int32 sums) into a 16-lane int32 accumulator whose halves are
+ * added into the 8 lanes the shared code reduces. The integer sums are exact, and the rest (q6's offset, the mins, the reductions, the float step) is literally the AVX2
+ * code (kernels_kq_x86.h, kernels_kq_tiles.h): the same bits as the scalar reference (the level tests compare it
+ * with the scalar kernel where the CPU has AVX-512; run on Zen 4). IQ4_XS (signed
  * codes) runs the AVX2 level's 256-bit row_ints256 compiled for this target.
  */
 #include "kernels.h"
@@ -85,7 +85,7 @@ A512_FN void row_ints(int ENC, int TT, int TR, int j, const unsigned char *blk, 
 #pragma GCC unroll 8
         for (int i = 0; i < TT; i++) {
             __m512i p = _mm512_maddubs_epi16(c, _mm512_loadu_si512((const void *)(xk[i][b].qs + e)));
-            acc[i] = _mm512_add_epi32(acc[i], _mm512_madd_epi16(sc, p));
+            acc[i] = _mm512_dpwssd_epi32(acc[i], sc, p);
         }
     }
 #pragma GCC unroll 8

@@ -14,6 +14,7 @@
 #define Q80_FN AVX2_FN
 #define Q80_OUTLINE AVX2_OUTLINE
 #define Q80_ENTRY cb_dot_rows_q80_avx2
+#define Q80_DOT4(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 #include "kernels_q80_tiles.h"
 #else
 void cb_dot_rows_q80_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q80_block *const *xa,

@@ -1,12 +1,15 @@
 /* kernels_q80_tiles.h — the tiles of a x Q8_0 (x Q8_1) level, included by kernels_q80_avx2.c / kernels_q80_avx512.c.
  *
  * Role: one template for both x86 levels (kernels_q80.c has the spec). The includer defines Q80_FN (its inline
- * attribute), Q80_OUTLINE (its out-of-line attribute) and Q80_ENTRY (the name of its cb_dot_rows_q80_k entry).
+ * attribute), Q80_OUTLINE (its out-of-line attribute), Q80_ENTRY (the name of its cb_dot_rows_q80_k entry) and
+ * Q80_DOT4(u, s): the int32 lanes of u8 x s8 products summed in 4s (AVX2: vpmaddubsw then vpmaddwd by ones;
+ * AVX512-VNNI: one vpdpbusd, the same exact sums).
  * A block's 32 integer codes as one register (q8_0: loaded; q5_0 / q5_1: the nibbles with the 5th bit, q5_0's
  * where it is clear the high nibble 0xF, so the byte is q - 16, as ggml's bytes_from_bits_32 / andnot; mxfp4,
  * iq4_nl: the nibbles looked up in the 16 values by vpshufb, as ggml's AVX2 vec_dot). Per block and (token, row)
  * pair: |w| as u8 and the activation codes signed by w (vpsignb, as ggml's
- * mul_sum_i8_pairs), one vpmaddubsw (|pair| <= 2 * 128 * 127: no saturation), one vpmaddwd by ones (int32 lanes);
+ * mul_sum_i8_pairs), Q80_DOT4 (vpmaddubsw, |pair| <= 2 * 128 * 127: no saturation, and vpmaddwd by ones; or one
+ * vpdpbusd);
  * the pairs' 8 lanes summed exactly (kernels_kq_x86.h reduce), then per pair the float step
  * s = fma(dw * da, (float)I, s) (q5_1 then s = fma(m, sa, s)) in one 8-lane register: the scalar reference's bits.
  * Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4 x 2; more tokens go in groups of 4
@@ -73,7 +76,6 @@ Q80_FN __m256 q80_da(int TT, int TR, const cb_q80_block *const *xa, size_t b, in
 Q80_FN void q80_tile(int ENC, int TT, int TR, const q80desc *d, int32_t r, const cb_q80_block *const *xa,
                      float *const *outs, size_t pf) {
     const unsigned char *row = d->data + (size_t)r * d->rb, *blk[8];
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc = _mm256_setzero_ps();
     for (size_t b = 0; b < d->nb; b++) {
         if (pf) prefetch_span(row + pf, b * d->bb * (size_t)TR, (b + 1) * d->bb * (size_t)TR);
@@ -87,7 +89,7 @@ Q80_FN void q80_tile(int ENC, int TT, int TR, const q80desc *d, int32_t r, const
 #pragma GCC unroll 8
             for (int i = 0; i < TT; i++) {
                 __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xa[i][b].qs), w);
-                iv[i * TR + j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones);
+                iv[i * TR + j] = Q80_DOT4(aw, sy);
             }
         }
         __m256i I = reduce(TT * TR, iv);
