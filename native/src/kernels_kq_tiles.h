@@ -57,8 +57,10 @@ KQ_FN void tile(int ENC, int TT, int TR, const kqdesc *d, int32_t r, const cb_q8
     tile_store(TT, TR, acc, outs, r);
 }
 
-/* The rows r0..r1 for a group of m <= 8 tokens: 1 x 4 (one token, the next tile prefetched: streamed from memory
- * it measured 5-15% faster than 1 x 8, fewer concurrent row streams), 2 x 4, 3 x 2,
+/* The rows r0..r1 for a group of m <= 8 tokens: 1 x 4 (one token, the tile two tiles ahead prefetched: streamed from
+ * memory it measured 5-15% faster than 1 x 8, fewer concurrent row streams, on Zen 3 with the next tile prefetched;
+ * two ahead measured ~10% faster than one in whole-model decode of 1 sequence on Zen 4, 2 threads, at both x86
+ * levels, four ahead between the two, sixteen 30% slower), 2 x 4, 3 x 2,
  * else m x 1 (the first token group prefetches the next row); leftover rows one at a time. */
 KQ_FN void rows_for(int ENC, const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
                     float *const *outs, int64_t m, int first) {
@@ -66,7 +68,7 @@ KQ_FN void rows_for(int ENC, const kqdesc *d, int32_t r0, int32_t r1, const cb_q
 #define KQ_ROWS(TT, TR, PF) \
     for (; r + TR <= r1; r += TR) tile(ENC, TT, TR, d, r, xk, outs, PF);
     switch (m) {
-    case 1: KQ_ROWS(1, 4, 4 * d->rb) break;
+    case 1: KQ_ROWS(1, 4, 8 * d->rb) break;
     case 2: KQ_ROWS(2, 4, first ? 4 * d->rb : 0) break;
     case 3: KQ_ROWS(3, 2, first ? 2 * d->rb : 0) break;
     case 4: KQ_ROWS(4, 1, first ? d->rb : 0) break;
