@@ -66,14 +66,16 @@ def save_logprobs(tools, model, text, out, n_ctx=128, chunks=40, threads=1):
                  "--kl-divergence-base", str(out)], "llama-perplexity")
 
 
-def kl_divergence(tools, model, base, n_ctx=128, chunks=40, threads=1, tries=3):
+def kl_divergence(tools, model, base, n_ctx=128, chunks=40, threads=1, tries=3, extra=()):
     """llama-perplexity --kl-divergence: `model` scored against the log-probs `base` saved (same settings as
-    save_logprobs; the tokens come from `base`) -> parse_kl of its log. Its logger is a thread whose queue is not
-    drained at exit (common/log.cpp leaks the singleton: llama.cpp issue 22142), so a run that exits 0 can lose its
-    last lines, the statistics among them (seen here, more often under load): such a run is made again, up to
-    `tries` times (the numbers are deterministic), then the ValueError stands (compare_saved is the fallback)."""
+    save_logprobs, plus the flags `extra`; the tokens come from `base`) -> parse_kl of its log. Its logger is a
+    thread whose queue is not drained at exit (common/log.cpp leaks the singleton: llama.cpp issue 22142), so a run
+    that exits 0 can lose its last lines, the statistics among them (seen here, more often under load): such a run
+    is made again, up to `tries` times (the numbers are deterministic), then the ValueError stands (compare_saved is
+    the fallback)."""
     args = [tools.perplexity, "-m", str(model), "-c", str(n_ctx), "-b", str(n_ctx), "-t", str(threads), "-ctk", "f32",
-            "-ctv", "f32", "-fa", "off", "--chunks", str(chunks), "--kl-divergence-base", str(base), "--kl-divergence"]
+            "-ctv", "f32", "-fa", "off", "--chunks", str(chunks), "--kl-divergence-base", str(base), "--kl-divergence",
+            *extra]
     for attempt in range(tries):
         try:
             return parse_kl(_run(args, "llama-perplexity --kl-divergence"))

@@ -68,7 +68,10 @@ REPORT = {"ctx": 128, "chunks": 40, "llama_cpp_missing": None, "models": [
      "llama_cpp": {"F32": {"ppl": 500.0}, "Q8_0": _mode(1e-3, 0.951, 0), "Q4_K_M": _mode(2e-2, 0.674, 0)},
      "llama_cpp_bits_per_weight": {"F32": 32.0, "Q8_0": 8.5, "Q4_K_M": 5.03},
      "same_file": {"F32": {"positions": 2520, "top1": 0.9996, "top1_code_ties": 0.0004, "mean_kl": 3e-7,
-                           "max_abs_logprob_diff": 1e-4, "ppl": 500.1, "ppl_llama_cpp": 500.0, "ppl_ratio": 1.0002}}},
+                           "max_abs_logprob_diff": 1e-4, "ppl": 500.1, "ppl_llama_cpp": 500.0, "ppl_ratio": 1.0002},
+                   "Q8_0": {"positions": 2520, "top1": 0.975, "top1_code_ties": 0.001, "mean_kl": 3e-5,
+                            "max_abs_logprob_diff": 0.2, "ppl": 501.0, "ppl_llama_cpp": 500.5, "ppl_ratio": 1.001}},
+     "llama_cpp_itself": {"Q8_0": {"top1": 0.977, "mean_kl": 2.5e-5, "max_kl": 0.1}}},
     {"model": "fam_b", "reference": "llama.cpp on the F32 file",
      "modes": {"int8": _mode(2e-3, 0.9, 8.13), "q4_k_m preset": _mode(8e-2, 0.4, 4.57),
                "imported Q4_K_M": _mode(4e-2, 0.6, 5.03)},
@@ -84,7 +87,9 @@ def test_tables_and_the_closest_four_bit_mode():
     assert ratios["q4_k_m preset"]["bits_per_weight"] == pytest.approx(4.56)
     assert best == "q4_k_m preset"          # ours within 0.5 bits of Q4_K_M's (the imported file is llama.cpp's)
     text = gguf_quality_table.markdown(REPORT)
-    assert "| fam_a | F32 | 2520 | 0.9996 (+0.0004) | 3.00e-07 | 0.0001 | 500.100 | 500.000 | 1.00020 |" in text
+    assert "| fam_a | F32 | 2520 | 0.9996 (+0.0004) | 3.00e-07 | 0.0001 | 500.100 | 500.000 | 1.00020 | - |" in text
+    assert "| fam_a | Q8_0 | 2520 | 0.9750 (+0.0010) | 3.00e-05 | 0.2 | 501.000 | 500.500 | 1.00100 | " \
+           "0.9770 / 2.50e-05 |" in text            # beside llama.cpp --no-repack against llama.cpp
     assert "| colibri q4_k_m preset | 4.55-4.57 | 4.00e-02 / 0.500 | 8.00e-02 / 0.400 |" in text
     assert "| llama.cpp Q4_K_M (its --kl-divergence) | 5.03 | 2.00e-02 / 0.674 | 5.00e-02 / 0.600 |" in text
     assert "Q4_K_M with the lowest mean KL: q4_k_m preset (1.789 x Q4_K_M's)." in text
@@ -143,5 +148,7 @@ def test_the_whole_benchmark_beside_llama_cpp(tmp_path):
         peer = rec["llama_cpp"][typ]
         assert peer["mean_kl"] > 0 and peer["saved_mean_kl"] == pytest.approx(peer["mean_kl"], rel=0.05, abs=2e-5)
         assert rec["same_file"][typ]["positions"] == 4 * 31
+        own = rec["llama_cpp_itself"][typ]         # llama.cpp --no-repack against its default run of the file
+        assert 0 <= own["mean_kl"] and 0 < own["top1"] <= 1
     assert rec["llama_cpp_bits_per_weight"]["Q4_K_M"] == pytest.approx(rec["modes"]["imported Q4_K_M"]
                                                                        ["bits_per_weight"], abs=0.05)

@@ -5,7 +5,8 @@ Role: for each family's tiny random model at llama.cpp's block sizes (gguf_quali
 `--olmoe`, the whole-model benchmark's 4-layer OLMoE checkpoint (F16 base file): llama.cpp's tools make the
 base / Q8_0 / Q4_K_M files and score them on a real text (gguf_quality_peer.py: llama-perplexity's saved
 log-probs, its --kl-divergence); colibri imports each file and scores itself on the tokens llama.cpp ran
-(a) against llama.cpp on the same file (top-1, mean KL, max |log-prob diff|, perplexity ratio) and (b) every
+(a) against llama.cpp on the same file (top-1, mean KL, max |log-prob diff|, perplexity ratio; beside llama.cpp
+against itself on that file, repacked kernels vs --no-repack) and (b) every
 mode of gguf_quality_ours.MODES against the base file's log-probs, as llama.cpp scores its own quants. Without a
 llama.cpp build the (b) part still runs, against the transformers float32 model, and the JSON names what was
 missing. A family the converter or llama.cpp cannot take is skipped with the error. JSON always
@@ -79,6 +80,7 @@ def run_one(name, args, tools, text):
         bos, ref = peer.bos(ggufs[base]), saved[base]
         rec["reference"] = f"llama.cpp on the {base} file (llama-perplexity --kl-divergence-base)"
         rec["same_file"] = same_file(ggufs, saved, rec["llama_cpp"], work, args.threads, bos)
+        rec["llama_cpp_itself"] = peer.itself(tools, ggufs, work, args.ctx, args.chunks, args.threads)
     elif model is None:
         raise RuntimeError(f"{name}: scored against llama.cpp's base file only, and llama.cpp is missing")
     else:

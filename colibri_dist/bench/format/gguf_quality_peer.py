@@ -5,8 +5,11 @@ F16 for the large OLMoE checkpoint) and llama-quantize's Q8_0 and Q4_K_M of it (
 log-probabilities of each file on the text (f32 KV cache, no flash attention: only the weights' arithmetic
 differs from colibri's), its perplexity from those (testing/llama_cpp.saved_ppl), and runs `llama-perplexity
 --kl-divergence` of each quantized file against the base one's saved log-probs: llama.cpp's own mean KL, top-1
-("Same top p"), perplexity ratio (or the same computed from its two saved files when its log loses them). The
-tokens llama.cpp ran are in the saved files; colibri scores itself on exactly those (gguf_quality_ours.py).
+("Same top p"), perplexity ratio (or the same computed from its two saved files when its log loses them), and
+itself(): llama.cpp against llama.cpp on the same quantized file, its kernels for repacked weights (its default on
+x86 for Q4_K, Q6_K, Q8_0) against its plain vec_dot ones (--no-repack): the agreement two of its own summation
+orders reach, the floor beside colibri's same-file numbers. The tokens llama.cpp ran are in the saved files;
+colibri scores itself on exactly those (gguf_quality_ours.py).
 """
 import os
 
@@ -46,6 +49,19 @@ def runs(tools, ggufs, text, work, n_ctx, chunks, threads=1):
         stats[typ].update(kl_stats(tools, ggufs[typ], saved[first], saved[typ], os.path.join(work, f"{first}.kld"),
                                    n_ctx, chunks, threads))
     return saved, stats
+
+
+def itself(tools, ggufs, work, n_ctx, chunks, threads):
+    """{quantized type: llama.cpp's --kl-divergence statistics of the file run with --no-repack against its default
+    run's saved log-probs (runs() made them)}; a type whose log lost its statistics is left out."""
+    out = {}
+    for typ in list(ggufs)[1:]:
+        try:
+            out[typ] = llama_cpp.kl_divergence(tools, ggufs[typ], os.path.join(work, f"{typ}.kld"), n_ctx=n_ctx,
+                                               chunks=chunks, threads=threads, extra=("--no-repack",))
+        except ValueError as exc:
+            print(f"llama.cpp --no-repack on {typ}: {str(exc)[:200]}", flush=True)
+    return out
 
 
 def kl_stats(tools, path, base, saved, base_path, n_ctx, chunks, threads):

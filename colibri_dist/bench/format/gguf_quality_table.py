@@ -24,12 +24,16 @@ def same_file_table(report):
     rows = [(m["model"], typ, r) for m in _scored(report) for typ, r in m.get("same_file", {}).items()]
     if not rows:
         return ""
+    itself = {(m["model"], typ): r for m in _scored(report) for typ, r in m.get("llama_cpp_itself", {}).items()}
     out = ["| model | file | positions | top-1 (+ ties within a code step) | mean KL | max abs d log-prob | "
-           "PPL colibri | PPL llama.cpp | ratio |", "|---|---|---|---|---|---|---|---|---|"]
+           "PPL colibri | PPL llama.cpp | ratio | llama.cpp vs itself: top-1 / mean KL |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for name, typ, r in rows:
+        own = itself.get((name, typ))
         out.append(f"| {name} | {typ} | {r['positions']} | {r['top1']:.4f} (+{r['top1_code_ties']:.4f}) | "
                    f"{r['mean_kl']:.2e} | {r['max_abs_logprob_diff']:.3g} | {r['ppl']:.3f} | "
-                   f"{r['ppl_llama_cpp']:.3f} | {r['ppl_ratio']:.5f} |")
+                   f"{r['ppl_llama_cpp']:.3f} | {r['ppl_ratio']:.5f} | "
+                   + (f"{own['top1']:.4f} / {own['mean_kl']:.2e} |" if own else "- |"))
     return "\n".join(out) + "\n"
 
 
@@ -90,7 +94,9 @@ def markdown(report):
     same = same_file_table(report)
     if same:
         out += ["colibri (default mode) on each imported GGUF file against llama.cpp on the same file, "
-                "on the tokens llama-perplexity ran:", "", same]
+                "on the tokens llama-perplexity ran; the last column: llama.cpp's --no-repack run of the file "
+                "(its plain vec_dot kernels) against its default run (repacked kernels), by its own "
+                "--kl-divergence:", "", same]
     elif report.get("llama_cpp_missing"):
         out += [f"No llama.cpp comparison: {report['llama_cpp_missing']}", ""]
     refs = sorted({m["reference"] for m in _scored(report)})
