@@ -17,9 +17,11 @@
  *                                                  GGML_CPU_FP16_TO_FP32(x.d) * GGML_CPU_FP16_TO_FP32(y.d))
  *   q5_1 only: s = fma(m, sa, s)                  (m the block's f16 m, sa the activation block's s)
  *   out = s
- * ggml's AVX2 level adds the same per-block products lane-wise (8 float lanes of 4-code sums, one hsum at the
- * end; q5_1 the m * s terms in a separate scalar sum); this one order is ours, and every tile, thread split and
- * SIMD level gives its bits.
+ * except q8_0, which takes ggml_vec_dot_q8_0_q8_0's own order (its AVX2 code; its repacked and tinyBLAS kernels
+ * give the same bits): 8 lanes, lane l the exact sum of codes 4l .. 4l+3, acc[l] = fma(dw * da, (float)lane, acc[l])
+ * per block, then out = ((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) (hsum_float_8): the same
+ * bits as llama.cpp on the same Q8_0 file. (ggml's other types add 2 blocks per step or keep q5_1's m * s in a
+ * separate sum: those stay in the order above.) Every tile, thread split and SIMD level gives these bits.
  */
 #include <math.h>
 #include <string.h>
@@ -76,12 +78,31 @@ static float dw_of(int32_t dtype, const unsigned char *blk) {
     return dtype == CB_MXFP4 ? cb_e8m0_half(blk[0]) : cb_q5_half(blk);
 }
 
+/* q8_0's output (t, r) in ggml's lane order (above). */
+static float q8_0_lanes(const unsigned char *row, const cb_q80_block *xa, size_t nb) {
+    float acc[8] = {0};
+    for (size_t b = 0; b < nb; b++) {
+        const unsigned char *blk = row + b * 34;
+        float d = cb_q5_half(blk) * xa[b].d;
+        for (int l = 0; l < 8; l++) {
+            int32_t lane = 0;
+            for (int k = 4 * l; k < 4 * l + 4; k++) lane += (int8_t)blk[2 + k] * xa[b].qs[k];
+            acc[l] = fmaf(d, (float)lane, acc[l]);
+        }
+    }
+    return ((acc[4] + acc[0]) + (acc[6] + acc[2])) + ((acc[5] + acc[1]) + (acc[7] + acc[3]));
+}
+
 void cb_dot_rows_q80_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q80_block *const *xa,
                             float *const *outs, int64_t nt) {
     size_t nb = cb_q80_blocks(w->cols), bb = (size_t)cb_encoding_of(w->dtype)->block_bytes, rb = nb * bb;
     for (int32_t r = r0; r < r1; r++) {
         const unsigned char *row = (const unsigned char *)w->data + (size_t)r * rb;
         for (int64_t t = 0; t < nt; t++) {
+            if (w->dtype == CB_Q8_0) {
+                outs[t][r] = q8_0_lanes(row, xa[t], nb);
+                continue;
+            }
             float s = 0.0f;
             for (size_t b = 0; b < nb; b++) {
                 const unsigned char *blk = row + b * bb;
