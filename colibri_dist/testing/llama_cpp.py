@@ -58,12 +58,13 @@ def quantize(tools, src, dst, ftype, threads=1):
     return _run([tools.quantize, str(src), str(dst), ftype, str(threads)], "llama-quantize")
 
 
-def save_logprobs(tools, model, text, out, n_ctx=128, chunks=40, threads=1):
+def save_logprobs(tools, model, text, out, n_ctx=128, chunks=40, threads=1, extra=()):
     """llama-perplexity on `text` (a file) saving its log-probabilities to `out`, in float32 all the way (f32 KV
-    cache, no flash attention) so only the weights' arithmetic differs from ours; returns its log."""
+    cache, no flash attention) so only the weights' arithmetic differs from ours (plus the flags `extra`); returns
+    its log."""
     return _run([tools.perplexity, "-m", str(model), "-f", str(text), "-c", str(n_ctx), "-b", str(n_ctx),
                  "-t", str(threads), "-ctk", "f32", "-ctv", "f32", "-fa", "off", "--chunks", str(chunks),
-                 "--kl-divergence-base", str(out)], "llama-perplexity")
+                 "--kl-divergence-base", str(out), *extra], "llama-perplexity")
 
 
 def kl_divergence(tools, model, base, n_ctx=128, chunks=40, threads=1, tries=3, extra=()):

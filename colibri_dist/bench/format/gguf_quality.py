@@ -80,7 +80,7 @@ def run_one(name, args, tools, text):
         bos, ref = peer.bos(ggufs[base]), saved[base]
         rec["reference"] = f"llama.cpp on the {base} file (llama-perplexity --kl-divergence-base)"
         rec["same_file"] = same_file(ggufs, saved, rec["llama_cpp"], work, args.threads, bos)
-        rec["llama_cpp_itself"] = peer.itself(tools, ggufs, work, args.ctx, args.chunks, args.threads)
+        rec["llama_cpp_itself"] = peer.itself(tools, ggufs, saved, text, work, args.ctx, args.chunks, args.threads)
     elif model is None:
         raise RuntimeError(f"{name}: scored against llama.cpp's base file only, and llama.cpp is missing")
     else:

@@ -51,16 +51,22 @@ def runs(tools, ggufs, text, work, n_ctx, chunks, threads=1):
     return saved, stats
 
 
-def itself(tools, ggufs, work, n_ctx, chunks, threads):
+def itself(tools, ggufs, saved, text, work, n_ctx, chunks, threads):
     """{quantized type: llama.cpp's --kl-divergence statistics of the file run with --no-repack against its default
-    run's saved log-probs (runs() made them)}; a type whose log lost its statistics is left out."""
-    out = {}
+    run's saved log-probs (runs() made them: `saved`)}; when its log loses them, the same computed from the
+    --no-repack run's own saved file (compare_saved; "kl_source" says which)."""
+    out, flag = {}, ("--no-repack",)
     for typ in list(ggufs)[1:]:
         try:
             out[typ] = llama_cpp.kl_divergence(tools, ggufs[typ], os.path.join(work, f"{typ}.kld"), n_ctx=n_ctx,
-                                               chunks=chunks, threads=threads, extra=("--no-repack",))
-        except ValueError as exc:
-            print(f"llama.cpp --no-repack on {typ}: {str(exc)[:200]}", flush=True)
+                                               chunks=chunks, threads=threads, extra=flag)
+            out[typ]["kl_source"] = "llama-perplexity --kl-divergence"
+        except ValueError:
+            other = os.path.join(work, f"{typ}-no-repack.kld")
+            llama_cpp.save_logprobs(tools, ggufs[typ], text, other, n_ctx=n_ctx, chunks=chunks, threads=threads,
+                                    extra=flag)
+            out[typ] = dict(llama_cpp.compare_saved(saved[typ], llama_cpp.read_logprobs(other)),
+                            kl_source="its two saved log-prob files")
     return out
 
 
