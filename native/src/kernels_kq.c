@@ -13,12 +13,15 @@
  *               s = fma(d * da, (float)I, s);   s = fma(-(dmin * da), (float)M, s)
  *   q6_k:       I = sum_{j<16} sc_j * sum_{k in 16-group j} (q[k] - 32) * a[k]           (exact int32)
  *               s = fma(d * da, (float)I, s)
- *   iq4_xs:     I = sum_{j<8} (ls_j - 32) * sum_{k in 32-sub-block j} kvalues_iq4nl[q[k]] * a[k]  (exact int32,
- *               as ggml's AVX2 level: |I| < 2^27) s = fma(d * da, (float)I, s)
  *   out = s
- * Each product d * da rounded to f32, (float)I rounded to nearest. ggml's own levels combine the same
- * integers in different float orders (8 lanes, a separate mins accumulator); this one order is ours, and
- * every tile, thread split and SIMD level gives its bits (|I| < 2^28: 256 * 63 * 127 * 128).
+ *   iq4_xs, in ggml_vec_dot_iq4_xs_q8_K's own order (its AVX2 code; llama.cpp does not repack iq4_xs, so this is
+ *   what it runs): 8 lanes, lane l = sum_{j<8} (ls_j - 32) * sum_{k = 32j+4l .. 32j+4l+3} kvalues_iq4nl[q[k]] * a[k]
+ *   (exact int32, |lane| < 2^24), acc[l] = fma(d * da, (float)lane, acc[l]) per super-block, then
+ *   out = ((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) (hsum_float_8): ggml's bits.
+ * Each product d * da rounded to f32, (float)I rounded to nearest. ggml's own levels combine the k-quants'
+ * integers in other float orders (8 lanes, a separate mins accumulator, and its repacked kernels their own);
+ * these orders are ours, and every tile, thread split and SIMD level gives their bits (|I| < 2^28:
+ * 256 * 63 * 127 * 128).
  */
 #include <math.h>
 #include <string.h>
@@ -55,18 +58,27 @@ static int32_t code_q45(int32_t dtype, const unsigned char *blk, size_t k) {
     return ((*cb_q5_k_qs(blk, k) >> cb_q4_k_shift(k)) & 15) | (((*cb_q5_k_qh(blk, k) >> (k / 32)) & 1) << 4);
 }
 
-/* One super-block of the reference: the integer sums from the codes, then the float step. */
+/* iq4_xs's output (t, r) in ggml's lane order (above). */
+static float iq4_xs_lanes(const unsigned char *row, const cb_q8k_block *x, size_t nb, size_t bb) {
+    float acc[8] = {0};
+    for (size_t b = 0; b < nb; b++, row += bb, x++) {
+        int32_t lane[8] = {0};
+        for (size_t j = 0; j < 8; j++)
+            for (size_t l = 0; l < 8; l++) {
+                int32_t p = 0;
+                for (size_t k = 32 * j + 4 * l; k < 32 * j + 4 * l + 4; k++)
+                    p += CB_IQ4_VALUES[(*cb_iq4_xs_qs(row, k) >> cb_iq4_shift(k)) & 15] * x->qs[k];
+                lane[l] += cb_iq4_xs_scale(row, j) * p;
+            }
+        float d = cb_iq_half(row) * x->d;
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
+    }
+    return ((acc[4] + acc[0]) + (acc[6] + acc[2])) + ((acc[5] + acc[1]) + (acc[7] + acc[3]));
+}
+
+/* One super-block of the reference (k-quants): the integer sums from the codes, then the float step. */
 static float block_step(int32_t dtype, const unsigned char *blk, const cb_q8k_block *x, float s) {
     int32_t I = 0, M = 0;
-    if (dtype == CB_IQ4_XS) {
-        for (size_t j = 0; j < 8; j++) {
-            int32_t p = 0;
-            for (size_t k = 32 * j; k < 32 * j + 32; k++)
-                p += CB_IQ4_VALUES[(*cb_iq4_xs_qs(blk, k) >> cb_iq4_shift(k)) & 15] * x->qs[k];
-            I += cb_iq4_xs_scale(blk, j) * p;
-        }
-        return fmaf(cb_iq_half(blk) * x->d, (float)I, s);
-    }
     if (dtype == CB_Q6_K) {
         for (size_t j = 0; j < 16; j++) {
             int32_t p = 0;
@@ -93,6 +105,10 @@ void cb_dot_rows_kq_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_
     for (int32_t r = r0; r < r1; r++) {
         const unsigned char *row = (const unsigned char *)w->data + (size_t)r * rb;
         for (int64_t t = 0; t < nt; t++) {
+            if (w->dtype == CB_IQ4_XS) {
+                outs[t][r] = iq4_xs_lanes(row, xk[t], nb, bb);
+                continue;
+            }
             float s = 0.0f;
             for (size_t b = 0; b < nb; b++) s = block_step(w->dtype, row + b * bb, &xk[t][b], s);
             outs[t][r] = s;

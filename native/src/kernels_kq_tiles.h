@@ -41,9 +41,47 @@ KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, 
     *M = reduce4(TT * TR, mv);
 }
 
+/* iq4_xs in ggml_vec_dot_iq4_xs_q8_K's order (kernels_kq.c): per (token, row) pair 8 float lanes taking each
+ * super-block's 8 integer lanes times d * da, ggml's hsum at the end. */
+KQ_FN void iq4_xs_tile(int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
+                       size_t pf) {
+    const unsigned char *row = d->data + (size_t)r * d->rb;
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int n = 0; n < TT * TR; n++) acc[n] = _mm256_setzero_ps();
+    for (size_t b = 0; b < d->nb; b++) {
+        if (pf) prefetch_span(row + pf, b * d->bb * (size_t)TR, (b + 1) * d->bb * (size_t)TR);
+        __m256i iv[8];
+#pragma GCC unroll 8
+        for (int n = 0; n < 8; n++) iv[n] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) {
+            const unsigned char *blk = row + (size_t)j * d->rb + b * d->bb;
+            kqblock kb = block_of(CB_IQ4_XS, blk);
+            row_ints(CB_IQ4_XS, TT, TR, j, blk, &kb, xk, b, iv);
+            uint16_t h;
+            __builtin_memcpy(&h, blk, 2);
+            float dw = _cvtsh_ss(h);
+#pragma GCC unroll 8
+            for (int i = 0; i < TT; i++) {
+                __m256 lanes = _mm256_cvtepi32_ps(iv[i * TR + j]);
+                acc[i * TR + j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xk[i][b].d), lanes, acc[i * TR + j]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) outs[i][r + j] = hsum_ggml(acc[i * TR + j]);
+}
+
 /* TT tokens x TR rows from row r (TT * TR <= 8); pf != 0: prefetch the bytes pf ahead (the next row tile). */
 KQ_FN void tile(int ENC, int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_block *const *xk,
                 float *const *outs, size_t pf) {
+    if (ENC == CB_IQ4_XS) {
+        iq4_xs_tile(TT, TR, d, r, xk, outs, pf);
+        return;
+    }
     const unsigned char *row = d->data + (size_t)r * d->rb, *blk[8];
     __m256 acc = _mm256_setzero_ps();
     for (size_t b = 0; b < d->nb; b++) {

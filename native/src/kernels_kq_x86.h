@@ -194,6 +194,13 @@ AVX2_FN void row_ints256(int ENC, int TT, int TR, int j, const unsigned char *bl
     }
 }
 
+/* ggml's hsum_float_8: ((v4 + v0) + (v6 + v2)) + ((v5 + v1) + (v7 + v3)) (the q8_0 and iq4_xs tiles' last step). */
+AVX2_FN float hsum_ggml(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
 /* A tile's 8 lanes (lane n = token n / TR, row n % TR) written to outs[token][r + row]. */
 AVX2_FN void tile_store(int TT, int TR, __m256 acc, float *const *outs, int32_t r) {
     float out[8];

@@ -74,13 +74,6 @@ Q80_FN __m256 q80_da(int TT, int TR, const cb_q80_block *const *xa, size_t b, in
     return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
 
-/* ggml's hsum_float_8: ((v4 + v0) + (v6 + v2)) + ((v5 + v1) + (v7 + v3)). */
-Q80_FN float q80_hsum(__m256 v) {
-    __m128 h = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
-
 /* q8_0 in ggml_vec_dot_q8_0_q8_0's order (kernels_q80.c): per (token, row) pair 8 float lanes, each block's 4-code
  * lane sums times dw * da added lane-wise, the lanes summed at the end. */
 Q80_FN void q8_0_tile(int TT, int TR, const q80desc *d, int32_t r, const cb_q80_block *const *xa, float *const *outs,
@@ -109,7 +102,7 @@ Q80_FN void q8_0_tile(int TT, int TR, const q80desc *d, int32_t r, const cb_q80_
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++)
 #pragma GCC unroll 8
-        for (int j = 0; j < TR; j++) outs[i][r + j] = q80_hsum(acc[i * TR + j]);
+        for (int j = 0; j < TR; j++) outs[i][r + j] = hsum_ggml(acc[i * TR + j]);
 }
 
 /* TT tokens x TR rows from row r (TT * TR <= 8); pf != 0: prefetch the bytes pf ahead (the next row tile). */

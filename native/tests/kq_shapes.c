@@ -71,7 +71,23 @@ static void unpack(int32_t dtype, const unsigned char *b, int32_t q[256], int32_
         }
 }
 
+/* iq4_xs: ggml_vec_dot_iq4_xs_q8_K's AVX2 loop written out: 8 lanes (lane l: elements 4l .. 4l+3 of each 32),
+ * their super-block's integers times d * y.d added per lane, then hsum_float_8. */
+static float ggml_iq4_xs_dot(const unsigned char *row, int32_t nb, size_t bb, const cb_q8k_block *x) {
+    float acc[8] = {0}, h[4];
+    for (int32_t b = 0; b < nb; b++, row += bb, x++) {
+        int32_t q[256], sc[16], mn[8], lane[8] = {0};
+        unpack(CB_IQ4_XS, row, q, sc, mn);
+        for (int k = 0; k < 256; k++) lane[(k % 32) / 4] += sc[k / 32] * q[k] * x->qs[k];
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(half(row) * x->d, (float)lane[l], acc[l]);
+    }
+    for (int i = 0; i < 4; i++) h[i] = acc[i + 4] + acc[i];
+    float lo = h[0] + h[2], hi = h[1] + h[3];
+    return lo + hi;
+}
+
 static float spec_dot(int32_t dtype, const unsigned char *row, int32_t nb, size_t bb, const cb_q8k_block *x) {
+    if (dtype == CB_IQ4_XS) return ggml_iq4_xs_dot(row, nb, bb, x);
     float s = 0.0f;
     for (int32_t b = 0; b < nb; b++, row += bb, x++) {
         int32_t q[256], sc[16], mn[8], I = 0, M = 0, g = dtype == CB_Q6_K ? 16 : 32;

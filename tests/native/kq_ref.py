@@ -7,7 +7,7 @@ against gguf.quants.dequantize, so the parts are the oracle's). quantize_q8k is 
 d = 1 / iscale, bsums of 16). kq_matmul: per output (t, r) and super-block b in order, integer sums in int64
 (I = sum_j sc_j * sum_{k in j} q * a, M = sum_j m_j * bsum32_j), then s = fma(d * da, I, s) and for q4_k / q5_k
 s = fma(-(dmin * da), M, s). iq4_xs (block_iq4_xs, gguf.quants' kvalues): q the signed value, sc = ls - 32 per 32,
-no M, as ggml_vec_dot_iq4_xs_q8_K's AVX2 level sums its integers.
+no M, and its float step in ggml_vec_dot_iq4_xs_q8_K's own order (8 lanes, hsum_float_8 at the end).
 """
 import numpy as np
 
@@ -108,6 +108,8 @@ def kq_matmul(x, raw, scheme, rows, cols):
     codes = p["codes"].reshape(rows, nb, QK)
     qa, da, bsums = quantize_q8k(x)
     n = qa.shape[0]
+    if scheme == "iq4_xs":
+        return _iq4_xs_lanes(p, codes, qa, da, rows, nb)
     s = np.zeros((n, rows), np.float32)
     for b in range(nb):
         if scheme == "iq4_xs":
@@ -131,6 +133,23 @@ def kq_matmul(x, raw, scheme, rows, cols):
             dm = (p["dmin"].reshape(rows, nb)[:, b][None, :] * da[:, b, None]).astype(np.float32)
             s = fma32(-dm, M.astype(np.float32), s)
     return s
+
+
+def _iq4_xs_lanes(p, codes, qa, da, rows, nb):
+    """iq4_xs in ggml_vec_dot_iq4_xs_q8_K's order: per super-block 8 integer lanes (lane l: elements 4l .. 4l+3 of
+    each 32, times the 32's scale), acc_l = fma(d * da, lane_l, acc_l), then hsum_float_8's sum."""
+    n = qa.shape[0]
+    acc = np.zeros((8, n, rows), np.float32)
+    for b in range(nb):
+        sc = p["sc"].reshape(rows, nb, 8)[:, b]
+        prod = codes[None, :, b, :] * qa[:, None, b, :]                          # [n, rows, 256]
+        lanes = (prod.reshape(n, rows, 8, 8, 4).sum(axis=4) * sc[None, :, :, None]).sum(axis=2)   # [n, rows, 8]
+        dd = (p["d"].reshape(rows, nb)[:, b][None, :] * da[:, b, None]).astype(np.float32)
+        for lane in range(8):
+            acc[lane] = fma32(dd, lanes[..., lane].astype(np.float32), acc[lane])
+    f = np.float32
+    return (((acc[4] + acc[0]).astype(f) + (acc[6] + acc[2]).astype(f)).astype(f)
+            + ((acc[5] + acc[1]).astype(f) + (acc[7] + acc[3]).astype(f)).astype(f)).astype(f)
 
 
 def quantization_bound(x, weights):
