@@ -17,11 +17,12 @@
  *                                                  GGML_CPU_FP16_TO_FP32(x.d) * GGML_CPU_FP16_TO_FP32(y.d))
  *   q5_1 only: s = fma(m, sa, s)                  (m the block's f16 m, sa the activation block's s)
  *   out = s
- * except q8_0, which takes ggml_vec_dot_q8_0_q8_0's own order (its AVX2 code; its repacked and tinyBLAS kernels
- * give the same bits): 8 lanes, lane l the exact sum of codes 4l .. 4l+3, acc[l] = fma(dw * da, (float)lane, acc[l])
- * per block, then out = ((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) (hsum_float_8): the same
- * bits as llama.cpp on the same Q8_0 file. (ggml's other types add 2 blocks per step or keep q5_1's m * s in a
- * separate sum: those stay in the order above.) Every tile, thread split and SIMD level gives these bits.
+ * except q8_0 and q5_1, which take ggml_vec_dot_q8_0_q8_0's / _q5_1_q8_1's own order (their AVX2 code; for q8_0
+ * llama.cpp's repacked and tinyBLAS kernels give the same bits, q5_1 is not repacked): 8 lanes, lane l the exact sum
+ * of codes 4l .. 4l+3, acc[l] = fma(dw * da, (float)lane, acc[l]) per block, q5_1 also ms = fma(m, sa, ms), then
+ * out = ((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) (hsum_float_8), q5_1 + ms: the same bits
+ * as llama.cpp on the same file. (ggml's q5_0, mxfp4 and iq4_nl loops add 2 blocks per step: those stay in the
+ * order above.) Every tile, thread split and SIMD level gives these bits.
  */
 #include <math.h>
 #include <string.h>
@@ -78,19 +79,20 @@ static float dw_of(int32_t dtype, const unsigned char *blk) {
     return dtype == CB_MXFP4 ? cb_e8m0_half(blk[0]) : cb_q5_half(blk);
 }
 
-/* q8_0's output (t, r) in ggml's lane order (above). */
-static float q8_0_lanes(const unsigned char *row, const cb_q80_block *xa, size_t nb) {
-    float acc[8] = {0};
+/* q8_0's and q5_1's output (t, r) in ggml's lane order (above). */
+static float lanes_dot(int32_t dtype, const unsigned char *row, const cb_q80_block *xa, size_t nb, size_t bb) {
+    float acc[8] = {0}, ms = 0.0f;
     for (size_t b = 0; b < nb; b++) {
-        const unsigned char *blk = row + b * 34;
+        const unsigned char *blk = row + b * bb;
         float d = cb_q5_half(blk) * xa[b].d;
         for (int l = 0; l < 8; l++) {
             int32_t lane = 0;
-            for (int k = 4 * l; k < 4 * l + 4; k++) lane += (int8_t)blk[2 + k] * xa[b].qs[k];
+            for (int k = 4 * l; k < 4 * l + 4; k++) lane += code_of(dtype, blk, k) * xa[b].qs[k];
             acc[l] = fmaf(d, (float)lane, acc[l]);
         }
+        if (dtype == CB_Q5_1) ms = fmaf(cb_q5_half(blk + 2), cb_q81_s(xa, nb)[b], ms);
     }
-    return ((acc[4] + acc[0]) + (acc[6] + acc[2])) + ((acc[5] + acc[1]) + (acc[7] + acc[3]));
+    return (((acc[4] + acc[0]) + (acc[6] + acc[2])) + ((acc[5] + acc[1]) + (acc[7] + acc[3]))) + ms;
 }
 
 void cb_dot_rows_q80_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q80_block *const *xa,
@@ -99,8 +101,8 @@ void cb_dot_rows_q80_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb
     for (int32_t r = r0; r < r1; r++) {
         const unsigned char *row = (const unsigned char *)w->data + (size_t)r * rb;
         for (int64_t t = 0; t < nt; t++) {
-            if (w->dtype == CB_Q8_0) {
-                outs[t][r] = q8_0_lanes(row, xa[t], nb);
+            if (w->dtype == CB_Q8_0 || w->dtype == CB_Q5_1) {
+                outs[t][r] = lanes_dot(w->dtype, row, xa[t], nb, bb);
                 continue;
             }
             float s = 0.0f;

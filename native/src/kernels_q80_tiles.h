@@ -12,8 +12,8 @@
  * vpdpbusd);
  * the pairs' 8 lanes summed exactly (kernels_kq_x86.h reduce), then per pair the float step
  * s = fma(dw * da, (float)I, s) (q5_1 then s = fma(m, sa, s)) in one 8-lane register: the scalar reference's bits.
- * q8_0 instead keeps ggml's own order (kernels_q80.c): per (token, row) pair an 8-lane float accumulator taking
- * fma(dw * da, lanes) per block and ggml's hsum_float_8 at the end (q8_0_tile).
+ * q8_0 and q5_1 instead keep ggml's own order (kernels_q80.c): per (token, row) pair an 8-lane float accumulator
+ * taking fma(dw * da, lanes) per block and ggml's hsum_float_8 at the end (lanes_tile).
  * Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4 x 2; more tokens go in groups of 4
  * (8 x 1 tiles measured 3x slower per token than two 4 x 2 passes: 8 activation d's gathered per block).
  */
@@ -74,12 +74,14 @@ Q80_FN __m256 q80_da(int TT, int TR, const cb_q80_block *const *xa, size_t b, in
     return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
 
-/* q8_0 in ggml_vec_dot_q8_0_q8_0's order (kernels_q80.c): per (token, row) pair 8 float lanes, each block's 4-code
- * lane sums times dw * da added lane-wise, the lanes summed at the end. */
-Q80_FN void q8_0_tile(int TT, int TR, const q80desc *d, int32_t r, const cb_q80_block *const *xa, float *const *outs,
-                      size_t pf) {
+/* q8_0 and q5_1 in ggml_vec_dot_q8_0_q8_0's / _q5_1_q8_1's order (kernels_q80.c): per (token, row) pair 8 float
+ * lanes, each block's 4-code lane sums times dw * da added lane-wise, the lanes summed at the end (q5_1: its m * s
+ * terms in a separate scalar sum added last). */
+Q80_FN void lanes_tile(int ENC, int TT, int TR, const q80desc *d, int32_t r, const cb_q80_block *const *xa,
+                       float *const *outs, size_t pf) {
     const unsigned char *row = d->data + (size_t)r * d->rb;
     __m256 acc[8];
+    float ms[8] = {0};
 #pragma GCC unroll 8
     for (int n = 0; n < TT * TR; n++) acc[n] = _mm256_setzero_ps();
     for (size_t b = 0; b < d->nb; b++) {
@@ -87,29 +89,30 @@ Q80_FN void q8_0_tile(int TT, int TR, const q80desc *d, int32_t r, const cb_q80_
 #pragma GCC unroll 8
         for (int j = 0; j < TR; j++) {
             const unsigned char *blk = row + (size_t)j * d->rb + b * d->bb;
-            __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2)), aw = _mm256_sign_epi8(w, w);
-            uint16_t h;
-            __builtin_memcpy(&h, blk, 2);
-            float dw = _cvtsh_ss(h);                                   /* F16C: exact, as cb_f16_to_f32 */
+            __m256i w = q80_codes(ENC, blk), aw = _mm256_sign_epi8(w, w);
+            uint16_t h[2];
+            __builtin_memcpy(h, blk, 4);
+            float dw = _cvtsh_ss(h[0]);                                /* F16C: exact, as cb_f16_to_f32 */
 #pragma GCC unroll 8
             for (int i = 0; i < TT; i++) {
                 __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xa[i][b].qs), w);
                 __m256 lanes = _mm256_cvtepi32_ps(Q80_DOT4(aw, sy));
                 acc[i * TR + j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xa[i][b].d), lanes, acc[i * TR + j]);
+                if (ENC == CB_Q5_1) ms[i * TR + j] = fmaf(_cvtsh_ss(h[1]), cb_q81_s(xa[i], d->nb)[b], ms[i * TR + j]);
             }
         }
     }
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++)
 #pragma GCC unroll 8
-        for (int j = 0; j < TR; j++) outs[i][r + j] = hsum_ggml(acc[i * TR + j]);
+        for (int j = 0; j < TR; j++) outs[i][r + j] = hsum_ggml(acc[i * TR + j]) + ms[i * TR + j];
 }
 
 /* TT tokens x TR rows from row r (TT * TR <= 8); pf != 0: prefetch the bytes pf ahead (the next row tile). */
 Q80_FN void q80_tile(int ENC, int TT, int TR, const q80desc *d, int32_t r, const cb_q80_block *const *xa,
                      float *const *outs, size_t pf) {
-    if (ENC == CB_Q8_0) {
-        q8_0_tile(TT, TR, d, r, xa, outs, pf);
+    if (ENC == CB_Q8_0 || ENC == CB_Q5_1) {
+        lanes_tile(ENC, TT, TR, d, r, xa, outs, pf);
         return;
     }
     const unsigned char *row = d->data + (size_t)r * d->rb, *blk[8];

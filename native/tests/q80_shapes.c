@@ -1,8 +1,8 @@
 /* Q8_0 / Q5_0 / MXFP4 / IQ4_NL x Q8_0 and Q5_1 x Q8_1 on odd shapes: the active level's cb_dot_rows_q80 equals the
  * scalar reference bit for bit, and the scalar reference equals the formula written here from ggml's
- * ggml_vec_dot_q5_0_q8_0 / _mxfp4_q8_0 / _iq4_nl_q8_0 / _q5_1_q8_1 generic loops (per block the integer sum, then
- * the spec's float step of kernels_q80.c; mxfp4's factor 2^(e - 128) by ldexpf) and, for q8_0, from
- * ggml_vec_dot_q8_0_q8_0's AVX2 loop (its 8 float lanes and hsum_float_8). The quantizer equals
+ * ggml_vec_dot_q5_0_q8_0 / _mxfp4_q8_0 / _iq4_nl_q8_0 generic loops (per block the integer sum, then the spec's
+ * float step of kernels_q80.c; mxfp4's factor 2^(e - 128) by ldexpf) and, for q8_0 and q5_1, from
+ * ggml_vec_dot_q8_0_q8_0's / _q5_1_q8_1's AVX2 loops (their 8 float lanes and hsum_float_8). The quantizer equals
  * ggml-cpu's x86 quantize_row_q8_0 / _q8_1 written out (d = f16(amax / 127) by the compiler's _Float16 conversion,
  * codes rint(x * (127 / amax)), s = f16(amax / 127 * sum)). K = 1..5 blocks and short last blocks (colibri's own
  * q8_0 rows), row ranges starting mid-matrix, 1..20 tokens, extreme codes (-128, 127; the other encodings' ends)
@@ -57,25 +57,30 @@ static void codes(int32_t dtype, const unsigned char *blk, int32_t c[32]) {
     }
 }
 
-/* q8_0: ggml_vec_dot_q8_0_q8_0's AVX2 loop written out: 8 float lanes (lane l: codes 4l .. 4l+3) taking
- * fma(d_x * d_y, lane sum) per block, then hsum_float_8 (high half + low half, then movehl, then movehdup). */
-static float ggml_q8_0_dot(const unsigned char *row, int32_t nb, const cb_q80_block *x) {
-    float acc[8] = {0}, h[4];
-    for (int32_t b = 0; b < nb; b++, row += 34) {
+/* q8_0 / q5_1: ggml_vec_dot_q8_0_q8_0's / _q5_1_q8_1's AVX2 loops written out: 8 float lanes (lane l: codes
+ * 4l .. 4l+3) taking fma(d_x * d_y, lane sum) per block, then hsum_float_8 (high half + low half, then movehl, then
+ * movehdup); q5_1 adds its summs (m * s per block, contracted to an fma as gcc builds ggml) last. */
+static float ggml_lanes_dot(int32_t dtype, const unsigned char *row, int32_t nb, size_t bb, const cb_q80_block *x) {
+    float acc[8] = {0}, h[4], summs = 0.0f;
+    const float *sa = (const float *)(x + nb);
+    for (int32_t b = 0; b < nb; b++, row += bb) {
+        int32_t c[32];
+        codes(dtype, row, c);
         float d = half(row) * x[b].d;
         for (int l = 0; l < 8; l++) {
             int32_t sum = 0;
-            for (int k = 4 * l; k < 4 * l + 4; k++) sum += (int8_t)row[2 + k] * x[b].qs[k];
+            for (int k = 4 * l; k < 4 * l + 4; k++) sum += c[k] * x[b].qs[k];
             acc[l] = fmaf(d, (float)sum, acc[l]);
         }
+        if (dtype == CB_Q5_1) summs = fmaf(half(row + 2), sa[b], summs);
     }
     for (int i = 0; i < 4; i++) h[i] = acc[i + 4] + acc[i];
     float lo = h[0] + h[2], hi = h[1] + h[3];
-    return lo + hi;
+    return (lo + hi) + summs;
 }
 
 static float spec_dot(int32_t dtype, const unsigned char *row, int32_t nb, size_t bb, const cb_q80_block *x) {
-    if (dtype == CB_Q8_0) return ggml_q8_0_dot(row, nb, x);
+    if (dtype == CB_Q8_0 || dtype == CB_Q5_1) return ggml_lanes_dot(dtype, row, nb, bb, x);
     float s = 0.0f;
     const float *sa = (const float *)(x + nb);
     for (int32_t b = 0; b < nb; b++, row += bb) {

@@ -6,9 +6,9 @@ zero-padded block's; quantize_q81 adds quantize_row_q8_1's s = f16(f32(amax / 12
 (t, r) and block b in order, the integer sum I = sum w * a (int64; q5_0's w = q - 16 and q5_1's w = q with q's 5th bit
 from qh, as gguf.quants unpacks them; mxfp4 / iq4_nl: gguf.quants' kvalues of the nibble), then s = fma(dw * da, I, s),
 dw the weight block's f16 d (mxfp4: gguf's e8m0_to_fp32_half(e)), and for q5_1 s = fma(m, sa, s), as
-ggml_vec_dot_q5_0_q8_0 / _mxfp4_q8_0 / _iq4_nl_q8_0 / _q5_1_q8_1 add their blocks; q8_0 in
-ggml_vec_dot_q8_0_q8_0's own order: 8 lanes of 4-code sums, acc_l = fma(dw * da, lane_l, acc_l) per block, then
-((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)).
+ggml_vec_dot_q5_0_q8_0 / _mxfp4_q8_0 / _iq4_nl_q8_0 add their blocks; q8_0 and q5_1 in ggml_vec_dot_q8_0_q8_0's
+/ _q5_1_q8_1's own order: 8 lanes of 4-code sums, acc_l = fma(dw * da, lane_l, acc_l) per block, then
+((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)), q5_1 plus its ms = fma(m, sa, ms) last.
 """
 import numpy as np
 
@@ -84,8 +84,8 @@ def q80_matmul(x, raw, rows, cols, scheme="q8_0"):
     nb = -(-cols // QK)
     codes, dw, m = q80_parts(raw, rows, nb, scheme)
     qa, da, sa = quantize_q81(x)
-    if scheme == "q8_0":
-        return _q8_0_lanes(codes, dw, qa, da)
+    if scheme in ("q8_0", "q5_1"):
+        return _lanes(codes, dw, m, qa, da, sa)
     s = np.zeros((qa.shape[0], rows), np.float32)
     for b in range(nb):
         I = (qa[:, b, :] @ codes[:, b, :].T)                                  # [n, rows], exact in int64
@@ -96,18 +96,22 @@ def q80_matmul(x, raw, rows, cols, scheme="q8_0"):
     return s
 
 
-def _q8_0_lanes(codes, dw, qa, da):
-    """q8_0's products in ggml's lane order (module doc)."""
+def _lanes(codes, dw, m, qa, da, sa):
+    """q8_0's and q5_1's products in ggml's lane order (module doc); q5_1's m * s in their own sum, added last."""
     n, rows, nb = qa.shape[0], codes.shape[0], codes.shape[1]
     acc = np.zeros((8, n, rows), np.float32)
+    ms = np.zeros((n, rows), np.float32)
     for b in range(nb):
         dd = (dw[None, :, b] * da[:, b, None]).astype(np.float32)
         for lane in range(8):
             k = slice(4 * lane, 4 * lane + 4)
             acc[lane] = fma32(dd, (qa[:, b, k] @ codes[:, b, k].T).astype(np.float32), acc[lane])
+        if m is not None:
+            ms = fma32(np.broadcast_to(m[None, :, b], ms.shape), np.broadcast_to(sa[:, b, None], ms.shape), ms)
     f = np.float32
-    return (((acc[4] + acc[0]).astype(f) + (acc[6] + acc[2]).astype(f)).astype(f)
-            + ((acc[5] + acc[1]).astype(f) + (acc[7] + acc[3]).astype(f)).astype(f)).astype(f)
+    out = (((acc[4] + acc[0]).astype(f) + (acc[6] + acc[2]).astype(f)).astype(f)
+           + ((acc[5] + acc[1]).astype(f) + (acc[7] + acc[3]).astype(f)).astype(f)).astype(f)
+    return (out + ms).astype(f)
 
 
 def quantization_bound(x, weights):
