@@ -129,6 +129,12 @@ cb_f16_row_k cb_f16_row_scalar, cb_f16_row_avx2;
 cb_silu_mul_k cb_silu_mul_scalar, cb_silu_mul_avx2, cb_silu_mul_avx512;
 cb_swiglu_oai_k cb_swiglu_oai_scalar, cb_swiglu_oai_avx2, cb_swiglu_oai_avx512;
 
+/* ggml's hsum_float_8 of 8 float lanes, in its order: ((v4 + v0) + (v6 + v2)) + ((v5 + v1) + (v7 + v3)) (the
+ * scalar references of the encodings that take ggml's own lane order: q8_0, q5_1, iq4_xs). */
+static inline float cb_hsum8_ggml(const float v[8]) {
+    return ((v[4] + v[0]) + (v[6] + v[2])) + ((v[5] + v[1]) + (v[7] + v[3]));
+}
+
 /* Exact f16 -> f32 (IEEE half, subnormals included). */
 static inline float cb_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;

@@ -73,7 +73,7 @@ static float iq4_xs_lanes(const unsigned char *row, const cb_q8k_block *x, size_
         float d = cb_iq_half(row) * x->d;
         for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
     }
-    return ((acc[4] + acc[0]) + (acc[6] + acc[2])) + ((acc[5] + acc[1]) + (acc[7] + acc[3]));
+    return cb_hsum8_ggml(acc);
 }
 
 /* One super-block of the reference (k-quants): the integer sums from the codes, then the float step. */

@@ -69,10 +69,7 @@ KQ_FN void iq4_xs_tile(int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_
             }
         }
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < TT; i++)
-#pragma GCC unroll 8
-        for (int j = 0; j < TR; j++) outs[i][r + j] = hsum_ggml(acc[i * TR + j]);
+    lanes_store(TT, TR, acc, NULL, outs, r);
 }
 
 /* TT tokens x TR rows from row r (TT * TR <= 8); pf != 0: prefetch the bytes pf ahead (the next row tile). */

@@ -201,6 +201,18 @@ AVX2_FN float hsum_ggml(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
+/* The lane tiles' store: pair n = i * TR + j (token i, row j) has its own 8 float lanes acc[n]; outs[i][r + j] =
+ * hsum_ggml(acc[n]), plus extra[n] when extra is given (q5_1's m * s sums, added last as ggml adds them). */
+AVX2_FN void lanes_store(int TT, int TR, const __m256 *acc, const float *extra, float *const *outs, int32_t r) {
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TR; j++) {
+            float s = hsum_ggml(acc[i * TR + j]);
+            outs[i][r + j] = extra ? s + extra[i * TR + j] : s;
+        }
+}
+
 /* A tile's 8 lanes (lane n = token n / TR, row n % TR) written to outs[token][r + row]. */
 AVX2_FN void tile_store(int TT, int TR, __m256 acc, float *const *outs, int32_t r) {
     float out[8];

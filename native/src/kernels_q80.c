@@ -92,7 +92,7 @@ static float lanes_dot(int32_t dtype, const unsigned char *row, const cb_q80_blo
         }
         if (dtype == CB_Q5_1) ms = fmaf(cb_q5_half(blk + 2), cb_q81_s(xa, nb)[b], ms);
     }
-    return (((acc[4] + acc[0]) + (acc[6] + acc[2])) + ((acc[5] + acc[1]) + (acc[7] + acc[3]))) + ms;
+    return dtype == CB_Q5_1 ? cb_hsum8_ggml(acc) + ms : cb_hsum8_ggml(acc);
 }
 
 void cb_dot_rows_q80_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q80_block *const *xa,

@@ -11,7 +11,7 @@
  * mul_sum_i8_pairs), Q80_DOT4 (vpmaddubsw, |pair| <= 2 * 128 * 127: no saturation, and vpmaddwd by ones; or one
  * vpdpbusd);
  * the pairs' 8 lanes summed exactly (kernels_kq_x86.h reduce), then per pair the float step
- * s = fma(dw * da, (float)I, s) (q5_1 then s = fma(m, sa, s)) in one 8-lane register: the scalar reference's bits.
+ * s = fma(dw * da, (float)I, s) in one 8-lane register: the scalar reference's bits.
  * q8_0 and q5_1 instead keep ggml's own order (kernels_q80.c): per (token, row) pair an 8-lane float accumulator
  * taking fma(dw * da, lanes) per block and ggml's hsum_float_8 at the end (lanes_tile).
  * Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4 x 2; more tokens go in groups of 4
@@ -92,20 +92,17 @@ Q80_FN void lanes_tile(int ENC, int TT, int TR, const q80desc *d, int32_t r, con
             __m256i w = q80_codes(ENC, blk), aw = _mm256_sign_epi8(w, w);
             uint16_t h[2];
             __builtin_memcpy(h, blk, 4);
-            float dw = _cvtsh_ss(h[0]);                                /* F16C: exact, as cb_f16_to_f32 */
+            float dw = _cvtsh_ss(h[0]), m = _cvtsh_ss(h[1]);           /* F16C: exact, as cb_f16_to_f32 */
 #pragma GCC unroll 8
             for (int i = 0; i < TT; i++) {
                 __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xa[i][b].qs), w);
                 __m256 lanes = _mm256_cvtepi32_ps(Q80_DOT4(aw, sy));
                 acc[i * TR + j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xa[i][b].d), lanes, acc[i * TR + j]);
-                if (ENC == CB_Q5_1) ms[i * TR + j] = fmaf(_cvtsh_ss(h[1]), cb_q81_s(xa[i], d->nb)[b], ms[i * TR + j]);
+                if (ENC == CB_Q5_1) ms[i * TR + j] = fmaf(m, cb_q81_s(xa[i], d->nb)[b], ms[i * TR + j]);
             }
         }
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < TT; i++)
-#pragma GCC unroll 8
-        for (int j = 0; j < TR; j++) outs[i][r + j] = hsum_ggml(acc[i * TR + j]) + ms[i * TR + j];
+    lanes_store(TT, TR, acc, ENC == CB_Q5_1 ? ms : NULL, outs, r);
 }
 
 /* TT tokens x TR rows from row r (TT * TR <= 8); pf != 0: prefetch the bytes pf ahead (the next row tile). */

@@ -11,7 +11,7 @@ no M, and its float step in ggml_vec_dot_iq4_xs_q8_K's own order (8 lanes, hsum_
 """
 import numpy as np
 
-from w4a8_ref import fma32
+from w4a8_ref import fma32, hsum8
 
 QK = 256
 BLOCK_BYTES = {"q4_k": 144, "q5_k": 176, "q6_k": 210, "iq4_xs": 136}
@@ -147,9 +147,7 @@ def _iq4_xs_lanes(p, codes, qa, da, rows, nb):
         dd = (p["d"].reshape(rows, nb)[:, b][None, :] * da[:, b, None]).astype(np.float32)
         for lane in range(8):
             acc[lane] = fma32(dd, lanes[..., lane].astype(np.float32), acc[lane])
-    f = np.float32
-    return (((acc[4] + acc[0]).astype(f) + (acc[6] + acc[2]).astype(f)).astype(f)
-            + ((acc[5] + acc[1]).astype(f) + (acc[7] + acc[3]).astype(f)).astype(f)).astype(f)
+    return hsum8(acc)
 
 
 def quantization_bound(x, weights):

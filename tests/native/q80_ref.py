@@ -12,7 +12,7 @@ ggml_vec_dot_q5_0_q8_0 / _mxfp4_q8_0 / _iq4_nl_q8_0 add their blocks; q8_0 and q
 """
 import numpy as np
 
-from w4a8_ref import fma32
+from w4a8_ref import fma32, hsum8
 
 QK = 32
 BLOCK_BYTES = {"q8_0": 34, "q5_0": 22, "q5_1": 24, "mxfp4": 17, "iq4_nl": 18}
@@ -108,10 +108,7 @@ def _lanes(codes, dw, m, qa, da, sa):
             acc[lane] = fma32(dd, (qa[:, b, k] @ codes[:, b, k].T).astype(np.float32), acc[lane])
         if m is not None:
             ms = fma32(np.broadcast_to(m[None, :, b], ms.shape), np.broadcast_to(sa[:, b, None], ms.shape), ms)
-    f = np.float32
-    out = (((acc[4] + acc[0]).astype(f) + (acc[6] + acc[2]).astype(f)).astype(f)
-           + ((acc[5] + acc[1]).astype(f) + (acc[7] + acc[3]).astype(f)).astype(f)).astype(f)
-    return (out + ms).astype(f)
+    return hsum8(acc) if m is None else (hsum8(acc) + ms).astype(np.float32)
 
 
 def quantization_bound(x, weights):

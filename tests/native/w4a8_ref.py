@@ -37,6 +37,14 @@ def fma32(a, b, c):
     return np.where(fix, np.where(err > 0, up, down), r).astype(np.float32)
 
 
+def hsum8(acc):
+    """ggml's hsum_float_8 of 8 float32 lanes acc[0..7] (arrays of any shape), in its order:
+    ((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)), each add rounded to float32."""
+    f = np.float32
+    return (((acc[4] + acc[0]).astype(f) + (acc[6] + acc[2]).astype(f)).astype(f)
+            + ((acc[5] + acc[1]).astype(f) + (acc[7] + acc[3]).astype(f)).astype(f)).astype(f)
+
+
 def int4_parts(view):
     """(codes int64 [rows, cols], scales float32 [rows, groups], group size) of an int4 MatrixView."""
     lay, buf = view.layout, view.buffer
