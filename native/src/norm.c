@@ -3,7 +3,13 @@
  * Role: the pre-attention / pre-MLP / final norms and the log-probabilities of
  * the LM head. Each row is reduced in double in ascending index order, so the
  * bits of a row depend only on that row. Single thread (cheap next to the
- * matrix products).
+ * matrix products). RMSNorm's scale is ggml_compute_forward_rms_norm_f32's:
+ * float squares summed in double, the mean rounded to float, 1.0f / sqrtf(mean
+ * + eps) in float (torch's x.pow(2).mean() and rsqrt are float too); then
+ * (x * scale) * weight, as llama.cpp's rms_norm and mul and transformers'
+ * RMSNorm apply them. Computing the scale in double instead moved it by an ulp
+ * now and then, and after an int8 activation quantization that flipped codes
+ * sitting on a rounding tie (inputs decoded from IQ4_XS blocks have many).
  */
 #include <math.h>
 #include "cb_internal.h"
@@ -18,8 +24,9 @@ cb_status cb_rmsnorm(const float *x, int64_t n, int32_t dim, const float *weight
         const float *xr = x + (size_t)t * (size_t)dim;
         float *o = out + (size_t)t * (size_t)dim;
         double ss = 0.0;
-        for (int32_t i = 0; i < dim; i++) ss += (double)xr[i] * (double)xr[i];
-        float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+        for (int32_t i = 0; i < dim; i++) ss += (double)(xr[i] * xr[i]);
+        float mean = (float)(ss / (double)dim);
+        float inv = 1.0f / sqrtf(mean + eps);
         if (weight)
             for (int32_t i = 0; i < dim; i++) o[i] = (xr[i] * inv) * weight[i];
         else
