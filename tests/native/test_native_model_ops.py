@@ -127,6 +127,29 @@ def test_rmsnorm_vs_reference():
         rmsnorm(x, w, float("nan"))
 
 
+def ggml_rmsnorm(x, w, eps):
+    """ggml_compute_forward_rms_norm_f32 then ggml_mul, per row: float squares summed in double in ascending order,
+    the mean rounded to float, scale = 1.0f / sqrtf(mean + eps) in float, (x * scale) * w."""
+    sums = np.cumsum((x * x).astype(np.float64), axis=1)[:, -1]
+    mean = (sums / x.shape[1]).astype(np.float32)
+    scale = np.float32(1.0) / np.sqrt(mean + np.float32(eps))
+    return (x * scale[:, None]) * w
+
+
+def test_rmsnorm_scale_is_ggmls_float_formula_bit_for_bit():
+    """The scale as llama.cpp computes it (torch's float mean and rsqrt likewise), not in double: an ulp of
+    difference turns the int8 quantization's rounding ties of the next product the other way (rows decoded from
+    IQ4_XS blocks have many). Random rows and rows of a few integers times one scale, as such decoded rows are."""
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((400, 256)) * 3).astype(np.float32)
+    tied = (rng.integers(-127, 128, (400, 256)) * np.float32(0.0123)).astype(np.float32)
+    w = rng.standard_normal(256).astype(np.float32)
+    for rows in (x, tied):
+        for eps in (1e-6, 1e-5):
+            assert np.array_equal(rmsnorm(rows, w, eps), ggml_rmsnorm(rows, w, eps))
+            assert np.array_equal(rmsnorm(rows, None, eps), ggml_rmsnorm(rows, np.float32(1.0), eps))
+
+
 def test_rmsnorm_into_a_given_buffer_gives_the_same_bits_and_refuses_bad_ones():
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((5, 40)) * 3).astype(np.float32)
