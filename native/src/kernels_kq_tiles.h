@@ -9,7 +9,7 @@
  */
 
 /* The integer lanes of one super-block b: rows one at a time (a row's scales live once), against every token;
- * q6's offset correction per (token, row), q4/q5's mins sums M (iq4_xs: neither). */
+ * q6's offset correction per (token, row), q4/q5's mins sums M (iq4_xs takes iq4_xs_tile instead). */
 KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, const cb_q8k_block *const *xk,
                       size_t b, __m256i *I, __m256i *M) {
     __m256i iv[8];
@@ -31,7 +31,7 @@ KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, 
         }
     }
     *I = reduce(TT * TR, iv);
-    if (ENC == CB_Q6_K || ENC == CB_IQ4_XS) return;
+    if (ENC == CB_Q6_K) return;
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++) {
         __m128i bs = _mm_loadu_si128((const __m128i *)xk[i][b].bsums32);

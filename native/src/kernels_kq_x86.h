@@ -166,7 +166,7 @@ AVX2_FN __m256 block_float(int ENC, int TT, int TR, const unsigned char *const *
                            __m256 acc) {
     __m256 d = halves(TT, TR, blk, ENC == CB_Q6_K ? 208 : 0);
     acc = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(I), acc);
-    if (ENC == CB_Q6_K || ENC == CB_IQ4_XS) return acc;
+    if (ENC == CB_Q6_K) return acc;
     __m256 dmin = halves(TT, TR, blk, 2);
     return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(M), acc);
 }
@@ -194,7 +194,7 @@ AVX2_FN void row_ints256(int ENC, int TT, int TR, int j, const unsigned char *bl
     }
 }
 
-/* ggml's hsum_float_8: ((v4 + v0) + (v6 + v2)) + ((v5 + v1) + (v7 + v3)) (the q8_0 and iq4_xs tiles' last step). */
+/* ggml's hsum_float_8: ((v4 + v0) + (v6 + v2)) + ((v5 + v1) + (v7 + v3)) (the q8_0, q5_1 and iq4_xs tiles' last step). */
 AVX2_FN float hsum_ggml(__m256 v) {
     __m128 h = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));

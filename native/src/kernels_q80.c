@@ -15,11 +15,11 @@
  *   I = sum_{k in block b} w[k] * a[k]            (exact int32: |I| <= 32 * 128 * 127 < 2^24, so (float)I is exact)
  *   s = fma(dw * da, (float)I, s)                 (dw * da rounded to f32 first, as ggml's
  *                                                  GGML_CPU_FP16_TO_FP32(x.d) * GGML_CPU_FP16_TO_FP32(y.d))
- *   q5_1 only: s = fma(m, sa, s)                  (m the block's f16 m, sa the activation block's s)
  *   out = s
- * except q8_0 and q5_1, which take ggml_vec_dot_q8_0_q8_0's / _q5_1_q8_1's own order (their AVX2 code; for q8_0
+ * (q5_0, mxfp4, iq4_nl), while q8_0 and q5_1 take ggml_vec_dot_q8_0_q8_0's / _q5_1_q8_1's own order (their AVX2 code; for q8_0
  * llama.cpp's repacked and tinyBLAS kernels give the same bits, q5_1 is not repacked): 8 lanes, lane l the exact sum
- * of codes 4l .. 4l+3, acc[l] = fma(dw * da, (float)lane, acc[l]) per block, q5_1 also ms = fma(m, sa, ms), then
+ * of codes 4l .. 4l+3, acc[l] = fma(dw * da, (float)lane, acc[l]) per block, q5_1 also ms = fma(m, sa, ms) (m the
+ * block's f16 m, sa the activation block's s), then
  * out = ((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) (hsum_float_8), q5_1 + ms: the same bits
  * as llama.cpp on the same file. (ggml's q5_0, mxfp4 and iq4_nl loops add 2 blocks per step: those stay in the
  * order above.) Every tile, thread split and SIMD level gives these bits.
@@ -112,7 +112,6 @@ void cb_dot_rows_q80_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb
                 int32_t I = 0;
                 for (int k = 0; k < CB_QK8_0; k++) I += code_of(w->dtype, blk, k) * a->qs[k];
                 s = fmaf(dw_of(w->dtype, blk) * a->d, (float)I, s);
-                if (w->dtype == CB_Q5_1) s = fmaf(cb_q5_half(blk + 2), cb_q81_s(xa[t], nb)[b], s);
             }
             outs[t][r] = s;
         }

@@ -65,12 +65,12 @@ Q80_FN __m256 q80_dw(int ENC, int TT, int TR, const unsigned char *const *blk) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
 }
 
-/* The activation blocks' d per lane (token n / TR), in registers; sa: their Q8_1 s instead (rows of nb blocks). */
-Q80_FN __m256 q80_da(int TT, int TR, const cb_q80_block *const *xa, size_t b, int sa, size_t nb) {
-    if (TT == 1) return _mm256_broadcast_ss(sa ? &cb_q81_s(xa[0], nb)[b] : &xa[0][b].d);
+/* The activation blocks' d per lane (token n / TR), in registers. */
+Q80_FN __m256 q80_da(int TT, int TR, const cb_q80_block *const *xa, size_t b) {
+    if (TT == 1) return _mm256_broadcast_ss(&xa[0][b].d);
     float d[8];
 #pragma GCC unroll 8
-    for (int n = 0; n < 8; n++) d[n] = n >= TT * TR ? 0.0f : sa ? cb_q81_s(xa[n / TR], nb)[b] : xa[n / TR][b].d;
+    for (int n = 0; n < 8; n++) d[n] = n >= TT * TR ? 0.0f : xa[n / TR][b].d;
     return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
 
@@ -130,9 +130,8 @@ Q80_FN void q80_tile(int ENC, int TT, int TR, const q80desc *d, int32_t r, const
             }
         }
         __m256i I = reduce(TT * TR, iv);
-        __m256 dd = _mm256_mul_ps(q80_dw(ENC, TT, TR, blk), q80_da(TT, TR, xa, b, 0, d->nb));
+        __m256 dd = _mm256_mul_ps(q80_dw(ENC, TT, TR, blk), q80_da(TT, TR, xa, b));
         acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(I), acc);
-        if (ENC == CB_Q5_1) acc = _mm256_fmadd_ps(halves(TT, TR, blk, 2), q80_da(TT, TR, xa, b, 1, d->nb), acc);
     }
     tile_store(TT, TR, acc, outs, r);
 }

@@ -93,8 +93,8 @@ static float spec_dot(int32_t dtype, const unsigned char *row, int32_t nb, size_
         int32_t q[256], sc[16], mn[8], I = 0, M = 0, g = dtype == CB_Q6_K ? 16 : 32;
         unpack(dtype, row, q, sc, mn);
         for (int k = 0; k < 256; k++) I += sc[k / g] * (q[k] - (dtype == CB_Q6_K ? 32 : 0)) * x->qs[k];
-        if (dtype == CB_Q6_K || dtype == CB_IQ4_XS) {
-            s = fmaf(half(row + (dtype == CB_Q6_K ? 208 : 0)) * x->d, (float)I, s);
+        if (dtype == CB_Q6_K) {
+            s = fmaf(half(row + 208) * x->d, (float)I, s);
             continue;
         }
         for (int k = 0; k < 256; k++) M += mn[k / 32] * x->qs[k];

@@ -82,14 +82,12 @@ static float ggml_lanes_dot(int32_t dtype, const unsigned char *row, int32_t nb,
 static float spec_dot(int32_t dtype, const unsigned char *row, int32_t nb, size_t bb, const cb_q80_block *x) {
     if (dtype == CB_Q8_0 || dtype == CB_Q5_1) return ggml_lanes_dot(dtype, row, nb, bb, x);
     float s = 0.0f;
-    const float *sa = (const float *)(x + nb);
     for (int32_t b = 0; b < nb; b++, row += bb) {
         int32_t I = 0, c[32];
         codes(dtype, row, c);
         for (int k = 0; k < 32; k++) I += c[k] * x[b].qs[k];
         float dw = dtype == CB_MXFP4 ? ldexpf(1.0f, (int)row[0] - 128) : half(row);
         s = fmaf(dw * x[b].d, (float)I, s);
-        if (dtype == CB_Q5_1) s = fmaf(half(row + 2), sa[b], s);
     }
     return s;
 }

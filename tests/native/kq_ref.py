@@ -112,11 +112,7 @@ def kq_matmul(x, raw, scheme, rows, cols):
         return _iq4_xs_lanes(p, codes, qa, da, rows, nb)
     s = np.zeros((n, rows), np.float32)
     for b in range(nb):
-        if scheme == "iq4_xs":
-            sc = p["sc"].reshape(rows, nb, 8)[:, b]
-            prod = codes[None, :, b, :] * qa[:, None, b, :]
-            I = (prod.reshape(n, rows, 8, 32).sum(axis=3) * sc[None]).sum(axis=2)
-        elif scheme == "q6_k":
+        if scheme == "q6_k":
             sc = p["sc"].reshape(rows, nb, 16)[:, b]
             prod = (codes[None, :, b, :] - 32) * qa[:, None, b, :]               # [n, rows, 256]
             I = (prod.reshape(n, rows, 16, 16).sum(axis=3) * sc[None]).sum(axis=2)
