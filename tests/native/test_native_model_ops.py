@@ -130,7 +130,7 @@ def test_rmsnorm_vs_reference():
 def ggml_rmsnorm(x, w, eps):
     """ggml_compute_forward_rms_norm_f32 then ggml_mul, per row: float squares summed in double in ascending order,
     the mean rounded to float, scale = 1.0f / sqrtf(mean + eps) in float, (x * scale) * w."""
-    sums = np.cumsum((x * x).astype(np.float64), axis=1)[:, -1]
+    sums = np.cumsum((x * x).astype(np.float64), axis=1)[:, -1]          # sequential, as ggml's loop (np.sum pairs)
     mean = (sums / x.shape[1]).astype(np.float32)
     scale = np.float32(1.0) / np.sqrt(mean + np.float32(eps))
     return (x * scale[:, None]) * w
