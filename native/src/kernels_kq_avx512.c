@@ -67,7 +67,8 @@ A512_FN __m512i run_of(int ENC, const unsigned char *blk, const kqblock *kb, int
     return c;
 }
 
-/* Row j's integer lanes of super-block b for every token: four runs of 64 codes, the 16 lanes folded to 8. */
+/* Row j's integer lanes of super-block b for every token: four runs of 64 codes, the 16 lanes folded to 8 (lane L
+ * of a run holds elements 4L .. 4L+3 of its 64, so lanes L and L + 8 fold into ggml's lane L: q6_k keeps them). */
 A512_FN void row_ints(int ENC, int TT, int TR, int j, const unsigned char *blk, const kqblock *kb,
                       const cb_q8k_block *const *xk, size_t b, __m256i iv[8]) {
     if (ENC == CB_IQ4_XS) {           /* signed codes: vpsignb has no zmm form; the 256-bit chunks */

@@ -3,13 +3,25 @@
  * Role: one template for both x86 levels. The includer defines KQ_FN (its inline attribute), KQ_OUTLINE (its
  * out-of-line attribute), KQ_ENTRY (the name of its cb_dot_rows_kq_k entry) and, before including,
  * row_ints(ENC, TT, TR, j, blk, kb, xk, b, iv): row j's integer lanes of super-block b added to iv[i * TR + j]
- * for each token i (8 int32 lanes, any split: only their sum is used). Everything after the integers (q6's
- * offset, the mins, the reductions, the float step) is the shared code of kernels_kq_x86.h, so the levels give
- * the same bits. Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4-8 tokens x 1 row.
+ * for each token i (8 int32 lanes, lane l holding the elements k with (k % 32) / 4 = l: ggml's lanes, which the
+ * iq4_xs and q6_k tiles keep; q4_k / q5_k use only their sum). Everything after the integers (q6's offset, the
+ * mins, the reductions, the float steps) is shared code (here and kernels_kq_x86.h), so the levels give the same
+ * bits. Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4-8 tokens x 1 row.
  */
 
-/* The integer lanes of one super-block b: rows one at a time (a row's scales live once), against every token;
- * q6's offset correction per (token, row), q4/q5's mins sums M (iq4_xs takes iq4_xs_tile instead). */
+/* q6's offset, per token: lanes minus 32 * (sc_2l * bsums[2l] + sc_2l+1 * bsums[2l+1]) (ggml's q8sclsub). */
+KQ_FN void q6_offset(int TT, int TR, int j, const kqblock *kb, const cb_q8k_block *const *xk, size_t b,
+                     __m256i *iv) {
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(kb->sc));
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++) {
+        __m256i cs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xk[i][b].bsums));
+        iv[i * TR + j] = _mm256_sub_epi32(iv[i * TR + j], _mm256_slli_epi32(cs, 5));
+    }
+}
+
+/* The integer lanes of one q4_k / q5_k super-block b: rows one at a time (a row's scales live once), against
+ * every token, reduced to one sum per (token, row); the mins sums M. */
 KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, const cb_q8k_block *const *xk,
                       size_t b, __m256i *I, __m256i *M) {
     __m256i iv[8];
@@ -21,17 +33,8 @@ KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, 
         kqblock kb = block_of(ENC, blk[j]);
         mins[j] = kb.mins;
         row_ints(ENC, TT, TR, j, blk[j], &kb, xk, b, iv);
-        if (ENC == CB_Q6_K) {              /* minus 32 * sum_g sc_g * bsums[g] */
-            __m256i sc16 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(kb.sc));
-#pragma GCC unroll 8
-            for (int i = 0; i < TT; i++) {
-                __m256i cs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xk[i][b].bsums));
-                iv[i * TR + j] = _mm256_sub_epi32(iv[i * TR + j], _mm256_slli_epi32(cs, 5));
-            }
-        }
     }
     *I = reduce(TT * TR, iv);
-    if (ENC == CB_Q6_K) return;
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++) {
         __m128i bs = _mm_loadu_si128((const __m128i *)xk[i][b].bsums32);
@@ -41,10 +44,10 @@ KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, 
     *M = reduce4(TT * TR, mv);
 }
 
-/* iq4_xs in ggml_vec_dot_iq4_xs_q8_K's order (kernels_kq.c): per (token, row) pair 8 float lanes taking each
- * super-block's 8 integer lanes times d * da, ggml's hsum at the end. */
-KQ_FN void iq4_xs_tile(int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
-                       size_t pf) {
+/* iq4_xs and q6_k in ggml_vec_dot_iq4_xs_q8_K's / _q6_K_q8_K's order (kernels_kq.c): per (token, row) pair 8 float
+ * lanes taking each super-block's 8 integer lanes times d * da, ggml's hsum at the end. */
+KQ_FN void lanes_tile(int ENC, int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_block *const *xk,
+                      float *const *outs, size_t pf) {
     const unsigned char *row = d->data + (size_t)r * d->rb;
     __m256 acc[8];
 #pragma GCC unroll 8
@@ -57,10 +60,11 @@ KQ_FN void iq4_xs_tile(int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_
 #pragma GCC unroll 8
         for (int j = 0; j < TR; j++) {
             const unsigned char *blk = row + (size_t)j * d->rb + b * d->bb;
-            kqblock kb = block_of(CB_IQ4_XS, blk);
-            row_ints(CB_IQ4_XS, TT, TR, j, blk, &kb, xk, b, iv);
+            kqblock kb = block_of(ENC, blk);
+            row_ints(ENC, TT, TR, j, blk, &kb, xk, b, iv);
+            if (ENC == CB_Q6_K) q6_offset(TT, TR, j, &kb, xk, b, iv);
             uint16_t h;
-            __builtin_memcpy(&h, blk, 2);
+            __builtin_memcpy(&h, blk + (ENC == CB_Q6_K ? 208 : 0), 2);
             float dw = _cvtsh_ss(h);
 #pragma GCC unroll 8
             for (int i = 0; i < TT; i++) {
@@ -75,8 +79,8 @@ KQ_FN void iq4_xs_tile(int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_
 /* TT tokens x TR rows from row r (TT * TR <= 8); pf != 0: prefetch the bytes pf ahead (the next row tile). */
 KQ_FN void tile(int ENC, int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_block *const *xk,
                 float *const *outs, size_t pf) {
-    if (ENC == CB_IQ4_XS) {
-        iq4_xs_tile(TT, TR, d, r, xk, outs, pf);
+    if (ENC == CB_IQ4_XS || ENC == CB_Q6_K) {
+        lanes_tile(ENC, TT, TR, d, r, xk, outs, pf);
         return;
     }
     const unsigned char *row = d->data + (size_t)r * d->rb, *blk[8];
@@ -87,7 +91,7 @@ KQ_FN void tile(int ENC, int TT, int TR, const kqdesc *d, int32_t r, const cb_q8
         for (int j = 0; j < TR; j++) blk[j] = row + (size_t)j * d->rb + b * d->bb;
         __m256i I, M = _mm256_setzero_si256();
         block_ints(ENC, TT, TR, blk, xk, b, &I, &M);
-        acc = block_float(ENC, TT, TR, blk, I, M, da_of(TT, TR, xk, b), acc);
+        acc = block_float(TT, TR, blk, I, M, da_of(TT, TR, xk, b), acc);
     }
     tile_store(TT, TR, acc, outs, r);
 }

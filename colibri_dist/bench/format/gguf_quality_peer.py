@@ -7,8 +7,8 @@ differs from colibri's), its perplexity from those (testing/llama_cpp.saved_ppl)
 --kl-divergence` of each quantized file against the base one's saved log-probs: llama.cpp's own mean KL, top-1
 ("Same top p"), perplexity ratio (or the same computed from its two saved files when its log loses them), and
 itself(): llama.cpp against llama.cpp on the same quantized file, its kernels for repacked weights (its default on
-x86 for Q4_K, Q6_K, Q8_0) against its plain vec_dot ones (--no-repack): the agreement two of its own summation
-orders reach, the floor beside colibri's same-file numbers. The tokens llama.cpp ran are in the saved files;
+x86 for Q4_K, IQ4_NL, MXFP4; Q6_K and Q8_0 are not repacked there) against its plain vec_dot ones (--no-repack):
+the agreement two of its own summation orders reach, the floor beside colibri's same-file numbers. The tokens llama.cpp ran are in the saved files;
 colibri scores itself on exactly those (gguf_quality_ours.py).
 """
 import os
