@@ -31,7 +31,9 @@ def test_an_imported_column_asks_for_llama_cpps_file_of_its_type():
     a = peer.parse_args(["--llama-bin", "b", "--types", "Q8_0", "--engines", f"colibri int8,{name}"])
     assert a.types == ["Q8_0", "Q4_K_M"] and a.engines == ["colibri int8", name]
     assert peer_colibri.COLUMNS[name] == {"w8a8": True} and peer_colibri.encodings(name) == "imported llama.cpp Q4_K_M"
-    assert peer.parse_args(["--llama-bin", "b"]).engines[-1] == name     # a default column
+    f16 = name + " (f16 KV)"           # the same file with llama-batched-bench's own KV cache type
+    assert peer_colibri.COLUMNS[f16] == {"w8a8": True, "kv_cache_dtype": "f16"}
+    assert peer.parse_args(["--llama-bin", "b"]).engines[-2:] == [name, f16]     # default columns
 
 
 def test_missing_llama_build_is_named(tmp_path):

@@ -29,7 +29,9 @@ ENGINES = {
 }
 
 # column name: (the llama.cpp file type imported, LLM keyword arguments)
-IMPORTED = {"colibri imported llama.cpp Q4_K_M + Q8_K": ("Q4_K_M", {"w8a8": True})}
+IMPORTED = {"colibri imported llama.cpp Q4_K_M + Q8_K": ("Q4_K_M", {"w8a8": True}),
+            # the same with an f16 KV cache, as llama-batched-bench keeps its own (colibri's default is f32)
+            "colibri imported llama.cpp Q4_K_M + Q8_K (f16 KV)": ("Q4_K_M", {"w8a8": True, "kv_cache_dtype": "f16"})}
 COLUMNS = {**{k: v[3] for k, v in ENGINES.items()}, **{k: v[1] for k, v in IMPORTED.items()}}   # name: LLM kwargs
 
 
