@@ -95,6 +95,8 @@ A512_FN void row_ints(int ENC, int TT, int TR, int j, const unsigned char *blk, 
                                                                            _mm512_extracti64x4_epi64(acc[i], 1)));
 }
 
+A512_FN __m256i madd_add(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
+
 #define KQ_FN A512_FN
 #define KQ_OUTLINE A512_OUTLINE
 #define KQ_ENTRY cb_dot_rows_kq_avx512

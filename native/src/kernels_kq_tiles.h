@@ -2,6 +2,7 @@
  *
  * Role: one template for both x86 levels. The includer defines KQ_FN (its inline attribute), KQ_OUTLINE (its
  * out-of-line attribute), KQ_ENTRY (the name of its cb_dot_rows_kq_k entry) and, before including,
+ * madd_add(acc, a, b) (acc plus vpmaddwd(a, b), exact) and
  * row_ints(ENC, TT, TR, j, blk, kb, xk, b, iv): row j's integer lanes of super-block b added to iv[i * TR + j]
  * for each token i (8 int32 lanes, lane l holding the elements k with (k % 32) / 4 = l: ggml's lanes, which the
  * iq4_xs and q6_k tiles keep; q4_k / q5_k use only their sum). Everything after the integers (q6's offset, the
@@ -9,15 +10,15 @@
  * bits. Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4-8 tokens x 1 row.
  */
 
-/* q6's offset, per token: lanes minus 32 * (sc_2l * bsums[2l] + sc_2l+1 * bsums[2l+1]) (ggml's q8sclsub). */
+/* q6's offset, per token: lanes plus (-32 sc_2l) * bsums[2l] + (-32 sc_2l+1) * bsums[2l+1] (ggml's q8sclsub
+ * subtracted; |32 sc| <= 4096 fits int16), by the level's madd_add (AVX2: vpmaddwd + vpaddd; AVX-512: vpdpwssd). */
 KQ_FN void q6_offset(int TT, int TR, int j, const kqblock *kb, const cb_q8k_block *const *xk, size_t b,
                      __m256i *iv) {
-    __m256i sc16 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(kb->sc));
+    __m256i nsc = _mm256_sub_epi16(_mm256_setzero_si256(),
+                                   _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(kb->sc)), 5));
 #pragma GCC unroll 8
-    for (int i = 0; i < TT; i++) {
-        __m256i cs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xk[i][b].bsums));
-        iv[i * TR + j] = _mm256_sub_epi32(iv[i * TR + j], _mm256_slli_epi32(cs, 5));
-    }
+    for (int i = 0; i < TT; i++)
+        iv[i * TR + j] = madd_add(iv[i * TR + j], nsc, _mm256_loadu_si256((const __m256i *)xk[i][b].bsums));
 }
 
 /* The integer lanes of one q4_k / q5_k super-block b: rows one at a time (a row's scales live once), against
