@@ -8,13 +8,10 @@
  *
  * Per output (t, r), with q[k] the weight's unsigned code, a[k] the activation code, and per super-block b
  * (in order, s = 0 first) d, dmin the weight block's f16 factors (exact widening), da its activation block's d:
- *   q4_k:       I = sum_{j<8} sc_j * sum_{k in 32-sub-block j} q[k] * a[k]            (exact int32)
+ *   q4_k, q5_k: I = sum_{j<8} sc_j * sum_{k in 32-sub-block j} q[k] * a[k]            (exact int32)
  *               M = sum_{j<8} m_j * (bsums[2j] + bsums[2j+1])                             (exact int32)
  *               s = fma(d * da, (float)I, s);   s = fma(-(dmin * da), (float)M, s)
  *   out = s
- *   q5_k, in ggml_vec_dot_q5_K_q8_K's own order (its AVX2 code; llama.cpp does not repack Q5_K on x86): 8 lanes,
- *   lane l = sum_{k: (k % 32) / 4 = l} sc_{k/32} * q[k] * a[k], acc[l] = fma(d * da, (float)lane, acc[l]), and
- *   summs = fma(-(dmin * da), (float)M, summs) per super-block (M as q4_k's), then out = hsum_float_8(acc) + summs.
  *   q6_k, in ggml_vec_dot_q6_K_q8_K's own order (its AVX2 code, which its AVX-512 builds run too; llama.cpp does
  *   not repack Q6_K on x86, so this is what it runs): 8 lanes, lane l = sum_{k: (k % 32) / 4 = l} sc_{k/16} *
  *   q[k] * a[k] - 32 * (sc_{2l} * bsums[2l] + sc_{2l+1} * bsums[2l+1]) with q the unsigned 6-bit code (exact
@@ -23,11 +20,11 @@
  *   what it runs): 8 lanes, lane l = sum_{j<8} (ls_j - 32) * sum_{k = 32j+4l .. 32j+4l+3} kvalues_iq4nl[q[k]] * a[k]
  *   (exact int32, |lane| < 2^24), acc[l] = fma(d * da, (float)lane, acc[l]) per super-block, then
  *   out = ((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) (hsum_float_8): ggml's bits.
- * Each product d * da rounded to f32, (float)I rounded to nearest. For q4_k ggml combines the integers in other
- * float orders (x86 runs Q4_K repacked: one fma per two sub-blocks in its gemm of 4 tokens, one per super-block in
- * its gemv of the rest, mins in a second accumulator), so a token's bits there depend on its batch;
- * the q4_k order above is ours, and every tile, thread split and SIMD level gives its bits (|I| < 2^28:
- * 256 * 63 * 127 * 128).
+ * Each product d * da rounded to f32, (float)I rounded to nearest. For q4_k / q5_k ggml combines the integers in
+ * other float orders (vec_dot: 8 lanes and a separate mins sum; x86 runs Q4_K repacked: one fma per two
+ * sub-blocks in its gemm of 4 tokens, one per super-block in its gemv of the rest, mins in a second accumulator),
+ * so a token's bits there depend on its batch; the q4_k / q5_k order above is ours, and every tile, thread split
+ * and SIMD level gives its bits (|I| < 2^28: 256 * 63 * 127 * 128).
  */
 #include <math.h>
 #include <string.h>
@@ -64,41 +61,34 @@ static int32_t code_q45(int32_t dtype, const unsigned char *blk, size_t k) {
     return ((*cb_q5_k_qs(blk, k) >> cb_q4_k_shift(k)) & 15) | (((*cb_q5_k_qh(blk, k) >> (k / 32)) & 1) << 4);
 }
 
-/* One super-block's 8 integer lanes of iq4_xs / q5_k / q6_k in ggml's order (above); q5_k's mins sum M in *M. */
-static void block_lanes(int32_t dtype, const unsigned char *blk, const cb_q8k_block *x, int32_t lane[8], int32_t *M) {
+/* One super-block's 8 integer lanes of iq4_xs / q6_k in ggml's order (above). */
+static void block_lanes(int32_t dtype, const unsigned char *blk, const cb_q8k_block *x, int32_t lane[8]) {
     for (size_t k = 0; k < CB_QK_K; k++) {
         int32_t l = (int32_t)(k % 32 / 4);
         if (dtype == CB_IQ4_XS)
             lane[l] += cb_iq4_xs_scale(blk, k / 32) * CB_IQ4_VALUES[(*cb_iq4_xs_qs(blk, k) >> cb_iq4_shift(k)) & 15]
                        * x->qs[k];
-        else if (dtype == CB_Q6_K)
+        else
             lane[l] += (int32_t)(int8_t)blk[192 + k / 16] * (cb_q6_k_code(blk, k) + 32) * x->qs[k];
-        else {
-            int sc, m;
-            cb_q4_k_scale_min(blk, k, &sc, &m);
-            lane[l] += sc * code_q45(dtype, blk, k) * x->qs[k];
-            if (k % 32 == 0) *M += m * (x->bsums[k / 16] + x->bsums[k / 16 + 1]);
-        }
     }
     if (dtype == CB_Q6_K)
         for (int l = 0; l < 8; l++)
             lane[l] -= 32 * ((int8_t)blk[192 + 2 * l] * x->bsums[2 * l] + (int8_t)blk[193 + 2 * l] * x->bsums[2 * l + 1]);
 }
 
-/* iq4_xs's / q5_k's / q6_k's output (t, r) in ggml's lane order (above). */
+/* iq4_xs's / q6_k's output (t, r) in ggml's lane order (above). */
 static float lanes_dot(int32_t dtype, const unsigned char *row, const cb_q8k_block *x, size_t nb, size_t bb) {
-    float acc[8] = {0}, summs = 0.0f;
+    float acc[8] = {0};
     for (size_t b = 0; b < nb; b++, row += bb, x++) {
-        int32_t lane[8] = {0}, M = 0;
-        block_lanes(dtype, row, x, lane, &M);
-        float d = (dtype == CB_IQ4_XS ? cb_iq_half(row) : cb_kq_half(row + (dtype == CB_Q6_K ? 208 : 0))) * x->d;
+        int32_t lane[8] = {0};
+        block_lanes(dtype, row, x, lane);
+        float d = (dtype == CB_IQ4_XS ? cb_iq_half(row) : cb_kq_half(row + 208)) * x->d;
         for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
-        if (dtype == CB_Q5_K) summs = fmaf(-(cb_kq_half(row + 2) * x->d), (float)M, summs);
     }
-    return dtype == CB_Q5_K ? cb_hsum8_ggml(acc) + summs : cb_hsum8_ggml(acc);   /* no + 0.0f: -0 stays -0 */
+    return cb_hsum8_ggml(acc);
 }
 
-/* One super-block of the q4_k reference: the integer sums from the codes, then the float step. */
+/* One super-block of the reference (q4_k, q5_k): the integer sums from the codes, then the float step. */
 static float block_step(int32_t dtype, const unsigned char *blk, const cb_q8k_block *x, float s) {
     int32_t I = 0, M = 0;
     for (size_t j = 0; j < 8; j++) {
@@ -119,7 +109,7 @@ void cb_dot_rows_kq_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_
     for (int32_t r = r0; r < r1; r++) {
         const unsigned char *row = (const unsigned char *)w->data + (size_t)r * rb;
         for (int64_t t = 0; t < nt; t++) {
-            if (w->dtype != CB_Q4_K) {
+            if (w->dtype == CB_IQ4_XS || w->dtype == CB_Q6_K) {
                 outs[t][r] = lanes_dot(w->dtype, row, xk[t], nb, bb);
                 continue;
             }

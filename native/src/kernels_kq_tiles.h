@@ -5,7 +5,7 @@
  * madd_add(acc, a, b) (acc plus vpmaddwd(a, b), exact) and
  * row_ints(ENC, TT, TR, j, blk, kb, xk, b, iv): row j's integer lanes of super-block b added to iv[i * TR + j]
  * for each token i (8 int32 lanes, lane l holding the elements k with (k % 32) / 4 = l: ggml's lanes, which the
- * iq4_xs, q5_k and q6_k tiles keep; q4_k uses only their sum). Everything after the integers (q6's offset, the
+ * iq4_xs and q6_k tiles keep; q4_k / q5_k use only their sum). Everything after the integers (q6's offset, the
  * mins, the reductions, the float steps) is shared code (here and kernels_kq_x86.h), so the levels give the same
  * bits. Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4-8 tokens x 1 row.
  */
@@ -21,7 +21,7 @@ KQ_FN void q6_offset(int TT, int TR, int j, const kqblock *kb, const cb_q8k_bloc
         iv[i * TR + j] = madd_add(iv[i * TR + j], nsc, _mm256_loadu_si256((const __m256i *)xk[i][b].bsums));
 }
 
-/* The integer lanes of one q4_k super-block b: rows one at a time (a row's scales live once), against
+/* The integer lanes of one q4_k / q5_k super-block b: rows one at a time (a row's scales live once), against
  * every token, reduced to one sum per (token, row); the mins sums M. */
 KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, const cb_q8k_block *const *xk,
                       size_t b, __m256i *I, __m256i *M) {
@@ -45,51 +45,42 @@ KQ_FN void block_ints(int ENC, int TT, int TR, const unsigned char *const *blk, 
     *M = reduce4(TT * TR, mv);
 }
 
-/* iq4_xs, q5_k and q6_k in ggml_vec_dot_iq4_xs_q8_K's / _q5_K_ / _q6_K_q8_K's order (kernels_kq.c): per (token, row)
- * pair 8 float lanes taking each super-block's 8 integer lanes times d * da, ggml's hsum at the end; q5_k's mins
- * per pair in one more lane (summs[n] = fma(-(dmin * da), M, summs[n])), added after the hsum. */
+/* iq4_xs and q6_k in ggml_vec_dot_iq4_xs_q8_K's / _q6_K_q8_K's order (kernels_kq.c): per (token, row) pair 8 float
+ * lanes taking each super-block's 8 integer lanes times d * da, ggml's hsum at the end. */
 KQ_FN void lanes_tile(int ENC, int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_block *const *xk,
                       float *const *outs, size_t pf) {
-    const unsigned char *row = d->data + (size_t)r * d->rb, *blk[8];
-    __m256 acc[8], summs = _mm256_setzero_ps();
+    const unsigned char *row = d->data + (size_t)r * d->rb;
+    __m256 acc[8];
 #pragma GCC unroll 8
     for (int n = 0; n < TT * TR; n++) acc[n] = _mm256_setzero_ps();
     for (size_t b = 0; b < d->nb; b++) {
         if (pf) prefetch_span(row + pf, b * d->bb * (size_t)TR, (b + 1) * d->bb * (size_t)TR);
         __m256i iv[8];
-        __m128i mv[8];
 #pragma GCC unroll 8
-        for (int n = 0; n < 8; n++) iv[n] = _mm256_setzero_si256(), mv[n] = _mm_setzero_si128();
+        for (int n = 0; n < 8; n++) iv[n] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int j = 0; j < TR; j++) {
-            blk[j] = row + (size_t)j * d->rb + b * d->bb;
-            kqblock kb = block_of(ENC, blk[j]);
-            row_ints(ENC, TT, TR, j, blk[j], &kb, xk, b, iv);
+            const unsigned char *blk = row + (size_t)j * d->rb + b * d->bb;
+            kqblock kb = block_of(ENC, blk);
+            row_ints(ENC, TT, TR, j, blk, &kb, xk, b, iv);
             if (ENC == CB_Q6_K) q6_offset(TT, TR, j, &kb, xk, b, iv);
             uint16_t h;
-            __builtin_memcpy(&h, blk[j] + (ENC == CB_Q6_K ? 208 : 0), 2);
+            __builtin_memcpy(&h, blk + (ENC == CB_Q6_K ? 208 : 0), 2);
             float dw = _cvtsh_ss(h);
 #pragma GCC unroll 8
             for (int i = 0; i < TT; i++) {
                 __m256 lanes = _mm256_cvtepi32_ps(iv[i * TR + j]);
                 acc[i * TR + j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xk[i][b].d), lanes, acc[i * TR + j]);
-                if (ENC == CB_Q5_K)
-                    mv[i * TR + j] = _mm_madd_epi16(kb.mins, _mm_loadu_si128((const __m128i *)xk[i][b].bsums32));
             }
         }
-        if (ENC == CB_Q5_K)
-            summs = _mm256_fnmadd_ps(_mm256_mul_ps(halves(TT, TR, blk, 2), da_of(TT, TR, xk, b)),
-                                     _mm256_cvtepi32_ps(reduce4(TT * TR, mv)), summs);
     }
-    float extra[8];
-    _mm256_storeu_ps(extra, summs);
-    lanes_store(TT, TR, acc, ENC == CB_Q5_K ? extra : NULL, outs, r);
+    lanes_store(TT, TR, acc, NULL, outs, r);
 }
 
 /* TT tokens x TR rows from row r (TT * TR <= 8); pf != 0: prefetch the bytes pf ahead (the next row tile). */
 KQ_FN void tile(int ENC, int TT, int TR, const kqdesc *d, int32_t r, const cb_q8k_block *const *xk,
                 float *const *outs, size_t pf) {
-    if (ENC != CB_Q4_K) {
+    if (ENC == CB_IQ4_XS || ENC == CB_Q6_K) {
         lanes_tile(ENC, TT, TR, d, r, xk, outs, pf);
         return;
     }

@@ -160,7 +160,7 @@ AVX2_FN __m256 da_of(int TT, int TR, const cb_q8k_block *const *xk, size_t b) {
     return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
 
-/* One q4_k super-block's float step for the tile's TT x TR lanes (kernels_kq.c): acc = fma(d * da, I, acc),
+/* One q4_k / q5_k super-block's float step for the tile's TT x TR lanes (kernels_kq.c): acc = fma(d * da, I, acc),
  * then acc = fma(-(dmin * da), M, acc). I, M as integer lanes; da the activation blocks' d per lane. */
 AVX2_FN __m256 block_float(int TT, int TR, const unsigned char *const *blk, __m256i I, __m256i M, __m256 da,
                            __m256 acc) {
@@ -193,7 +193,7 @@ AVX2_FN void row_ints256(int ENC, int TT, int TR, int j, const unsigned char *bl
     }
 }
 
-/* ggml's hsum_float_8: ((v4 + v0) + (v6 + v2)) + ((v5 + v1) + (v7 + v3)) (the q8_0, q5_1, iq4_xs, q5_k and q6_k tiles' last step). */
+/* ggml's hsum_float_8: ((v4 + v0) + (v6 + v2)) + ((v5 + v1) + (v7 + v3)) (the q8_0, q5_1, iq4_xs and q6_k tiles' last step). */
 AVX2_FN float hsum_ggml(__m256 v) {
     __m128 h = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
@@ -201,8 +201,7 @@ AVX2_FN float hsum_ggml(__m256 v) {
 }
 
 /* The lane tiles' store: pair n = i * TR + j (token i, row j) has its own 8 float lanes acc[n]; outs[i][r + j] =
- * hsum_ggml(acc[n]), plus extra[n] when extra is given (q5_1's m * s sums, q5_k's mins sums: added last as ggml adds
- * them). */
+ * hsum_ggml(acc[n]), plus extra[n] when extra is given (q5_1's m * s sums, added last as ggml adds them). */
 AVX2_FN void lanes_store(int TT, int TR, const __m256 *acc, const float *extra, float *const *outs, int32_t r) {
 #pragma GCC unroll 8
     for (int i = 0; i < TT; i++)

@@ -1,7 +1,7 @@
 /* k-quants and iq4_xs x Q8_K on odd shapes: the active level's cb_dot_rows_kq equals the scalar reference bit for
  * bit, and the scalar reference equals an independent formula written here from ggml's block loops (ggml-quants.c
  * dequantize_row_q4_K / _q5_K / _q6_K walk the codes, ggml_vec_dot_iq4_xs_q8_K_generic the iq4_xs scales; integer
- * sums, then the spec's float order of kernels_kq.c: iq4_xs, q5_k and q6_k ggml's 8 lanes).
+ * sums, then the spec's float order of kernels_kq.c: iq4_xs and q6_k ggml's 8 lanes).
  * The quantizer equals quantize_row_q8_K_ref written out here. K = 1..5 super-blocks, row ranges starting
  * mid-matrix, 1..20 tokens, extreme codes and scales (all 15 / 31 / 63, scale 63 / -128; iq4_xs: blocks of all
  * 0xff (113, ls 63) and all 0x00 (-127, ls 0)) against +-127
@@ -71,31 +71,28 @@ static void unpack(int32_t dtype, const unsigned char *b, int32_t q[256], int32_
         }
 }
 
-/* iq4_xs, q5_k and q6_k: ggml_vec_dot_iq4_xs_q8_K's / _q5_K_ / _q6_K_q8_K's AVX2 loops written out: 8 lanes (lane l:
- * elements 4l .. 4l+3 of each 32; q6: its unsigned codes, then minus 32 * (sc[2l] * bsum[2l] + sc[2l+1] *
- * bsum[2l+1]), the bsums of 16 activation codes counted here), their super-block's integers times d * y.d added per
- * lane, then hsum_float_8; q5_k's mins: summs = fma(-(dmin * y.d), sum_k m * a, summs), added after the hsum. */
+/* iq4_xs and q6_k: ggml_vec_dot_iq4_xs_q8_K's / _q6_K_q8_K's AVX2 loops written out: 8 lanes (lane l: elements
+ * 4l .. 4l+3 of each 32; q6: its unsigned codes, then minus 32 * (sc[2l] * bsum[2l] + sc[2l+1] * bsum[2l+1]), the
+ * bsums of 16 activation codes counted here), their super-block's integers times d * y.d added per lane, then
+ * hsum_float_8. */
 static float ggml_lanes_dot(int32_t dtype, const unsigned char *row, int32_t nb, size_t bb, const cb_q8k_block *x) {
-    float acc[8] = {0}, h[4], summs = 0.0f;
+    float acc[8] = {0}, h[4];
     for (int32_t b = 0; b < nb; b++, row += bb, x++) {
-        int32_t q[256], sc[16], mn[8], lane[8] = {0}, M = 0, g = dtype == CB_Q6_K ? 16 : 32;
+        int32_t q[256], sc[16], mn[8], lane[8] = {0}, g = dtype == CB_Q6_K ? 16 : 32;
         unpack(dtype, row, q, sc, mn);
         for (int k = 0; k < 256; k++) lane[(k % 32) / 4] += sc[k / g] * q[k] * x->qs[k];
         for (int l = 0; l < 8 && dtype == CB_Q6_K; l++)
             for (int k = 32 * l; k < 32 * l + 32; k++) lane[l] -= 32 * sc[k / 16] * x->qs[k];
         float d = half(row + (dtype == CB_Q6_K ? 208 : 0)) * x->d;
         for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
-        if (dtype != CB_Q5_K) continue;
-        for (int k = 0; k < 256; k++) M += mn[k / 32] * x->qs[k];
-        summs = fmaf(-(half(row + 2) * x->d), (float)M, summs);
     }
     for (int i = 0; i < 4; i++) h[i] = acc[i + 4] + acc[i];
     float lo = h[0] + h[2], hi = h[1] + h[3];
-    return dtype == CB_Q5_K ? (lo + hi) + summs : lo + hi;
+    return lo + hi;
 }
 
 static float spec_dot(int32_t dtype, const unsigned char *row, int32_t nb, size_t bb, const cb_q8k_block *x) {
-    if (dtype != CB_Q4_K) return ggml_lanes_dot(dtype, row, nb, bb, x);
+    if (dtype == CB_IQ4_XS || dtype == CB_Q6_K) return ggml_lanes_dot(dtype, row, nb, bb, x);
     float s = 0.0f;
     for (int32_t b = 0; b < nb; b++, row += bb, x++) {
         int32_t q[256], sc[16], mn[8], I = 0, M = 0;

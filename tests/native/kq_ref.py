@@ -5,10 +5,10 @@ f16 factors; parts_dequantize rebuilds the weights from them as ggml's dequantiz
 against gguf.quants.dequantize, so the parts are the oracle's). quantize_q8k is ggml's quantize_row_q8_K_ref
 (per 256 inputs: max = the first input of the largest |x|, iscale = -127 / max, q = min(127, rint(iscale * x)),
 d = 1 / iscale, bsums of 16). kq_matmul: per output (t, r) and super-block b in order, integer sums in int64
-(q4_k: I = sum_j sc_j * sum_{k in j} q * a, M = sum_j m_j * bsum32_j), then s = fma(d * da, I, s) and
-s = fma(-(dmin * da), M, s). iq4_xs (block_iq4_xs, gguf.quants' kvalues: q the signed value, sc = ls - 32 per 32),
-q5_k (its mins in a separate fma chain, added last) and q6_k (sc per 16, the -32 offset through the bsums) take
-ggml_vec_dot_iq4_xs_q8_K's / _q5_K_ / _q6_K_q8_K's own order (8 lanes, hsum_float_8 at the end).
+(q4_k / q5_k: I = sum_j sc_j * sum_{k in j} q * a, M = sum_j m_j * bsum32_j), then s = fma(d * da, I, s) and
+s = fma(-(dmin * da), M, s). iq4_xs (block_iq4_xs, gguf.quants' kvalues: q the signed value, sc = ls - 32 per 32)
+and q6_k (sc per 16, the -32 offset through the bsums) take ggml_vec_dot_iq4_xs_q8_K's / _q6_K_q8_K's own order
+(8 lanes, hsum_float_8 at the end).
 """
 import numpy as np
 
@@ -109,39 +109,29 @@ def kq_matmul(x, raw, scheme, rows, cols):
     codes = p["codes"].reshape(rows, nb, QK)
     qa, da, bsums = quantize_q8k(x)
     n = qa.shape[0]
-    if scheme != "q4_k":
+    if scheme in ("iq4_xs", "q6_k"):
         return _ggml_lanes(p, scheme, codes, qa, da, bsums, rows, nb)
     s = np.zeros((n, rows), np.float32)
     for b in range(nb):
-        sc = p["sc"].reshape(rows, nb, 8)[:, b]
+        sc, m = p["sc"].reshape(rows, nb, 8)[:, b], p["m"].reshape(rows, nb, 8)[:, b]
         prod = codes[None, :, b, :] * qa[:, None, b, :]
         I = (prod.reshape(n, rows, 8, 32).sum(axis=3) * sc[None]).sum(axis=2)
+        M = (m[None] * bsums[:, None, b, :].reshape(n, 1, 8, 2).sum(axis=3)).sum(axis=2)
         assert np.abs(I).max(initial=0) < 2 ** 31
         dw = p["d"].reshape(rows, nb)[:, b]
         dd = (dw[None, :] * da[:, b, None]).astype(np.float32)
         s = fma32(dd, I.astype(np.float32), s)
-        s = fma32(-_dmin_da(p, da, rows, nb, b), _mins(p, bsums, rows, nb, b).astype(np.float32), s)
+        dm = (p["dmin"].reshape(rows, nb)[:, b][None, :] * da[:, b, None]).astype(np.float32)
+        s = fma32(-dm, M.astype(np.float32), s)
     return s
 
 
-def _mins(p, bsums, rows, nb, b):
-    """M [n, rows] of super-block b: sum_j m_j * (bsums[2j] + bsums[2j+1])."""
-    m = p["m"].reshape(rows, nb, 8)[:, b]
-    return (m[None] * bsums[:, None, b, :].reshape(-1, 1, 8, 2).sum(axis=3)).sum(axis=2)
-
-
-def _dmin_da(p, da, rows, nb, b):
-    return (p["dmin"].reshape(rows, nb)[:, b][None, :] * da[:, b, None]).astype(np.float32)
-
-
 def _ggml_lanes(p, scheme, codes, qa, da, bsums, rows, nb):
-    """iq4_xs, q5_k and q6_k in ggml_vec_dot_iq4_xs_q8_K's / _q5_K_ / _q6_K_q8_K's order: per super-block 8 integer
-    lanes (lane l: elements 4l .. 4l+3 of each 32, times their scale; q6_k: its unsigned codes, then minus 32 *
-    (sc_2l * bsums_2l + sc_2l+1 * bsums_2l+1)), acc_l = fma(d * da, lane_l, acc_l), then hsum_float_8's sum; q5_k
-    plus summs = fma(-(dmin * da), M, summs) over the super-blocks, added last."""
+    """iq4_xs and q6_k in ggml_vec_dot_iq4_xs_q8_K's / _q6_K_q8_K's order: per super-block 8 integer lanes (lane l:
+    elements 4l .. 4l+3 of each 32, times their scale; q6_k: its unsigned codes, then minus 32 * (sc_2l * bsums_2l +
+    sc_2l+1 * bsums_2l+1)), acc_l = fma(d * da, lane_l, acc_l), then hsum_float_8's sum."""
     n = qa.shape[0]
     acc = np.zeros((8, n, rows), np.float32)
-    summs = np.zeros((n, rows), np.float32)
     for b in range(nb):
         prod = codes[None, :, b, :] * qa[:, None, b, :]                          # [n, rows, 256]
         if scheme == "q6_k":
@@ -155,9 +145,7 @@ def _ggml_lanes(p, scheme, codes, qa, da, bsums, rows, nb):
         dd = (p["d"].reshape(rows, nb)[:, b][None, :] * da[:, b, None]).astype(np.float32)
         for lane in range(8):
             acc[lane] = fma32(dd, lanes[..., lane].astype(np.float32), acc[lane])
-        if scheme == "q5_k":
-            summs = fma32(-_dmin_da(p, da, rows, nb, b), _mins(p, bsums, rows, nb, b).astype(np.float32), summs)
-    return (hsum8(acc) + summs).astype(np.float32) if scheme == "q5_k" else hsum8(acc)
+    return hsum8(acc)
 
 
 def quantization_bound(x, weights):

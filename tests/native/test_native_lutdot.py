@@ -153,8 +153,8 @@ def test_expert_every_level_batch_rows_and_threads_equal_scalar(rts, scheme):
 def test_products_are_ggml_cpus_own_vec_dot(rts, scheme):
     """Against llama.cpp's own code (ggml_ref.py: its type_traits' from_float and vec_dot through ctypes on the
     llama.cpp build): the same integers, ggml's float order (its 8 lanes) against ours, so within the reordering
-    bound of the block terms: (blocks + 16) * 2^-24 * sum |w| |x|; q8_0, q5_1, iq4_xs, q5_k and q6_k, in ggml's
-    own order, equal to the bit (skipped when llama.cpp is not built)."""
+    bound of the block terms: (blocks + 16) * 2^-24 * sum |w| |x|; q8_0, q5_1, iq4_xs and q6_k, in ggml's own
+    order, equal to the bit (skipped when llama.cpp is not built)."""
     from ggml_ref import ggml_products, load
     libs = load()
     if libs is None:
@@ -167,5 +167,5 @@ def test_products_are_ggml_cpus_own_vec_dot(rts, scheme):
     deq = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[scheme.upper()]).astype(np.float64)
     bound = (1024 // 32 + 16) * 2.0 ** -24 * (np.abs(x).astype(np.float64) @ np.abs(deq).T)
     assert (np.abs(got.astype(np.float64) - want) <= bound).all()
-    if scheme in ("q8_0", "q5_1", "iq4_xs", "q5_k", "q6_k"):   # ggml's own vec_dot order: its bits exactly
+    if scheme in ("q8_0", "q5_1", "iq4_xs", "q6_k"):   # these take ggml's own vec_dot order: its bits exactly
         assert np.array_equal(got, want)
