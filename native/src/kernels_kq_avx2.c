@@ -4,10 +4,10 @@
  * Role: cb_dot_rows_kq at the avx2 level. Per 32 codes of a row (one Q4_K / Q5_K / IQ4_XS sub-block, two Q6_K scale
  * groups) the codes as one register, per token one vpmaddubsw (u8 x s8 -> int16 pairs, no saturation) and one
  * vpmaddwd by the 16-bit scales (the pairs times their scale, summed to int32), as ggml's AVX2 vec_dot does
- * (kernels_kq_x86.h row_ints256). The rest (q4_k: per super-block the lanes summed exactly, the mins against
- * bsums32, the float step per (token, row); q5_k / q6_k / iq4_xs: ggml's 8 lanes kept in float, q5's mins in one
- * more lane, q6's -32 offset per lane from the bsums by this level's madd_add, vpmaddwd + vpaddd) is
- * kernels_kq_x86.h / kernels_kq_tiles.h, shared with the AVX-512 level: the bits are the scalar reference's.
+ * (kernels_kq_x86.h row_ints256). The rest (q4_k / q5_k: per super-block the lanes summed exactly, the mins
+ * against bsums32, the float step per (token, row); q6_k / iq4_xs: ggml's 8 lanes kept in float, q6's -32 offset
+ * per lane from the bsums by this level's madd_add, vpmaddwd + vpaddd) is kernels_kq_x86.h / kernels_kq_tiles.h,
+ * shared with the AVX-512 level: the bits are the scalar reference's.
  */
 #include "kernels.h"
 #include "kquants.h"
