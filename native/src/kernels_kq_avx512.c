@@ -6,10 +6,11 @@
  * unsigned codes (the 32 code bytes broadcast to both halves, one variable shift per half), the scales per int16
  * lane by one vpermw, then per token one vpmaddubsw and one vpdpwssd (AVX512-VNNI: the AVX2 level's vpmaddwd and
  * vpaddd in one instruction, the same non-saturating int32 sums) into a 16-lane int32 accumulator whose halves are
- * added into the 8 lanes the shared code reduces. The integer sums are exact, and the rest (q6's offset, the mins, the reductions, the float step) is literally the AVX2
- * code (kernels_kq_x86.h, kernels_kq_tiles.h): the same bits as the scalar reference (the level tests compare it
- * with the scalar kernel where the CPU has AVX-512; run on Zen 4). IQ4_XS (signed
- * codes) runs the AVX2 level's 256-bit row_ints256 compiled for this target.
+ * added into the 8 lanes the shared code reduces (or, for q6_k, keeps: ggml's lanes). The integer sums are exact,
+ * and the rest (q6's offset, by this level's madd_add = vpdpwssd, the mins, the reductions, the float steps) is the
+ * AVX2 code (kernels_kq_x86.h, kernels_kq_tiles.h): the same bits as the scalar reference (the level tests compare
+ * it with the scalar kernel where the CPU has AVX-512; run on Zen 4). IQ4_XS (signed codes) runs the AVX2 level's
+ * 256-bit row_ints256 compiled for this target.
  */
 #include "kernels.h"
 #include "kquants.h"
