@@ -23,6 +23,7 @@ class Encoding:
     zero_point: bool     # one int32 zero point per matrix
     qmax: int            # integer kinds: |q| <= qmax (minmax: -qmax-1 <= q <= qmax)
     block_bytes: int     # SCALE_BLOCK / SCALE_SUPER: bytes of one block of `group` elements (scales inside), else 0
+    row_group: int = 1   # rows stored in groups of this many (rows a multiple of it; q4_k_r8: 8), else 1
 
     def row_bytes(self, cols):
         if self.scale_kind == SCALE_BLOCK:      # blocks of `group` codes, the last one may be short
@@ -37,16 +38,18 @@ class Encoding:
         return self.scale_kind in (SCALE_ROW, SCALE_GROUP, SCALE_MATRIX)
 
     def data_bytes(self, rows, cols):
-        """rows * row_bytes; -1 when no row of `cols` exists (a SUPER encoding's cols not whole blocks), as C's."""
+        """rows * row_bytes; -1 when no row of `cols` exists (a SUPER encoding's cols not whole blocks) or rows are
+        not whole row groups, as C's."""
         rb = self.row_bytes(cols)
-        return -1 if rb < 0 else rows * rb
+        return -1 if rb < 0 or rows % self.row_group else rows * rb
 
     def scale_count(self, rows, cols):
         return {SCALE_ROW: rows, SCALE_GROUP: rows * (-(-cols // max(self.group, 1))),
                 SCALE_MATRIX: 1}.get(self.scale_kind, 0)
 
 
-# (name, dtype, bits, is_int, scale_kind, group, zero_point, qmax, block_bytes): cb_encoding rows, by cb_dtype code
+# (name, dtype, bits, is_int, scale_kind, group, zero_point, qmax, block_bytes[, row_group]): cb_encoding rows, by
+# cb_dtype code
 _TABLE = (
     ("f32", 0, 32, False, SCALE_NONE, 0, False, 0, 0),
     ("f16", 1, 16, False, SCALE_NONE, 0, False, 0, 0),
@@ -68,6 +71,7 @@ _TABLE = (
     ("iq4_nl", 17, 4, True, SCALE_SUPER, 32, False, 127, 18),
     ("q5_0", 18, 5, True, SCALE_SUPER, 32, False, 16, 22),
     ("q5_1", 19, 5, True, SCALE_SUPER, 32, False, 31, 24),
+    ("q4_k_r8", 20, 4, True, SCALE_SUPER, 256, False, 15, 144, 8),     # q4_k's blocks, 8 rows interleaved
 )
 
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..encodings import BY_NAME, SCALE_BLOCK, SCALE_GROUP, SCALE_ROW, SCALE_SUPER, encoding
 from ..errors import InvalidArgument
-from . import iquants, kquants, mxfp4, q5quants
+from . import iquants, kquants, kquants_r8, mxfp4, q5quants
 from .layout import PART_ALIGN, SCHEMES, SILU, ExpertLayout, MatrixLayout, scheme_of
 
 
@@ -78,9 +78,16 @@ class Encoded:
         return (self.rows, self.cols)
 
 # the SCALE_SUPER encodings (llama.cpp's blocks kept whole), by scheme: their quantizer and exact dequantizer
-_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **mxfp4.QUANTIZE, **iquants.QUANTIZE, **q5quants.QUANTIZE}
-_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **mxfp4.DEQUANTIZE, **iquants.DEQUANTIZE,
+_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **kquants_r8.QUANTIZE, **mxfp4.QUANTIZE, **iquants.QUANTIZE,
+                         **q5quants.QUANTIZE}
+_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **kquants_r8.DEQUANTIZE, **mxfp4.DEQUANTIZE, **iquants.DEQUANTIZE,
                            **q5quants.DEQUANTIZE}
+
+
+def holds_blocks_of(scheme, stored):
+    """True when a matrix stored as `stored` blocks is written in `scheme` by copying its bytes (the same
+    encoding, or a layout of the same blocks: q4_k_r8 of q4_k), never requantizing."""
+    return stored is not None and (stored == scheme or kquants_r8.RELAYOUT.get(scheme, (None,))[0] == stored)
 
 
 def quantize_matrix(w, scheme):
@@ -118,7 +125,19 @@ def quantize_matrix(w, scheme):
     return _quantize_minmax(w)
 
 
+def block_bytes(blob, m):
+    """(encoding, bytes) of MatrixLayout m's blocks in their plain row order: a q4_k_r8 matrix's Q4_K blocks as a
+    GGUF holds them (q4_k, deinterleaved), any other matrix's data as stored."""
+    raw = np.asarray(blob, np.uint8)[m.data_offset:m.data_offset + m.data_bytes]
+    name = encoding(m.dtype).name
+    if name in kquants_r8.RELAYOUT:
+        return kquants_r8.RELAYOUT[name][0], kquants_r8.deinterleave(raw, m.rows, m.cols).reshape(-1)
+    return name, raw
+
+
 def _encoded_data(w, scheme):
+    if w.scheme != scheme and holds_blocks_of(scheme, w.scheme):       # the same blocks, laid out anew
+        return kquants_r8.RELAYOUT[scheme][1](_encoded_data(w, w.scheme), w.rows, w.cols)
     if w.scheme != scheme:
         raise InvalidArgument(f"matrix stored as {w.scheme} cannot be written as {scheme} without requantizing")
     if BY_NAME[scheme].scale_kind == SCALE_SUPER and w.cols % BY_NAME[scheme].group:
@@ -381,6 +400,8 @@ def pack_matrix_stream(read_rows, rows, cols, scheme, chunk_rows):
     by chunk, the scales follow; bit-identical to pack_matrix of the whole matrix."""
     if not rows_separable(scheme):
         raise InvalidArgument(f"pack_matrix_stream: {scheme!r} scales the whole matrix at once")
+    group = BY_NAME[scheme].row_group
+    chunk_rows = -(-chunk_rows // group) * group        # whole row groups per chunk (q4_k_r8: 8 rows)
     n0 = min(rows, chunk_rows)
     first = quantize_matrix(read_rows(0, n0), scheme)
     data_bytes = rows * (first[0].nbytes // n0)

@@ -13,5 +13,5 @@ def encoding_table():
         e = lib.cb_encoding_of(code)
         out.append(Encoding(ffi.string(e.name).decode(), int(e.dtype), int(e.bits), bool(e.is_int),
                             int(e.scale_kind), int(e.group), bool(e.zero_point), int(e.qmax),
-                            int(e.block_bytes)))
+                            int(e.block_bytes), int(e.row_group)))
     return tuple(out)

@@ -17,6 +17,8 @@ def _check_matrix(m, nbytes, name):
     if enc is None:
         raise InvalidArgument(f"{name}: unknown dtype code {m.dtype}")
     need = enc.data_bytes(m.rows, m.cols)
+    if need < 0 and m.rows % enc.row_group:
+        raise InvalidArgument(f"{name}: {enc.name} stores rows in groups of {enc.row_group}, got {m.rows}x{m.cols}")
     if need < 0:
         raise InvalidArgument(f"{name}: {enc.name} needs cols a multiple of {enc.group} (whole blocks), "
                               f"got {m.rows}x{m.cols}")

@@ -75,6 +75,12 @@ extern "C" {
  *                 IQ4_NL's; q in [0, 31]; one rounded multiply; native/src/q5quants.h)
  *   CB_Q5_1       q * d + m                            (llama.cpp's Q5_1 blocks, bit for bit: 24 bytes per 32:
  *                 f16 d, f16 m, then Q5_0's qh and nibbles; the product rounded to f32, then the sum)
+ *   CB_Q4_K_R8    d1 * q - m1                          (CB_Q4_K's blocks, every byte kept, laid out 8 rows at a time
+ *                 so a vector holds 8 rows: rows must be a multiple of 8 (row_group); rows 8g .. 8g+7
+ *                 are cols/256 units of 1152 bytes, unit b: their 8 blocks b' f16 d (row order),
+ *                 then the 8 f16 dmin, then the 8 x 12 scale bytes, then for 32-byte code run p
+ *                 (0..3) and 8-byte piece c (0..3) 64 bytes: rows 0 4 1 5 2 6 3 7's code bytes
+ *                 32p + 8c .. 32p + 8c + 7; the values are CB_Q4_K's; native/src/kquants_r8.h)
  *
  * CB_ENCODING_LIST is the one list of encodings: one row each, in cb_dtype code order
  * (the codes are stored in .colibri containers: never renumber a row). It generates the
@@ -82,31 +88,32 @@ extern "C" {
  * facts Python's colibri_dist/encodings.py copies, checked by a test); each kernel level
  * has a table indexed by these codes (native/src/kernels.h). Columns, as cb_encoding:
  *   X(ID -> CB_<ID>, code, name, bits, is_int, scale kind -> CB_SCALE_<kind>, group, zero_point, qmax,
- *     block_bytes)
+ *     block_bytes, row_group)
  * cffi's cdef runs no preprocessor, so this list and the enum sit outside the CFFI block:
  * native/build_ffi.py reads the IDs from the rows and declares the enum to cffi with the
  * values left to the C compiler (cffi's "...": the codes cannot drift between the two). */
 #define CB_ENCODING_LIST(X)                                            \
-    X(F32,       0, "f32",         32, 0, NONE,   0,   0, 0,   0)     \
-    X(F16,       1, "f16",         16, 0, NONE,   0,   0, 0,   0)     \
-    X(BF16,      2, "bf16",        16, 0, NONE,   0,   0, 0,   0)     \
-    X(I8_ROW,    3, "int8",         8, 1, ROW,    0,   0, 127, 0)     \
-    X(I8_G32,    4, "int8-g32",     8, 1, GROUP,  32,  0, 127, 0)     \
-    X(I8_G64,    5, "int8-g64",     8, 1, GROUP,  64,  0, 127, 0)     \
-    X(I8_G128,   6, "int8-g128",    8, 1, GROUP,  128, 0, 127, 0)     \
-    X(I8_MINMAX, 7, "int8-minmax",  8, 1, MATRIX, 0,   1, 127, 0)     \
-    X(I4_G32,    8, "int4-g32",     4, 1, GROUP,  32,  0, 7,   0)     \
-    X(I4_G64,    9, "int4-g64",     4, 1, GROUP,  64,  0, 7,   0)     \
-    X(I6_G64,   10, "int6-g64",     6, 1, GROUP,  64,  0, 31,  0)     \
-    X(Q8_0,     11, "q8_0",         8, 1, BLOCK,  32,  0, 127, 34)    \
-    X(Q4_K,     12, "q4_k",         4, 1, SUPER,  256, 0, 15,  144)   \
-    X(Q6_K,     13, "q6_k",         6, 1, SUPER,  256, 0, 32,  210)   \
-    X(Q5_K,     14, "q5_k",         5, 1, SUPER,  256, 0, 31,  176)   \
-    X(MXFP4,    15, "mxfp4",        4, 1, SUPER,  32,  0, 12,  17)    \
-    X(IQ4_XS,   16, "iq4_xs",       4, 1, SUPER,  256, 0, 127, 136)   \
-    X(IQ4_NL,   17, "iq4_nl",       4, 1, SUPER,  32,  0, 127, 18)    \
-    X(Q5_0,     18, "q5_0",         5, 1, SUPER,  32,  0, 16,  22)    \
-    X(Q5_1,     19, "q5_1",         5, 1, SUPER,  32,  0, 31,  24)
+    X(F32,       0, "f32",         32, 0, NONE,   0,   0, 0,   0, 1)     \
+    X(F16,       1, "f16",         16, 0, NONE,   0,   0, 0,   0, 1)     \
+    X(BF16,      2, "bf16",        16, 0, NONE,   0,   0, 0,   0, 1)     \
+    X(I8_ROW,    3, "int8",         8, 1, ROW,    0,   0, 127, 0, 1)     \
+    X(I8_G32,    4, "int8-g32",     8, 1, GROUP,  32,  0, 127, 0, 1)     \
+    X(I8_G64,    5, "int8-g64",     8, 1, GROUP,  64,  0, 127, 0, 1)     \
+    X(I8_G128,   6, "int8-g128",    8, 1, GROUP,  128, 0, 127, 0, 1)     \
+    X(I8_MINMAX, 7, "int8-minmax",  8, 1, MATRIX, 0,   1, 127, 0, 1)     \
+    X(I4_G32,    8, "int4-g32",     4, 1, GROUP,  32,  0, 7,   0, 1)     \
+    X(I4_G64,    9, "int4-g64",     4, 1, GROUP,  64,  0, 7,   0, 1)     \
+    X(I6_G64,   10, "int6-g64",     6, 1, GROUP,  64,  0, 31,  0, 1)     \
+    X(Q8_0,     11, "q8_0",         8, 1, BLOCK,  32,  0, 127, 34, 1)    \
+    X(Q4_K,     12, "q4_k",         4, 1, SUPER,  256, 0, 15,  144, 1)   \
+    X(Q6_K,     13, "q6_k",         6, 1, SUPER,  256, 0, 32,  210, 1)   \
+    X(Q5_K,     14, "q5_k",         5, 1, SUPER,  256, 0, 31,  176, 1)   \
+    X(MXFP4,    15, "mxfp4",        4, 1, SUPER,  32,  0, 12,  17, 1)    \
+    X(IQ4_XS,   16, "iq4_xs",       4, 1, SUPER,  256, 0, 127, 136, 1)   \
+    X(IQ4_NL,   17, "iq4_nl",       4, 1, SUPER,  32,  0, 127, 18, 1)    \
+    X(Q5_0,     18, "q5_0",         5, 1, SUPER,  32,  0, 16,  22, 1)    \
+    X(Q5_1,     19, "q5_1",         5, 1, SUPER,  32,  0, 31,  24, 1)    \
+    X(Q4_K_R8,  20, "q4_k_r8",      4, 1, SUPER,  256, 0, 15,  144, 8)
 
 #define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
 typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;
@@ -146,6 +153,7 @@ typedef struct {
     int32_t zero_point;   /* 1: one int32 zero point per matrix */
     int32_t qmax;         /* integer kinds: |q| <= qmax (minmax: q in [-qmax-1, qmax]); 0 for floats */
     int32_t block_bytes;  /* CB_SCALE_BLOCK / CB_SCALE_SUPER: bytes of one block of `group` elements, else 0 */
+    int32_t row_group;    /* rows are stored in groups of this many (a matrix's rows a multiple of it); 1: row by row */
 } cb_encoding;
 
 /* The encoding of a cb_dtype code; NULL when the code is unknown. */

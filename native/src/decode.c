@@ -12,6 +12,7 @@
 #include "cb_internal.h"
 #include "kernels.h"
 #include "kquants.h"
+#include "kquants_r8.h"
 #include "mxfp4.h"
 #include "iquants.h"
 #include "q5quants.h"
@@ -102,6 +103,19 @@ static void dec_q4_k(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *
     }
 }
 
+/* CB_Q4_K_R8 (kquants_r8.h): row r's blocks gathered back, then Q4_K's values. */
+static void dec_q4_k_r8(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    size_t nb = (size_t)w->cols / CB_QK_K;
+    unsigned char blk[CB_Q4_K_BYTES];
+    for (size_t k = k0; k < k0 + n; k++) {
+        size_t j = k % CB_QK_K;
+        if (k == k0 || j == 0) cb_r8_block(w->data, nb, (size_t)r, k / CB_QK_K, blk);
+        float d1, m1;
+        cb_q4_k_factors(blk, j, &d1, &m1);
+        out[k - k0] = d1 * (float)((*cb_q4_k_qs(blk, j) >> cb_q4_k_shift(j)) & 15) - m1;
+    }
+}
+
 /* llama.cpp Q5_K super-blocks (CB_Q5_K, kquants.h): d1 * q - m1 as Q4_K, q's 5th bit from qh. */
 static void dec_q5_k(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
     const unsigned char *b = row_of(w, r);
@@ -173,7 +187,7 @@ static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group, [CB_I6_G64] = dec_i6_group,
     [CB_Q8_0] = dec_q8_0, [CB_Q4_K] = dec_q4_k, [CB_Q6_K] = dec_q6_k, [CB_Q5_K] = dec_q5_k,
     [CB_MXFP4] = dec_mxfp4, [CB_IQ4_XS] = dec_iq4_xs, [CB_IQ4_NL] = dec_iq4_nl,
-    [CB_Q5_0] = dec_q5, [CB_Q5_1] = dec_q5,
+    [CB_Q5_0] = dec_q5, [CB_Q5_1] = dec_q5, [CB_Q4_K_R8] = dec_q4_k_r8,
 };
 
 cb_row_decoder cb_row_decoder_of(int32_t dtype) {

@@ -9,8 +9,8 @@
 #include "cb_internal.h"
 
 /* One entry per row of CB_ENCODING_LIST (colibri.h), at its code. */
-#define ENCODING_ROW(ID, CODE, NAME, BITS, IS_INT, SCALE, GROUP, ZERO, QMAX, BLOCK_BYTES) \
-    [CB_##ID] = {NAME, CB_##ID, BITS, IS_INT, CB_SCALE_##SCALE, GROUP, ZERO, QMAX, BLOCK_BYTES},
+#define ENCODING_ROW(ID, CODE, NAME, BITS, IS_INT, SCALE, GROUP, ZERO, QMAX, BLOCK_BYTES, ROW_GROUP) \
+    [CB_##ID] = {NAME, CB_##ID, BITS, IS_INT, CB_SCALE_##SCALE, GROUP, ZERO, QMAX, BLOCK_BYTES, ROW_GROUP},
 static const cb_encoding TABLE[CB_DTYPE_COUNT] = {CB_ENCODING_LIST(ENCODING_ROW)};
 
 /* The codes are the rows' positions: 0 .. CB_DTYPE_COUNT-1, none skipped or repeated
@@ -41,7 +41,7 @@ int cb_has_scale_array(const cb_encoding *e) {
 
 int64_t cb_matrix_data_bytes(int32_t dtype, int32_t rows, int32_t cols) {
     int64_t rb = cb_row_bytes(dtype, cols);
-    return rb < 0 || rows < 0 ? -1 : rb * rows;
+    return rb < 0 || rows < 0 || rows % cb_encoding_of(dtype)->row_group ? -1 : rb * rows;
 }
 
 int64_t cb_matrix_scale_count(int32_t dtype, int32_t rows, int32_t cols) {

@@ -28,6 +28,7 @@ static const int QPATH[CB_DTYPE_COUNT] = {
     [CB_I4_G64] = CB_QPATH_W4A8,
     [CB_I6_G64] = CB_QPATH_W6A8,
     [CB_Q4_K] = CB_QPATH_KQ,
+    [CB_Q4_K_R8] = CB_QPATH_KQ,
     [CB_Q5_K] = CB_QPATH_KQ,
     [CB_Q6_K] = CB_QPATH_KQ,
     [CB_Q8_0] = CB_QPATH_Q80,
@@ -96,6 +97,9 @@ cb_status cb_check_matrix(const cb_matrix *m, const char *what, int32_t rows, in
     if (cb_row_bytes(m->dtype, cols) < 0)
         return cb_fail(CB_E_INVALID, "%s: %s needs cols a multiple of %d (whole blocks), got %d", what,
                        enc->name, (int)enc->group, (int)cols);
+    if (rows % enc->row_group)
+        return cb_fail(CB_E_INVALID, "%s: %s stores rows in groups of %d, got %d rows", what, enc->name,
+                       (int)enc->row_group, (int)rows);
     if (cb_has_scale_array(enc) && !m->scales)
         return cb_fail(CB_E_INVALID, "%s: %s matrix without scales", what, enc->name);
     if (enc->zero_point) {

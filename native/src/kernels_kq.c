@@ -24,7 +24,8 @@
  * other float orders (vec_dot: 8 lanes and a separate mins sum; x86 runs Q4_K repacked: one fma per two
  * sub-blocks in its gemm of 4 tokens, one per super-block in its gemv of the rest, mins in a second accumulator),
  * so a token's bits there depend on its batch; the q4_k / q5_k order above is ours, and every tile, thread split
- * and SIMD level gives its bits (|I| < 2^28: 256 * 63 * 127 * 128).
+ * and SIMD level gives its bits (|I| < 2^28: 256 * 63 * 127 * 128). q4_k_r8 (the same blocks, 8 rows interleaved:
+ * kquants_r8.h) computes q4_k's I, M and steps, so its outputs are q4_k's bit for bit (kernels_kq_r8.h on x86).
  */
 #include <math.h>
 #include <string.h>
@@ -32,6 +33,7 @@
 #include "kernels.h"
 #include "kquants.h"
 #include "iquants.h"
+#include "kquants_r8.h"
 
 void cb_quantize_row_q8k(const float *x, int32_t K, cb_q8k_block *y) {
     const cb_kernel_table *kt = cb_kernels();
@@ -103,10 +105,26 @@ static float block_step(int32_t dtype, const unsigned char *blk, const cb_q8k_bl
     return fmaf(-(cb_kq_half(blk + 2) * x->d), (float)M, s);
 }
 
+/* q4_k_r8's output (t, r): row r's blocks gathered back (kquants_r8.h), then q4_k's steps: q4_k's bits. */
+float cb_dot_r8_row(const cb_matrix *w, int32_t r, const cb_q8k_block *x) {
+    size_t nb = (size_t)w->cols / CB_QK_K;
+    unsigned char blk[CB_Q4_K_BYTES];
+    float s = 0.0f;
+    for (size_t b = 0; b < nb; b++) {
+        cb_r8_block(w->data, nb, (size_t)r, b, blk);
+        s = block_step(CB_Q4_K, blk, &x[b], s);
+    }
+    return s;
+}
+
 void cb_dot_rows_kq_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
                            float *const *outs, int64_t nt) {
     size_t nb = (size_t)w->cols / CB_QK_K, rb = (size_t)cb_row_bytes(w->dtype, w->cols), bb = rb / nb;
     for (int32_t r = r0; r < r1; r++) {
+        if (w->dtype == CB_Q4_K_R8) {
+            for (int64_t t = 0; t < nt; t++) outs[t][r] = cb_dot_r8_row(w, r, xk[t]);
+            continue;
+        }
         const unsigned char *row = (const unsigned char *)w->data + (size_t)r * rb;
         for (int64_t t = 0; t < nt; t++) {
             if (w->dtype == CB_IQ4_XS || w->dtype == CB_Q6_K) {

@@ -11,6 +11,7 @@
  */
 #include "kernels.h"
 #include "kquants.h"
+#include "kquants_r8.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels_kq_x86.h"
 
@@ -21,9 +22,45 @@ AVX2_FN void row_ints(int ENC, int TT, int TR, int j, const unsigned char *blk, 
 
 AVX2_FN __m256i madd_add(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
 
+/* q4_k_r8 (kernels_kq_r8.h): the AVX-512 level's r8_ints on the unit's two 256-bit halves (rows 0 4 1 5, then
+ * 2 6 3 7), one nibble at a time (8 live code registers would not fit 16 with the tokens' sums); vpmaddwd + vpaddd
+ * for vpdpwssd; the halves' int32 pairs added by vpphaddd, their qwords put in lane order. The same integers. */
+AVX2_FN void r8_ints(int TT, const unsigned char *u, const __m256i sc[2], const cb_q8k_block *const *xk, size_t b,
+                     __m256i *I) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i acc[2][4];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+        for (int i = 0; i < TT; i++) acc[h][i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {              /* sub-block j: run j / 2, its low (even j) or high nibbles */
+            int p = j / 2, shift = 4 * (j & 1);
+            __m256i q[4];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                q[c] = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(u + 128 + 256 * p + 64 * c + 32 * h)), shift), m4);
+            __m256i s = _mm256_shuffle_epi8(sc[h], _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)R8_PICK[j])));
+#pragma GCC unroll 4
+            for (int i = 0; i < TT; i++) {
+                const int8_t *a = xk[i][b].qs + 32 * j;
+                __m256i pr = _mm256_maddubs_epi16(q[0], _mm256_set1_epi64x(*(const long long *)a));
+#pragma GCC unroll 3
+                for (int c = 1; c < 4; c++)
+                    pr = _mm256_add_epi16(pr, _mm256_maddubs_epi16(q[c], _mm256_set1_epi64x(*(const long long *)(a + 8 * c))));
+                acc[h][i] = _mm256_add_epi32(acc[h][i], _mm256_madd_epi16(s, pr));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; i++) I[i] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[0][i], acc[1][i]), 0xD8);
+}
+
 #define KQ_FN AVX2_FN
 #define KQ_OUTLINE AVX2_OUTLINE
 #define KQ_ENTRY cb_dot_rows_kq_avx2
+#define R8_MAXT 4
+#include "kernels_kq_r8.h"
 #include "kernels_kq_tiles.h"
 #else
 void cb_dot_rows_kq_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,

@@ -14,6 +14,7 @@
  */
 #include "kernels.h"
 #include "kquants.h"
+#include "kquants_r8.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels_kq_x86.h"
 
@@ -98,9 +99,50 @@ A512_FN void row_ints(int ENC, int TT, int TR, int j, const unsigned char *blk, 
 
 A512_FN __m256i madd_add(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
 
+/* q4_k_r8 (kernels_kq_r8.h): the 8 rows of a unit in one zmm per 64-byte piece (qword q: row CB_R8_ROW(q)'s 8
+ * code bytes), per token the activation's 8 bytes broadcast to every qword, 4 pieces' vpmaddubsw summed in int16,
+ * one vpdpwssd by the rows' sub-block scale (byte j of each qword's scales, widened by vpshufb); I per row = its
+ * two int32 lanes added. */
+A512_FN void r8_ints(int TT, const unsigned char *u, const __m256i sc[2], const cb_q8k_block *const *xk, size_t b,
+                     __m256i *I) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i scales = _mm512_inserti64x4(_mm512_castsi256_si512(sc[0]), sc[1], 1);
+    __m512i acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++) acc[i] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i v = _mm512_loadu_si512((const void *)(u + 128 + 256 * p + 64 * c));
+            lo[c] = _mm512_and_si512(v, m4);
+            hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        __m512i s0 = _mm512_shuffle_epi8(scales, _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)R8_PICK[2 * p])));
+        __m512i s1 = _mm512_shuffle_epi8(scales, _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)R8_PICK[2 * p + 1])));
+#pragma GCC unroll 8
+        for (int i = 0; i < TT; i++) {
+            const int8_t *a = xk[i][b].qs + 64 * p;
+            __m512i p0 = _mm512_maddubs_epi16(lo[0], _mm512_set1_epi64(*(const long long *)a));
+            __m512i p1 = _mm512_maddubs_epi16(hi[0], _mm512_set1_epi64(*(const long long *)(a + 32)));
+#pragma GCC unroll 3
+            for (int c = 1; c < 4; c++) {
+                p0 = _mm512_add_epi16(p0, _mm512_maddubs_epi16(lo[c], _mm512_set1_epi64(*(const long long *)(a + 8 * c))));
+                p1 = _mm512_add_epi16(p1, _mm512_maddubs_epi16(hi[c], _mm512_set1_epi64(*(const long long *)(a + 32 + 8 * c))));
+            }
+            acc[i] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(acc[i], s0, p0), s1, p1);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < TT; i++) I[i] = _mm512_cvtepi64_epi32(_mm512_add_epi32(acc[i], _mm512_srli_epi64(acc[i], 32)));
+}
+
 #define KQ_FN A512_FN
 #define KQ_OUTLINE A512_OUTLINE
 #define KQ_ENTRY cb_dot_rows_kq_avx512
+#define R8_MAXT 8
+#include "kernels_kq_r8.h"
 #include "kernels_kq_tiles.h"
 #else
 void cb_dot_rows_kq_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,

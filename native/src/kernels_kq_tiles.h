@@ -146,6 +146,10 @@ static kq_kernel *const KQ_KERNELS[CB_DTYPE_COUNT] = {
 
 void KQ_ENTRY(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk, float *const *outs,
               int64_t nt) {
+    if (w->dtype == CB_Q4_K_R8) {
+        k_Q4_K_R8(w, r0, r1, xk, outs, nt);
+        return;
+    }
     size_t nb = (size_t)w->cols / CB_QK_K, rb = (size_t)cb_row_bytes(w->dtype, w->cols);
     kqdesc d = {(const unsigned char *)w->data, rb, rb / nb, nb};
     KQ_KERNELS[w->dtype](&d, r0, r1, xk, outs, nt);

@@ -40,6 +40,14 @@ static const uint8_t K6_SHUF[4][32] __attribute__((aligned(32))) = {
 #undef W2
 };
 
+/* q4_k_r8: vpshufb controls widening byte j of each qword (a row's 8 sub-block scales) to its 4 int16 lanes. */
+static const int8_t R8_PICK[8][16] __attribute__((aligned(16))) = {
+#define P4(j) j, -1, j, -1, j, -1, j, -1
+    {P4(0), P4(8)}, {P4(1), P4(9)}, {P4(2), P4(10)}, {P4(3), P4(11)},
+    {P4(4), P4(12)}, {P4(5), P4(13)}, {P4(6), P4(14)}, {P4(7), P4(15)}
+#undef P4
+};
+
 /* A row's super-block as the tiles use it: q4/q5 the 16-bit scales in both halves and the 8 mins, q6 its 16 int8
  * scales (in the low 16 bytes of sc and in mins) and, widened to 16 bits once per block, scales 0-7 (s6[0]) and
  * 8-15 (s6[1]) each in both halves (the AVX2 chunks pick theirs with one vpshufb). */

@@ -1,5 +1,7 @@
 /* k-quants and iq4_xs x Q8_K on odd shapes: the active level's cb_dot_rows_kq equals the scalar reference bit for
- * bit, and the scalar reference equals an independent formula written here from ggml's block loops (ggml-quants.c
+ * bit, and the scalar reference equals an independent formula written here from ggml's block loops (q4_k_r8: its
+ * Q4_K blocks interleaved here from colibri.h's description, the formula run on the plain blocks; row ranges that
+ * cut 8-row groups included) (ggml-quants.c
  * dequantize_row_q4_K / _q5_K / _q6_K walk the codes, ggml_vec_dot_iq4_xs_q8_K_generic the iq4_xs scales; integer
  * sums, then the spec's float order of kernels_kq.c: iq4_xs and q6_k ggml's 8 lanes).
  * The quantizer equals quantize_row_q8_K_ref written out here. K = 1..5 super-blocks, row ranges starting
@@ -11,8 +13,10 @@
 #include <stdint.h>
 #include <string.h>
 #include "colibri.h"
+#include "cb_internal.h"
 #include "kernels.h"
 #include "kquants.h"
+#include "kquants_r8.h"
 #include "iquants.h"
 #include "check.h"
 #include "guarded.h"
@@ -21,6 +25,24 @@ enum { MAX_T = 20, MAX_NB = 5, ROWS = 24 };
 
 static cb_q8k_block xk[MAX_T][MAX_NB];
 static float xf[MAX_T][MAX_NB * 256], got[MAX_T][ROWS], want[MAX_T][ROWS], naive[MAX_T][ROWS];
+static unsigned char plain[ROWS * MAX_NB * 144];    /* q4_k_r8's blocks as Q4_K rows */
+
+/* colibri.h's CB_Q4_K_R8 layout, written out: per 8 rows and block column b a unit of d x 8, dmin x 8, scales
+ * 12 x 8, then piece pc = 4p + c of 64 bytes, qword q = row (0 4 1 5 2 6 3 7)[q]'s code bytes 8 pc .. 8 pc + 7. */
+static void to_r8(const unsigned char *q4k, unsigned char *r8, int32_t rows, int32_t nb) {
+    static const int ROW_OF[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    for (int32_t g = 0; g < rows / 8; g++)
+        for (int32_t b = 0; b < nb; b++) {
+            unsigned char *u = r8 + ((size_t)g * nb + b) * 1152;
+            for (int j = 0; j < 8; j++) {
+                const unsigned char *blk = q4k + ((size_t)(8 * g + j) * nb + b) * 144;
+                memcpy(u + 2 * j, blk, 2), memcpy(u + 16 + 2 * j, blk + 2, 2), memcpy(u + 32 + 12 * j, blk + 4, 12);
+            }
+            for (int pc = 0; pc < 16; pc++)
+                for (int q = 0; q < 8; q++)
+                    memcpy(u + 128 + 64 * pc + 8 * q, q4k + ((size_t)(8 * g + ROW_OF[q]) * nb + b) * 144 + 16 + 8 * pc, 8);
+        }
+}
 
 static float half(const unsigned char *p) {
     uint16_t h;
@@ -129,15 +151,16 @@ static int shape(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
     const cb_q8k_block *xs[MAX_T];
     float *g[MAX_T], *h[MAX_T];
     int32_t nb = m->cols / 256;
-    size_t rb = (size_t)cb_matrix_data_bytes(m->dtype, 1, m->cols);
+    size_t rb = (size_t)cb_row_bytes(m->dtype, m->cols);
     for (int t = 0; t < MAX_T; t++) xs[t] = xk[t], g[t] = got[t], h[t] = want[t];
     memset(got, 0, sizeof got), memset(want, 0, sizeof want);
     cb_dot_rows_kq(m, r0, r1, xs, g, nt);
     cb_dot_rows_kq_scalar(m, r0, r1, xs, h, nt);
+    int r8 = m->dtype == CB_Q4_K_R8;
     for (int t = 0; t < nt; t++)
         for (int32_t r = r0; r < r1; r++)
-            naive[t][r] = spec_dot(m->dtype, (const unsigned char *)m->data + (size_t)r * rb, nb, rb / (size_t)nb,
-                                   xk[t]);
+            naive[t][r] = spec_dot(r8 ? CB_Q4_K : m->dtype, (r8 ? plain : (const unsigned char *)m->data) + (size_t)r * rb,
+                                   nb, rb / (size_t)nb, xk[t]);
     for (int t = 0; t < nt; t++)
         for (int32_t r = r0; r < r1; r++)
             if (memcmp(&got[t][r], &want[t][r], 4) || memcmp(&want[t][r], &naive[t][r], 4)) return 0;
@@ -170,10 +193,10 @@ static void fill(unsigned *s, int32_t dtype, unsigned char *w, size_t bytes, siz
 
 int main(void) {
     printf("simd level %s\n", cb_simd_name());
-    static const int32_t Rs[][2] = {{0, 1}, {0, 3}, {0, 4}, {5, 17}, {3, 24}, {23, 24}};
-    static const int32_t DT[] = {CB_Q4_K, CB_Q5_K, CB_Q6_K, CB_IQ4_XS};
+    static const int32_t Rs[][2] = {{0, 1}, {0, 3}, {0, 4}, {5, 17}, {3, 24}, {23, 24}, {8, 24}, {0, 16}};
+    static const int32_t DT[] = {CB_Q4_K, CB_Q5_K, CB_Q6_K, CB_IQ4_XS, CB_Q4_K_R8};
     unsigned s = 17;
-    for (int e = 0; e < 4; e++)
+    for (int e = 0; e < 5; e++)
         for (int32_t nb = 1; nb <= (DT[e] == CB_IQ4_XS ? 3 : MAX_NB); nb++) {
             int32_t K = 256 * nb;
             size_t bytes = (size_t)cb_matrix_data_bytes(DT[e], ROWS, K), map_bytes;
@@ -181,7 +204,11 @@ int main(void) {
             CHECK(w != NULL);
             if (!w) return 1;
             for (int extreme = 0; extreme < 2; extreme++) {
-                fill(&s, DT[e], w, bytes, bytes / (size_t)ROWS / (size_t)nb, K, extreme);
+                if (DT[e] == CB_Q4_K_R8) {      /* Q4_K blocks, then their interleaving */
+                    fill(&s, CB_Q4_K, plain, bytes, 144, K, extreme);
+                    to_r8(plain, w, ROWS, nb);
+                } else
+                    fill(&s, DT[e], w, bytes, bytes / (size_t)ROWS / (size_t)nb, K, extreme);
                 cb_matrix m = {w, NULL, NULL, DT[e], ROWS, K};
                 for (size_t b = 0; b < sizeof Rs / sizeof Rs[0]; b++)
                     for (int64_t nt = 1; nt <= MAX_T; nt++) {
