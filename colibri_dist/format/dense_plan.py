@@ -14,7 +14,7 @@ import re
 from .. import families
 from ..errors import FormatError, InvalidArgument
 from . import spec
-from .quantize import pack_expert, pack_matrix, pack_matrix_stream, rows_separable
+from .quantize import holds_blocks_of, pack_expert, pack_matrix, pack_matrix_stream, rows_separable
 from .scheme_plan import pick
 
 _PROJECTIONS = "q_proj|k_proj|v_proj|o_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|k_b_proj|v_b_proj"
@@ -25,8 +25,9 @@ _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 
 def read_matrix(source, name, shape, scheme):
     """Matrix `name` to be encoded in `scheme`: its stored blocks when the source holds it in that encoding
-    already (a GGUF's Q8_0: copied, never requantized), else float32."""
-    if source.stored_scheme(name) == scheme:
+    already or in blocks `scheme` lays out anew (a GGUF's Q8_0, its Q4_K as q4_k_r8: copied, never requantized),
+    else float32."""
+    if holds_blocks_of(scheme, source.stored_scheme(name)):
         return source.read_encoded(name, shape)
     return source.read_f32(name, shape)
 
@@ -83,7 +84,8 @@ def _matrix(writer, source, src_name, name, scheme):
     try:
         if rows_separable(scheme):      # row by row: memory bounded whatever the vocabulary (the LM head)
             chunk = max(1, CHUNK_F32_BYTES // (4 * cols))
-            read = source.read_rows_encoded if source.stored_scheme(src_name) == scheme else source.read_rows_f32
+            read = source.read_rows_encoded if holds_blocks_of(scheme, source.stored_scheme(src_name)) \
+                else source.read_rows_f32
             chunks, nbytes, layout = pack_matrix_stream(lambda r0, r1: read(src_name, r0, r1), rows, cols, scheme, chunk)
             writer.add_matrix_stream(name, chunks, nbytes, layout)
         else:

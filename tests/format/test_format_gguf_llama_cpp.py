@@ -25,13 +25,13 @@ import colibri_dist as cd
 from colibri_dist import convert
 from colibri_dist.errors import FormatError
 from colibri_dist.format.layout import DTYPE_NAMES
-from colibri_dist.format.quantize import dequantize
+from colibri_dist.format.quantize import block_bytes, dequantize
 from colibri_dist.testing import llama_cpp
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
 from gguf_tiny import dequantized_model  # noqa: E402  (needs gguf)
-from test_format_gguf_mix import ENCODING, kept_matrices  # noqa: E402
+from test_format_gguf_mix import ENCODING, MATRIX, kept_matrices  # noqa: E402
 
 TOOLS, MISSING = llama_cpp.find()
 pytestmark = [pytest.mark.skipif(TOOLS is None, reason=MISSING or ""), pytest.mark.slow]   # ~40 s: 2 conversions
@@ -102,13 +102,15 @@ def test_llama_quantize_mixes_types_and_every_tensor_is_kept_bit_for_bit(made, n
             per = raw.size // len(mats)
             for i, (blob, ml) in enumerate(mats):
                 want = raw[i * per:(i + 1) * per]
-                assert DTYPE_NAMES[ml.dtype] == ENCODING[t.tensor_type.name], t.name
-                assert bytes(np.asarray(blob)[ml.data_offset:ml.data_offset + ml.data_bytes]) == want.tobytes()
+                table = ENCODING if t.name == "token_embd.weight" else MATRIX
+                assert DTYPE_NAMES[ml.dtype] == table[t.tensor_type.name], t.name
+                blocks, kept_bytes = block_bytes(blob, ml)
+                assert blocks == ENCODING[t.tensor_type.name] and kept_bytes.tobytes() == want.tobytes(), t.name
                 oracle = gguf.quants.dequantize(want.reshape(ml.rows, -1), t.tensor_type)
                 assert np.array_equal(dequantize(blob, ml).view(np.uint32),
                                       oracle.view(np.uint32)), t.name
         if name.endswith("8x"):     # llama.cpp's 8-expert rules: attn_k / attn_v Q8_0, attn_output Q5_K
-            assert m.matrix_encodings()["dense"] == {"q4_k": 2, "q5_k": 2, "q8_0": 4}
+            assert m.matrix_encodings()["dense"] == {"q4_k_r8": 2, "q5_k": 2, "q8_0": 4}
 
 
 @pytest.mark.parametrize("name", list(FILES))

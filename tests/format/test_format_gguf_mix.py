@@ -3,7 +3,8 @@
 gguf_tiny writes a tiny Qwen3-MoE with llama-quantize's choice of types (llama_tensor_get_type_impl): Q6_K for the
 output, for attn_v and for the expert down projections of the `use_more_bits` layer (layer 1 of 2), Q4_K (Q5_K)
 for the rest, router F32. `colibri convert` without a scheme keeps each tensor's encoding: the container's bytes
-are the GGUF's for every tensor, decode == gguf.quants.dequantize, the header says "mixed", `colibri inspect`
+are the GGUF's for every tensor (a multiplied Q4_K matrix's blocks 8 rows interleaved as q4_k_r8: deinterleaved,
+the same bytes), decode == gguf.quants.dequantize, the header says "mixed", `colibri inspect`
 counts the matrices of each encoding, the logits are the same bits on every SIMD level and within the oracle
 tolerance of transformers on the dequantized GGUF values; the C reader opens the file and gives the engine's
 bits. An explicit scheme still re-encodes; a hot-added expert takes its layer's encodings; a table whose experts
@@ -19,7 +20,7 @@ from colibri_dist import convert
 from colibri_dist.cli import main
 from colibri_dist.errors import FormatError
 from colibri_dist.format import spec
-from colibri_dist.format.quantize import dequantize
+from colibri_dist.format.quantize import block_bytes, dequantize
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
@@ -30,6 +31,8 @@ from test_format_damage import c_open  # noqa: E402
 ATTN = {"attn_q": "q_proj", "attn_k": "k_proj", "attn_v": "v_proj", "attn_output": "o_proj"}
 GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight"}
 ENCODING = {"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q8_0": "q8_0"}
+MATRIX = {**ENCODING, "Q4_K": "q4_k_r8"}      # a multiplied matrix's: Q4_K's blocks 8 rows interleaved (the embedding
+                                              # keeps q4_k; kquants_r8.py)
 
 
 def tiny_model(seed=2):
@@ -90,8 +93,10 @@ def test_every_tensor_is_kept_bit_for_bit_and_decodes_as_gguf_does(mix):
             per = raw.size // len(mats)
             for i, (blob, ml) in enumerate(mats):
                 want = raw[i * per:(i + 1) * per]
-                assert ml.dtype == spec_code(ENCODING[t.tensor_type.name]), name
-                assert bytes(np.asarray(blob)[ml.data_offset:ml.data_offset + ml.data_bytes]) == want.tobytes(), name
+                table = ENCODING if name == "token_embd.weight" else MATRIX
+                assert ml.dtype == spec_code(table[t.tensor_type.name]), name
+                blocks, kept_bytes = block_bytes(blob, ml)
+                assert blocks == ENCODING[t.tensor_type.name] and kept_bytes.tobytes() == want.tobytes(), name
                 oracle = gguf.quants.dequantize(want.reshape(ml.rows, -1), t.tensor_type)
                 assert np.array_equal(dequantize(blob, ml).view(np.uint32), oracle.view(np.uint32)), name
                 kept += 1
@@ -110,7 +115,7 @@ def expected_counts(gguf_path, n_experts):
         if t == "F32" or name in GLOBAL:
             continue
         part, n = ("experts", n_experts) if "_exps" in name else ("dense", 1)
-        out[part][ENCODING[t]] = out[part].get(ENCODING[t], 0) + n
+        out[part][MATRIX[t]] = out[part].get(MATRIX[t], 0) + n
     return out
 
 
@@ -128,7 +133,7 @@ def test_bytes_per_token_leave_the_encoded_embedding_out(mix):
 
 def test_header_metadata_and_inspect_say_mixed_with_counts(mix, capsys):
     qtype, gguf_path, path, _ = mix
-    base = ENCODING[qtype[:4]]
+    base, embd = MATRIX[qtype[:4]], ENCODING[qtype[:4]]
     want = expected_counts(gguf_path, 4)
     assert want["experts"] == {base: 20, "q6_k": 4} and want["dense"] == {base: 7, "q6_k": 1}
     with cd.open_model(path) as m:
@@ -136,7 +141,7 @@ def test_header_metadata_and_inspect_say_mixed_with_counts(mix, capsys):
         assert (m.config.scheme, m.dense_scheme, m.lm_head_scheme) == ("mixed", "mixed", "q6_k")
         assert m.meta["expert_scheme"] == "mixed" and m.header["scheme_code"] == -1
         assert enc["experts"] == want["experts"] and enc["dense"] == want["dense"]
-        assert enc["lm_head"] == {"q6_k": 1} and enc["embedding"] == {base: 1}
+        assert enc["lm_head"] == {"q6_k": 1} and enc["embedding"] == {embd: 1}
         assert m.expert_layout(0).scheme == base and m.expert_layout(1).scheme == "mixed"
         assert m.expert_layout(1).schemes == (base, base, "q6_k")
         assert f"expert:{base}+q6_k" in m.bytes_by_dtype() and f"expert:{base}" in m.bytes_by_dtype()
@@ -194,7 +199,7 @@ def test_an_explicit_scheme_re_encodes_its_part(mix, tmp_path):
 def test_a_hot_added_expert_takes_its_layers_encodings(mix, tmp_path):
     import shutil
     qtype, _, path, _ = mix
-    base = ENCODING[qtype[:4]]
+    base = MATRIX[qtype[:4]]
     local = tmp_path / "g.colibri"
     shutil.copy(path, local)
     rng = np.random.default_rng(9)
@@ -228,7 +233,7 @@ def test_a_single_scheme_header_over_mixed_matrices_is_refused_by_both_readers(m
     import struct
     qtype, _, path, _ = mix
     raw = bytearray(open(path, "rb").read())
-    base = ENCODING[qtype[:4]]
+    base = MATRIX[qtype[:4]]
     struct.pack_into("16si", raw, 104, base.encode(), spec_code(base))
     bad = tmp_path / "one.colibri"
     bad.write_bytes(bytes(fix_crcs(raw)))

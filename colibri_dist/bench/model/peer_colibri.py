@@ -41,9 +41,12 @@ def encodings(name):
 
 
 def imported(gguf_path, cache_dir):
-    """Path of the container imported from llama.cpp's GGUF file (made once, beside the other containers)."""
+    """Path of the container imported from llama.cpp's GGUF file (made once per importer revision, beside the
+    other containers)."""
     from ...format.convert import convert
-    path = os.path.join(cache_dir, "imported-" + os.path.basename(gguf_path).removesuffix(".gguf") + ".colibri")
+    from ...format.gguf_import import REVISION
+    name = f"imported-{os.path.basename(gguf_path).removesuffix('.gguf')}-rev{REVISION}.colibri"
+    path = os.path.join(cache_dir, name)
     if not os.path.exists(path):
         convert(gguf_path, path, progress=False, force=True)
     return path
