@@ -10,8 +10,10 @@
 #define CB_KERNELS_X86_H
 #include <immintrin.h>
 #include <math.h>
+#include <stdlib.h>
 #include "cb_internal.h"
 #include "kernels.h"
+#include "kquants_r8.h"
 
 #define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define AVX2_OUTLINE __attribute__((noinline, target("avx2,fma,f16c")))
@@ -49,6 +51,30 @@ typedef void (*x86_kernel)(const wdesc *d, int32_t r0, int32_t r1, const float *
     }
 #define LEVEL_ENTRY_(ID, DEC) [CB_##ID] = k_##ID,
 #define LEVEL_KERNEL_TABLE(LIST) LIST(LEVEL_KERNEL_) static const x86_kernel KERNELS[CB_DTYPE_COUNT] = {LIST(LEVEL_ENTRY_)};
+
+/* q4_k_r8 on the exact-weights path (kquants_r8.h): each 8-row group's blocks gathered back into plain Q4_K rows and
+ * run by the table's q4_k kernel (the same values in the same order: q4_k's bits, as the scalar decoder gives).
+ * 0 when the table has no q4_k kernel or no memory (the caller takes the level below). */
+static inline int run_r8(const x86_kernel *table, const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
+                         float *const *outs, int64_t nt) {
+    size_t nb = (size_t)w->cols / CB_QK_K, rb = nb * CB_Q4_K_BYTES;
+    if (!table[CB_Q4_K]) return 0;
+    float **o = malloc(8 * rb + (size_t)nt * sizeof *o);
+    if (!o) return 0;
+    unsigned char *buf = (unsigned char *)(o + nt);
+    cb_matrix m = {buf, NULL, NULL, CB_Q4_K, 8, w->cols};
+    wdesc d = wdesc_of(&m);
+    for (int32_t g = r0 - r0 % 8; g < r1; g += 8) {
+        int32_t a = g > r0 ? g : r0, b = g + 8 < r1 ? g + 8 : r1;
+        for (int32_t r = a; r < b; r++)
+            for (size_t blk = 0; blk < nb; blk++)
+                cb_r8_block(w->data, nb, (size_t)r, blk, buf + (size_t)(r - g) * rb + blk * CB_Q4_K_BYTES);
+        for (int64_t t = 0; t < nt; t++) o[t] = outs[t] + g;
+        table[CB_Q4_K](&d, a - g, b - g, xs, (float *const *)o, nt);
+    }
+    free(o);
+    return 1;
+}
 
 /* Runs the table's kernel for w's encoding; 0 when the level has none (the caller takes the level below). */
 static inline int run_kernel(const x86_kernel *table, const cb_matrix *w, int32_t r0, int32_t r1,

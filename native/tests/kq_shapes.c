@@ -147,6 +147,21 @@ static int quantizer_ok(const float *x, const cb_q8k_block *y) {
     return 1;
 }
 
+/* q4_k_r8 on the exact-weights path (w8a8 off, f32 inputs): the level's cb_dot_rows gives the plain Q4_K matrix's
+ * bits (the scalar decoder's, whatever the level). */
+static int exact_r8(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
+    const float *xs[MAX_T];
+    float *g[MAX_T], *h[MAX_T];
+    for (int t = 0; t < MAX_T; t++) xs[t] = xf[t], g[t] = got[t], h[t] = want[t];
+    cb_matrix q4 = {plain, NULL, NULL, CB_Q4_K, m->rows, m->cols};
+    cb_dot_rows(m, r0, r1, xs, g, nt);
+    cb_dot_rows_scalar(&q4, r0, r1, xs, h, nt);
+    for (int t = 0; t < nt; t++)
+        for (int32_t r = r0; r < r1; r++)
+            if (memcmp(&got[t][r], &want[t][r], 4)) return 0;
+    return 1;
+}
+
 static int shape(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
     const cb_q8k_block *xs[MAX_T];
     float *g[MAX_T], *h[MAX_T];
@@ -164,7 +179,7 @@ static int shape(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
     for (int t = 0; t < nt; t++)
         for (int32_t r = r0; r < r1; r++)
             if (memcmp(&got[t][r], &want[t][r], 4) || memcmp(&want[t][r], &naive[t][r], 4)) return 0;
-    return 1;
+    return !r8 || exact_r8(m, r0, r1, nt);
 }
 
 /* Random blocks (finite f16 factors), or extreme ones: every code and scale byte at its top, d = 1. */
