@@ -25,12 +25,11 @@ def _check(rows, cols):
 def interleave(blocks, rows, cols):
     """Q4_K bytes of a [rows, cols] matrix (row-major blocks) -> the q4_k_r8 bytes, uint8 [rows, cols // 256 * 144]."""
     _check(rows, cols)
-    nb = cols // 256
-    b = np.asarray(blocks, np.uint8).reshape(rows // GROUP, GROUP, nb, BLOCK).transpose(0, 2, 1, 3)   # [g, nb, 8, 144]
-    codes = b[:, :, ROWS, 16:].reshape(rows // GROUP, nb, GROUP, 16, 8).transpose(0, 1, 3, 2, 4)    # [g, nb, piece, q, 8]
-    unit = np.concatenate([b[:, :, :, 0:2].reshape(rows // GROUP, nb, 16), b[:, :, :, 2:4].reshape(rows // GROUP, nb, 16),
-                           b[:, :, :, 4:16].reshape(rows // GROUP, nb, 96),
-                           codes.reshape(rows // GROUP, nb, 1024)], axis=2)
+    nb, g = cols // 256, rows // GROUP
+    b = np.asarray(blocks, np.uint8).reshape(g, GROUP, nb, BLOCK).transpose(0, 2, 1, 3)      # [g, nb, 8, 144]
+    codes = b[:, :, ROWS, 16:].reshape(g, nb, GROUP, 16, 8).transpose(0, 1, 3, 2, 4)       # [g, nb, piece, q, 8]
+    unit = np.concatenate([b[:, :, :, 0:2].reshape(g, nb, 16), b[:, :, :, 2:4].reshape(g, nb, 16),
+                           b[:, :, :, 4:16].reshape(g, nb, 96), codes.reshape(g, nb, 1024)], axis=2)
     return np.ascontiguousarray(unit).reshape(rows, nb * BLOCK)
 
 

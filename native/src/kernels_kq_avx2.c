@@ -7,7 +7,8 @@
  * (kernels_kq_x86.h row_ints256). The rest (q4_k / q5_k: per super-block the lanes summed exactly, the mins
  * against bsums32, the float step per (token, row); q6_k / iq4_xs: ggml's 8 lanes kept in float, q6's -32 offset
  * per lane from the bsums by this level's madd_add, vpmaddwd + vpaddd) is kernels_kq_x86.h / kernels_kq_tiles.h,
- * shared with the AVX-512 level: the bits are the scalar reference's.
+ * shared with the AVX-512 level: the bits are the scalar reference's. q4_k_r8's r8_ints (two 256-bit halves of
+ * 4 rows) feeds kernels_kq_r8.h.
  */
 #include "kernels.h"
 #include "kquants.h"
@@ -38,16 +39,18 @@ AVX2_FN void r8_ints(int TT, const unsigned char *u, const __m256i sc[2], const 
             int p = j / 2, shift = 4 * (j & 1);
             __m256i q[4];
 #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++)
-                q[c] = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(u + 128 + 256 * p + 64 * c + 32 * h)), shift), m4);
-            __m256i s = _mm256_shuffle_epi8(sc[h], _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)R8_PICK[j])));
+            for (int c = 0; c < 4; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(u + 128 + 256 * p + 64 * c + 32 * h));
+                q[c] = _mm256_and_si256(_mm256_srli_epi16(v, shift), m4);
+            }
+            __m256i s = _mm256_shuffle_epi8(sc[h], _mm256_broadcastsi128_si256(r8_pick(j)));
 #pragma GCC unroll 4
             for (int i = 0; i < TT; i++) {
                 const int8_t *a = xk[i][b].qs + 32 * j;
-                __m256i pr = _mm256_maddubs_epi16(q[0], _mm256_set1_epi64x(*(const long long *)a));
+                __m256i pr = _mm256_maddubs_epi16(q[0], _mm256_set1_epi64x(r8_act(a)));
 #pragma GCC unroll 3
                 for (int c = 1; c < 4; c++)
-                    pr = _mm256_add_epi16(pr, _mm256_maddubs_epi16(q[c], _mm256_set1_epi64x(*(const long long *)(a + 8 * c))));
+                    pr = _mm256_add_epi16(pr, _mm256_maddubs_epi16(q[c], _mm256_set1_epi64x(r8_act(a + 8 * c))));
                 acc[h][i] = _mm256_add_epi32(acc[h][i], _mm256_madd_epi16(s, pr));
             }
         }

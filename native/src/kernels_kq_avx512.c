@@ -10,7 +10,7 @@
  * and the rest (q6's offset, by this level's madd_add = vpdpwssd, the mins, the reductions, the float steps) is the
  * AVX2 code (kernels_kq_x86.h, kernels_kq_tiles.h): the same bits as the scalar reference (the level tests compare
  * it with the scalar kernel where the CPU has AVX-512; run on Zen 4). IQ4_XS (signed codes) runs the AVX2 level's
- * 256-bit row_ints256 compiled for this target.
+ * 256-bit row_ints256 compiled for this target. q4_k_r8's r8_ints (8 rows per zmm) feeds kernels_kq_r8.h.
  */
 #include "kernels.h"
 #include "kquants.h"
@@ -119,17 +119,17 @@ A512_FN void r8_ints(int TT, const unsigned char *u, const __m256i sc[2], const 
             lo[c] = _mm512_and_si512(v, m4);
             hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         }
-        __m512i s0 = _mm512_shuffle_epi8(scales, _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)R8_PICK[2 * p])));
-        __m512i s1 = _mm512_shuffle_epi8(scales, _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)R8_PICK[2 * p + 1])));
+        __m512i s0 = _mm512_shuffle_epi8(scales, _mm512_broadcast_i32x4(r8_pick(2 * p)));
+        __m512i s1 = _mm512_shuffle_epi8(scales, _mm512_broadcast_i32x4(r8_pick(2 * p + 1)));
 #pragma GCC unroll 8
         for (int i = 0; i < TT; i++) {
             const int8_t *a = xk[i][b].qs + 64 * p;
-            __m512i p0 = _mm512_maddubs_epi16(lo[0], _mm512_set1_epi64(*(const long long *)a));
-            __m512i p1 = _mm512_maddubs_epi16(hi[0], _mm512_set1_epi64(*(const long long *)(a + 32)));
+            __m512i p0 = _mm512_maddubs_epi16(lo[0], _mm512_set1_epi64(r8_act(a)));
+            __m512i p1 = _mm512_maddubs_epi16(hi[0], _mm512_set1_epi64(r8_act(a + 32)));
 #pragma GCC unroll 3
             for (int c = 1; c < 4; c++) {
-                p0 = _mm512_add_epi16(p0, _mm512_maddubs_epi16(lo[c], _mm512_set1_epi64(*(const long long *)(a + 8 * c))));
-                p1 = _mm512_add_epi16(p1, _mm512_maddubs_epi16(hi[c], _mm512_set1_epi64(*(const long long *)(a + 32 + 8 * c))));
+                p0 = _mm512_add_epi16(p0, _mm512_maddubs_epi16(lo[c], _mm512_set1_epi64(r8_act(a + 8 * c))));
+                p1 = _mm512_add_epi16(p1, _mm512_maddubs_epi16(hi[c], _mm512_set1_epi64(r8_act(a + 32 + 8 * c))));
             }
             acc[i] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(acc[i], s0, p0), s1, p1);
         }

@@ -7,7 +7,8 @@
  * for each token i (8 int32 lanes, lane l holding the elements k with (k % 32) / 4 = l: ggml's lanes, which the
  * iq4_xs and q6_k tiles keep; q4_k / q5_k use only their sum). Everything after the integers (q6's offset, the
  * mins, the reductions, the float steps) is shared code (here and kernels_kq_x86.h), so the levels give the same
- * bits. Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4-8 tokens x 1 row.
+ * bits. Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4-8 tokens x 1 row. The entry
+ * sends q4_k_r8 to kernels_kq_r8.h's k_Q4_K_R8 (included before this file).
  */
 
 /* q6's offset, per token: lanes plus (-32 sc_2l) * bsums[2l] + (-32 sc_2l+1) * bsums[2l+1] (ggml's q8sclsub

@@ -47,6 +47,13 @@ static const int8_t R8_PICK[8][16] __attribute__((aligned(16))) = {
     {P4(4), P4(12)}, {P4(5), P4(13)}, {P4(6), P4(14)}, {P4(7), P4(15)}
 #undef P4
 };
+AVX2_FN __m128i r8_pick(int j) { return _mm_load_si128((const __m128i *)R8_PICK[j]); }
+/* 8 activation codes as one 64-bit lane (to broadcast). */
+AVX2_FN long long r8_act(const int8_t *a) {
+    long long v;
+    __builtin_memcpy(&v, a, 8);
+    return v;
+}
 
 /* A row's super-block as the tiles use it: q4/q5 the 16-bit scales in both halves and the 8 mins, q6 its 16 int8
  * scales (in the low 16 bytes of sc and in mins) and, widened to 16 bits once per block, scales 0-7 (s6[0]) and

@@ -174,8 +174,9 @@ static int shape(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
     int r8 = m->dtype == CB_Q4_K_R8;
     for (int t = 0; t < nt; t++)
         for (int32_t r = r0; r < r1; r++)
-            naive[t][r] = spec_dot(r8 ? CB_Q4_K : m->dtype, (r8 ? plain : (const unsigned char *)m->data) + (size_t)r * rb,
-                                   nb, rb / (size_t)nb, xk[t]);
+            naive[t][r] = spec_dot(r8 ? CB_Q4_K : m->dtype,
+                                   (r8 ? plain : (const unsigned char *)m->data) + (size_t)r * rb, nb, rb / (size_t)nb,
+                                   xk[t]);
     for (int t = 0; t < nt; t++)
         for (int32_t r = r0; r < r1; r++)
             if (memcmp(&got[t][r], &want[t][r], 4) || memcmp(&want[t][r], &naive[t][r], 4)) return 0;
