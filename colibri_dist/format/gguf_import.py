@@ -13,6 +13,7 @@ absorbed per-head matrices the model multiplies: gguf_source.py). An explicit --
 re-encodes that part from the exactly decoded values instead. A type none of our encodings holds was refused by name when
 the source opened (gguf_source.py), before anything is written.
 """
+from ..encodings import BY_NAME
 from .gguf_source import BLOCK_TYPES, GgufSource
 from .gguf_tokenizer import tokenizer_files
 from .presets import resolve
@@ -46,4 +47,5 @@ def kept_scheme(ref):
     whole 8-row groups as q4_k_r8 (the same blocks, 8 rows interleaved for the kernels: format/kquants_r8.py;
     the embedding, gathered by rows, stays q4_k: dense_plan.py), every other type as the encoding of its name."""
     scheme = _FLOAT_SCHEMES.get(ref.dtype) or BLOCK_TYPES[ref.dtype]
-    return R8 if scheme == "q4_k" and len(ref.shape) == 2 and ref.shape[0] % 8 == 0 else scheme
+    whole = len(ref.shape) == 2 and ref.shape[0] % BY_NAME[R8].row_group == 0
+    return R8 if scheme == "q4_k" and whole else scheme

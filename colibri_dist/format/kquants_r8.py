@@ -48,9 +48,7 @@ def deinterleave(data, rows, cols):
 
 
 def quantize_q4_k_r8(w):
-    rows, cols = np.shape(w)
-    _check(rows, cols)
-    return interleave(quantize_q4_k(w), rows, cols)
+    return interleave(quantize_q4_k(w), *np.shape(w))
 
 
 def dequantize_q4_k_r8(raw, rows, cols):

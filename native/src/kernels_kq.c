@@ -105,16 +105,17 @@ static float block_step(int32_t dtype, const unsigned char *blk, const cb_q8k_bl
     return fmaf(-(cb_kq_half(blk + 2) * x->d), (float)M, s);
 }
 
-/* q4_k_r8's output (t, r): row r's blocks gathered back (kquants_r8.h), then q4_k's steps: q4_k's bits. */
-float cb_dot_r8_row(const cb_matrix *w, int32_t r, const cb_q8k_block *x) {
+/* q4_k_r8's outputs (t, r) for nt tokens: each of row r's blocks gathered back once (kquants_r8.h), then q4_k's
+ * step for every token (outs[t][r] the running sum): q4_k's bits. */
+void cb_dot_r8_row(const cb_matrix *w, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
+                   int64_t nt) {
     size_t nb = (size_t)w->cols / CB_QK_K;
     unsigned char blk[CB_Q4_K_BYTES];
-    float s = 0.0f;
+    for (int64_t t = 0; t < nt; t++) outs[t][r] = 0.0f;
     for (size_t b = 0; b < nb; b++) {
         cb_r8_block(w->data, nb, (size_t)r, b, blk);
-        s = block_step(CB_Q4_K, blk, &x[b], s);
+        for (int64_t t = 0; t < nt; t++) outs[t][r] = block_step(CB_Q4_K, blk, &xk[t][b], outs[t][r]);
     }
-    return s;
 }
 
 void cb_dot_rows_kq_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
@@ -122,7 +123,7 @@ void cb_dot_rows_kq_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_
     size_t nb = (size_t)w->cols / CB_QK_K, rb = (size_t)cb_row_bytes(w->dtype, w->cols), bb = rb / nb;
     for (int32_t r = r0; r < r1; r++) {
         if (w->dtype == CB_Q4_K_R8) {
-            for (int64_t t = 0; t < nt; t++) outs[t][r] = cb_dot_r8_row(w, r, xk[t]);
+            cb_dot_r8_row(w, r, xk, outs, nt);
             continue;
         }
         const unsigned char *row = (const unsigned char *)w->data + (size_t)r * rb;

@@ -11,17 +11,9 @@
  * sc[h] (half h: rows 0 4 1 5 / 2 6 3 7, each row's 8 sub-block scales as bytes in its qword).
  */
 
-/* Rows a, b's 12 scale bytes (units: 32 + 12 r) -> per 128-bit lane the 8 scales then the 8 mins (scales_mins). */
+/* Rows a, b's 12 scale bytes (at 32 + 12 r) -> per 128-bit lane the 8 scales then the 8 mins (scales_mins_v). */
 KQ_FN __m256i r8_scales_mins2(const unsigned char *u, int a, int b) {
-    const __m256i v = _mm256_loadu2_m128i((const __m128i *)(u + 32 + 12 * b), (const __m128i *)(u + 32 + 12 * a));
-#define R8_B(...) _mm256_broadcastsi128_si256(_mm_setr_epi8(__VA_ARGS__))
-    const __m256i x = _mm256_shuffle_epi8(v, R8_B(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    const __m256i t = _mm256_shuffle_epi8(v, R8_B(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-    __m256i lo = _mm256_and_si256(x, R8_B(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
-    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), R8_B(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
-#undef R8_B
-    __m256i top = _mm256_and_si256(_mm256_srli_epi16(t, 2), _mm256_set1_epi8(0x30));
-    return _mm256_or_si256(_mm256_or_si256(lo, hi), top);
+    return scales_mins_v(_mm256_loadu2_m128i((const __m128i *)(u + 32 + 12 * b), (const __m128i *)(u + 32 + 12 * a)));
 }
 
 /* A unit's scales by half (sc[h]: qwords = rows 0 4 1 5 / 2 6 3 7, 8 byte scales each) and mins widened to int16
@@ -51,8 +43,7 @@ KQ_FN __m256 r8_halves(const unsigned char *u, size_t o) {
                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* TT tokens x the 8 rows of group g: per super-block q4_k's step acc = fma(d * da, I, acc), then
- * acc = fma(-(dmin * da), M, acc) (block_float's), lanes = rows. No software prefetch: a group is one sequential
+/* TT tokens x the 8 rows of group g: per super-block q4_k's step (kq_step), lanes = rows. No software prefetch: a group is one sequential
  * stream, which the hardware prefetcher follows (a prefetch two units ahead made one token streamed from memory
  * 1.5x slower on Zen 4). */
 KQ_FN void r8_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk, float *const *outs,
@@ -68,9 +59,7 @@ KQ_FN void r8_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_blo
         __m256 d = r8_halves(u, 0), dmin = r8_halves(u, 16);
 #pragma GCC unroll 8
         for (int i = 0; i < TT; i++) {
-            __m256 da = _mm256_broadcast_ss(&xk[i][b].d);
-            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(I[i]), acc[i]);
-            acc[i] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(r8_mins(mn, &xk[i][b])), acc[i]);
+            acc[i] = kq_step(d, dmin, _mm256_broadcast_ss(&xk[i][b].d), I[i], r8_mins(mn, &xk[i][b]), acc[i]);
         }
     }
 #pragma GCC unroll 8
@@ -87,11 +76,9 @@ KQ_FN void r8_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_blo
 static KQ_OUTLINE void k_Q4_K_R8(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
                                  float *const *outs, int64_t nt) {
     size_t nb = (size_t)w->cols / CB_QK_K;
-    int32_t g0 = (r0 + 7) / 8, g1 = r1 / 8;
-    for (int32_t r = r0; r < r1 && r < 8 * g0; r++)
-        for (int64_t t = 0; t < nt; t++) outs[t][r] = cb_dot_r8_row(w, r, xk[t]);
-    for (int32_t r = g1 > g0 ? 8 * g1 : 8 * g0; r < r1; r++)
-        for (int64_t t = 0; t < nt; t++) outs[t][r] = cb_dot_r8_row(w, r, xk[t]);
+    int32_t g0 = (r0 + 7) / 8, g1 = r1 / 8;            /* the whole groups g0 .. g1 - 1 (none when g1 <= g0) */
+    for (int32_t r = r0; r < r1; r++)
+        if (r < 8 * g0 || r >= 8 * g1) cb_dot_r8_row(w, r, xk, outs, nt);
     for (int64_t t = 0; t < nt; t += R8_MAXT) {
         int64_t m = nt - t < R8_MAXT ? nt - t : R8_MAXT;
         for (int32_t g = g0; g < g1; g++) {

@@ -4,7 +4,7 @@
  * unpacking of a block's scales and mins, the same exact integer reductions and literally the same float step per
  * super-block: a block's 16-bit scales / mins (block_of), one 32-code chunk unpacked for 256-bit registers
  * (chunk_of), the lane reductions (reduce, reduce4), the f16 factors and activation scales per lane
- * (halves, da_of), the float step (block_float) and a tile's store (tile_store, the Q8_0 tiles' too). An AVX-512
+ * (halves, da_of), the float step (kq_step, block_float) and a tile's store (tile_store, the Q8_0 tiles' too). An AVX-512
  * function may inline these (its target includes AVX2's). kernels_kq_tiles.h builds the tiles on them and on the
  * level's row_ints.
  */
@@ -60,18 +60,23 @@ AVX2_FN long long r8_act(const int8_t *a) {
  * 8-15 (s6[1]) each in both halves (the AVX2 chunks pick theirs with one vpshufb). */
 typedef struct { __m256i sc; __m128i mins; __m256i s6[2]; } kqblock;
 
-/* A Q4_K / Q5_K block's 8 6-bit scales then 8 mins as 16 bytes (get_scale_min_k4 of ggml, vectorised): from the 12
- * scale bytes s, sc[j] = s[j] & 63 and m[j] = s[j+4] & 63 for j < 4; for j >= 4 the low nibble (sc) or high nibble
- * (m) of s[j+4] with the top two bits of s[j-4] (sc) or s[j] (m) as bits 4, 5. The 16-byte load ends inside the
- * block (bytes 4 .. 19 of 144 / 176). */
+/* Q4_K / Q5_K 12-byte scale fields as 8 6-bit scales then 8 mins, 16 bytes per 128-bit lane (get_scale_min_k4 of
+ * ggml, vectorised): from the 12 scale bytes s at the start of each lane of v, sc[j] = s[j] & 63 and
+ * m[j] = s[j+4] & 63 for j < 4; for j >= 4 the low nibble (sc) or high nibble (m) of s[j+4] with the top two bits
+ * of s[j-4] (sc) or s[j] (m) as bits 4, 5. Lane by lane: one block's (scales_mins) or two rows' (q4_k_r8). */
+AVX2_FN __m256i scales_mins_v(__m256i v) {
+#define SM_B(...) _mm256_broadcastsi128_si256(_mm_setr_epi8(__VA_ARGS__))
+    const __m256i a = _mm256_shuffle_epi8(v, SM_B(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m256i t = _mm256_shuffle_epi8(v, SM_B(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    __m256i lo = _mm256_and_si256(a, SM_B(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(a, 4), SM_B(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+#undef SM_B
+    __m256i top = _mm256_and_si256(_mm256_srli_epi16(t, 2), _mm256_set1_epi8(0x30));
+    return _mm256_or_si256(_mm256_or_si256(lo, hi), top);
+}
+/* One block's (the 16-byte load ends inside the block: bytes 4 .. 19 of 144 / 176). */
 AVX2_FN __m128i scales_mins(const unsigned char *blk) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 4));
-    const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    const __m128i t = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-    __m128i lo = _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(a, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
-    __m128i top = _mm_and_si128(_mm_srli_epi16(t, 2), _mm_set1_epi8(0x30));
-    return _mm_or_si128(_mm_or_si128(lo, hi), top);
+    return _mm256_castsi256_si128(scales_mins_v(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 4)))));
 }
 
 AVX2_FN kqblock block_of(int ENC, const unsigned char *blk) {
@@ -175,14 +180,17 @@ AVX2_FN __m256 da_of(int TT, int TR, const cb_q8k_block *const *xk, size_t b) {
     return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
 
-/* One q4_k / q5_k super-block's float step for the tile's TT x TR lanes (kernels_kq.c): acc = fma(d * da, I, acc),
- * then acc = fma(-(dmin * da), M, acc). I, M as integer lanes; da the activation blocks' d per lane. */
+/* One q4_k / q5_k super-block's float step on 8 lanes (kernels_kq.c): acc = fma(d * da, I, acc), then
+ * acc = fma(-(dmin * da), M, acc); d, dmin the weight blocks' factors, da the activation blocks' d, I, M the
+ * integer sums, per lane. The row tiles (block_float) and q4_k_r8's (kernels_kq_r8.h) both step through it. */
+AVX2_FN __m256 kq_step(__m256 d, __m256 dmin, __m256 da, __m256i I, __m256i M, __m256 acc) {
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(I), acc);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(M), acc);
+}
+/* block_float: kq_step for the tile's TT x TR lanes, the factors read from each lane's block. */
 AVX2_FN __m256 block_float(int TT, int TR, const unsigned char *const *blk, __m256i I, __m256i M, __m256 da,
                            __m256 acc) {
-    __m256 d = halves(TT, TR, blk, 0);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(I), acc);
-    __m256 dmin = halves(TT, TR, blk, 2);
-    return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(M), acc);
+    return kq_step(halves(TT, TR, blk, 0), halves(TT, TR, blk, 2), da, I, M, acc);
 }
 
 /* Row j's integer lanes of super-block b for every token, 256 bits wide: the eight 32-code chunks one at a time, each
