@@ -7,8 +7,8 @@
  * for each token i (8 int32 lanes, lane l holding the elements k with (k % 32) / 4 = l: ggml's lanes, which the
  * iq4_xs and q6_k tiles keep; q4_k / q5_k use only their sum). Everything after the integers (q6's offset, the
  * mins, the reductions, the float steps) is shared code (here and kernels_kq_x86.h), so the levels give the same
- * bits. Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4-8 tokens x 1 row. The entry
- * sends q4_k_r8 to kernels_kq_r8.h's k_Q4_K_R8 (included before this file).
+ * bits. Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4-8 tokens x 1 row. q4_k_r8's
+ * row of the table is kernels_kq_r8.h's k_Q4_K_R8 (included before this file).
  */
 
 /* q6's offset, per token: lanes plus (-32 sc_2l) * bsums[2l] + (-32 sc_2l+1) * bsums[2l+1] (ggml's q8sclsub
@@ -142,16 +142,12 @@ KQ_KERNEL(IQ4_XS)
 typedef void kq_kernel(const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_block *const *xk, float *const *outs,
                        int64_t nt);
 static kq_kernel *const KQ_KERNELS[CB_DTYPE_COUNT] = {
-    [CB_Q4_K] = k_Q4_K, [CB_Q5_K] = k_Q5_K, [CB_Q6_K] = k_Q6_K, [CB_IQ4_XS] = k_IQ4_XS,
+    [CB_Q4_K] = k_Q4_K, [CB_Q5_K] = k_Q5_K, [CB_Q6_K] = k_Q6_K, [CB_IQ4_XS] = k_IQ4_XS, [CB_Q4_K_R8] = k_Q4_K_R8,
 };
 
 void KQ_ENTRY(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk, float *const *outs,
               int64_t nt) {
-    if (w->dtype == CB_Q4_K_R8) {
-        k_Q4_K_R8(w, r0, r1, xk, outs, nt);
-        return;
-    }
     size_t nb = (size_t)w->cols / CB_QK_K, rb = (size_t)cb_row_bytes(w->dtype, w->cols);
-    kqdesc d = {(const unsigned char *)w->data, rb, rb / nb, nb};
+    kqdesc d = {w, (const unsigned char *)w->data, rb, rb / nb, nb};
     KQ_KERNELS[w->dtype](&d, r0, r1, xk, outs, nt);
 }

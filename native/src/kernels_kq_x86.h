@@ -15,6 +15,7 @@
 #include "iquants.h"
 
 typedef struct {
+    const cb_matrix *w;
     const unsigned char *data;
     size_t rb, bb, nb;     /* row bytes, block bytes, blocks per row */
 } kqdesc;
