@@ -100,8 +100,10 @@ A512_FN void row_ints(int ENC, int TT, int TR, int j, const unsigned char *blk, 
 A512_FN __m256i madd_add(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
 
 /* q4_k_r8 (kernels_kq_r8.h): the 8 rows of a unit in one zmm per 64-byte piece (qword q: row CB_R8_ROW(q)'s 8
- * code bytes), per token the activation's 8 bytes broadcast to every qword, 4 pieces' vpmaddubsw summed in int16,
- * one vpdpwssd by the rows' sub-block scale (byte j of each qword's scales, widened by vpshufb); I per row = its
+ * code bytes), per token the activation's 8 bytes broadcast to every qword; vpdpbusd (AVX512-VNNI: u8 codes x s8
+ * activations, 4 products summed into each int32 lane) over a sub-block's 4 pieces gives each row two int32 lanes
+ * of 16 products each, |lane| <= 16 * 15 * 127 < 2^15, so the lane is its own low int16 word (the high one its
+ * sign): one vpdpwssd by (scale, 0) word pairs multiplies it by the row's sub-block scale exactly. I per row = its
  * two int32 lanes added. */
 A512_FN void r8_ints(int TT, const unsigned char *u, const __m256i sc[2], const cb_q8k_block *const *xk, size_t b,
                      __m256i *I) {
@@ -119,17 +121,17 @@ A512_FN void r8_ints(int TT, const unsigned char *u, const __m256i sc[2], const 
             lo[c] = _mm512_and_si512(v, m4);
             hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         }
-        __m512i s0 = _mm512_shuffle_epi8(scales, _mm512_broadcast_i32x4(r8_pick(2 * p)));
-        __m512i s1 = _mm512_shuffle_epi8(scales, _mm512_broadcast_i32x4(r8_pick(2 * p + 1)));
+        __m512i s0 = _mm512_shuffle_epi8(scales, _mm512_broadcast_i32x4(r8_pick_lo(2 * p)));
+        __m512i s1 = _mm512_shuffle_epi8(scales, _mm512_broadcast_i32x4(r8_pick_lo(2 * p + 1)));
 #pragma GCC unroll 8
         for (int i = 0; i < TT; i++) {
             const int8_t *a = xk[i][b].qs + 64 * p;
-            __m512i p0 = _mm512_maddubs_epi16(lo[0], _mm512_set1_epi64(r8_act(a)));
-            __m512i p1 = _mm512_maddubs_epi16(hi[0], _mm512_set1_epi64(r8_act(a + 32)));
+            __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], _mm512_set1_epi64(r8_act(a)));
+            __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], _mm512_set1_epi64(r8_act(a + 32)));
 #pragma GCC unroll 3
             for (int c = 1; c < 4; c++) {
-                p0 = _mm512_add_epi16(p0, _mm512_maddubs_epi16(lo[c], _mm512_set1_epi64(r8_act(a + 8 * c))));
-                p1 = _mm512_add_epi16(p1, _mm512_maddubs_epi16(hi[c], _mm512_set1_epi64(r8_act(a + 32 + 8 * c))));
+                p0 = _mm512_dpbusd_epi32(p0, lo[c], _mm512_set1_epi64(r8_act(a + 8 * c)));
+                p1 = _mm512_dpbusd_epi32(p1, hi[c], _mm512_set1_epi64(r8_act(a + 32 + 8 * c)));
             }
             acc[i] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(acc[i], s0, p0), s1, p1);
         }

@@ -2,8 +2,9 @@
  *
  * Role: q4_k_r8 (kquants_r8.h: Q4_K blocks, 8 rows interleaved) with its 8 rows in the vector lanes, so nothing is
  * reduced across lanes per (token, row): per token and sub-block the 8 rows' codes times the activation's 8 bytes
- * broadcast (vpmaddubsw, 4 pieces summed in int16: |sum| <= 4 * 2 * 15 * 127 < 2^15), times the 8 rows' scales
- * (vpmaddwd / vpdpwssd) into int32 lanes (2 per row); per super-block I (those two added), M (the 8 mins of each
+ * broadcast (AVX2: vpmaddubsw, 4 pieces summed in int16: |sum| <= 4 * 2 * 15 * 127 < 2^15; AVX-512: vpdpbusd over
+ * the 4 pieces, |lane| < 2^15 too), times the 8 rows' scales (vpmaddwd / vpdpwssd) into int32 lanes (2 per row);
+ * per super-block I (those two added), M (the 8 mins of each
  * row times the token's bsums32, exact int32) and q4_k's float step on 8 rows at once. I, M and the step are
  * q4_k's (kernels_kq.c), so the outputs are q4_k's bit for bit on every level and tile. Lanes hold the rows in
  * the layout's qword order 0 4 1 5 2 6 3 7 (CB_R8_ROW). The includer defines R8_MAXT (tokens per tile) and, before

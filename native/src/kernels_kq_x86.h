@@ -49,6 +49,15 @@ static const int8_t R8_PICK[8][16] __attribute__((aligned(16))) = {
 #undef P4
 };
 AVX2_FN __m128i r8_pick(int j) { return _mm_load_si128((const __m128i *)R8_PICK[j]); }
+/* The same with each scale in the low word of an int32 lane, 0 in the high one (for vpdpwssd on int32 lanes that
+ * fit int16: lane * scale exactly). */
+static const int8_t R8_PICK_LO[8][16] __attribute__((aligned(16))) = {
+#define P2(j) j, -1, -1, -1, j, -1, -1, -1
+    {P2(0), P2(8)}, {P2(1), P2(9)}, {P2(2), P2(10)}, {P2(3), P2(11)},
+    {P2(4), P2(12)}, {P2(5), P2(13)}, {P2(6), P2(14)}, {P2(7), P2(15)}
+#undef P2
+};
+AVX2_FN __m128i r8_pick_lo(int j) { return _mm_load_si128((const __m128i *)R8_PICK_LO[j]); }
 /* 8 activation codes as one 64-bit lane (to broadcast). */
 AVX2_FN long long r8_act(const int8_t *a) {
     long long v;
