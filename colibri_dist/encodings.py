@@ -23,7 +23,7 @@ class Encoding:
     zero_point: bool     # one int32 zero point per matrix
     qmax: int            # integer kinds: |q| <= qmax (minmax: -qmax-1 <= q <= qmax)
     block_bytes: int     # SCALE_BLOCK / SCALE_SUPER: bytes of one block of `group` elements (scales inside), else 0
-    row_group: int = 1   # rows stored in groups of this many (rows a multiple of it; q4_k_r8: 8), else 1
+    row_group: int = 1   # rows stored in groups of this many (rows a multiple of it; q4_k_r8: 8, q6_k_r16: 16), else 1
 
     def row_bytes(self, cols):
         if self.scale_kind == SCALE_BLOCK:      # blocks of `group` codes, the last one may be short
@@ -72,6 +72,7 @@ _TABLE = (
     ("q5_0", 18, 5, True, SCALE_SUPER, 32, False, 16, 22),
     ("q5_1", 19, 5, True, SCALE_SUPER, 32, False, 31, 24),
     ("q4_k_r8", 20, 4, True, SCALE_SUPER, 256, False, 15, 144, 8),     # q4_k's blocks, 8 rows interleaved
+    ("q6_k_r16", 21, 6, True, SCALE_SUPER, 256, False, 32, 210, 16),   # q6_k's blocks, 16 rows interleaved
 )
 
 

@@ -58,4 +58,4 @@ def dequantize_q4_k_r8(raw, rows, cols):
 
 QUANTIZE = {"q4_k_r8": quantize_q4_k_r8}
 DEQUANTIZE = {"q4_k_r8": dequantize_q4_k_r8}
-RELAYOUT = {"q4_k_r8": ("q4_k", interleave)}     # scheme -> (the block encoding it holds, bytes -> its bytes)
+RELAYOUT = {"q4_k_r8": ("q4_k", interleave, deinterleave)}   # scheme -> (its block encoding, to, from its layout)

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..encodings import BY_NAME, SCALE_BLOCK, SCALE_GROUP, SCALE_ROW, SCALE_SUPER, encoding
 from ..errors import InvalidArgument
-from . import iquants, kquants, kquants_r8, mxfp4, q5quants
+from . import iquants, kquants, kquants_r8, kquants_r16, mxfp4, q5quants
 from .layout import PART_ALIGN, SCHEMES, SILU, ExpertLayout, MatrixLayout, scheme_of
 
 
@@ -78,16 +78,18 @@ class Encoded:
         return (self.rows, self.cols)
 
 # the SCALE_SUPER encodings (llama.cpp's blocks kept whole), by scheme: their quantizer and exact dequantizer
-_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **kquants_r8.QUANTIZE, **mxfp4.QUANTIZE, **iquants.QUANTIZE,
-                         **q5quants.QUANTIZE}
-_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **kquants_r8.DEQUANTIZE, **mxfp4.DEQUANTIZE, **iquants.DEQUANTIZE,
-                           **q5quants.DEQUANTIZE}
+_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **kquants_r8.QUANTIZE, **kquants_r16.QUANTIZE, **mxfp4.QUANTIZE,
+                         **iquants.QUANTIZE, **q5quants.QUANTIZE}
+_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **kquants_r8.DEQUANTIZE, **kquants_r16.DEQUANTIZE,
+                           **mxfp4.DEQUANTIZE, **iquants.DEQUANTIZE, **q5quants.DEQUANTIZE}
+# the layouts of another encoding's blocks: scheme -> (the block encoding, blocks -> layout, layout -> blocks)
+_RELAYOUT = {**kquants_r8.RELAYOUT, **kquants_r16.RELAYOUT}
 
 
 def holds_blocks_of(scheme, stored):
     """True when a matrix stored as `stored` blocks is written in `scheme` by copying its bytes (the same
-    encoding, or a layout of the same blocks: q4_k_r8 of q4_k), never requantizing."""
-    return stored is not None and (stored == scheme or kquants_r8.RELAYOUT.get(scheme, (None,))[0] == stored)
+    encoding, or a layout of the same blocks: q4_k_r8 of q4_k, q6_k_r16 of q6_k), never requantizing."""
+    return stored is not None and (stored == scheme or _RELAYOUT.get(scheme, (None,))[0] == stored)
 
 
 def quantize_matrix(w, scheme):
@@ -126,18 +128,19 @@ def quantize_matrix(w, scheme):
 
 
 def block_bytes(blob, m):
-    """(encoding, bytes) of MatrixLayout m's blocks in their plain row order: a q4_k_r8 matrix's Q4_K blocks as a
-    GGUF holds them (q4_k, deinterleaved), any other matrix's data as stored."""
+    """(encoding, bytes) of MatrixLayout m's blocks in their plain row order: a q4_k_r8 (q6_k_r16) matrix's Q4_K
+    (Q6_K) blocks as a GGUF holds them (q4_k / q6_k, deinterleaved), any other matrix's data as stored."""
     raw = np.asarray(blob, np.uint8)[m.data_offset:m.data_offset + m.data_bytes]
     name = encoding(m.dtype).name
-    if name in kquants_r8.RELAYOUT:
-        return kquants_r8.RELAYOUT[name][0], kquants_r8.deinterleave(raw, m.rows, m.cols).reshape(-1)
+    if name in _RELAYOUT:
+        plain, _, deinterleave = _RELAYOUT[name]
+        return plain, deinterleave(raw, m.rows, m.cols).reshape(-1)
     return name, raw
 
 
 def _encoded_data(w, scheme):
     if w.scheme != scheme and holds_blocks_of(scheme, w.scheme):       # the same blocks, laid out anew
-        return kquants_r8.RELAYOUT[scheme][1](_encoded_data(w, w.scheme), w.rows, w.cols)
+        return _RELAYOUT[scheme][1](_encoded_data(w, w.scheme), w.rows, w.cols)
     if w.scheme != scheme:
         raise InvalidArgument(f"matrix stored as {w.scheme} cannot be written as {scheme} without requantizing")
     if BY_NAME[scheme].scale_kind == SCALE_SUPER and w.cols % BY_NAME[scheme].group:
@@ -401,7 +404,7 @@ def pack_matrix_stream(read_rows, rows, cols, scheme, chunk_rows):
     if not rows_separable(scheme):
         raise InvalidArgument(f"pack_matrix_stream: {scheme!r} scales the whole matrix at once")
     group = BY_NAME[scheme].row_group
-    chunk_rows = -(-chunk_rows // group) * group        # whole row groups per chunk (q4_k_r8: 8 rows)
+    chunk_rows = -(-chunk_rows // group) * group        # whole row groups per chunk (q4_k_r8: 8 rows, q6_k_r16: 16)
     n0 = min(rows, chunk_rows)
     first = quantize_matrix(read_rows(0, n0), scheme)
     data_bytes = rows * (first[0].nbytes // n0)

@@ -81,6 +81,14 @@ extern "C" {
  *                 then the 8 f16 dmin, then the 8 x 12 scale bytes, then for 32-byte code run p
  *                 (0..3) and 8-byte piece c (0..3) 64 bytes: rows 0 4 1 5 2 6 3 7's code bytes
  *                 32p + 8c .. 32p + 8c + 7; the values are CB_Q4_K's; native/src/kquants_r8.h)
+ *   CB_Q6_K_R16   (d * sc) * (q - 32)                  (CB_Q6_K's blocks, every byte kept, laid out 16 rows at a
+ *                 time: rows a multiple of 16 (row_group); rows 16g .. 16g+15 are cols/256 units
+ *                 of 3360 bytes, unit b: their 16 blocks b' f16 d (row order), then 16 x 16 scale
+ *                 bytes (scale j of rows 0..15 at 32 + 16j), then for half h (0, 1) and i (0..7)
+ *                 three 64-byte pieces, row r's 4 bytes at 4r in each: ql bytes 64h + 4i .., ql
+ *                 bytes 64h + 32 + 4i .., qh bytes 128 + 32h + 4i ..; the values are CB_Q6_K's;
+ *                 its products with Q8_K differ from CB_Q6_K's in float order: kernels_kq.c;
+ *                 native/src/kquants_r16.h)
  *
  * CB_ENCODING_LIST is the one list of encodings: one row each, in cb_dtype code order
  * (the codes are stored in .colibri containers: never renumber a row). It generates the
@@ -113,7 +121,8 @@ extern "C" {
     X(IQ4_NL,   17, "iq4_nl",       4, 1, SUPER,  32,  0, 127, 18, 1)    \
     X(Q5_0,     18, "q5_0",         5, 1, SUPER,  32,  0, 16,  22, 1)    \
     X(Q5_1,     19, "q5_1",         5, 1, SUPER,  32,  0, 31,  24, 1)    \
-    X(Q4_K_R8,  20, "q4_k_r8",      4, 1, SUPER,  256, 0, 15,  144, 8)
+    X(Q4_K_R8,  20, "q4_k_r8",      4, 1, SUPER,  256, 0, 15,  144, 8)   \
+    X(Q6_K_R16, 21, "q6_k_r16",     6, 1, SUPER,  256, 0, 32,  210, 16)
 
 #define CB_DTYPE_ENUMERATOR_(ID, CODE, ...) CB_##ID = CODE,
 typedef enum { CB_ENCODING_LIST(CB_DTYPE_ENUMERATOR_) CB_DTYPE_COUNT } cb_dtype;

@@ -13,6 +13,7 @@
 #include "kernels.h"
 #include "kquants.h"
 #include "kquants_r8.h"
+#include "kquants_r16.h"
 #include "mxfp4.h"
 #include "iquants.h"
 #include "q5quants.h"
@@ -116,6 +117,16 @@ static void dec_q4_k_r8(const cb_matrix *w, int32_t r, size_t k0, size_t n, floa
     }
 }
 
+/* CB_Q6_K_R16 (kquants_r16.h): row r's blocks gathered back, then Q6_K's values. */
+static void dec_q6_k_r16(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    size_t nb = (size_t)w->cols / CB_QK_K;
+    unsigned char blk[CB_Q6_K_BYTES];
+    for (size_t k = k0; k < k0 + n; k++) {
+        if (k == k0 || k % CB_QK_K == 0) cb_r16_block(w->data, nb, (size_t)r, k / CB_QK_K, blk);
+        out[k - k0] = cb_q6_k_factor(blk, k % CB_QK_K) * (float)cb_q6_k_code(blk, k % CB_QK_K);
+    }
+}
+
 /* llama.cpp Q5_K super-blocks (CB_Q5_K, kquants.h): d1 * q - m1 as Q4_K, q's 5th bit from qh. */
 static void dec_q5_k(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
     const unsigned char *b = row_of(w, r);
@@ -187,7 +198,7 @@ static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group, [CB_I6_G64] = dec_i6_group,
     [CB_Q8_0] = dec_q8_0, [CB_Q4_K] = dec_q4_k, [CB_Q6_K] = dec_q6_k, [CB_Q5_K] = dec_q5_k,
     [CB_MXFP4] = dec_mxfp4, [CB_IQ4_XS] = dec_iq4_xs, [CB_IQ4_NL] = dec_iq4_nl,
-    [CB_Q5_0] = dec_q5, [CB_Q5_1] = dec_q5, [CB_Q4_K_R8] = dec_q4_k_r8,
+    [CB_Q5_0] = dec_q5, [CB_Q5_1] = dec_q5, [CB_Q4_K_R8] = dec_q4_k_r8, [CB_Q6_K_R16] = dec_q6_k_r16,
 };
 
 cb_row_decoder cb_row_decoder_of(int32_t dtype) {

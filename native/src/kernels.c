@@ -29,6 +29,7 @@ static const int QPATH[CB_DTYPE_COUNT] = {
     [CB_I6_G64] = CB_QPATH_W6A8,
     [CB_Q4_K] = CB_QPATH_KQ,
     [CB_Q4_K_R8] = CB_QPATH_KQ,
+    [CB_Q6_K_R16] = CB_QPATH_KQ,
     [CB_Q5_K] = CB_QPATH_KQ,
     [CB_Q6_K] = CB_QPATH_KQ,
     [CB_Q8_0] = CB_QPATH_Q80,

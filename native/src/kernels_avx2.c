@@ -227,7 +227,7 @@ LEVEL_KERNEL_TABLE(AVX2_KERNELS)
 
 void cb_dot_rows_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const float *const *xs,
                       float *const *outs, int64_t nt) {
-    if (w->dtype == CB_Q4_K_R8 && run_r8(KERNELS, w, r0, r1, xs, outs, nt)) return;
+    if (run_regrouped(KERNELS, w, r0, r1, xs, outs, nt)) return;
     if (!run_kernel(KERNELS, w, r0, r1, xs, outs, nt)) cb_dot_rows_scalar(w, r0, r1, xs, outs, nt);
 }
 #else

@@ -26,6 +26,10 @@
  * so a token's bits there depend on its batch; the q4_k / q5_k order above is ours, and every tile, thread split
  * and SIMD level gives its bits (|I| < 2^28: 256 * 63 * 127 * 128). q4_k_r8 (the same blocks, 8 rows interleaved:
  * kquants_r8.h) computes q4_k's I, M and steps, so its outputs are q4_k's bit for bit (kernels_kq_r8.h on x86).
+ *   q6_k_r16 (q6_k's blocks, 16 rows interleaved: kquants_r16.h) takes q4_k's order, not ggml's lanes: one integer
+ *   per super-block, I = sum_{j<16} sc_j * sum_{k in 16-sub-block j} (q[k] - 32) * a[k] (exact int32,
+ *   |I| <= 16 * 128 * 16 * 32 * 127 < 2^28), s = fma(d * da, (float)I, s), out = s: its outputs differ from q6_k's
+ *   in the last bits (ggml sums 8 float lanes), and are the same on every level, tile and batch (kernels_kq_r16.h).
  */
 #include <math.h>
 #include <string.h>
@@ -34,6 +38,7 @@
 #include "kquants.h"
 #include "iquants.h"
 #include "kquants_r8.h"
+#include "kquants_r16.h"
 
 void cb_quantize_row_q8k(const float *x, int32_t K, cb_q8k_block *y) {
     const cb_kernel_table *kt = cb_kernels();
@@ -105,6 +110,27 @@ static float block_step(int32_t dtype, const unsigned char *blk, const cb_q8k_bl
     return fmaf(-(cb_kq_half(blk + 2) * x->d), (float)M, s);
 }
 
+/* q6_k_r16's output (t, r) from row r's blocks gathered back once (kquants_r16.h), one integer per super-block. */
+void cb_dot_r16_row(const cb_matrix *w, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
+                    int64_t nt) {
+    size_t nb = (size_t)w->cols / CB_QK_K;
+    unsigned char blk[CB_Q6_K_BYTES];
+    for (int64_t t = 0; t < nt; t++) outs[t][r] = 0.0f;
+    for (size_t b = 0; b < nb; b++) {
+        cb_r16_block(w->data, nb, (size_t)r, b, blk);
+        for (int64_t t = 0; t < nt; t++) {
+            const cb_q8k_block *x = &xk[t][b];
+            int32_t I = 0;
+            for (size_t j = 0; j < 16; j++) {
+                int32_t p = 0;
+                for (size_t k = 16 * j; k < 16 * j + 16; k++) p += cb_q6_k_code(blk, k) * x->qs[k];
+                I += (int32_t)(int8_t)blk[192 + j] * p;
+            }
+            outs[t][r] = fmaf(cb_kq_half(blk + 208) * x->d, (float)I, outs[t][r]);
+        }
+    }
+}
+
 /* q4_k_r8's outputs (t, r) for nt tokens: each of row r's blocks gathered back once (kquants_r8.h), then q4_k's
  * step for every token (outs[t][r] the running sum): q4_k's bits. */
 void cb_dot_r8_row(const cb_matrix *w, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
@@ -122,8 +148,8 @@ void cb_dot_rows_kq_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_
                            float *const *outs, int64_t nt) {
     size_t nb = (size_t)w->cols / CB_QK_K, rb = (size_t)cb_row_bytes(w->dtype, w->cols), bb = rb / nb;
     for (int32_t r = r0; r < r1; r++) {
-        if (w->dtype == CB_Q4_K_R8) {
-            cb_dot_r8_row(w, r, xk, outs, nt);
+        if (w->dtype == CB_Q4_K_R8 || w->dtype == CB_Q6_K_R16) {
+            (w->dtype == CB_Q4_K_R8 ? cb_dot_r8_row : cb_dot_r16_row)(w, r, xk, outs, nt);
             continue;
         }
         const unsigned char *row = (const unsigned char *)w->data + (size_t)r * rb;

@@ -13,6 +13,7 @@
 #include "kernels.h"
 #include "kquants.h"
 #include "kquants_r8.h"
+#include "kquants_r16.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels_kq_x86.h"
 
@@ -59,11 +60,90 @@ AVX2_FN void r8_ints(int TT, const unsigned char *u, const __m256i sc[2], const 
     for (int i = 0; i < TT; i++) I[i] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[0][i], acc[1][i]), 0xD8);
 }
 
+/* q6_k_r16 (kernels_kq_r16.h): the AVX-512 level's tile on the unit's two 256-bit halves (rows 0-7, then 8-15),
+ * one at a time; vpmaddubsw of two code dwords summed in int16 (|sum| <= 2 * 2 * 63 * 127 < 2^15) then vpmaddwd by
+ * ones for vpdpbusd. The same integers. */
+AVX2_FN __m256i r16_code(__m256i nib, __m256i hb) {      /* (nib & 0x0f) | (hb & 0x30), per byte */
+    return _mm256_or_si256(_mm256_and_si256(nib, _mm256_set1_epi8(0x0f)), _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+}
+AVX2_FN __m256i r16_act(const int8_t *qs, int dw) {     /* activation dword dw broadcast */
+    int32_t v;
+    __builtin_memcpy(&v, qs + 4 * dw, 4);
+    return _mm256_set1_epi32(v);
+}
+/* The 16-element sum of one sub-block for 8 rows: codes c[0..3] by activation dwords dw .. dw + 3, from n. */
+AVX2_FN __m256i r16_sum(const __m256i c[4], const int8_t *a, int dw, int32_t n) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], r16_act(a, dw)), _mm256_maddubs_epi16(c[1], r16_act(a, dw + 1)));
+    __m256i q = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], r16_act(a, dw + 2)), _mm256_maddubs_epi16(c[3], r16_act(a, dw + 3)));
+    return _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(p, ones), _mm256_madd_epi16(q, ones)), _mm256_set1_epi32(n));
+}
+
+AVX2_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk, float *const *outs,
+                      int32_t r) {
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const unsigned char *u = grp + b * CB_R16_UNIT;
+        int32_t n32[4][16];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            for (int j = 0; j < 16; j++) n32[t][j] = -32 * xk[t][b].bsums[j];
+#pragma GCC unroll 2
+        for (int rh = 0; rh < 2; rh++) {
+            __m256i I[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) I[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+                for (int ih = 0; ih < 2; ih++)
+#pragma GCC unroll 2
+                    for (int qp = 0; qp < 2; qp++) {
+                        int jl = 8 * h + 2 * qp + ih;
+                        __m256i lo[4], hi[4];
+#pragma GCC unroll 4
+                        for (int ii = 0; ii < 4; ii++) {
+                            const unsigned char *pc = cb_r16_piece(u, (size_t)h, (size_t)(4 * ih + ii), 0) + 32 * rh;
+                            __m256i ql = _mm256_loadu_si256((const __m256i *)(pc + 64 * qp));
+                            __m256i qh = _mm256_loadu_si256((const __m256i *)(pc + 128));
+                            lo[ii] = r16_code(ql, qp ? _mm256_slli_epi32(qh, 2) : _mm256_slli_epi32(qh, 4));
+                            hi[ii] = r16_code(_mm256_srli_epi32(ql, 4), qp ? _mm256_srli_epi32(qh, 2) : qh);
+                        }
+                        const unsigned char *sp = u + CB_R16_SCALES + 16 * jl + 8 * rh;
+                        __m256i sl = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sp));
+                        __m256i sh = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sp + 64)));
+                        int dl = 32 * h + 8 * qp + 4 * ih;
+#pragma GCC unroll 4
+                        for (int t = 0; t < TT; t++) {
+                            const int8_t *a = xk[t][b].qs;
+                            __m256i pl = r16_sum(lo, a, dl, n32[t][jl]), ph = r16_sum(hi, a, dl + 16, n32[t][jl + 4]);
+                            I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_mullo_epi32(pl, sl),
+                                                                           _mm256_mullo_epi32(ph, sh)));
+                        }
+                    }
+            __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(u + 16 * rh)));
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                acc[t][rh] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xk[t][b].d)), _mm256_cvtepi32_ps(I[t]),
+                                             acc[t][rh]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) {
+        _mm256_storeu_ps(outs[t] + r, acc[t][0]);
+        _mm256_storeu_ps(outs[t] + r + 8, acc[t][1]);
+    }
+}
+
 #define KQ_FN AVX2_FN
 #define KQ_OUTLINE AVX2_OUTLINE
 #define KQ_ENTRY cb_dot_rows_kq_avx2
 #define R8_MAXT 4
 #include "kernels_kq_r8.h"
+#define R16_MAXT 4
+#include "kernels_kq_r16.h"
 #include "kernels_kq_tiles.h"
 #else
 void cb_dot_rows_kq_avx2(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,

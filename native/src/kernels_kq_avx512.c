@@ -15,6 +15,7 @@
 #include "kernels.h"
 #include "kquants.h"
 #include "kquants_r8.h"
+#include "kquants_r16.h"
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels_kq_x86.h"
 
@@ -140,11 +141,84 @@ A512_FN void r8_ints(int TT, const unsigned char *u, const __m256i sc[2], const 
     for (int i = 0; i < TT; i++) I[i] = _mm512_cvtepi64_epi32(_mm512_add_epi32(acc[i], _mm512_srli_epi64(acc[i], 32)));
 }
 
+/* q6_k_r16 (kernels_kq_r16.h): per piece pair (h, i) of a unit, 16 rows' codes of elements 128h + 32q + 4i .. +3
+ * as one zmm: (ql nibble) | (qh bits 2q, 2q+1 moved to bits 4, 5), one vpternlogd each. Per token and sub-block
+ * j the sum over its 4 code dwords by vpdpbusd (u8 codes x s8 activation dword broadcast, into an int32 lane per
+ * row, starting from -32 * bsums[j]: the lane is then sum (q - 32) * a, |lane| < 2^17), times the rows' scales
+ * (vpmulld), added into I. */
+A512_FN __m512i r16_code(__m512i nib, __m512i hb) {      /* (nib & 0x0f) | (hb & 0x30), per byte */
+    return _mm512_ternarylogic_epi32(nib, _mm512_and_si512(hb, _mm512_set1_epi8(0x30)), _mm512_set1_epi8(0x0f), 0xEC);
+}
+A512_FN __m512i r16_act(const int8_t *qs, int dw) {     /* activation dword dw broadcast */
+    int32_t v;
+    __builtin_memcpy(&v, qs + 4 * dw, 4);
+    return _mm512_set1_epi32(v);
+}
+
+A512_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk, float *const *outs,
+                      int32_t r) {
+    float acc[8][16] __attribute__((aligned(64)));         /* in memory: the registers hold codes and I */
+    int32_t n32[8][16] __attribute__((aligned(64)));       /* -32 * bsums, broadcast from memory */
+    for (int t = 0; t < TT; t++) _mm512_store_ps(acc[t], _mm512_setzero_ps());
+    for (size_t b = 0; b < nb; b++) {
+        const unsigned char *u = grp + b * CB_R16_UNIT;
+        __m512i I[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)xk[t][b].bsums));
+            _mm512_store_si512((void *)n32[t], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
+            I[t] = _mm512_setzero_si512();
+        }
+        __asm__ volatile("" : : "r"(n32), "r"(acc) : "memory");   /* read them back from memory, not lanes */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+            for (int ih = 0; ih < 2; ih++)
+#pragma GCC unroll 2
+                for (int qp = 0; qp < 2; qp++) {      /* sub-blocks jl (q = qp, low nibbles) and jl + 4 (q = qp + 2) */
+                    int jl = 8 * h + 2 * qp + ih;
+                    __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+                    for (int ii = 0; ii < 4; ii++) {
+                        const unsigned char *pc = cb_r16_piece(u, (size_t)h, (size_t)(4 * ih + ii), 0);
+                        __m512i ql = _mm512_loadu_si512((const void *)(pc + 64 * qp));
+                        __m512i qh = _mm512_loadu_si512((const void *)(pc + 128));
+                        lo[ii] = r16_code(ql, qp ? _mm512_slli_epi32(qh, 2) : _mm512_slli_epi32(qh, 4));
+                        hi[ii] = r16_code(_mm512_srli_epi32(ql, 4), qp ? _mm512_srli_epi32(qh, 2) : qh);
+                    }
+                    __m512i sl = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + CB_R16_SCALES + 16 * jl)));
+                    __m512i sh = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + CB_R16_SCALES + 16 * jl + 64)));
+                    int dl = 32 * h + 8 * qp + 4 * ih, dh = dl + 16;      /* the activation dwords of q, q + 2 */
+#pragma GCC unroll 8
+                    for (int t = 0; t < TT; t++) {
+                        const int8_t *a = xk[t][b].qs;
+                        __m512i pl = _mm512_set1_epi32(n32[t][jl]), ph = _mm512_set1_epi32(n32[t][jl + 4]);
+#pragma GCC unroll 4
+                        for (int ii = 0; ii < 4; ii++) {
+                            pl = _mm512_dpbusd_epi32(pl, lo[ii], r16_act(a, dl + ii));
+                            ph = _mm512_dpbusd_epi32(ph, hi[ii], r16_act(a, dh + ii));
+                        }
+                        I[t] = _mm512_add_epi32(I[t], _mm512_add_epi32(_mm512_mullo_epi32(pl, sl),
+                                                                       _mm512_mullo_epi32(ph, sh)));
+                        __asm__("" : "+v"(I[t]));     /* token by token: gcc would hoist every token's sums */
+                    }
+                }
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)u));
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            _mm512_store_ps(acc[t], _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xk[t][b].d)),
+                                                    _mm512_cvtepi32_ps(I[t]), _mm512_load_ps(acc[t])));
+    }
+    for (int t = 0; t < TT; t++) _mm512_storeu_ps(outs[t] + r, _mm512_load_ps(acc[t]));
+}
+
 #define KQ_FN A512_FN
 #define KQ_OUTLINE A512_OUTLINE
 #define KQ_ENTRY cb_dot_rows_kq_avx512
 #define R8_MAXT 8
 #include "kernels_kq_r8.h"
+#define R16_MAXT 8
+#include "kernels_kq_r16.h"
 #include "kernels_kq_tiles.h"
 #else
 void cb_dot_rows_kq_avx512(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,

@@ -143,6 +143,7 @@ typedef void kq_kernel(const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_blo
                        int64_t nt);
 static kq_kernel *const KQ_KERNELS[CB_DTYPE_COUNT] = {
     [CB_Q4_K] = k_Q4_K, [CB_Q5_K] = k_Q5_K, [CB_Q6_K] = k_Q6_K, [CB_IQ4_XS] = k_IQ4_XS, [CB_Q4_K_R8] = k_Q4_K_R8,
+    [CB_Q6_K_R16] = k_Q6_K_R16,
 };
 
 void KQ_ENTRY(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk, float *const *outs,

@@ -1,7 +1,7 @@
 /* k-quants and iq4_xs x Q8_K on odd shapes: the active level's cb_dot_rows_kq equals the scalar reference bit for
- * bit, and the scalar reference equals an independent formula written here from ggml's block loops (q4_k_r8: its
- * Q4_K blocks interleaved here from colibri.h's description, the formula run on the plain blocks; row ranges that
- * cut 8-row groups included) (ggml-quants.c
+ * bit, and the scalar reference equals an independent formula written here from ggml's block loops (q4_k_r8 /
+ * q6_k_r16: their Q4_K / Q6_K blocks interleaved here from colibri.h's description, the formula run on the plain
+ * blocks, q6_k_r16's one integer per super-block; row ranges that cut 8- and 16-row groups included) (ggml-quants.c
  * dequantize_row_q4_K / _q5_K / _q6_K walk the codes, ggml_vec_dot_iq4_xs_q8_K_generic the iq4_xs scales; integer
  * sums, then the spec's float order of kernels_kq.c: iq4_xs and q6_k ggml's 8 lanes).
  * The quantizer equals quantize_row_q8_K_ref written out here. K = 1..5 super-blocks, row ranges starting
@@ -17,15 +17,16 @@
 #include "kernels.h"
 #include "kquants.h"
 #include "kquants_r8.h"
+#include "kquants_r16.h"
 #include "iquants.h"
 #include "check.h"
 #include "guarded.h"
 
-enum { MAX_T = 20, MAX_NB = 5, ROWS = 24 };
+enum { MAX_T = 20, MAX_NB = 5, ROWS = 32 };
 
 static cb_q8k_block xk[MAX_T][MAX_NB];
 static float xf[MAX_T][MAX_NB * 256], got[MAX_T][ROWS], want[MAX_T][ROWS], naive[MAX_T][ROWS];
-static unsigned char plain[ROWS * MAX_NB * 144];    /* q4_k_r8's blocks as Q4_K rows */
+static unsigned char plain[ROWS * MAX_NB * 210];    /* q4_k_r8's / q6_k_r16's blocks as Q4_K / Q6_K rows */
 
 /* colibri.h's CB_Q4_K_R8 layout, written out: per 8 rows and block column b a unit of d x 8, dmin x 8, scales
  * 12 x 8, then piece pc = 4p + c of 64 bytes, qword q = row (0 4 1 5 2 6 3 7)[q]'s code bytes 8 pc .. 8 pc + 7. */
@@ -41,6 +42,28 @@ static void to_r8(const unsigned char *q4k, unsigned char *r8, int32_t rows, int
             for (int pc = 0; pc < 16; pc++)
                 for (int q = 0; q < 8; q++)
                     memcpy(u + 128 + 64 * pc + 8 * q, q4k + ((size_t)(8 * g + ROW_OF[q]) * nb + b) * 144 + 16 + 8 * pc, 8);
+        }
+}
+
+/* colibri.h's CB_Q6_K_R16 layout, written out: per 16 rows and block column b a unit of d x 16, then scale j of
+ * rows 0..15 at 32 + 16j, then for half h and i < 8 three 64-byte pieces holding row r's 4 bytes at 4r: ql bytes
+ * 64h + 4i, ql bytes 64h + 32 + 4i, qh bytes 128 + 32h + 4i. */
+static void to_r16(const unsigned char *q6k, unsigned char *r16, int32_t rows, int32_t nb) {
+    for (int32_t g = 0; g < rows / 16; g++)
+        for (int32_t b = 0; b < nb; b++) {
+            unsigned char *u = r16 + ((size_t)g * nb + b) * 3360;
+            for (int j = 0; j < 16; j++) {
+                const unsigned char *blk = q6k + ((size_t)(16 * g + j) * nb + b) * 210;
+                memcpy(u + 2 * j, blk + 208, 2);
+                for (int s = 0; s < 16; s++) u[32 + 16 * s + j] = blk[192 + s];
+                for (int h = 0; h < 2; h++)
+                    for (int i = 0; i < 8; i++) {
+                        unsigned char *pc = u + 288 + 64 * (24 * h + 3 * i);
+                        memcpy(pc + 4 * j, blk + 64 * h + 4 * i, 4);
+                        memcpy(pc + 64 + 4 * j, blk + 64 * h + 32 + 4 * i, 4);
+                        memcpy(pc + 128 + 4 * j, blk + 128 + 32 * h + 4 * i, 4);
+                    }
+            }
         }
 }
 
@@ -113,7 +136,21 @@ static float ggml_lanes_dot(int32_t dtype, const unsigned char *row, int32_t nb,
     return lo + hi;
 }
 
+/* q6_k_r16's order on its plain Q6_K blocks: one integer per super-block, sum sc[k / 16] * (q - 32) * a, then
+ * s = fma(d * y.d, I, s). */
+static float one_integer_q6_dot(const unsigned char *row, int32_t nb, const cb_q8k_block *x) {
+    float s = 0.0f;
+    for (int32_t b = 0; b < nb; b++, row += 210, x++) {
+        int32_t q[256], sc[16], mn[8], I = 0;
+        unpack(CB_Q6_K, row, q, sc, mn);
+        for (int k = 0; k < 256; k++) I += sc[k / 16] * (q[k] - 32) * x->qs[k];
+        s = fmaf(half(row + 208) * x->d, (float)I, s);
+    }
+    return s;
+}
+
 static float spec_dot(int32_t dtype, const unsigned char *row, int32_t nb, size_t bb, const cb_q8k_block *x) {
+    if (dtype == CB_Q6_K_R16) return one_integer_q6_dot(row, nb, x);
     if (dtype == CB_IQ4_XS || dtype == CB_Q6_K) return ggml_lanes_dot(dtype, row, nb, bb, x);
     float s = 0.0f;
     for (int32_t b = 0; b < nb; b++, row += bb, x++) {
@@ -147,15 +184,20 @@ static int quantizer_ok(const float *x, const cb_q8k_block *y) {
     return 1;
 }
 
-/* q4_k_r8 on the exact-weights path (w8a8 off, f32 inputs): the level's cb_dot_rows gives the plain Q4_K matrix's
- * bits (the scalar decoder's, whatever the level). */
-static int exact_r8(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
+/* The plain encoding of a row-interleaved one (q4_k_r8: Q4_K, q6_k_r16: Q6_K), else 0. */
+static int32_t plain_of(int32_t dtype) {
+    return dtype == CB_Q4_K_R8 ? CB_Q4_K : dtype == CB_Q6_K_R16 ? CB_Q6_K : 0;
+}
+
+/* q4_k_r8 / q6_k_r16 on the exact-weights path (w8a8 off, f32 inputs): the level's cb_dot_rows gives the plain
+ * matrix's bits (the scalar decoder's, whatever the level). */
+static int exact_regrouped(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
     const float *xs[MAX_T];
     float *g[MAX_T], *h[MAX_T];
     for (int t = 0; t < MAX_T; t++) xs[t] = xf[t], g[t] = got[t], h[t] = want[t];
-    cb_matrix q4 = {plain, NULL, NULL, CB_Q4_K, m->rows, m->cols};
+    cb_matrix q = {plain, NULL, NULL, plain_of(m->dtype), m->rows, m->cols};
     cb_dot_rows(m, r0, r1, xs, g, nt);
-    cb_dot_rows_scalar(&q4, r0, r1, xs, h, nt);
+    cb_dot_rows_scalar(&q, r0, r1, xs, h, nt);
     for (int t = 0; t < nt; t++)
         for (int32_t r = r0; r < r1; r++)
             if (memcmp(&got[t][r], &want[t][r], 4)) return 0;
@@ -171,16 +213,16 @@ static int shape(const cb_matrix *m, int32_t r0, int32_t r1, int64_t nt) {
     memset(got, 0, sizeof got), memset(want, 0, sizeof want);
     cb_dot_rows_kq(m, r0, r1, xs, g, nt);
     cb_dot_rows_kq_scalar(m, r0, r1, xs, h, nt);
-    int r8 = m->dtype == CB_Q4_K_R8;
+    int laid = plain_of(m->dtype) != 0;         /* the formula on the plain blocks (q4_k_r8: Q4_K's) */
     for (int t = 0; t < nt; t++)
         for (int32_t r = r0; r < r1; r++)
-            naive[t][r] = spec_dot(r8 ? CB_Q4_K : m->dtype,
-                                   (r8 ? plain : (const unsigned char *)m->data) + (size_t)r * rb, nb, rb / (size_t)nb,
-                                   xk[t]);
+            naive[t][r] = spec_dot(m->dtype == CB_Q4_K_R8 ? CB_Q4_K : m->dtype,
+                                   (laid ? plain : (const unsigned char *)m->data) + (size_t)r * rb, nb,
+                                   rb / (size_t)nb, xk[t]);
     for (int t = 0; t < nt; t++)
         for (int32_t r = r0; r < r1; r++)
             if (memcmp(&got[t][r], &want[t][r], 4) || memcmp(&want[t][r], &naive[t][r], 4)) return 0;
-    return !r8 || exact_r8(m, r0, r1, nt);
+    return !laid || exact_regrouped(m, r0, r1, nt);
 }
 
 /* Random blocks (finite f16 factors), or extreme ones: every code and scale byte at its top, d = 1. */
@@ -210,10 +252,10 @@ static void fill(unsigned *s, int32_t dtype, unsigned char *w, size_t bytes, siz
 int main(void) {
     printf("simd level %s\n", cb_simd_name());
     static const int32_t Rs[][2] = {{0, 1}, {0, 3}, {0, 4}, {5, 17}, {3, 24}, {23, 24}, {8, 24}, {0, 16}};
-    static const int32_t DT[] = {CB_Q4_K, CB_Q5_K, CB_Q6_K, CB_IQ4_XS, CB_Q4_K_R8};
+    static const int32_t DT[] = {CB_Q4_K, CB_Q5_K, CB_Q6_K, CB_IQ4_XS, CB_Q4_K_R8, CB_Q6_K_R16};
     unsigned s = 17;
-    for (int e = 0; e < 5; e++)
-        for (int32_t nb = 1; nb <= (DT[e] == CB_IQ4_XS ? 3 : MAX_NB); nb++) {
+    for (int e = 0; e < 6; e++)
+        for (int32_t nb = 1; nb <= (DT[e] == CB_IQ4_XS || DT[e] == CB_Q6_K_R16 ? 3 : MAX_NB); nb++) {
             int32_t K = 256 * nb;
             size_t bytes = (size_t)cb_matrix_data_bytes(DT[e], ROWS, K), map_bytes;
             unsigned char *map, *w = guarded(bytes, &map, &map_bytes);
@@ -223,6 +265,9 @@ int main(void) {
                 if (DT[e] == CB_Q4_K_R8) {      /* Q4_K blocks, then their interleaving */
                     fill(&s, CB_Q4_K, plain, bytes, 144, K, extreme);
                     to_r8(plain, w, ROWS, nb);
+                } else if (DT[e] == CB_Q6_K_R16) {
+                    fill(&s, CB_Q6_K, plain, bytes, 210, K, extreme);
+                    to_r16(plain, w, ROWS, nb);
                 } else
                     fill(&s, DT[e], w, bytes, bytes / (size_t)ROWS / (size_t)nb, K, extreme);
                 cb_matrix m = {w, NULL, NULL, DT[e], ROWS, K};

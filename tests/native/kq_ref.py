@@ -8,7 +8,8 @@ d = 1 / iscale, bsums of 16). kq_matmul: per output (t, r) and super-block b in 
 (q4_k / q5_k: I = sum_j sc_j * sum_{k in j} q * a, M = sum_j m_j * bsum32_j), then s = fma(d * da, I, s) and
 s = fma(-(dmin * da), M, s). iq4_xs (block_iq4_xs, gguf.quants' kvalues: q the signed value, sc = ls - 32 per 32)
 and q6_k (sc per 16, the -32 offset through the bsums) take ggml_vec_dot_iq4_xs_q8_K's / _q6_K_q8_K's own order
-(8 lanes, hsum_float_8 at the end).
+(8 lanes, hsum_float_8 at the end). q6_k_r16 (the same Q6_K blocks; kq_matmul takes them in plain row order) takes
+q4_k's order instead: I = sum_j sc_j * sum_{k in 16-sub-block j} (q - 32) * a, s = fma(d * da, I, s).
 """
 import numpy as np
 
@@ -105,12 +106,14 @@ def quantize_q8k(x):
 def kq_matmul(x, raw, scheme, rows, cols):
     """out [n, rows] float32 of x [n, cols] times the k-quant matrix of blocks raw [rows, row bytes]."""
     nb = cols // QK
-    p = kq_parts(raw, scheme)
+    p = kq_parts(raw, "q6_k" if scheme == "q6_k_r16" else scheme)
     codes = p["codes"].reshape(rows, nb, QK)
     qa, da, bsums = quantize_q8k(x)
     n = qa.shape[0]
     if scheme in ("iq4_xs", "q6_k"):
         return _ggml_lanes(p, scheme, codes, qa, da, bsums, rows, nb)
+    if scheme == "q6_k_r16":
+        return _one_integer_q6(p, codes, qa, da, rows, nb)
     s = np.zeros((n, rows), np.float32)
     for b in range(nb):
         sc, m = p["sc"].reshape(rows, nb, 8)[:, b], p["m"].reshape(rows, nb, 8)[:, b]
@@ -154,3 +157,18 @@ def quantization_bound(x, weights):
     _, da, _ = quantize_q8k(x)
     wabs = np.abs(np.asarray(weights, np.float64)).reshape(weights.shape[0], -1, QK).sum(axis=2)   # [rows, nb]
     return (np.abs(da.astype(np.float64)) / 2) @ wabs.T
+
+
+def _one_integer_q6(p, codes, qa, da, rows, nb):
+    """q6_k_r16's order: per super-block one integer I = sum_j sc_j * sum_{k in j} (q - 32) * a (int64, checked to
+    fit int32), then s = fma(d * da, I, s)."""
+    n = qa.shape[0]
+    s = np.zeros((n, rows), np.float32)
+    for b in range(nb):
+        sc = p["sc"].reshape(rows, nb, 16)[:, b]
+        prod = (codes[None, :, b, :] - 32) * qa[:, None, b, :]                    # [n, rows, 256]
+        I = (prod.reshape(n, rows, 16, 16).sum(axis=3) * sc[None]).sum(axis=2)
+        assert np.abs(I).max(initial=0) < 2 ** 31
+        dd = (p["d"].reshape(rows, nb)[:, b][None, :] * da[:, b, None]).astype(np.float32)
+        s = fma32(dd, I.astype(np.float32), s)
+    return s

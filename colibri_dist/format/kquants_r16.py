@@ -1,0 +1,63 @@
+"""q6_k_r16: llama.cpp's Q6_K blocks, every byte kept, laid out 16 rows at a time (native/src/kquants_r16.h).
+
+Role in the data flow: format/quantize.py writes a q6_k_r16 matrix from Q6_K blocks (a GGUF's, copied, or our
+quantizer's) through `interleave`, and reads its values back through `deinterleave` and Q6_K's exact dequantizer.
+The layout, per group of 16 rows and super-block column b (one 3360-byte unit): the 16 rows' f16 d, their 16 scale
+bytes by sub-block (scale j of the 16 rows together), then 48 pieces of 64 bytes, 4 bytes per row: for half h and
+i (0..7) the rows' ql bytes 64h + 4i .. +3, ql bytes 64h + 32 + 4i .. +3 and qh bytes 128 + 32h + 4i .. +3. The
+native kernels keep the 16 rows in vector lanes and take one integer per super-block (q4_k's order, not ggml's
+8 float lanes): the values are Q6_K's, the products differ from q6_k's in the last bits (native/src/kernels_kq.c).
+"""
+import numpy as np
+
+from ..errors import InvalidArgument
+from .kquants import dequantize_q6_k, quantize_q6_k
+
+GROUP, BLOCK = 16, 210
+
+
+def _check(rows, cols):
+    if rows % GROUP or cols % 256:
+        raise InvalidArgument(f"q6_k_r16 needs rows a multiple of {GROUP} and cols of 256, got a [{rows}, {cols}] "
+                              f"matrix (q6_k keeps any row count)")
+
+
+def interleave(blocks, rows, cols):
+    """Q6_K bytes of a [rows, cols] matrix (row-major blocks) -> the q6_k_r16 bytes, uint8 [rows, cols // 256 * 210]."""
+    _check(rows, cols)
+    nb, g = cols // 256, rows // GROUP
+    b = np.asarray(blocks, np.uint8).reshape(g, GROUP, nb, BLOCK).transpose(0, 2, 1, 3)     # [g, nb, row, 210]
+    ql = b[..., 0:128].reshape(g, nb, GROUP, 2, 2, 8, 4).transpose(0, 1, 3, 5, 4, 2, 6)    # [g, nb, h, i, k, row, 4]
+    qh = b[..., 128:192].reshape(g, nb, GROUP, 2, 8, 4).transpose(0, 1, 3, 4, 2, 5)[:, :, :, :, None]
+    codes = np.concatenate([ql, qh], axis=4).reshape(g, nb, 3072)
+    unit = np.concatenate([b[..., 208:210].reshape(g, nb, 32), b[..., 192:208].transpose(0, 1, 3, 2).reshape(g, nb, 256),
+                           codes], axis=2)
+    return np.ascontiguousarray(unit).reshape(rows, nb * BLOCK)
+
+
+def deinterleave(data, rows, cols):
+    """q6_k_r16 bytes -> the Q6_K blocks, uint8 [rows, cols // 256 * 210] (row-major)."""
+    _check(rows, cols)
+    nb, g = cols // 256, rows // GROUP
+    u = np.asarray(data, np.uint8).reshape(g, nb, GROUP * BLOCK)
+    out = np.empty((g, nb, GROUP, BLOCK), np.uint8)
+    out[..., 208:210] = u[:, :, 0:32].reshape(g, nb, GROUP, 2)
+    out[..., 192:208] = u[:, :, 32:288].reshape(g, nb, 16, GROUP).transpose(0, 1, 3, 2)
+    codes = u[:, :, 288:].reshape(g, nb, 2, 8, 3, GROUP, 4)                                  # [g, nb, h, i, k, row, 4]
+    out[..., 0:128] = codes[:, :, :, :, 0:2].transpose(0, 1, 5, 2, 4, 3, 6).reshape(g, nb, GROUP, 128)
+    out[..., 128:192] = codes[:, :, :, :, 2].transpose(0, 1, 4, 2, 3, 5).reshape(g, nb, GROUP, 64)
+    return np.ascontiguousarray(out.transpose(0, 2, 1, 3)).reshape(rows, nb * BLOCK)
+
+
+def quantize_q6_k_r16(w):
+    return interleave(quantize_q6_k(w), *np.shape(w))
+
+
+def dequantize_q6_k_r16(raw, rows, cols):
+    """q6_k_r16 bytes -> float32 [rows, cols]: Q6_K's values (gguf.quants' bit for bit)."""
+    return dequantize_q6_k(deinterleave(raw, rows, cols), rows, cols)
+
+
+QUANTIZE = {"q6_k_r16": quantize_q6_k_r16}
+DEQUANTIZE = {"q6_k_r16": dequantize_q6_k_r16}
+RELAYOUT = {"q6_k_r16": ("q6_k", interleave, deinterleave)}   # scheme -> (its block encoding, to, from its layout)
