@@ -31,8 +31,8 @@ from test_format_damage import c_open  # noqa: E402
 ATTN = {"attn_q": "q_proj", "attn_k": "k_proj", "attn_v": "v_proj", "attn_output": "o_proj"}
 GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight"}
 ENCODING = {"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q8_0": "q8_0"}
-MATRIX = {**ENCODING, "Q4_K": "q4_k_r8"}      # a multiplied matrix's: Q4_K's blocks 8 rows interleaved (the embedding
-                                              # keeps q4_k; kquants_r8.py)
+MATRIX = {**ENCODING, "Q4_K": "q4_k_r8", "Q6_K": "q6_k_r16"}   # a multiplied matrix's: the blocks interleaved by rows (the
+                                              # embedding keeps q4_k / q6_k; kquants_r8.py, kquants_r16.py)
 
 
 def tiny_model(seed=2):
@@ -135,20 +135,20 @@ def test_header_metadata_and_inspect_say_mixed_with_counts(mix, capsys):
     qtype, gguf_path, path, _ = mix
     base, embd = MATRIX[qtype[:4]], ENCODING[qtype[:4]]
     want = expected_counts(gguf_path, 4)
-    assert want["experts"] == {base: 20, "q6_k": 4} and want["dense"] == {base: 7, "q6_k": 1}
+    assert want["experts"] == {base: 20, "q6_k_r16": 4} and want["dense"] == {base: 7, "q6_k_r16": 1}
     with cd.open_model(path) as m:
         enc = m.matrix_encodings()
-        assert (m.config.scheme, m.dense_scheme, m.lm_head_scheme) == ("mixed", "mixed", "q6_k")
+        assert (m.config.scheme, m.dense_scheme, m.lm_head_scheme) == ("mixed", "mixed", "q6_k_r16")
         assert m.meta["expert_scheme"] == "mixed" and m.header["scheme_code"] == -1
         assert enc["experts"] == want["experts"] and enc["dense"] == want["dense"]
-        assert enc["lm_head"] == {"q6_k": 1} and enc["embedding"] == {embd: 1}
+        assert enc["lm_head"] == {"q6_k_r16": 1} and enc["embedding"] == {embd: 1}
         assert m.expert_layout(0).scheme == base and m.expert_layout(1).scheme == "mixed"
-        assert m.expert_layout(1).schemes == (base, base, "q6_k")
-        assert f"expert:{base}+q6_k" in m.bytes_by_dtype() and f"expert:{base}" in m.bytes_by_dtype()
+        assert m.expert_layout(1).schemes == (base, base, "q6_k_r16")
+        assert f"expert:{base}+q6_k_r16" in m.bytes_by_dtype() and f"expert:{base}" in m.bytes_by_dtype()
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
-    assert f"scheme mixed: {base} 20, q6_k 4 matrices" in out
-    assert f"dense matrices mixed: {base} 7, q6_k 1 matrices; lm_head q6_k" in out
+    assert f"scheme mixed: {base} 20, q6_k_r16 4 matrices" in out
+    assert f"dense matrices mixed: {base} 7, q6_k_r16 1 matrices; lm_head q6_k_r16" in out
     assert main(["inspect", "--json", str(path)]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["scheme"] == "mixed" and info["matrix_encodings"]["experts"] == want["experts"]
@@ -193,7 +193,7 @@ def test_an_explicit_scheme_re_encodes_its_part(mix, tmp_path):
     convert(gguf_path, tmp_path / "i8.colibri", experts="int8", progress=False)
     with cd.open_model(tmp_path / "i8.colibri") as m:
         assert m.config.scheme == "int8" and m.matrix_encodings()["experts"] == {"int8": 24}
-        assert m.dense_scheme == "mixed" and m.lm_head_scheme == "q6_k"     # the other parts still kept
+        assert m.dense_scheme == "mixed" and m.lm_head_scheme == "q6_k_r16"     # the other parts still kept
 
 
 def test_a_hot_added_expert_takes_its_layers_encodings(mix, tmp_path):
@@ -208,14 +208,14 @@ def test_a_hot_added_expert_takes_its_layers_encodings(mix, tmp_path):
          "down": rng.standard_normal((256, 256)).astype(np.float32) * 0.05}
     with cd.MoeExecutor(local) as eng:
         e = eng.add_expert(1, w, np.zeros(256, np.float32))
-        assert eng.store.source.layout(1, e).schemes == eng.model.expert_layout(1).schemes == (base, base, "q6_k")
+        assert eng.store.source.layout(1, e).schemes == eng.model.expert_layout(1).schemes == (base, base, "q6_k_r16")
         x = np.random.default_rng(1).standard_normal((3, 256)).astype(np.float32)
         assert np.isfinite(eng.moe_forward(1, x)).all()
 
 
 def test_experts_of_one_layer_laid_out_differently_are_refused(mix, tmp_path):
     """The store reads a layer's experts with one layout: swapping an expert of layer 0 (all q4_k) with one of
-    layer 1 (q6_k down) keeps every entry valid on its own, and is refused by name."""
+    layer 1 (q6_k_r16 down) keeps every entry valid on its own, and is refused by name."""
     _, _, path, _ = mix
     raw = bytearray(open(path, "rb").read())
     a = find(raw, lambda e: e.kind == spec.KIND_EXPERT and e.layer == 0 and e.expert == 2)
@@ -237,7 +237,7 @@ def test_a_single_scheme_header_over_mixed_matrices_is_refused_by_both_readers(m
     struct.pack_into("16si", raw, 104, base.encode(), spec_code(base))
     bad = tmp_path / "one.colibri"
     bad.write_bytes(bytes(fix_crcs(raw)))
-    with pytest.raises(FormatError, match=rf"one\.colibri: layer 1 expert 0: down is q6_k \[256,256\], "
+    with pytest.raises(FormatError, match=rf"one\.colibri: layer 1 expert 0: down is q6_k_r16 \[256,256\], "
                                           rf"expected {base} \[256,256\]"):
         cd.open_model(bad)
     status, msg = c_open(bad)
