@@ -86,6 +86,7 @@ AVX2_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_
     for (int t = 0; t < TT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const unsigned char *u = grp + b * CB_R16_UNIT;
+        if (TT >= R16_PF_MIN) prefetch_span(u, R16_PF * CB_R16_UNIT, (R16_PF + 1) * CB_R16_UNIT);
         int32_t n32[4][16];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++)

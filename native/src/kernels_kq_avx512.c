@@ -162,6 +162,7 @@ A512_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_
     for (int t = 0; t < TT; t++) _mm512_store_ps(acc[t], _mm512_setzero_ps());
     for (size_t b = 0; b < nb; b++) {
         const unsigned char *u = grp + b * CB_R16_UNIT;
+        if (TT >= R16_PF_MIN) prefetch_span(u, R16_PF * CB_R16_UNIT, (R16_PF + 1) * CB_R16_UNIT);
         __m512i I[8];
 #pragma GCC unroll 8
         for (int t = 0; t < TT; t++) {

@@ -54,6 +54,7 @@ KQ_FN void r8_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_blo
     for (int i = 0; i < TT; i++) acc[i] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const unsigned char *u = grp + b * CB_R8_UNIT;
+        if (TT >= R8_PF_MIN) prefetch_span(u, R8_PF * CB_R8_UNIT, (R8_PF + 1) * CB_R8_UNIT);
         __m256i sc[2], mn[4], I[R8_MAXT];
         r8_scales(u, sc, mn);
         r8_ints(TT, u, sc, xk, b, I);
@@ -72,8 +73,8 @@ KQ_FN void r8_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_blo
     }
 }
 
-/* Rows r0..r1 of a q4_k_r8 matrix: whole groups by the tiles (token groups of R8_MAXT outer, the last one
- * shorter), rows of a partial group by the scalar reference (q4_k's bits). */
+/* Rows r0..r1 of a q4_k_r8 matrix: whole groups by the tiles (per group its token groups of R8_MAXT, the last
+ * one shorter: a group's bytes stay in cache while each token group passes), rows of a partial group by the scalar reference (q4_k's bits). */
 static KQ_OUTLINE void k_Q4_K_R8(const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
                                  float *const *outs, int64_t nt) {
     const cb_matrix *w = d->w;
@@ -81,10 +82,10 @@ static KQ_OUTLINE void k_Q4_K_R8(const kqdesc *d, int32_t r0, int32_t r1, const 
     int32_t g0 = (r0 + 7) / 8, g1 = r1 / 8;            /* the whole groups g0 .. g1 - 1 (none when g1 <= g0) */
     for (int32_t r = r0; r < r1; r++)
         if (r < 8 * g0 || r >= 8 * g1) cb_dot_r8_row(w, r, xk, outs, nt);
-    for (int64_t t = 0; t < nt; t += R8_MAXT) {
-        int64_t m = nt - t < R8_MAXT ? nt - t : R8_MAXT;
-        for (int32_t g = g0; g < g1; g++) {
-            const unsigned char *grp = cb_r8_unit(d->data, nb, (size_t)g, 0);
+    for (int32_t g = g0; g < g1; g++) {
+        const unsigned char *grp = cb_r8_unit(d->data, nb, (size_t)g, 0);
+        for (int64_t t = 0; t < nt; t += R8_MAXT) {
+            int64_t m = nt - t < R8_MAXT ? nt - t : R8_MAXT;
             switch (m) {
 #define R8_CASE(TT) case TT: r8_tile(TT, grp, nb, xk + t, outs + t, 8 * g); break;
             R8_CASE(1) R8_CASE(2) R8_CASE(3)

@@ -41,6 +41,13 @@ static const uint8_t K6_SHUF[4][32] __attribute__((aligned(32))) = {
 #undef W2
 };
 
+/* The row-interleaved tiles (q4_k_r8, q6_k_r16) prefetch the unit this many units ahead when they multiply at least
+ * PF_MIN tokens. */
+#define R8_PF 4
+#define R8_PF_MIN 2
+#define R16_PF 2
+#define R16_PF_MIN 2
+
 /* q4_k_r8: vpshufb controls widening byte j of each qword (a row's 8 sub-block scales) to its 4 int16 lanes. */
 static const int8_t R8_PICK[8][16] __attribute__((aligned(16))) = {
 #define P4(j) j, -1, j, -1, j, -1, j, -1
