@@ -30,8 +30,8 @@ def interleave(blocks, rows, cols):
     ql = b[..., 0:128].reshape(g, nb, GROUP, 2, 2, 8, 4).transpose(0, 1, 3, 5, 4, 2, 6)    # [g, nb, h, i, k, row, 4]
     qh = b[..., 128:192].reshape(g, nb, GROUP, 2, 8, 4).transpose(0, 1, 3, 4, 2, 5)[:, :, :, :, None]
     codes = np.concatenate([ql, qh], axis=4).reshape(g, nb, 3072)
-    unit = np.concatenate([b[..., 208:210].reshape(g, nb, 32), b[..., 192:208].transpose(0, 1, 3, 2).reshape(g, nb, 256),
-                           codes], axis=2)
+    scales = b[..., 192:208].transpose(0, 1, 3, 2).reshape(g, nb, 256)                      # [g, nb, j, row]
+    unit = np.concatenate([b[..., 208:210].reshape(g, nb, 32), scales, codes], axis=2)
     return np.ascontiguousarray(unit).reshape(rows, nb * BLOCK)
 
 

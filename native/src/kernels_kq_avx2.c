@@ -74,9 +74,12 @@ AVX2_FN __m256i r16_act(const int8_t *qs, int dw) {     /* activation dword dw b
 /* The 16-element sum of one sub-block for 8 rows: codes c[0..3] by activation dwords dw .. dw + 3, from n. */
 AVX2_FN __m256i r16_sum(const __m256i c[4], const int8_t *a, int dw, int32_t n) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], r16_act(a, dw)), _mm256_maddubs_epi16(c[1], r16_act(a, dw + 1)));
-    __m256i q = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], r16_act(a, dw + 2)), _mm256_maddubs_epi16(c[3], r16_act(a, dw + 3)));
-    return _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(p, ones), _mm256_madd_epi16(q, ones)), _mm256_set1_epi32(n));
+    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], r16_act(a, dw)),
+                                 _mm256_maddubs_epi16(c[1], r16_act(a, dw + 1)));
+    __m256i q = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], r16_act(a, dw + 2)),
+                                 _mm256_maddubs_epi16(c[3], r16_act(a, dw + 3)));
+    __m256i s = _mm256_add_epi32(_mm256_madd_epi16(p, ones), _mm256_madd_epi16(q, ones));
+    return _mm256_add_epi32(s, _mm256_set1_epi32(n));
 }
 
 AVX2_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk, float *const *outs,

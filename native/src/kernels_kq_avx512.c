@@ -187,8 +187,9 @@ A512_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_
                         lo[ii] = r16_code(ql, qp ? _mm512_slli_epi32(qh, 2) : _mm512_slli_epi32(qh, 4));
                         hi[ii] = r16_code(_mm512_srli_epi32(ql, 4), qp ? _mm512_srli_epi32(qh, 2) : qh);
                     }
-                    __m512i sl = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + CB_R16_SCALES + 16 * jl)));
-                    __m512i sh = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + CB_R16_SCALES + 16 * jl + 64)));
+                    const unsigned char *sp = u + CB_R16_SCALES + 16 * jl;       /* scales jl, jl + 4 */
+                    __m512i sl = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sp));
+                    __m512i sh = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sp + 64)));
                     int dl = 32 * h + 8 * qp + 4 * ih, dh = dl + 16;      /* the activation dwords of q, q + 2 */
 #pragma GCC unroll 8
                     for (int t = 0; t < TT; t++) {

@@ -73,28 +73,5 @@ KQ_FN void r8_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_blo
     }
 }
 
-/* Rows r0..r1 of a q4_k_r8 matrix: whole groups by the tiles (per group its token groups of R8_MAXT, the last
- * one shorter: a group's bytes stay in cache while each token group passes), rows of a partial group by the scalar reference (q4_k's bits). */
-static KQ_OUTLINE void k_Q4_K_R8(const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,
-                                 float *const *outs, int64_t nt) {
-    const cb_matrix *w = d->w;
-    size_t nb = d->nb;
-    int32_t g0 = (r0 + 7) / 8, g1 = r1 / 8;            /* the whole groups g0 .. g1 - 1 (none when g1 <= g0) */
-    for (int32_t r = r0; r < r1; r++)
-        if (r < 8 * g0 || r >= 8 * g1) cb_dot_r8_row(w, r, xk, outs, nt);
-    for (int32_t g = g0; g < g1; g++) {
-        const unsigned char *grp = cb_r8_unit(d->data, nb, (size_t)g, 0);
-        for (int64_t t = 0; t < nt; t += R8_MAXT) {
-            int64_t m = nt - t < R8_MAXT ? nt - t : R8_MAXT;
-            switch (m) {
-#define R8_CASE(TT) case TT: r8_tile(TT, grp, nb, xk + t, outs + t, 8 * g); break;
-            R8_CASE(1) R8_CASE(2) R8_CASE(3)
-#if R8_MAXT > 4
-            R8_CASE(4) R8_CASE(5) R8_CASE(6) R8_CASE(7)
-#endif
-            default: r8_tile(R8_MAXT, grp, nb, xk + t, outs + t, 8 * g); break;
-#undef R8_CASE
-            }
-        }
-    }
-}
+/* Rows r0..r1 of a q4_k_r8 matrix (KQ_REGROUPED), the partial groups' rows by q4_k's scalar reference. */
+KQ_REGROUPED(Q4_K_R8, 8, CB_R8_UNIT, R8_MAXT, r8_tile, cb_dot_r8_row)

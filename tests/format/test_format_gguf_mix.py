@@ -31,8 +31,9 @@ from test_format_damage import c_open  # noqa: E402
 ATTN = {"attn_q": "q_proj", "attn_k": "k_proj", "attn_v": "v_proj", "attn_output": "o_proj"}
 GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight"}
 ENCODING = {"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q8_0": "q8_0"}
-MATRIX = {**ENCODING, "Q4_K": "q4_k_r8", "Q6_K": "q6_k_r16"}   # a multiplied matrix's: the blocks interleaved by rows (the
-                                              # embedding keeps q4_k / q6_k; kquants_r8.py, kquants_r16.py)
+# a multiplied matrix's encoding: the blocks interleaved by rows (the embedding keeps q4_k / q6_k; kquants_r8.py,
+# kquants_r16.py)
+MATRIX = {**ENCODING, "Q4_K": "q4_k_r8", "Q6_K": "q6_k_r16"}
 
 
 def tiny_model(seed=2):

@@ -1,8 +1,8 @@
 """`python -m colibri_dist.bench kquants`: llama.cpp block matmuls, the f32-decoder path vs the integer path vs ggml.
 
-Role: ms per matmul of one q4_k / q6_k (or q4_k_r8, q5_k, q8_0, mxfp4, iq4_xs, iq4_nl, q5_1) matrix by 1, 4 and 32
-tokens at 1 and 2 threads, on the shapes that matter (2048 x 2048, and Qwen3-30B-A3B's expert matrices: 768 x 2048
-gate/up, 2048 x 768 down), for colibri's two paths: "decode" (w8a8 off: blocks decoded to f32, fma against f32 activations)
+Role: ms per matmul of one q4_k / q6_k (or q4_k_r8, q6_k_r16, q5_k, q8_0, mxfp4, iq4_xs, iq4_nl, q5_1) matrix by
+1, 4 and 32 tokens at 1 and 2 threads, on the shapes that matter (2048 x 2048, and Qwen3-30B-A3B's expert matrices:
+768 x 2048 gate/up, 2048 x 768 down), for colibri's two paths: "decode" (w8a8 off: blocks decoded to f32, fma against f32 activations)
 and "q8k" (w8a8 on: the activations quantized to the type's llama.cpp vec_dot type, Q8_K, Q8_0 or Q8_1, integer
 dots; kernels_kq*.c, kernels_q80*.c; the JSON key keeps its first name), next to ggml's own mul_mat on the
 same block type (native/tools/ggml_mul_mat.c built against the llama.cpp build of shared/peers; its weights in
@@ -88,8 +88,9 @@ def build_peer(workdir):
 
 def peer_ms(exe, scheme, rows, cols, tokens, threads, mib, reps):
     """ggml's ms per matmul (best of reps passes over the copies) and its weights' buffer type, or (None, None).
-    q4_k_r8 (Q4_K's blocks 8 rows interleaved) stands beside ggml's Q4_K, which it repacks its own way."""
-    peer_type = "q4_k" if scheme == "q4_k_r8" else scheme
+    q4_k_r8 / q6_k_r16 (Q4_K's / Q6_K's blocks interleaved by rows) stand beside ggml's Q4_K (which it repacks its
+    own way) / Q6_K."""
+    peer_type = {"q4_k_r8": "q4_k", "q6_k_r16": "q6_k"}.get(scheme, scheme)
     r = subprocess.run([str(exe), peer_type, str(rows), str(cols), str(tokens), str(threads), str(mib), str(reps)],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
