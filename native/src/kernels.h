@@ -33,7 +33,7 @@ typedef void cb_dot_rows_q4_k(const cb_matrix *w, int32_t r0, int32_t r1, const 
                               float *const *outs, int64_t nt);
 /* w6a8 (kernels_q6.c): CB_I6_G64 rows x activations prepared per token by cb_q6_prep (w4a8's signature). */
 typedef cb_dot_rows_q4_k cb_dot_rows_q6_k;
-/* k-quants x Q8_K (kernels_kq.c): CB_Q4_K / CB_Q5_K / CB_Q6_K (and CB_Q4_K_R8, CB_IQ4_XS) rows x llama.cpp's Q8_K
+/* k-quants x Q8_K (kernels_kq.c): CB_Q4_K / CB_Q5_K / CB_Q6_K (and CB_Q4_K_R8, CB_Q6_K_R16, CB_IQ4_XS) rows x llama.cpp's Q8_K
  * activation blocks (kquants.h cb_q8k_block, one per 256 inputs; xk[t] is token t's row of blocks). */
 typedef struct cb_q8k_block cb_q8k_block;
 typedef void cb_dot_rows_kq_k(const cb_matrix *w, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,

@@ -8,7 +8,7 @@
  * against bsums32, the float step per (token, row); q6_k / iq4_xs: ggml's 8 lanes kept in float, q6's -32 offset
  * per lane from the bsums by this level's madd_add, vpmaddwd + vpaddd) is kernels_kq_x86.h / kernels_kq_tiles.h,
  * shared with the AVX-512 level: the bits are the scalar reference's. q4_k_r8's r8_ints (two 256-bit halves of
- * 4 rows) feeds kernels_kq_r8.h.
+ * 4 rows) feeds kernels_kq_r8.h; q6_k_r16's r16_tile (two 256-bit halves of 8 rows) is kernels_kq_r16.h's tile.
  */
 #include "kernels.h"
 #include "kquants.h"

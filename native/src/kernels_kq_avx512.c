@@ -10,7 +10,8 @@
  * and the rest (q6's offset, by this level's madd_add = vpdpwssd, the mins, the reductions, the float steps) is the
  * AVX2 code (kernels_kq_x86.h, kernels_kq_tiles.h): the same bits as the scalar reference (the level tests compare
  * it with the scalar kernel where the CPU has AVX-512; run on Zen 4). IQ4_XS (signed codes) runs the AVX2 level's
- * 256-bit row_ints256 compiled for this target. q4_k_r8's r8_ints (8 rows per zmm) feeds kernels_kq_r8.h.
+ * 256-bit row_ints256 compiled for this target. q4_k_r8's r8_ints (8 rows per zmm) feeds kernels_kq_r8.h;
+ * q6_k_r16's r16_tile (16 rows per zmm) is kernels_kq_r16.h's tile.
  */
 #include "kernels.h"
 #include "kquants.h"

@@ -8,7 +8,8 @@
  * iq4_xs and q6_k tiles keep; q4_k / q5_k use only their sum). Everything after the integers (q6's offset, the
  * mins, the reductions, the float steps) is shared code (here and kernels_kq_x86.h), so the levels give the same
  * bits. Tiles: 1 token x 4 rows (decode, the next tile prefetched), 2 x 4, 3 x 2, 4-8 tokens x 1 row. q4_k_r8's
- * row of the table is kernels_kq_r8.h's k_Q4_K_R8 (included before this file).
+ * and q6_k_r16's rows of the table are kernels_kq_r8.h's k_Q4_K_R8 and kernels_kq_r16.h's k_Q6_K_R16 (included before
+ * this file).
  */
 
 /* q6's offset, per token: lanes plus (-32 sc_2l) * bsums[2l] + (-32 sc_2l+1) * bsums[2l+1] (ggml's q8sclsub
