@@ -44,9 +44,9 @@ KQ_FN __m256 r8_halves(const unsigned char *u, size_t o) {
                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* TT tokens x the 8 rows of group g: per super-block q4_k's step (kq_step), lanes = rows. No software prefetch: a group is one sequential
- * stream, which the hardware prefetcher follows (a prefetch two units ahead made one token streamed from memory
- * 1.5x slower on Zen 4). */
+/* TT tokens x the 8 rows of group g: per super-block q4_k's step (kq_step), lanes = rows. One token prefetches
+ * nothing (a group is one sequential stream the hardware prefetcher follows; a prefetch two units ahead made it 1.5x
+ * slower on Zen 4); from R8_PF_MIN tokens on, with compute between the loads, the unit R8_PF ahead. */
 KQ_FN void r8_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk, float *const *outs,
                    int32_t r) {
     __m256 acc[R8_MAXT];
