@@ -82,21 +82,22 @@ AVX2_FN __m256i r16_sum(const __m256i c[4], const int8_t *a, int dw, int32_t n) 
     return _mm256_add_epi32(s, _mm256_set1_epi32(n));
 }
 
+#define R16_MAXT 4      /* tokens per tile */
 AVX2_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk, float *const *outs,
                       int32_t r) {
-    __m256 acc[4][2];
+    __m256 acc[R16_MAXT][2];
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const unsigned char *u = grp + b * CB_R16_UNIT;
         if (TT >= R16_PF_MIN) prefetch_span(u, R16_PF * CB_R16_UNIT, (R16_PF + 1) * CB_R16_UNIT);
-        int32_t n32[4][16];
+        int32_t n32[R16_MAXT][16];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++)
             for (int j = 0; j < 16; j++) n32[t][j] = -32 * xk[t][b].bsums[j];
 #pragma GCC unroll 2
         for (int rh = 0; rh < 2; rh++) {
-            __m256i I[4];
+            __m256i I[R16_MAXT];
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++) I[t] = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -146,7 +147,6 @@ AVX2_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_
 #define KQ_ENTRY cb_dot_rows_kq_avx2
 #define R8_MAXT 4
 #include "kernels_kq_r8.h"
-#define R16_MAXT 4
 #include "kernels_kq_r16.h"
 #include "kernels_kq_tiles.h"
 #else

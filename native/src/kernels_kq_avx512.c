@@ -156,15 +156,16 @@ A512_FN __m512i r16_act(const int8_t *qs, int dw) {     /* activation dword dw b
     return _mm512_set1_epi32(v);
 }
 
+#define R16_MAXT 8      /* tokens per tile */
 A512_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk, float *const *outs,
                       int32_t r) {
-    float acc[8][16] __attribute__((aligned(64)));         /* in memory: the registers hold codes and I */
-    int32_t n32[8][16] __attribute__((aligned(64)));       /* -32 * bsums, broadcast from memory */
+    float acc[R16_MAXT][16] __attribute__((aligned(64)));  /* in memory: the registers hold codes and I */
+    int32_t n32[R16_MAXT][16] __attribute__((aligned(64)));  /* -32 * bsums, broadcast from memory */
     for (int t = 0; t < TT; t++) _mm512_store_ps(acc[t], _mm512_setzero_ps());
     for (size_t b = 0; b < nb; b++) {
         const unsigned char *u = grp + b * CB_R16_UNIT;
         if (TT >= R16_PF_MIN) prefetch_span(u, R16_PF * CB_R16_UNIT, (R16_PF + 1) * CB_R16_UNIT);
-        __m512i I[8];
+        __m512i I[R16_MAXT];
 #pragma GCC unroll 8
         for (int t = 0; t < TT; t++) {
             __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)xk[t][b].bsums));
@@ -220,7 +221,6 @@ A512_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_
 #define KQ_ENTRY cb_dot_rows_kq_avx512
 #define R8_MAXT 8
 #include "kernels_kq_r8.h"
-#define R16_MAXT 8
 #include "kernels_kq_r16.h"
 #include "kernels_kq_tiles.h"
 #else
