@@ -6,8 +6,9 @@ converter. By default each part keeps the file's own encoding per matrix (F32/F1
 Q5_K, Q6_K, IQ4_XS, IQ4_NL, MXFP4, Q5_0 and Q5_1 blocks as the encodings of those names: gguf_source.BLOCK_TYPES;
 a Q4_K matrix whose rows come in whole groups of 8 as q4_k_r8, a Q6_K one of whole 16-row groups as q6_k_r16, the
 same blocks interleaved by rows, which the kernels run faster, 1.4-2x in cache: kept_scheme): every expert's
-gate/up/down, every dense matrix, the embedding and the LM head is written in the type its tensor has in the file, so a Q4_K_M file's Q4_K experts with Q6_K
-down projections on some layers, Q6_K value projections and Q8_0 fallbacks are all copied as they are (the
+gate/up/down, every dense matrix, the embedding and the LM head is written in the type its tensor has in the file,
+so a Q4_K_M file's Q4_K experts with Q6_K down projections on some layers, Q6_K value projections and Q8_0
+fallbacks are all copied as they are (the
 part is then "mixed": format/scheme_plan.py), MLA's split attn_k_b / attn_v_b too (as k_b_proj / v_b_proj, the
 absorbed per-head matrices the model multiplies: gguf_source.py). An explicit --experts/--dense/--lm-head/--preset
 re-encodes that part from the exactly decoded values instead. A type none of our encodings holds was refused by name when
