@@ -1,7 +1,8 @@
 """q6_k_r16: llama.cpp's Q6_K blocks, every byte kept, laid out 16 rows at a time (native/src/kquants_r16.h).
 
 Role in the data flow: format/quantize.py writes a q6_k_r16 matrix from Q6_K blocks (a GGUF's, copied, or our
-quantizer's) through `interleave`, and reads its values back through `deinterleave` and Q6_K's exact dequantizer.
+quantizer's) through `interleave`, and reads its values back through `deinterleave` and Q6_K's exact dequantizer (RELAYOUT:
+quantize.py derives both).
 The layout, per group of 16 rows and super-block column b (one 3360-byte unit): the 16 rows' f16 d, their 16 scale
 bytes by sub-block (scale j of the 16 rows together), then 48 pieces of 64 bytes, 4 bytes per row: for half h and
 i (0..7) the rows' ql bytes 64h + 4i .. +3, ql bytes 64h + 32 + 4i .. +3 and qh bytes 128 + 32h + 4i .. +3. The
@@ -11,7 +12,6 @@ native kernels keep the 16 rows in vector lanes and take one integer per super-b
 import numpy as np
 
 from ..errors import InvalidArgument
-from .kquants import dequantize_q6_k, quantize_q6_k
 
 GROUP, BLOCK = 16, 210
 
@@ -49,15 +49,4 @@ def deinterleave(data, rows, cols):
     return np.ascontiguousarray(out.transpose(0, 2, 1, 3)).reshape(rows, nb * BLOCK)
 
 
-def quantize_q6_k_r16(w):
-    return interleave(quantize_q6_k(w), *np.shape(w))
-
-
-def dequantize_q6_k_r16(raw, rows, cols):
-    """q6_k_r16 bytes -> float32 [rows, cols]: Q6_K's values (gguf.quants' bit for bit)."""
-    return dequantize_q6_k(deinterleave(raw, rows, cols), rows, cols)
-
-
-QUANTIZE = {"q6_k_r16": quantize_q6_k_r16}
-DEQUANTIZE = {"q6_k_r16": dequantize_q6_k_r16}
 RELAYOUT = {"q6_k_r16": ("q6_k", interleave, deinterleave)}   # scheme -> (its block encoding, to, from its layout)

@@ -1,7 +1,8 @@
 """q4_k_r8: llama.cpp's Q4_K blocks, every byte kept, laid out 8 rows at a time (native/src/kquants_r8.h).
 
 Role in the data flow: format/quantize.py writes a q4_k_r8 matrix from Q4_K blocks (a GGUF's, copied, or our
-quantizer's) through `interleave`, and reads its values back through `deinterleave` and Q4_K's exact dequantizer.
+quantizer's) through `interleave`, and reads its values back through `deinterleave` and Q4_K's exact dequantizer (RELAYOUT:
+quantize.py derives both).
 The layout, per group of 8 rows and super-block column b (one 1152-byte unit): the 8 rows' f16 d, their f16 dmin,
 their 12 scale bytes each, then the code bytes by 64-byte piece (run p, piece c: 16 pieces), qword q of a piece
 holding row ROWS[q]'s code bytes 32p + 8c .. +7. The native kernels keep the 8 rows in vector lanes (so one
@@ -10,7 +11,6 @@ vector load holds 8 rows' codes) and compute Q4_K's own integers and float steps
 import numpy as np
 
 from ..errors import InvalidArgument
-from .kquants import dequantize_q4_k, quantize_q4_k
 
 ROWS = (0, 4, 1, 5, 2, 6, 3, 7)         # the row in qword q of a piece (CB_R8_ROW)
 GROUP, BLOCK = 8, 144
@@ -47,15 +47,4 @@ def deinterleave(data, rows, cols):
     return np.ascontiguousarray(out.transpose(0, 2, 1, 3)).reshape(rows, nb * BLOCK)
 
 
-def quantize_q4_k_r8(w):
-    return interleave(quantize_q4_k(w), *np.shape(w))
-
-
-def dequantize_q4_k_r8(raw, rows, cols):
-    """q4_k_r8 bytes -> float32 [rows, cols]: Q4_K's values (gguf.quants' bit for bit)."""
-    return dequantize_q4_k(deinterleave(raw, rows, cols), rows, cols)
-
-
-QUANTIZE = {"q4_k_r8": quantize_q4_k_r8}
-DEQUANTIZE = {"q4_k_r8": dequantize_q4_k_r8}
 RELAYOUT = {"q4_k_r8": ("q4_k", interleave, deinterleave)}   # scheme -> (its block encoding, to, from its layout)

@@ -77,13 +77,22 @@ class Encoded:
     def shape(self):
         return (self.rows, self.cols)
 
-# the SCALE_SUPER encodings (llama.cpp's blocks kept whole), by scheme: their quantizer and exact dequantizer
-_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **kquants_r8.QUANTIZE, **kquants_r16.QUANTIZE, **mxfp4.QUANTIZE,
-                         **iquants.QUANTIZE, **q5quants.QUANTIZE}
-_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **kquants_r8.DEQUANTIZE, **kquants_r16.DEQUANTIZE,
-                           **mxfp4.DEQUANTIZE, **iquants.DEQUANTIZE, **q5quants.DEQUANTIZE}
 # the layouts of another encoding's blocks: scheme -> (the block encoding, blocks -> layout, layout -> blocks)
 _RELAYOUT = {**kquants_r8.RELAYOUT, **kquants_r16.RELAYOUT}
+# the SCALE_SUPER encodings (llama.cpp's blocks kept whole), by scheme: their quantizer and exact dequantizer (the
+# layouts' added below from their block encoding's)
+_WHOLE_BLOCK_QUANTIZE = {**kquants.QUANTIZE, **mxfp4.QUANTIZE, **iquants.QUANTIZE, **q5quants.QUANTIZE}
+_WHOLE_BLOCK_DEQUANTIZE = {**kquants.DEQUANTIZE, **mxfp4.DEQUANTIZE, **iquants.DEQUANTIZE, **q5quants.DEQUANTIZE}
+
+
+def _laid_out(plain, to, back):
+    """A layout's (quantizer, dequantizer): its block encoding's, then interleaved / after deinterleaving."""
+    q, d = _WHOLE_BLOCK_QUANTIZE[plain], _WHOLE_BLOCK_DEQUANTIZE[plain]
+    return (lambda w: to(q(w), *np.shape(w))), (lambda raw, rows, cols: d(back(raw, rows, cols), rows, cols))
+
+
+for _name, _spec in _RELAYOUT.items():
+    _WHOLE_BLOCK_QUANTIZE[_name], _WHOLE_BLOCK_DEQUANTIZE[_name] = _laid_out(*_spec)
 
 
 def holds_blocks_of(scheme, stored):
