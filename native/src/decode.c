@@ -12,8 +12,7 @@
 #include "cb_internal.h"
 #include "kernels.h"
 #include "kquants.h"
-#include "kquants_r8.h"
-#include "kquants_r16.h"
+#include "regrouped.h"
 #include "mxfp4.h"
 #include "iquants.h"
 #include "q5quants.h"
@@ -104,26 +103,18 @@ static void dec_q4_k(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *
     }
 }
 
-/* CB_Q4_K_R8 (kquants_r8.h): row r's blocks gathered back, then Q4_K's values. */
-static void dec_q4_k_r8(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+/* A row-interleaved layout (regrouped.h: q4_k_r8, q6_k_r16): block by block, row r's block gathered back, then
+ * its plain encoding's decoder on it (the same values). */
+static void dec_regrouped(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
+    const cb_regrouped *L = &CB_REGROUPED[w->dtype];
     size_t nb = (size_t)w->cols / CB_QK_K;
-    unsigned char blk[CB_Q4_K_BYTES];
-    for (size_t k = k0; k < k0 + n; k++) {
-        size_t j = k % CB_QK_K;
-        if (k == k0 || j == 0) cb_r8_block(w->data, nb, (size_t)r, k / CB_QK_K, blk);
-        float d1, m1;
-        cb_q4_k_factors(blk, j, &d1, &m1);
-        out[k - k0] = d1 * (float)((*cb_q4_k_qs(blk, j) >> cb_q4_k_shift(j)) & 15) - m1;
-    }
-}
-
-/* CB_Q6_K_R16 (kquants_r16.h): row r's blocks gathered back, then Q6_K's values. */
-static void dec_q6_k_r16(const cb_matrix *w, int32_t r, size_t k0, size_t n, float *out) {
-    size_t nb = (size_t)w->cols / CB_QK_K;
-    unsigned char blk[CB_Q6_K_BYTES];
-    for (size_t k = k0; k < k0 + n; k++) {
-        if (k == k0 || k % CB_QK_K == 0) cb_r16_block(w->data, nb, (size_t)r, k / CB_QK_K, blk);
-        out[k - k0] = cb_q6_k_factor(blk, k % CB_QK_K) * (float)cb_q6_k_code(blk, k % CB_QK_K);
+    unsigned char blk[CB_REGROUPED_MAX_BLOCK];
+    cb_matrix one = {blk, NULL, NULL, L->plain, 1, CB_QK_K};
+    for (size_t k = k0; k < k0 + n;) {
+        size_t j = k % CB_QK_K, m = CB_QK_K - j < k0 + n - k ? CB_QK_K - j : k0 + n - k;
+        L->gather(w->data, nb, (size_t)r, k / CB_QK_K, blk);
+        cb_row_decoder_of(L->plain)(&one, 0, j, m, out + (k - k0));
+        k += m;
     }
 }
 
@@ -198,7 +189,7 @@ static const cb_row_decoder DECODERS[CB_DTYPE_COUNT] = {
     [CB_I4_G32] = dec_i4_group, [CB_I4_G64] = dec_i4_group, [CB_I6_G64] = dec_i6_group,
     [CB_Q8_0] = dec_q8_0, [CB_Q4_K] = dec_q4_k, [CB_Q6_K] = dec_q6_k, [CB_Q5_K] = dec_q5_k,
     [CB_MXFP4] = dec_mxfp4, [CB_IQ4_XS] = dec_iq4_xs, [CB_IQ4_NL] = dec_iq4_nl,
-    [CB_Q5_0] = dec_q5, [CB_Q5_1] = dec_q5, [CB_Q4_K_R8] = dec_q4_k_r8, [CB_Q6_K_R16] = dec_q6_k_r16,
+    [CB_Q5_0] = dec_q5, [CB_Q5_1] = dec_q5, [CB_Q4_K_R8] = dec_regrouped, [CB_Q6_K_R16] = dec_regrouped,
 };
 
 cb_row_decoder cb_row_decoder_of(int32_t dtype) {

@@ -13,8 +13,7 @@
 #include <stdlib.h>
 #include "cb_internal.h"
 #include "kernels.h"
-#include "kquants_r8.h"
-#include "kquants_r16.h"
+#include "regrouped.h"
 
 #define AVX2_FN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define AVX2_OUTLINE __attribute__((noinline, target("avx2,fma,f16c")))
@@ -53,25 +52,13 @@ typedef void (*x86_kernel)(const wdesc *d, int32_t r0, int32_t r1, const float *
 #define LEVEL_ENTRY_(ID, DEC) [CB_##ID] = k_##ID,
 #define LEVEL_KERNEL_TABLE(LIST) LIST(LEVEL_KERNEL_) static const x86_kernel KERNELS[CB_DTYPE_COUNT] = {LIST(LEVEL_ENTRY_)};
 
-/* The layouts of another encoding's blocks by row groups (q4_k_r8: kquants_r8.h, q6_k_r16: kquants_r16.h): the
- * plain encoding, rows per group, its block bytes and one row's block gathered back. */
-typedef struct {
-    int plain, group;
-    size_t block;
-    void (*gather)(const void *data, size_t nb, size_t r, size_t b, unsigned char *blk);
-} regrouped;
-static const regrouped REGROUPED[CB_DTYPE_COUNT] = {
-    [CB_Q4_K_R8] = {CB_Q4_K, 8, CB_Q4_K_BYTES, cb_r8_block},
-    [CB_Q6_K_R16] = {CB_Q6_K, 16, CB_Q6_K_BYTES, cb_r16_block},
-};
-
-/* Such a layout on the exact-weights path: each row group's blocks gathered back into plain rows and run by the
- * table's kernel of the plain encoding (the same values in the same order: its bits, as the scalar decoder gives).
- * 0 when w is no such layout, the table has no kernel for the plain encoding or no memory (the caller takes the
- * level below). */
+/* A row-interleaved layout (regrouped.h) on the exact-weights path: each row group's blocks gathered back into
+ * plain rows and run by the table's kernel of the plain encoding (the same values in the same order: its bits, as
+ * the scalar decoder gives). 0 when w is no such layout, the table has no kernel for the plain encoding or no
+ * memory (the caller takes the level below). */
 static inline int run_regrouped(const x86_kernel *table, const cb_matrix *w, int32_t r0, int32_t r1,
                                 const float *const *xs, float *const *outs, int64_t nt) {
-    const regrouped *L = &REGROUPED[w->dtype];
+    const cb_regrouped *L = &CB_REGROUPED[w->dtype];
     size_t nb = (size_t)w->cols / CB_QK_K, rb = nb * L->block;
     if (!L->group || !table[L->plain]) return 0;
     float **o = malloc((size_t)L->group * rb + (size_t)nt * sizeof *o);
