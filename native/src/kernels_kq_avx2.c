@@ -27,14 +27,18 @@ AVX2_FN __m256i madd_add(__m256i acc, __m256i a, __m256i b) { return _mm256_add_
 /* q4_k_r8 (kernels_kq_r8.h): the AVX-512 level's r8_ints on the unit's two 256-bit halves (rows 0 4 1 5, then
  * 2 6 3 7), one nibble at a time (8 live code registers would not fit 16 with the tokens' sums); vpmaddwd + vpaddd
  * for vpdpwssd; the halves' int32 pairs added by vpphaddd, their qwords put in lane order. The same integers. */
+#define R8_MAXT 4       /* tokens per tile */
 AVX2_FN void r8_ints(int TT, const unsigned char *u, const __m256i sc[2], const cb_q8k_block *const *xk, size_t b,
                      __m256i *I) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256i acc[2][4];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
+    __m256i part[2][R8_MAXT];
+#pragma GCC unroll 1
+    for (int h = 0; h < 2; h++) {                  /* one half at a time (both at once do not fit 16 registers) */
+        const cb_q8k_block *const *xh = xk;
+        __asm__("" : "+r"(xh));                    /* opaque per half: gcc would hoist both halves' broadcasts */
+        __m256i acc[R8_MAXT];
 #pragma GCC unroll 4
-        for (int i = 0; i < TT; i++) acc[h][i] = _mm256_setzero_si256();
+        for (int i = 0; i < TT; i++) acc[i] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {              /* sub-block j: run j / 2, its low (even j) or high nibbles */
             int p = j / 2, shift = 4 * (j & 1);
@@ -47,105 +51,123 @@ AVX2_FN void r8_ints(int TT, const unsigned char *u, const __m256i sc[2], const 
             __m256i s = _mm256_shuffle_epi8(sc[h], _mm256_broadcastsi128_si256(r8_pick(j)));
 #pragma GCC unroll 4
             for (int i = 0; i < TT; i++) {
-                const int8_t *a = xk[i][b].qs + 32 * j;
+                const int8_t *a = xh[i][b].qs + 32 * j;
                 __m256i pr = _mm256_maddubs_epi16(q[0], _mm256_set1_epi64x(r8_act(a)));
 #pragma GCC unroll 3
                 for (int c = 1; c < 4; c++)
                     pr = _mm256_add_epi16(pr, _mm256_maddubs_epi16(q[c], _mm256_set1_epi64x(r8_act(a + 8 * c))));
-                acc[h][i] = _mm256_add_epi32(acc[h][i], _mm256_madd_epi16(s, pr));
+                acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(s, pr));
+                __asm__("" : "+x"(acc[i]));        /* summed here (gcc's reassociation would keep the 8 products) */
             }
         }
+#pragma GCC unroll 4
+        for (int i = 0; i < TT; i++) part[h][i] = acc[i];
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < TT; i++) I[i] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[0][i], acc[1][i]), 0xD8);
+    for (int i = 0; i < TT; i++) I[i] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(part[0][i], part[1][i]), 0xD8);
 }
 
-/* q6_k_r16 (kernels_kq_r16.h): the AVX-512 level's tile on the unit's two 256-bit halves (rows 0-7, then 8-15),
- * one at a time; vpmaddubsw of two code dwords summed in int16 (|sum| <= 2 * 2 * 63 * 127 < 2^15) then vpmaddwd by
- * ones for vpdpbusd. The same integers. */
-AVX2_FN __m256i r16_code(__m256i nib, __m256i hb) {      /* (nib & 0x0f) | (hb & 0x30), per byte */
-    return _mm256_or_si256(_mm256_and_si256(nib, _mm256_set1_epi8(0x0f)), _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
-}
+/* q6_k_r16 (kernels_kq_r16.h): the unit's two 256-bit halves (rows 0-7, then 8-15) one after the other, and in a
+ * half one sub-block at a time (its 4 code registers, the tokens' sums: 16 ymm hold it); per token vpmaddubsw of two
+ * code dwords summed in int16 (|sum| <= 2 * 2 * 63 * 127 < 2^15), each sum times the rows' scale by vpmaddwd of
+ * (scale, scale) pairs; the -32 offsets once per super-block, sum_j scale_j * bsums[j] by vpmaddwd of (scale j,
+ * scale j + 1) pairs. The same integers as the AVX-512 tile. */
 AVX2_FN __m256i r16_act(const int8_t *qs, int dw) {     /* activation dword dw broadcast */
     int32_t v;
     __builtin_memcpy(&v, qs + 4 * dw, 4);
     return _mm256_set1_epi32(v);
 }
-/* The 16-element sum of one sub-block for 8 rows: codes c[0..3] by activation dwords dw .. dw + 3, from n. */
-AVX2_FN __m256i r16_sum(const __m256i c[4], const int8_t *a, int dw, int32_t n) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], r16_act(a, dw)),
-                                 _mm256_maddubs_epi16(c[1], r16_act(a, dw + 1)));
-    __m256i q = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], r16_act(a, dw + 2)),
-                                 _mm256_maddubs_epi16(c[3], r16_act(a, dw + 3)));
-    __m256i s = _mm256_add_epi32(_mm256_madd_epi16(p, ones), _mm256_madd_epi16(q, ones));
-    return _mm256_add_epi32(s, _mm256_set1_epi32(n));
+/* The 8 rows' codes of sub-block j's dword ii (half rh): (nibble & 0x0f) | (high bits & 0x30) per byte. */
+AVX2_FN __m256i r16_code(const unsigned char *u, int j, int ii, int rh) {
+    int h = j / 8, qp = (j / 2) & 1, ih = j & 1, hi = (j / 4) & 1;
+    const unsigned char *pc = cb_r16_piece(u, (size_t)h, (size_t)(4 * ih + ii), 0) + 32 * rh;
+    __m256i ql = _mm256_loadu_si256((const __m256i *)(pc + 64 * qp));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(pc + 128));
+    int up = hi ? -2 * qp : 4 - 2 * qp;                  /* qh's bits to 4-5: q1 << 4, q2 << 2, q3 as is, q4 >> 2 */
+    qh = up > 0 ? _mm256_slli_epi32(qh, up) : up < 0 ? _mm256_srli_epi32(qh, -up) : qh;
+    if (hi) ql = _mm256_srli_epi32(ql, 4);
+    return _mm256_or_si256(_mm256_and_si256(ql, _mm256_set1_epi8(0x0f)), _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
+}
+/* The 8 rows' scales of sub-blocks a and b (at sp + 16 a, sp + 16 b) as int16 (a, b) pairs, row r in lane r. */
+AVX2_FN __m256i r16_pairs(const unsigned char *sp, int a, int b) {
+    __m128i x = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(sp + 16 * a)));
+    __m128i y = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(sp + 16 * b)));
+    return _mm256_set_m128i(_mm_unpackhi_epi16(x, y), _mm_unpacklo_epi16(x, y));
 }
 
 #define R16_MAXT 4      /* tokens per tile */
+/* Half rh's I for TT tokens: -32 * sum_j scale_j * bsums[j], then each sub-block's sum times its scale. */
+AVX2_FN void r16_half(int TT, const unsigned char *u, int rh, const cb_q8k_block *const *xk, size_t b, __m256i *I) {
+    const unsigned char *sp = u + CB_R16_SCALES + 8 * rh;
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) I[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        __m256i pr = r16_pairs(sp, 2 * k, 2 * k + 1);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            int32_t v;
+            __builtin_memcpy(&v, xk[t][b].bsums + 2 * k, 4);
+            I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(pr, _mm256_set1_epi32(v)));
+            __asm__("" : "+x"(I[t]));
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) I[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(I[t], 5));
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) {
+        __m256i c[4];
+#pragma GCC unroll 4
+        for (int ii = 0; ii < 4; ii++) c[ii] = r16_code(u, j, ii, rh);
+        __m256i s2 = r16_pairs(sp, j, j);
+        int dw = 32 * (j / 8) + 8 * ((j / 2) & 1) + 4 * (j & 1) + 16 * ((j / 4) & 1);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            const int8_t *a = xk[t][b].qs;
+            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], r16_act(a, dw)),
+                                         _mm256_maddubs_epi16(c[1], r16_act(a, dw + 1)));
+            __m256i q = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], r16_act(a, dw + 2)),
+                                         _mm256_maddubs_epi16(c[3], r16_act(a, dw + 3)));
+            I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_madd_epi16(p, s2), _mm256_madd_epi16(q, s2)));
+            __asm__("" : "+x"(I[t]));    /* summed here: gcc's reassociation would keep all 16 products to the end */
+        }
+    }
+}
+
 AVX2_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk, float *const *outs,
                       int32_t r) {
-    __m256 acc[R16_MAXT][2];
+    __m256 acc[2][R16_MAXT];
+#pragma GCC unroll 1
+    for (int rh = 0; rh < 2; rh++) {
 #pragma GCC unroll 4
-    for (int t = 0; t < TT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+        for (int t = 0; t < TT; t++) acc[rh][t] = _mm256_setzero_ps();
+    }
     for (size_t b = 0; b < nb; b++) {
         const unsigned char *u = grp + b * CB_R16_UNIT;
         if (TT >= R16_PF_MIN) prefetch_span(u, R16_PF * CB_R16_UNIT, (R16_PF + 1) * CB_R16_UNIT);
-        int32_t n32[R16_MAXT][16];
-#pragma GCC unroll 4
-        for (int t = 0; t < TT; t++)
-            for (int j = 0; j < 16; j++) n32[t][j] = -32 * xk[t][b].bsums[j];
-#pragma GCC unroll 2
+#pragma GCC unroll 1
         for (int rh = 0; rh < 2; rh++) {
             __m256i I[R16_MAXT];
-#pragma GCC unroll 4
-            for (int t = 0; t < TT; t++) I[t] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++)
-#pragma GCC unroll 2
-                for (int ih = 0; ih < 2; ih++)
-#pragma GCC unroll 2
-                    for (int qp = 0; qp < 2; qp++) {
-                        int jl = 8 * h + 2 * qp + ih;
-                        __m256i lo[4], hi[4];
-#pragma GCC unroll 4
-                        for (int ii = 0; ii < 4; ii++) {
-                            const unsigned char *pc = cb_r16_piece(u, (size_t)h, (size_t)(4 * ih + ii), 0) + 32 * rh;
-                            __m256i ql = _mm256_loadu_si256((const __m256i *)(pc + 64 * qp));
-                            __m256i qh = _mm256_loadu_si256((const __m256i *)(pc + 128));
-                            lo[ii] = r16_code(ql, qp ? _mm256_slli_epi32(qh, 2) : _mm256_slli_epi32(qh, 4));
-                            hi[ii] = r16_code(_mm256_srli_epi32(ql, 4), qp ? _mm256_srli_epi32(qh, 2) : qh);
-                        }
-                        const unsigned char *sp = u + CB_R16_SCALES + 16 * jl + 8 * rh;
-                        __m256i sl = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sp));
-                        __m256i sh = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sp + 64)));
-                        int dl = 32 * h + 8 * qp + 4 * ih;
-#pragma GCC unroll 4
-                        for (int t = 0; t < TT; t++) {
-                            const int8_t *a = xk[t][b].qs;
-                            __m256i pl = r16_sum(lo, a, dl, n32[t][jl]), ph = r16_sum(hi, a, dl + 16, n32[t][jl + 4]);
-                            I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_mullo_epi32(pl, sl),
-                                                                           _mm256_mullo_epi32(ph, sh)));
-                        }
-                    }
+            const cb_q8k_block *const *xh = xk;
+            __asm__("" : "+r"(xh));      /* opaque per half: gcc would hoist both halves' broadcasts to the stack */
+            r16_half(TT, u, rh, xh, b, I);
             __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(u + 16 * rh)));
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++)
-                acc[t][rh] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xk[t][b].d)), _mm256_cvtepi32_ps(I[t]),
-                                             acc[t][rh]);
+                acc[rh][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xk[t][b].d)), _mm256_cvtepi32_ps(I[t]),
+                                             acc[rh][t]);
         }
     }
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++) {
-        _mm256_storeu_ps(outs[t] + r, acc[t][0]);
-        _mm256_storeu_ps(outs[t] + r + 8, acc[t][1]);
+        _mm256_storeu_ps(outs[t] + r, acc[0][t]);
+        _mm256_storeu_ps(outs[t] + r + 8, acc[1][t]);
     }
 }
 
 #define KQ_FN AVX2_FN
 #define KQ_OUTLINE AVX2_OUTLINE
 #define KQ_ENTRY cb_dot_rows_kq_avx2
-#define R8_MAXT 4
 #include "kernels_kq_r8.h"
 #include "kernels_kq_r16.h"
 #include "kernels_kq_tiles.h"
