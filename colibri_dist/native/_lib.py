@@ -3,8 +3,6 @@
 Role: the lowest layer of colibri_dist.native; everything else here calls C
 through `lib` and reports failures through `check_status`.
 """
-import contextlib
-
 from .._native import ffi, lib
 from ..errors import InvalidArgument, NativeError
 
@@ -44,15 +42,21 @@ def simd_available():
     return [name for name, missing in simd_levels().items() if missing is None]
 
 
-@contextlib.contextmanager
-def simd_force(level):
-    """Temporarily force a kernel family by name ("scalar", "avx2", "avx512", "amx"; tests, benchmarks).
-    Every level gives the same bits. A level the CPU lacks raises NativeError naming the missing flags."""
-    code = lib.cb_simd_level_of(level.encode()) if isinstance(level, str) else -1
-    if code < 0:
-        raise InvalidArgument(f"simd level must be one of {list(simd_levels())}, got {level!r}")
-    check_status(lib.cb_simd_force(code), f"simd_force({level!r})")
-    try:
-        yield
-    finally:
+class simd_force:
+    """Force a kernel family by name ("scalar", "avx2", "avx512", "amx"; tests, benchmarks) from this call on; as a
+    context manager the start-up level (COLIBRI_SIMD's cap) comes back when the block ends. A bare call takes effect
+    too (it used to do nothing outside a with block, silently). Every level gives the same bits. A level the CPU
+    lacks raises NativeError naming the missing flags."""
+
+    def __init__(self, level):
+        code = lib.cb_simd_level_of(level.encode()) if isinstance(level, str) else -1
+        if code < 0:
+            raise InvalidArgument(f"simd level must be one of {list(simd_levels())}, got {level!r}")
+        check_status(lib.cb_simd_force(code), f"simd_force({level!r})")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
         lib.cb_simd_force(-1)
+        return False

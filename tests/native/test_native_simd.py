@@ -33,6 +33,17 @@ def test_forcing_names_and_errors():
                     pass
 
 
+def test_a_bare_call_forces_and_a_with_block_gives_the_start_up_level_back():
+    start = simd_name()
+    try:
+        simd_force("scalar")                   # no with: in force from the call on (it once did nothing)
+        assert simd_name() == "scalar"
+    finally:
+        with simd_force("scalar"):
+            pass
+    assert simd_name() == start
+
+
 @pytest.mark.parametrize("level", simd_available())
 def test_environment_caps_the_start_up_level(level):
     env = dict(os.environ, COLIBRI_SIMD=level, PYTHONPATH=os.path.abspath(ROOT))
