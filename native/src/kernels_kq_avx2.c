@@ -115,7 +115,8 @@ AVX2_FN void r16_half(int TT, const unsigned char *u, int rh, const cb_q8k_block
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++) I[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(I[t], 5));
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; j++) {
+    for (int jj = 0; jj < 16; jj++) {
+        int j = 8 * (jj / 8) + (jj % 8) / 2 + 4 * (jj & 1);      /* j, j + 4 adjacent: the same ql / qh bytes */
         __m256i c[4];
 #pragma GCC unroll 4
         for (int ii = 0; ii < 4; ii++) c[ii] = r16_code(u, j, ii, rh);
