@@ -42,7 +42,7 @@ static const uint8_t K6_SHUF[4][32] __attribute__((aligned(32))) = {
 };
 
 /* The row-interleaved tiles (q4_k_r8, q6_k_r16) prefetch the unit this many units ahead when they multiply at least
- * PF_MIN tokens. */
+ * PF_MIN tokens (the AVX2 q6_k_r16 tile from one token on). */
 #define R8_PF 4
 #define R8_PF_MIN 2
 #define R16_PF 2
