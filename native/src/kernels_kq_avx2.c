@@ -138,15 +138,12 @@ AVX2_FN void r16_half(int TT, const unsigned char *u, int rh, const cb_q8k_block
 AVX2_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk, float *const *outs,
                       int32_t r) {
     __m256 acc[2][R16_MAXT];
-#pragma GCC unroll 1
-    for (int rh = 0; rh < 2; rh++) {
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) acc[rh][t] = _mm256_setzero_ps();
-    }
+    for (int t = 0; t < TT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const unsigned char *u = grp + b * CB_R16_UNIT;
         /* from one token on (the AVX-512 tile: from 2): at one token this tile's compute per byte is high enough that,
-         * without it, memory and compute add up (the LM head, 50304 x 2048, 2 threads: 3.2-5.8 -> 2.3-2.5 ms) */
+         * without it, memory and compute add up (the LM head, 50304 x 2048, 2 threads: 3.2-5.8 -> 2.3-2.7 ms) */
         prefetch_span(u, R16_PF * CB_R16_UNIT, (R16_PF + 1) * CB_R16_UNIT);
 #pragma GCC unroll 1
         for (int rh = 0; rh < 2; rh++) {
