@@ -114,12 +114,10 @@ cb_dot_rows_q6_k cb_dot_rows_q6, cb_dot_rows_q6_scalar, cb_dot_rows_q6_avx2;
 /* k-quants x Q8_K (kernels_kq.c): x [K] (K a multiple of 256) -> K / 256 activation blocks. */
 void cb_quantize_row_q8k(const float *x, int32_t K, cb_q8k_block *y);
 cb_dot_rows_kq_k cb_dot_rows_kq, cb_dot_rows_kq_scalar, cb_dot_rows_kq_avx2, cb_dot_rows_kq_avx512;
-/* Row r of a q4_k_r8 matrix for nt tokens by the scalar reference (the x86 kernels' partial row groups). */
-void cb_dot_r8_row(const cb_matrix *w, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
-                   int64_t nt);
-/* Row r of a q6_k_r16 matrix for nt tokens by the scalar reference (the same; kernels_kq.c). */
-void cb_dot_r16_row(const cb_matrix *w, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
-                    int64_t nt);
+/* Row r of a row-interleaved layout (regrouped.h: q4_k_r8, q6_k_r16) for nt tokens by the scalar reference (the x86
+ * kernels' partial row groups; kernels_kq.c). */
+void cb_dot_regrouped_row(const cb_matrix *w, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
+                          int64_t nt);
 /* x Q8_0 (kernels_q80.c): x [K] -> ceil(K / 32) activation blocks (a short last block: the zero-padded one);
  * x Q8_1: the same blocks, then their s (q80.h cb_q81_bytes in all). */
 void cb_quantize_row_q80(const float *x, int32_t K, cb_q80_block *y);

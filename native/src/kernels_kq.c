@@ -37,8 +37,7 @@
 #include "kernels.h"
 #include "kquants.h"
 #include "iquants.h"
-#include "kquants_r8.h"
-#include "kquants_r16.h"
+#include "regrouped.h"
 
 void cb_quantize_row_q8k(const float *x, int32_t K, cb_q8k_block *y) {
     const cb_kernel_table *kt = cb_kernels();
@@ -110,37 +109,31 @@ static float block_step(int32_t dtype, const unsigned char *blk, const cb_q8k_bl
     return fmaf(-(cb_kq_half(blk + 2) * x->d), (float)M, s);
 }
 
-/* q6_k_r16's output (t, r) from row r's blocks gathered back once (kquants_r16.h), one integer per super-block. */
-void cb_dot_r16_row(const cb_matrix *w, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
-                    int64_t nt) {
-    size_t nb = (size_t)w->cols / CB_QK_K;
-    unsigned char blk[CB_Q6_K_BYTES];
-    for (int64_t t = 0; t < nt; t++) outs[t][r] = 0.0f;
-    for (size_t b = 0; b < nb; b++) {
-        cb_r16_block(w->data, nb, (size_t)r, b, blk);
-        for (int64_t t = 0; t < nt; t++) {
-            const cb_q8k_block *x = &xk[t][b];
-            int32_t I = 0;
-            for (size_t j = 0; j < 16; j++) {
-                int32_t p = 0;
-                for (size_t k = 16 * j; k < 16 * j + 16; k++) p += cb_q6_k_code(blk, k) * x->qs[k];
-                I += (int32_t)(int8_t)blk[192 + j] * p;
-            }
-            outs[t][r] = fmaf(cb_kq_half(blk + 208) * x->d, (float)I, outs[t][r]);
-        }
+/* One super-block of q6_k_r16's order (above): its block gathered back into Q6_K's bytes, one integer
+ * I = sum_j sc_j * sum_{k in j} (q - 32) * a, then s = fma(d * da, I, s). */
+static float r16_block_step(const unsigned char *blk, const cb_q8k_block *x, float s) {
+    int32_t I = 0;
+    for (size_t j = 0; j < 16; j++) {
+        int32_t p = 0;
+        for (size_t k = 16 * j; k < 16 * j + 16; k++) p += cb_q6_k_code(blk, k) * x->qs[k];
+        I += (int32_t)(int8_t)blk[192 + j] * p;
     }
+    return fmaf(cb_kq_half(blk + 208) * x->d, (float)I, s);
 }
 
-/* q4_k_r8's outputs (t, r) for nt tokens: each of row r's blocks gathered back once (kquants_r8.h), then q4_k's
- * step for every token (outs[t][r] the running sum): q4_k's bits. */
-void cb_dot_r8_row(const cb_matrix *w, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
-                   int64_t nt) {
+/* Row r of a row-interleaved layout (regrouped.h) for nt tokens: each of its blocks gathered back once, then the
+ * layout's step for every token (outs[t][r] the running sum): q4_k_r8 q4_k's (its bits), q6_k_r16 its own order. */
+void cb_dot_regrouped_row(const cb_matrix *w, int32_t r, const cb_q8k_block *const *xk, float *const *outs,
+                          int64_t nt) {
+    const cb_regrouped *L = &CB_REGROUPED[w->dtype];
     size_t nb = (size_t)w->cols / CB_QK_K;
-    unsigned char blk[CB_Q4_K_BYTES];
+    unsigned char blk[CB_REGROUPED_MAX_BLOCK];
     for (int64_t t = 0; t < nt; t++) outs[t][r] = 0.0f;
     for (size_t b = 0; b < nb; b++) {
-        cb_r8_block(w->data, nb, (size_t)r, b, blk);
-        for (int64_t t = 0; t < nt; t++) outs[t][r] = block_step(CB_Q4_K, blk, &xk[t][b], outs[t][r]);
+        L->gather(w->data, nb, (size_t)r, b, blk);
+        for (int64_t t = 0; t < nt; t++)
+            outs[t][r] = L->plain == CB_Q6_K ? r16_block_step(blk, &xk[t][b], outs[t][r])
+                                             : block_step(L->plain, blk, &xk[t][b], outs[t][r]);
     }
 }
 
@@ -148,8 +141,8 @@ void cb_dot_rows_kq_scalar(const cb_matrix *w, int32_t r0, int32_t r1, const cb_
                            float *const *outs, int64_t nt) {
     size_t nb = (size_t)w->cols / CB_QK_K, rb = (size_t)cb_row_bytes(w->dtype, w->cols), bb = rb / nb;
     for (int32_t r = r0; r < r1; r++) {
-        if (w->dtype == CB_Q4_K_R8 || w->dtype == CB_Q6_K_R16) {
-            (w->dtype == CB_Q4_K_R8 ? cb_dot_r8_row : cb_dot_r16_row)(w, r, xk, outs, nt);
+        if (CB_REGROUPED[w->dtype].plain) {
+            cb_dot_regrouped_row(w, r, xk, outs, nt);
             continue;
         }
         const unsigned char *row = (const unsigned char *)w->data + (size_t)r * rb;

@@ -96,6 +96,9 @@ AVX2_FN __m256i r16_pairs(const unsigned char *sp, int a, int b) {
 }
 
 #define R16_MAXT 4      /* tokens per tile */
+/* Prefetch from one token on: at one token this tile's compute per byte is high enough that, without it, memory and
+ * compute add up (the LM head, 50304 x 2048, 2 threads: 3.2-5.8 -> 2.3-2.7 ms). */
+#define R16_PF_MIN 1
 /* Half rh's I for TT tokens: -32 * sum_j scale_j * bsums[j], then each sub-block's sum times its scale. */
 AVX2_FN void r16_half(int TT, const unsigned char *u, int rh, const cb_q8k_block *const *xk, size_t b, __m256i *I) {
     const unsigned char *sp = u + CB_R16_SCALES + 8 * rh;
@@ -142,9 +145,7 @@ AVX2_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_
     for (int t = 0; t < TT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const unsigned char *u = grp + b * CB_R16_UNIT;
-        /* from one token on (the AVX-512 tile: from 2): at one token this tile's compute per byte is high enough that,
-         * without it, memory and compute add up (the LM head, 50304 x 2048, 2 threads: 3.2-5.8 -> 2.3-2.7 ms) */
-        prefetch_span(u, R16_PF * CB_R16_UNIT, (R16_PF + 1) * CB_R16_UNIT);
+        if (TT >= R16_PF_MIN) prefetch_span(u, R16_PF * CB_R16_UNIT, (R16_PF + 1) * CB_R16_UNIT);
 #pragma GCC unroll 1
         for (int rh = 0; rh < 2; rh++) {
             __m256i I[R16_MAXT];

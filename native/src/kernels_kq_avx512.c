@@ -157,6 +157,7 @@ A512_FN __m512i r16_act(const int8_t *qs, int dw) {     /* activation dword dw b
 }
 
 #define R16_MAXT 8      /* tokens per tile */
+#define R16_PF_MIN 2    /* prefetch from 2 tokens (one token: a sequential stream the hardware follows) */
 A512_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk, float *const *outs,
                       int32_t r) {
     float acc[R16_MAXT][16] __attribute__((aligned(64)));  /* in memory: the registers hold codes and I */

@@ -12,4 +12,4 @@
  */
 
 /* Rows r0..r1 of a q6_k_r16 matrix (KQ_REGROUPED), the partial groups' rows by the scalar reference. */
-KQ_REGROUPED(Q6_K_R16, 16, CB_R16_UNIT, R16_MAXT, r16_tile, cb_dot_r16_row)
+KQ_REGROUPED(Q6_K_R16, 16, CB_R16_UNIT, R16_MAXT, r16_tile)

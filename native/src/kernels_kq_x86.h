@@ -42,23 +42,22 @@ static const uint8_t K6_SHUF[4][32] __attribute__((aligned(32))) = {
 };
 
 /* The row-interleaved tiles (q4_k_r8, q6_k_r16) prefetch the unit this many units ahead when they multiply at least
- * PF_MIN tokens (the AVX2 q6_k_r16 tile from one token on). */
+ * PF_MIN tokens (q6_k_r16's R16_PF_MIN: each level beside its tile). */
 #define R8_PF 4
 #define R8_PF_MIN 2
 #define R16_PF 2
-#define R16_PF_MIN 2
 
 /* k_<ID>: the rows r0..r1 of a row-interleaved layout (q4_k_r8, q6_k_r16: G rows a group, UNIT bytes a unit, a
  * group's nb units in a row): whole groups by the level's TILE(TT, grp, nb, xk, outs, r), per group its token
  * groups of MAXT (the last one shorter; a group's bytes stay in cache while each token group passes), the rows of a
- * partial group (a range that cuts one) by the scalar ROW(w, r, xk, outs, nt). Cases past MAXT are never taken. */
+ * partial group (a range that cuts one) by the scalar cb_dot_regrouped_row. Cases past MAXT are never taken. */
 #define KQ_TT(TT, MAXT) ((TT) < (MAXT) ? (TT) : (MAXT))
-#define KQ_REGROUPED(ID, G, UNIT, MAXT, TILE, ROW)                                                             \
+#define KQ_REGROUPED(ID, G, UNIT, MAXT, TILE)                                                                  \
     static KQ_OUTLINE void k_##ID(const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,     \
                                   float *const *outs, int64_t nt) {                                           \
         int32_t g0 = (r0 + (G) - 1) / (G), g1 = r1 / (G);     /* whole groups g0 .. g1 - 1 (none: g1 <= g0) */ \
         for (int32_t r = r0; r < r1; r++)                                                                     \
-            if (r < (G) * g0 || r >= (G) * g1) ROW(d->w, r, xk, outs, nt);                                    \
+            if (r < (G) * g0 || r >= (G) * g1) cb_dot_regrouped_row(d->w, r, xk, outs, nt);                   \
         for (int32_t g = g0; g < g1; g++) {                                                                   \
             const unsigned char *grp = d->data + (size_t)g * d->nb * (UNIT);                                  \
             for (int64_t t = 0; t < nt; t += (MAXT)) {                                                        \
