@@ -44,9 +44,8 @@ def simd_available():
 
 class simd_force:
     """Force a kernel family by name ("scalar", "avx2", "avx512", "amx"; tests, benchmarks) from this call on; as a
-    context manager the start-up level (COLIBRI_SIMD's cap) comes back when the block ends. A bare call takes effect
-    too (it used to do nothing outside a with block, silently). Every level gives the same bits. A level the CPU
-    lacks raises NativeError naming the missing flags."""
+    context manager the start-up level (COLIBRI_SIMD's cap) comes back when the block ends. Every level gives the
+    same bits. A level the CPU lacks raises NativeError naming the missing flags."""
 
     def __init__(self, level):
         code = lib.cb_simd_level_of(level.encode()) if isinstance(level, str) else -1

@@ -35,11 +35,14 @@ def test_forcing_names_and_errors():
 
 def test_a_bare_call_forces_and_a_with_block_gives_the_start_up_level_back():
     start = simd_name()
+    other = next((lv for lv in simd_available() if lv != start), None)
+    if other is None:
+        pytest.skip("one SIMD level only: nothing to switch to")
     try:
-        simd_force("scalar")                   # no with: in force from the call on (it once did nothing)
-        assert simd_name() == "scalar"
+        simd_force(other)                      # no with: in force from the call on (it once did nothing)
+        assert simd_name() == other
     finally:
-        with simd_force("scalar"):
+        with simd_force(other):
             pass
     assert simd_name() == start
 
