@@ -24,6 +24,20 @@ def _blocks(w, scheme):
     return np.asarray(w, np.float32).reshape(-1, QK_K)
 
 
+def row_groups(layout, plain, group, rows, cols):
+    """(groups, super-block columns) of a [rows, cols] matrix of `layout`, the `plain` encoding's blocks laid out
+    `group` rows at a time (kquants_r8 / kquants_r16); other shapes are refused naming the layout."""
+    if rows % group or cols % QK_K:
+        raise InvalidArgument(f"{layout} needs rows a multiple of {group} and cols of {QK_K}, got a [{rows}, {cols}] "
+                              f"matrix ({plain} keeps any row count)")
+    return rows // group, cols // QK_K
+
+
+def grouped_blocks(blocks, rows, cols, group, block):
+    """Row-major blocks of a [rows, cols] matrix -> uint8 [group, super-block column, row in the group, block byte]."""
+    return np.asarray(blocks, np.uint8).reshape(rows // group, group, cols // QK_K, block).transpose(0, 2, 1, 3)
+
+
 def _half(x):
     """float32 -> (f16 bytes [n, 2], the f16 value back as float32)."""
     h = np.asarray(x, np.float32).astype(np.float16)

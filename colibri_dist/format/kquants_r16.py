@@ -11,22 +11,15 @@ native kernels keep the 16 rows in vector lanes and take one integer per super-b
 """
 import numpy as np
 
-from ..errors import InvalidArgument
+from .kquants import grouped_blocks, row_groups
 
 GROUP, BLOCK = 16, 210
 
 
-def _check(rows, cols):
-    if rows % GROUP or cols % 256:
-        raise InvalidArgument(f"q6_k_r16 needs rows a multiple of {GROUP} and cols of 256, got a [{rows}, {cols}] "
-                              f"matrix (q6_k keeps any row count)")
-
-
 def interleave(blocks, rows, cols):
     """Q6_K bytes of a [rows, cols] matrix (row-major blocks) -> the q6_k_r16 bytes, uint8 [rows, cols // 256 * 210]."""
-    _check(rows, cols)
-    nb, g = cols // 256, rows // GROUP
-    b = np.asarray(blocks, np.uint8).reshape(g, GROUP, nb, BLOCK).transpose(0, 2, 1, 3)     # [g, nb, row, 210]
+    g, nb = row_groups("q6_k_r16", "q6_k", GROUP, rows, cols)
+    b = grouped_blocks(blocks, rows, cols, GROUP, BLOCK)     # [g, nb, row, 210]
     ql = b[..., 0:128].reshape(g, nb, GROUP, 2, 2, 8, 4).transpose(0, 1, 3, 5, 4, 2, 6)    # [g, nb, h, i, k, row, 4]
     qh = b[..., 128:192].reshape(g, nb, GROUP, 2, 8, 4).transpose(0, 1, 3, 4, 2, 5)[:, :, :, :, None]
     codes = np.concatenate([ql, qh], axis=4).reshape(g, nb, 3072)
@@ -37,8 +30,7 @@ def interleave(blocks, rows, cols):
 
 def deinterleave(data, rows, cols):
     """q6_k_r16 bytes -> the Q6_K blocks, uint8 [rows, cols // 256 * 210] (row-major)."""
-    _check(rows, cols)
-    nb, g = cols // 256, rows // GROUP
+    g, nb = row_groups("q6_k_r16", "q6_k", GROUP, rows, cols)
     u = np.asarray(data, np.uint8).reshape(g, nb, GROUP * BLOCK)
     out = np.empty((g, nb, GROUP, BLOCK), np.uint8)
     out[..., 208:210] = u[:, :, 0:32].reshape(g, nb, GROUP, 2)

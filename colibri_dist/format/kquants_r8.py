@@ -10,23 +10,16 @@ vector load holds 8 rows' codes) and compute Q4_K's own integers and float steps
 """
 import numpy as np
 
-from ..errors import InvalidArgument
+from .kquants import grouped_blocks, row_groups
 
 ROWS = (0, 4, 1, 5, 2, 6, 3, 7)         # the row in qword q of a piece (CB_R8_ROW)
 GROUP, BLOCK = 8, 144
 
 
-def _check(rows, cols):
-    if rows % GROUP or cols % 256:
-        raise InvalidArgument(f"q4_k_r8 needs rows a multiple of {GROUP} and cols of 256, got a [{rows}, {cols}] "
-                              f"matrix (q4_k keeps any row count)")
-
-
 def interleave(blocks, rows, cols):
     """Q4_K bytes of a [rows, cols] matrix (row-major blocks) -> the q4_k_r8 bytes, uint8 [rows, cols // 256 * 144]."""
-    _check(rows, cols)
-    nb, g = cols // 256, rows // GROUP
-    b = np.asarray(blocks, np.uint8).reshape(g, GROUP, nb, BLOCK).transpose(0, 2, 1, 3)      # [g, nb, 8, 144]
+    g, nb = row_groups("q4_k_r8", "q4_k", GROUP, rows, cols)
+    b = grouped_blocks(blocks, rows, cols, GROUP, BLOCK)      # [g, nb, 8, 144]
     codes = b[:, :, ROWS, 16:].reshape(g, nb, GROUP, 16, 8).transpose(0, 1, 3, 2, 4)       # [g, nb, piece, q, 8]
     unit = np.concatenate([b[:, :, :, 0:2].reshape(g, nb, 16), b[:, :, :, 2:4].reshape(g, nb, 16),
                            b[:, :, :, 4:16].reshape(g, nb, 96), codes.reshape(g, nb, 1024)], axis=2)
@@ -35,8 +28,7 @@ def interleave(blocks, rows, cols):
 
 def deinterleave(data, rows, cols):
     """q4_k_r8 bytes -> the Q4_K blocks, uint8 [rows, cols // 256 * 144] (row-major)."""
-    _check(rows, cols)
-    nb, g = cols // 256, rows // GROUP
+    g, nb = row_groups("q4_k_r8", "q4_k", GROUP, rows, cols)
     u = np.asarray(data, np.uint8).reshape(g, nb, GROUP * BLOCK)
     out = np.empty((g, nb, GROUP, BLOCK), np.uint8)
     out[:, :, :, 0:2] = u[:, :, 0:16].reshape(g, nb, GROUP, 2)
