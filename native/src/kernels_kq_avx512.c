@@ -11,7 +11,7 @@
  * AVX2 code (kernels_kq_x86.h, kernels_kq_tiles.h): the same bits as the scalar reference (the level tests compare
  * it with the scalar kernel where the CPU has AVX-512; run on Zen 4). IQ4_XS (signed codes) runs the AVX2 level's
  * 256-bit row_ints256 compiled for this target. q4_k_r8's r8_ints (8 rows per zmm) feeds kernels_kq_r8.h;
- * q6_k_r16's r16_tile (16 rows per zmm) is kernels_kq_r16.h's tile.
+ * q6_k_r16's r16_tile (16 rows per zmm) makes kernels_kq_r16.h's pass (KQ_TILE_PASS).
  */
 #include "kernels.h"
 #include "kquants.h"
@@ -221,6 +221,8 @@ A512_FN void r16_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_
 #define KQ_OUTLINE A512_OUTLINE
 #define KQ_ENTRY cb_dot_rows_kq_avx512
 #define R8_MAXT 8
+KQ_TILE_PASS(r16_pass, R16_MAXT, r16_tile)
+#define R16_CHUNK INT64_MAX      /* every token in one pass: token tiles, each over the group */
 #include "kernels_kq_r8.h"
 #include "kernels_kq_r16.h"
 #include "kernels_kq_tiles.h"

@@ -74,4 +74,5 @@ KQ_FN void r8_tile(int TT, const unsigned char *grp, size_t nb, const cb_q8k_blo
 }
 
 /* Rows r0..r1 of a q4_k_r8 matrix (KQ_REGROUPED), the partial groups' rows by q4_k's scalar reference. */
-KQ_REGROUPED(Q4_K_R8, 8, CB_R8_UNIT, R8_MAXT, r8_tile)
+KQ_TILE_PASS(r8_pass, R8_MAXT, r8_tile)
+KQ_REGROUPED(Q4_K_R8, 8, CB_R8_UNIT, INT64_MAX, r8_pass)

@@ -47,12 +47,33 @@ static const uint8_t K6_SHUF[4][32] __attribute__((aligned(32))) = {
 #define R8_PF_MIN 2
 #define R16_PF 2
 
-/* k_<ID>: the rows r0..r1 of a row-interleaved layout (q4_k_r8, q6_k_r16: G rows a group, UNIT bytes a unit, a
- * group's nb units in a row): whole groups by the level's TILE(TT, grp, nb, xk, outs, r), per group its token
- * groups of MAXT (the last one shorter; a group's bytes stay in cache while each token group passes), the rows of a
- * partial group (a range that cuts one) by the scalar cb_dot_regrouped_row. Cases past MAXT are never taken. */
+/* TILE's tokens passes: NAME(nt, grp, nb, xk, outs, r) runs nt tokens over a group as token groups of MAXT (the last
+ * one shorter; the group's bytes stay in cache while each token group passes), each by TILE(TT, grp, nb, xk, outs, r)
+ * with TT a constant. Cases past MAXT are never taken. */
 #define KQ_TT(TT, MAXT) ((TT) < (MAXT) ? (TT) : (MAXT))
-#define KQ_REGROUPED(ID, G, UNIT, MAXT, TILE)                                                                  \
+#define KQ_TILE_PASS(NAME, MAXT, TILE)                                                                           \
+    KQ_FN void NAME(int64_t nt, const unsigned char *grp, size_t nb, const cb_q8k_block *const *xk,              \
+                    float *const *outs, int32_t r) {                                                            \
+        for (int64_t t = 0; t < nt; t += (MAXT)) {                                                              \
+            const cb_q8k_block *const *x = xk + t;                                                              \
+            float *const *o = outs + t;                                                                         \
+            switch (nt - t < (MAXT) ? nt - t : (MAXT)) {                                                        \
+            case 1: TILE(1, grp, nb, x, o, r); break;                                                           \
+            case 2: TILE(KQ_TT(2, MAXT), grp, nb, x, o, r); break;                                              \
+            case 3: TILE(KQ_TT(3, MAXT), grp, nb, x, o, r); break;                                              \
+            case 4: TILE(KQ_TT(4, MAXT), grp, nb, x, o, r); break;                                              \
+            case 5: TILE(KQ_TT(5, MAXT), grp, nb, x, o, r); break;                                              \
+            case 6: TILE(KQ_TT(6, MAXT), grp, nb, x, o, r); break;                                              \
+            case 7: TILE(KQ_TT(7, MAXT), grp, nb, x, o, r); break;                                              \
+            default: TILE(KQ_TT(8, MAXT), grp, nb, x, o, r); break;                                             \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+
+/* k_<ID>: the rows r0..r1 of a row-interleaved layout (q4_k_r8, q6_k_r16: G rows a group, UNIT bytes a unit, a
+ * group's nb units in a row): whole groups by the level's PASS(nt, grp, nb, xk, outs, r) on at most CHUNK tokens at
+ * a time, the rows of a partial group (a range that cuts one) by the scalar cb_dot_regrouped_row. */
+#define KQ_REGROUPED(ID, G, UNIT, CHUNK, PASS)                                                                 \
     static KQ_OUTLINE void k_##ID(const kqdesc *d, int32_t r0, int32_t r1, const cb_q8k_block *const *xk,     \
                                   float *const *outs, int64_t nt) {                                           \
         int32_t g0 = (r0 + (G) - 1) / (G), g1 = r1 / (G);     /* whole groups g0 .. g1 - 1 (none: g1 <= g0) */ \
@@ -60,20 +81,8 @@ static const uint8_t K6_SHUF[4][32] __attribute__((aligned(32))) = {
             if (r < (G) * g0 || r >= (G) * g1) cb_dot_regrouped_row(d->w, r, xk, outs, nt);                   \
         for (int32_t g = g0; g < g1; g++) {                                                                   \
             const unsigned char *grp = d->data + (size_t)g * d->nb * (UNIT);                                  \
-            for (int64_t t = 0; t < nt; t += (MAXT)) {                                                        \
-                const cb_q8k_block *const *x = xk + t;                                                        \
-                float *const *o = outs + t;                                                                   \
-                switch (nt - t < (MAXT) ? nt - t : (MAXT)) {                                                  \
-                case 1: TILE(1, grp, d->nb, x, o, (G) * g); break;                                            \
-                case 2: TILE(KQ_TT(2, MAXT), grp, d->nb, x, o, (G) * g); break;                               \
-                case 3: TILE(KQ_TT(3, MAXT), grp, d->nb, x, o, (G) * g); break;                               \
-                case 4: TILE(KQ_TT(4, MAXT), grp, d->nb, x, o, (G) * g); break;                               \
-                case 5: TILE(KQ_TT(5, MAXT), grp, d->nb, x, o, (G) * g); break;                               \
-                case 6: TILE(KQ_TT(6, MAXT), grp, d->nb, x, o, (G) * g); break;                               \
-                case 7: TILE(KQ_TT(7, MAXT), grp, d->nb, x, o, (G) * g); break;                               \
-                default: TILE(KQ_TT(8, MAXT), grp, d->nb, x, o, (G) * g); break;                              \
-                }                                                                                             \
-            }                                                                                                 \
+            for (int64_t t = 0; t < nt; t += (CHUNK))                                                         \
+                PASS(nt - t < (CHUNK) ? nt - t : (CHUNK), grp, d->nb, xk + t, outs + t, (G) * g);             \
         }                                                                                                     \
     }
 
