@@ -184,8 +184,8 @@ AVX2_FN void r16_half(int TT, const unsigned char *u, const r16_unpacked *k, int
         int j = r16_sub(jj);
         __m256i c[4], s2;
 #pragma GCC unroll 4
-        for (int ii = 0; ii < 4; ii++) c[ii] = k ? k->c[rh][jj][ii] : r16_code(u, j, ii, rh);
-        s2 = k ? k->s2[rh][jj] : r16_pairs(sp, j, j);
+        for (int ii = 0; ii < 4; ii++) c[ii] = r16_code(u, j, ii, rh);
+        s2 = r16_pairs(sp, j, j);
         int dw = r16_dword(j);
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) I[t] = r16_token(I[t], c, s2, xk[t][b].qs + 4 * dw);
