@@ -132,8 +132,8 @@ void cb_dot_regrouped_row(const cb_matrix *w, int32_t r, const cb_q8k_block *con
     for (size_t b = 0; b < nb; b++) {
         L->gather(w->data, nb, (size_t)r, b, blk);
         for (int64_t t = 0; t < nt; t++)
-            outs[t][r] = L->plain == CB_Q6_K ? r16_block_step(blk, &xk[t][b], outs[t][r])
-                                             : block_step(L->plain, blk, &xk[t][b], outs[t][r]);
+            outs[t][r] = w->dtype == CB_Q6_K_R16 ? r16_block_step(blk, &xk[t][b], outs[t][r])
+                                                 : block_step(L->plain, blk, &xk[t][b], outs[t][r]);
     }
 }
 
