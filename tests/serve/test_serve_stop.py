@@ -3,6 +3,7 @@
 with --workers the Ray it started); a busy port is one line of error before the model loads.
 """
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import time
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RAY_LOG = re.compile(r"(\x1b\[[0-9;]*m)?\([^)]*\)")     # a line Ray forwards from its processes: "(raylet) ..."
 GONE_WITHIN_S = 60          # a deadlock guard for the processes' exit, not a speed requirement
 
 
@@ -61,6 +63,8 @@ def _serve(model, *flags):
     proc = subprocess.Popen([sys.executable, "-m", "colibri_dist", "serve", model, "--port", str(port), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
     line = proc.stdout.readline()                  # the "colibri serve: ... on http://..." line, or EOF
+    while RAY_LOG.match(line):                     # Ray's forwarded log lines, "(raylet) ...", may come first
+        line = proc.stdout.readline()
     if not line.startswith("colibri serve"):
         _kill_all(proc)
         pytest.fail(f"the server did not start: {line!r}")
